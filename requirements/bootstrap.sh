@@ -1,0 +1,35 @@
+#!/bin/sh
+# Set up everything nodeprep needs on this machine; safe to run again (does nothing then).
+#   - Debian packages: openssh-server/client (the lab's sshd), pdsh and openmpi-bin (launchers),
+#     iproute2 (the lab's namespaces)
+#   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
+set -eu
+cd "$(dirname "$0")/.."
+
+missing=""
+for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "error: missing Debian packages:$missing (run as root: apt-get install -y$missing)" >&2
+        exit 2
+    fi
+    echo "installing:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+python=${NODEPREP_PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$python" -m venv .venv
+fi
+want=$(cat requirements/tool.txt requirements/test.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat .venv/.requirements.sha256 2>/dev/null)" != "$want" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check \
+        -r requirements/tool.txt -r requirements/test.txt
+    echo "$want" > .venv/.requirements.sha256
+fi
+# src/ on the venv's path: `import nodeprep` works from tasks.py, tests and bench alike.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$(pwd)/src" > "$site/nodeprep-src.pth"

@@ -1,0 +1,125 @@
+"""What the invoke tasks call. Each function returns an exit code; `cli` turns any
+NodeprepError into one line on stderr with its exit code (2 = bad input, 1 = failed run)."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+from . import facts as factmod
+from . import gpus, inventory
+from .errors import NodeprepError
+from .executor import Fleet
+from .report import Display
+from .settings import Settings
+
+
+def cli(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw) -> int:
+        try:
+            return fn(*a, **kw) or 0
+        except NodeprepError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.exit_code
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+    return wrapper
+
+
+def _hosts(spec, limit, settings: Settings, extra_vars=None):
+    inv = inventory.load(spec, extra_vars=extra_vars, default=settings.default_inventory)
+    return inv, inv.select(limit)
+
+
+@cli
+def facts(spec=None, limit=None, json_mode=False, settings: Settings = Settings()) -> int:
+    inv, hosts = _hosts(spec, limit, settings)
+    names = factmod.node_facts()
+    display = Display.auto(json_mode, quiet=not json_mode)
+    with Fleet(hosts, settings, "facts", display) as fleet:
+        values = fleet.map(lambda s: factmod.gather(s, names, s.host.vars), "facts")
+        for node, v in values.items():
+            fleet.sessions[node].result.data["facts"] = v
+        report = fleet.report(inventory=inv.name)
+    if json_mode:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(facts_table(hosts, fleet.results))
+        _footer(report)
+    return 1 if report["failed"] or report["unreachable"] else 0
+
+
+def facts_table(hosts, results) -> str:
+    cols = ["node", "hostname", "ip", "os", "arch", "kernel", "python", "shell", "gpus", "free"]
+    rows = []
+    for h in hosts:
+        r = results[h.name]
+        f = r.data.get("facts")
+        if not f:
+            rows.append([h.name, r.status.upper(), r.message] + [""] * (len(cols) - 3))
+            continue
+        py = f["python"]
+        rows.append([h.name, f["hostname"], factmod.primary_address(f["interfaces"]) or "-",
+                     f["os"]["release"], f["os"]["arch"], f["os"]["kernel"],
+                     f"{py['path']} {py['version']}" if py else "MISSING",
+                     f["login_shell"] or "-", gpus.summary(f["gpus"]), _size(f["disk_free"])])
+    widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
+    fmt = lambda row: "  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip()
+    return "\n".join([fmt(cols)] + [fmt(r) for r in rows])
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _footer(report: dict) -> None:
+    bad = {n: r for n, r in report["nodes"].items() if r["status"] in ("failed", "unreachable")}
+    for n, r in bad.items():
+        print(f"{r['status'].upper()}: {n}: {r.get('message', '')}", file=sys.stderr)
+        if r.get("stderr_tail"):
+            print("  " + r["stderr_tail"].replace("\n", "\n  "), file=sys.stderr)
+    print(f"{len(report['nodes'])} nodes, {report['failed']} failed, "
+          f"{report['unreachable']} unreachable; log: {report['run_dir']}", file=sys.stderr)
+
+
+# -- lab ----------------------------------------------------------------------------------------
+
+@cli
+def lab_up(nodes: int, name: str = "local", settings: Settings = Settings()) -> int:
+    from . import lab
+    lab.up(nodes, name=name, settings=settings)
+
+
+@cli
+def lab_down(name: str = "local", purge: bool = False, settings: Settings = Settings()) -> int:
+    from . import lab
+    lab.down(name, settings=settings, purge=purge)
+
+
+@cli
+def lab_status(name: str = "local", settings: Settings = Settings()) -> int:
+    from . import lab
+    info = lab.status(name, settings=settings)
+    if info is None:
+        print(f"lab {name}: not up")
+        return 1
+    for n in info.nodes:
+        state = f"sshd pid {n.sshd_pid}" if n.sshd_pid else "DOWN"
+        print(f"{n.name:<10} {n.address}:{n.port:<6} {state}")
+
+
+@cli
+def hosts_forget(spec, names: str, settings: Settings = Settings()) -> int:
+    """Drop the pinned host keys of some nodes (after a deliberate reinstall)."""
+    from .hostkeys import KnownHosts, host_entry
+    inv = inventory.load(spec, default=settings.default_inventory)
+    store = KnownHosts(settings.known_hosts)
+    for h in inv.select(names):
+        n = store.forget(host_entry(h.address, h.port))
+        print(f"{h.name}: removed {n} pinned key(s) for {host_entry(h.address, h.port)}")

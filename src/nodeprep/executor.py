@@ -1,0 +1,234 @@
+"""One Fabric connection per node per run, bounded parallel fan-out, per-node results.
+
+A `Fleet` opens a `Session` per node lazily, keeps it for every stage of the run (facts,
+then roles, then verification), and records a `NodeResult` per node that survives partial
+failure: one unreachable node never stops the others. Fabric's ThreadingGroup has no pool
+limit, no timeouts and no output prefix, hence this module.
+"""
+from __future__ import annotations
+
+import base64
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut
+
+from . import hostkeys
+from .errors import NodeprepError
+from .report import Display, NodeResult, RunLog
+from .settings import Settings
+
+# Errors worth a retry: the node may still be booting or sshd briefly overloaded. Auth and
+# host-key errors are never retried: trying again cannot fix them.
+_RETRYABLE = (socket.timeout, ConnectionError, paramiko.ssh_exception.NoValidConnectionsError,
+              EOFError)
+
+
+class Unreachable(NodeprepError):
+    pass
+
+
+@dataclass
+class CmdResult:
+    rc: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def tail(self, lines: int = 12) -> str:
+        text = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        return "\n".join(text[-lines:])
+
+
+def posix(script: str) -> str:
+    """Wrap a POSIX sh script so any login shell runs it: tcsh or fish cannot parse `export`
+    or `$(...)`, but every shell can run a pipe of plain words into /bin/sh."""
+    blob = base64.b64encode(script.encode()).decode()
+    return f"echo {blob} | base64 -d | /bin/sh"
+
+
+class _LineSink:
+    """File-like object Invoke writes remote output to: logs every byte, and shows complete
+    lines prefixed with the node name when streaming is on."""
+
+    def __init__(self, log, show: Callable[[str], None] | None):
+        self.log, self.show, self.buf = log, show, ""
+
+    def write(self, data: str):
+        self.log.write(data)
+        if self.show:
+            self.buf += data
+            *lines, self.buf = self.buf.split("\n")
+            for line in lines:
+                self.show(line)
+
+    def flush(self):
+        self.log.flush()
+        if self.show and self.buf:
+            self.show(self.buf)
+            self.buf = ""
+
+
+class Session:
+    """A node's connection plus its log; every remote command of the run goes through it."""
+
+    def __init__(self, host, settings: Settings, store: hostkeys.KnownHosts, runlog: RunLog,
+                 display: Display, fabric_config: Config):
+        self.host, self.settings, self.store = host, settings, store
+        self.runlog, self.display = runlog, display
+        self.name = host.name
+        self.stage = "connect"
+        self.conn: Connection | None = None
+        self._fabric_config = fabric_config
+        self.result = NodeResult(host.name)
+
+    # -- connection -------------------------------------------------------------------------
+    def connect(self) -> None:
+        if self.conn is not None and self.conn.is_connected:
+            return
+        h, s = self.host, self.settings
+        kwargs: dict[str, Any] = {}
+        if h.key:
+            kwargs.update(key_filename=[str(Path(h.key).expanduser())])
+        delay = s.retry_backoff
+        for attempt in range(s.connect_retries + 1):
+            conn = Connection(h.address, user=h.user, port=h.port, config=self._fabric_config,
+                              connect_timeout=s.connect_timeout, connect_kwargs=kwargs)
+            hostkeys.attach(conn.client, self.store, s.pin_new_host_keys, on_pin=self._pinned)
+            try:
+                conn.open()
+                self.conn = conn
+                return
+            except paramiko.BadHostKeyException as e:
+                raise hostkeys.HostKeyChanged(
+                    f"host key for {h.name} ({hostkeys.host_entry(h.address, h.port)}) CHANGED: "
+                    f"pinned {hostkeys.fingerprint(e.expected_key)}, node offers "
+                    f"{hostkeys.fingerprint(e.key)}; refusing to connect",
+                    hint="if the node was reinstalled on purpose, run "
+                         f"`invoke hosts.forget {h.name}` and connect again") from None
+            except paramiko.AuthenticationException as e:
+                raise Unreachable(f"authentication failed for {h.user or 'current user'}@"
+                                  f"{h.address}:{h.port}: {e}",
+                                  hint="check the inventory's user/key for this node") from None
+            except _RETRYABLE + (paramiko.SSHException, OSError) as e:
+                if isinstance(e, paramiko.SSHException) and not _transient(e):
+                    raise Unreachable(f"ssh to {h.address}:{h.port} failed: {e}") from None
+                if attempt == s.connect_retries:
+                    raise Unreachable(f"cannot reach {h.address}:{h.port} after "
+                                      f"{attempt + 1} tries: {e or type(e).__name__}") from None
+                self.log(f"connect attempt {attempt + 1} failed ({e}); retrying in {delay:.1f}s\n")
+                time.sleep(delay)
+                delay *= 2
+
+    def _pinned(self, hostname, key):
+        self.display.note(self.name, f"pinned new host key {hostname} {key.get_name()} "
+                                     f"{hostkeys.fingerprint(key)} in {self.store.path}")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    # -- commands ---------------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        self.runlog.node_log(self.name, self.stage).write(text)
+
+    def run(self, script: str, *, timeout: float | None = None, stream: bool = False,
+            label: str | None = None) -> CmdResult:
+        """Run a POSIX sh script on the node; never raises for a non-zero exit."""
+        self.connect()
+        log = self.runlog.node_log(self.name, self.stage)
+        log.write(f"$ {label or script.strip().splitlines()[0][:200]}\n")
+        show = (lambda line: self.display.line(self.name, line)) if stream else None
+        out, err = _LineSink(log, show), _LineSink(log, show)
+        try:
+            r = self.conn.run(posix(script), hide=False, warn=True, in_stream=False,
+                              out_stream=out, err_stream=err,
+                              timeout=timeout or self.settings.command_timeout)
+            res = CmdResult(r.exited, r.stdout, r.stderr)
+        except CommandTimedOut as e:
+            res = CmdResult(124, e.result.stdout, e.result.stderr + f"\n(timed out after "
+                            f"{e.timeout:.0f}s)", timed_out=True)
+        finally:
+            out.flush()
+            err.flush()
+        log.write(f"[exit {res.rc}]\n")
+        log.flush()
+        return res
+
+
+def _transient(e: paramiko.SSHException) -> bool:
+    msg = str(e)
+    return any(s in msg for s in ("Error reading SSH protocol banner", "No existing session",
+                                  "Connection reset", "timed out"))
+
+
+class Fleet:
+    """The nodes of one run. `map(fn, stage)` runs fn(session) on every still-usable node in
+    parallel (at most settings.width at once) and returns {node: value}."""
+
+    def __init__(self, hosts, settings: Settings, task: str, display: Display | None = None,
+                 runlog: RunLog | None = None):
+        self.settings = settings
+        self.display = display or Display.plain()
+        self.runlog = runlog or RunLog.create(settings.runs, task)
+        self.store = hostkeys.KnownHosts(settings.known_hosts)
+        fabric_config = Config(overrides={"load_ssh_configs": False})
+        self.sessions = {h.name: Session(h, settings, self.store, self.runlog, self.display,
+                                         fabric_config) for h in hosts}
+        self.display.start([h.name for h in hosts])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        with ThreadPoolExecutor(max_workers=min(self.settings.width, 64) or 1) as pool:
+            list(pool.map(lambda s: s.close(), self.sessions.values()))
+        self.display.stop()
+
+    @property
+    def results(self) -> dict[str, NodeResult]:
+        return {n: s.result for n, s in self.sessions.items()}
+
+    def usable(self) -> list[Session]:
+        return [s for s in self.sessions.values() if s.result.status not in ("failed", "unreachable")]
+
+    def map(self, fn: Callable[[Session], Any], stage: str) -> dict[str, Any]:
+        sessions = self.usable()
+        out: dict[str, Any] = {}
+
+        def one(s: Session):
+            s.stage = stage
+            self.display.status(s.name, stage, "running")
+            try:
+                s.connect()
+                out[s.name] = fn(s)
+            except Unreachable as e:
+                s.result.mark("unreachable", str(e))
+            except NodeprepError as e:
+                s.result.mark("failed", str(e))
+            except Exception as e:  # a bug or an odd remote answer: fail the node, keep the rest
+                s.result.mark("failed", f"{stage}: {type(e).__name__}: {e}")
+            s.log(f"== {stage}: {s.result.status} {s.result.message}\n")
+            self.display.status(s.name, stage, s.result.status, s.result.message)
+
+        if sessions:
+            with ThreadPoolExecutor(max_workers=max(1, min(self.settings.width, len(sessions)))) as pool:
+                list(pool.map(one, sessions))
+        return out
+
+    def report(self, **extra) -> dict:
+        return self.runlog.write_report(self.results, **extra)

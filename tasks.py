@@ -1,0 +1,82 @@
+"""nodeprep tasks: `invoke --list` shows them, `invoke --help TASK` shows each one's flags.
+
+Argument parsing only; the work is in src/nodeprep/api.py.
+"""
+from invoke import Collection, Exit, task
+
+from nodeprep import api
+from nodeprep.settings import Settings
+
+
+def _settings(c, **overrides) -> Settings:
+    return Settings.from_mapping(dict(c.config.get("nodeprep", {}))).with_(**overrides)
+
+
+def _done(code: int) -> None:
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"inventory": "inventory name under inventory/, a path, hostfile:F, slurm:[LIST] "
+                         "or pbs:[F] (default: nodeprep.default_inventory, 'local')",
+            "limit": "only these nodes: ranges (worker-[0-3]), globs, groups; !x excludes",
+            "json": "print the report as JSON on stdout"})
+def facts(c, inventory=None, limit=None, json=False):
+    """Show each node's hostname, IP, OS, arch, kernel, python, login shell, GPUs, free disk."""
+    _done(api.facts(inventory, limit, json, _settings(c)))
+
+
+@task(help={"nodes": "how many emulated nodes (worker-0 .. worker-N-1)",
+            "name": "lab name (<= 6 chars); 'local' writes inventory/local/"})
+def lab_up(c, nodes=2, name="local"):
+    """Start (or resize) the emulated cluster: one netns, sshd and private home per node."""
+    _done(api.lab_up(int(nodes), name, _settings(c)))
+
+
+@task(help={"name": "lab name", "purge": "also delete node homes and host keys"})
+def lab_down(c, name="local", purge=False):
+    """Stop the emulated cluster; leaves no process, namespace or mount behind."""
+    _done(api.lab_down(name, purge, _settings(c)))
+
+
+@task(help={"name": "lab name"})
+def lab_status(c, name="local"):
+    """List the lab's nodes and whether their sshd runs."""
+    _done(api.lab_status(name, _settings(c)))
+
+
+@task(help={"nodes": "node names or ranges whose pinned keys to drop",
+            "inventory": "inventory (default: local)"})
+def hosts_forget(c, nodes, inventory=None):
+    """Forget pinned host keys after a deliberate node reinstall (next contact re-pins)."""
+    _done(api.hosts_forget(inventory, nodes, _settings(c)))
+
+
+@task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
+def demo(c, nodes=2, keep=True):
+    """The main job end to end on the embedded lab: lab.up, then facts on every node."""
+    s = _settings(c)
+    _done(api.lab_up(int(nodes), "local", s))
+    _done(api.facts("local", None, False, s))
+    if not keep:
+        _done(api.lab_down("local", False, s))
+
+
+@task(help={"k": "only tests matching this expression (pytest -k)",
+            "unit": "unit tests only (no root, no sshd needed)"})
+def test(c, k=None, unit=False):
+    """Run the test suite: unit tests, then integration tests against a real emulated lab."""
+    args = ["tests/unit"] if unit else ["tests"]
+    if k:
+        args += ["-k", k]
+    c.run(" ".join(["python -m pytest -q -p no:cacheprovider"] + [f"'{a}'" for a in args]),
+          pty=False, env={"PYTHONDONTWRITEBYTECODE": "1"})
+
+
+lab = Collection("lab")
+lab.add_task(lab_up, "up")
+lab.add_task(lab_down, "down")
+lab.add_task(lab_status, "status")
+hosts = Collection("hosts")
+hosts.add_task(hosts_forget, "forget")
+ns = Collection(facts, demo, test, lab, hosts)

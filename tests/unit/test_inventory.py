@@ -1,0 +1,217 @@
+from pathlib import Path
+
+import pytest
+
+from nodeprep import inventory
+from nodeprep.errors import InputError
+from nodeprep.schema import load_schema
+from nodeprep.settings import ROOT
+from nodeprep.yamlfile import load_yaml
+
+DATA = Path(__file__).parent / "data"
+CASES = DATA / "inventories"
+SCHEMA = load_schema([DATA])        # core variables plus the test role's (tests/unit/data/roles)
+BAD = sorted(p.name for p in CASES.iterdir() if (p / "expected.txt").exists())
+
+
+def load(spec, **kw):
+    return inventory.load(str(spec), schema=SCHEMA, **kw)
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_inventory_names_file_and_line(case, monkeypatch):
+    """Each case dir holds an inventory and expected.txt: the start of the error message."""
+    monkeypatch.chdir(CASES / case)
+    spec_file = CASES / case / "spec.txt"
+    spec = spec_file.read_text().strip() if spec_file.exists() else "."
+    with pytest.raises(InputError) as err:
+        load(spec)
+    assert str(err.value).startswith((CASES / case / "expected.txt").read_text().strip())
+    assert err.value.exit_code == 2
+
+
+def test_missing_named_inventory(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(InputError) as err:
+        inventory.load("nosuch")
+    assert str(err.value) == ("inventory 'nosuch' not found: looked for "
+                              "inventory/nosuch/hosts.yml (create it, or use `invoke lab.up` "
+                              "for the local lab)")
+
+
+def test_missing_path():
+    with pytest.raises(InputError, match="inventory 'no/such.yml' not found"):
+        load("no/such.yml")
+
+
+def test_precedence_and_origins():
+    inv = load(CASES / "precedence")
+    gpu01, gpu02, gpu03 = (inv.host(n) for n in ("gpu01", "gpu02", "gpu03"))
+    assert gpu02.groups == ("gpus", "fast")
+    # group vars < group_vars files < host_vars files
+    assert gpu01.vars["python"] == "/opt/py/gv-gpus"
+    assert gpu02.vars["python"] == "/opt/py/hv-gpu02"
+    assert gpu02.origin["python"].endswith("host_vars/gpu02.yml:1")
+    # later group wins, and group_vars/<group>/*.yml counts as that group's file
+    assert (gpu01.slots, gpu02.slots, gpu03.slots) == (4, 7, None)
+    # host entry beats inventory-wide vars; group `all` and group_vars/all.yaml reach everyone
+    assert gpu03.vars["python"] == "/opt/py/host-entry"
+    assert gpu03.vars["cuda_version"] == "12.0"
+    assert gpu03.vars["extra_packages"] == ["htop"]
+    # role defaults are not merged in, but var() falls back to them
+    assert "ssh_mesh" not in gpu01.vars
+    assert inv.var(gpu01, "ssh_mesh", SCHEMA) is False
+    assert inv.var("gpu01", "nccl_timeout", SCHEMA) == 10
+    with pytest.raises(KeyError):
+        inv.var(gpu01, "undeclared", SCHEMA)
+
+
+def test_relative_key_is_relative_to_inventory_dir():
+    host = load(CASES / "precedence").host("gpu03")
+    assert host.key == str(CASES / "precedence" / "keys" / "id_test")
+    assert host.vars["key"] == "keys/id_test"
+    assert (host.address, host.port, host.user) == ("gpu03", 22, None)
+
+
+def test_extra_vars_win_and_are_checked():
+    inv = load(CASES / "precedence", extra_vars={"python": "/cli/python", "port": "2200"})
+    for host in inv.hosts:
+        assert host.vars["python"] == "/cli/python" and host.origin["python"] == "cli"
+        assert host.port == 2200
+    with pytest.raises(InputError, match="^extra variable 'ssh_mesh': expected true or false"):
+        load(CASES / "precedence", extra_vars={"ssh_mesh": "yes"})
+    with pytest.raises(InputError, match="unknown extra variable 'prot' .did you mean 'port'"):
+        load(CASES / "precedence", extra_vars={"prot": 1})
+
+
+def test_explain_lists_every_scope_in_order(monkeypatch):
+    monkeypatch.chdir(CASES / "precedence")
+    inv = load(".", extra_vars={"python": "/cli"})
+    assert inv.explain("gpu02", "python") == [
+        ("default", "python3", SCHEMA["python"].source),
+        ("inventory", "/opt/py/wide", "hosts.yml:12"),
+        ("group gpus", "/opt/py/group-gpus", "hosts.yml:7"),
+        ("group fast", "/opt/py/group-fast", "hosts.yml:10"),
+        ("group_vars gpus", "/opt/py/gv-gpus", "group_vars/gpus.yml:1"),
+        ("host_vars", "/opt/py/hv-gpu02", "host_vars/gpu02.yml:1"),
+        ("cli", "/cli", "cli"),
+    ]
+    assert inv.explain("gpu03", "ssh_mesh") == [("default", False, SCHEMA["ssh_mesh"].source)]
+    with pytest.raises(InputError, match="did you mean 'python'"):
+        inv.explain("gpu01", "pyhton")
+    with pytest.raises(InputError, match="no host 'gpu9'"):
+        inv.explain("gpu9", "python")
+
+
+def test_ansible_layout():
+    inv = load(CASES / "ansible")
+    assert [h.name for h in inv.hosts] == ["login1", "worker01", "worker02", "worker03",
+                                           "worker04"]
+    assert inv.groups["gpus"] == ["worker01", "worker02", "worker03", "worker04"]
+    assert inv.groups["rack1"] == ["worker01", "worker02"]
+    assert inv.groups["all"][0] == "login1"
+    login, w1, w3 = inv.host("login1"), inv.host("worker01"), inv.host("worker03")
+    assert (login.address, login.port, login.user, login.slots) == ("10.0.0.9", 2222, "lab", None)
+    assert w1.groups == ("gpus", "rack1") and w1.slots == 8
+    assert w1.vars["python"] == "/usr/bin/python3.11"
+    assert w3.key == "/keys/rack2" and w3.vars.get("python") is None
+    assert "ansible_become" not in str(login.vars)
+
+
+def test_hostfile_explicit_and_detected():
+    path = CASES / "hostfile_ok" / "hostfile"
+    for spec in (f"hostfile:{path}", str(path)):
+        inv = load(spec)
+        assert [(h.name, h.slots) for h in inv.hosts] == [("worker-0", 8), ("worker-1", 4)]
+        assert inv.hosts[1].origin["slots"].endswith("hostfile:4")
+
+
+def test_pbs_nodefile_counts_slots(monkeypatch):
+    path = CASES / "pbs_ok" / "nodefile"
+    monkeypatch.setenv("PBS_NODEFILE", str(path))
+    for spec in ("pbs:", f"pbs:{path}", str(path)):
+        inv = load(spec)
+        assert [(h.name, h.slots) for h in inv.hosts] == [("gpu02", 3), ("gpu01", 2)]
+
+
+def test_slurm(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu-[01-02],cpu1")
+    assert [h.name for h in load("slurm:").hosts] == ["gpu-01", "gpu-02", "cpu1"]
+    assert [h.name for h in load("slurm:n[1-2]-ib").hosts] == ["n1-ib", "n2-ib"]
+    assert load("slurm:", extra_vars={"user": "me"}).hosts[0].user == "me"
+    with pytest.raises(InputError, match=r"^bad Slurm node list 'gpu\[2-1\]'"):
+        load("slurm:gpu[2-1]")
+    with pytest.raises(InputError, match="listed twice"):
+        load("slurm:gpu1,gpu[1-2]")
+    monkeypatch.delenv("SLURM_JOB_NODELIST")
+    with pytest.raises(InputError, match=r"needs \$SLURM_JOB_NODELIST"):
+        load("slurm:")
+
+
+def test_pbs_without_nodefile(monkeypatch):
+    monkeypatch.delenv("PBS_NODEFILE", raising=False)
+    with pytest.raises(InputError, match=r"needs \$PBS_NODEFILE"):
+        load("pbs:")
+
+
+@pytest.fixture
+def cluster():
+    return load("slurm:login1,gpu[01-04],gpu10,cpu[1-2]", extra_vars={})
+
+
+@pytest.mark.parametrize("limit, names", [
+    (None, "login1 gpu01 gpu02 gpu03 gpu04 gpu10 cpu1 cpu2"),
+    ("", "login1 gpu01 gpu02 gpu03 gpu04 gpu10 cpu1 cpu2"),
+    ("gpu[02-03]", "gpu02 gpu03"),
+    ("gpu[01-20]", "gpu01 gpu02 gpu03 gpu04 gpu10"),
+    ("cpu*,login1", "login1 cpu1 cpu2"),
+    ("gpu0?", "gpu01 gpu02 gpu03 gpu04"),
+    ("!gpu*", "login1 cpu1 cpu2"),
+    ("gpu*,!gpu[01-02],!gpu10", "gpu03 gpu04"),
+    ("all,!cpu[1-2]", "login1 gpu01 gpu02 gpu03 gpu04 gpu10"),
+])
+def test_select(cluster, limit, names):
+    assert [h.name for h in cluster.select(limit)] == names.split()
+
+
+def test_select_groups():
+    inv = load(CASES / "ansible")
+    assert [h.name for h in inv.select("rack2,login1")] == ["login1", "worker03", "worker04"]
+    assert [h.name for h in inv.select("gpus,!rack1")] == ["worker03", "worker04"]
+
+
+@pytest.mark.parametrize("limit, message", [
+    ("gpu9", "limit 'gpu9' matches no host or group"),
+    ("gpus", "did you mean 'gpu10'?"),
+    ("tpu*", "limit 'tpu*' matches no host"),
+    ("gpu01,!nope", "limit 'nope' matches no host"),
+    ("gpu[3-1]", "goes backwards"),
+    ("gpu01,!gpu01", "leaves no host"),
+])
+def test_select_errors(cluster, limit, message):
+    with pytest.raises(InputError) as err:
+        cluster.select(limit)
+    assert message in str(err.value) and err.value.exit_code == 2
+
+
+def test_lab_example_uses_every_schema_variable(monkeypatch):
+    """The lab example documents the inventory: a role that adds a variable must show it
+    there too, so this test fails until inventory/lab sets it somewhere."""
+    monkeypatch.chdir(ROOT)
+    inv = inventory.load("lab")
+    used = {var for host in inv.hosts for var in host.vars}
+    missing = sorted(set(load_schema()) - used)
+    assert not missing, f"inventory/lab/ sets no value for {missing}"
+    assert len(inv.select("gpus")) == 4 and inv.host("login01").vars["cpu_only"] is True
+
+
+def test_yaml_lines_and_merge_keys(tmp_path):
+    path = tmp_path / "x.yml"
+    path.write_text("base: &b {port: 22, user: a}\nhosts:\n  - gpu01\n  - gpu02\nnode:\n"
+                    "  <<: *b\n  port: 2222\n")
+    data = load_yaml(path)
+    assert data.line_of("hosts") == 2 and data["hosts"].line_of(1) == 4
+    # a key overriding a merged one is not a duplicate
+    assert data["node"] == {"port": 2222, "user": "a"} and data["node"].line == 6
+    with pytest.raises(InputError, match="y.yml: file not found"):
+        load_yaml(tmp_path / "y.yml")
