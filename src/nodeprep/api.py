@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from pathlib import Path
 
 from . import facts as factmod
 from . import gpus, inventory
-from .errors import NodeprepError
+from .errors import InputError, NodeprepError
 from .executor import Fleet
 from .report import Display
 from .settings import Settings
@@ -30,14 +31,23 @@ def cli(fn):
 
 def _hosts(spec, limit, settings: Settings, extra_vars=None):
     inv = inventory.load(spec, extra_vars=extra_vars, default=settings.default_inventory)
-    return inv, inv.select(limit)
+    hosts = inv.select(limit)
+    for h in hosts:
+        # A missing key file would otherwise surface per node as a confusing auth failure.
+        if h.key and not Path(h.key).expanduser().is_file():
+            where = h.origin.get("key", "")
+            file, _, line = where.rpartition(":")
+            raise InputError(f"host {h.name}: key file {h.key} does not exist",
+                             hint="fix `key:` or create the key (ssh-keygen -t ed25519)",
+                             file=file or None, line=int(line) if line.isdigit() else None)
+    return inv, hosts
 
 
 @cli
 def facts(spec=None, limit=None, json_mode=False, settings: Settings = Settings()) -> int:
     inv, hosts = _hosts(spec, limit, settings)
     names = factmod.node_facts()
-    display = Display.auto(json_mode, quiet=not json_mode)
+    display = Display.auto(to_stderr=True, quiet=not json_mode)
     with Fleet(hosts, settings, "facts", display) as fleet:
         values = fleet.map(lambda s: factmod.gather(s, names, s.host.vars), "facts")
         for node, v in values.items():

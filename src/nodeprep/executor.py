@@ -50,11 +50,14 @@ class CmdResult:
         return "\n".join(text[-lines:])
 
 
-def posix(script: str) -> str:
+def posix(script: str, timeout: float | None = None) -> str:
     """Wrap a POSIX sh script so any login shell runs it: tcsh or fish cannot parse `export`
-    or `$(...)`, but every shell can run a pipe of plain words into /bin/sh."""
+    or `$(...)`, but every shell can run a pipe of plain words into /bin/sh. With a timeout,
+    coreutils `timeout` enforces it ON the node (TERM, then KILL 5 s later): closing the SSH
+    channel alone would leave the command running there."""
     blob = base64.b64encode(script.encode()).decode()
-    return f"echo {blob} | base64 -d | /bin/sh"
+    limit = f"timeout -k 5 {int(timeout)} " if timeout else ""
+    return f"echo {blob} | base64 -d | {limit}/bin/sh"
 
 
 class _LineSink:
@@ -151,14 +154,19 @@ class Session:
         log.write(f"$ {label or script.strip().splitlines()[0][:200]}\n")
         show = (lambda line: self.display.line(self.name, line)) if stream else None
         out, err = _LineSink(log, show), _LineSink(log, show)
+        limit = max(1, int(timeout or self.settings.command_timeout))
+        t0 = time.monotonic()
         try:
-            r = self.conn.run(posix(script), hide=False, warn=True, in_stream=False,
-                              out_stream=out, err_stream=err,
-                              timeout=timeout or self.settings.command_timeout)
+            # The local timer is only a backstop for a connection that hangs.
+            r = self.conn.run(posix(script, limit), hide=False, warn=True, in_stream=False,
+                              out_stream=out, err_stream=err, timeout=limit + 15)
             res = CmdResult(r.exited, r.stdout, r.stderr)
+            if r.exited in (124, 137, -1) and time.monotonic() - t0 >= limit - 0.5:
+                res.timed_out = True
+                res.stderr += f"\n(timed out after {limit}s)"
         except CommandTimedOut as e:
             res = CmdResult(124, e.result.stdout, e.result.stderr + f"\n(timed out after "
-                            f"{e.timeout:.0f}s)", timed_out=True)
+                            f"{limit}s; connection hung)", timed_out=True)
         finally:
             out.flush()
             err.flush()

@@ -136,8 +136,10 @@ class Display:
         return Display(stream, quiet)
 
     @staticmethod
-    def auto(json_mode: bool = False, quiet: bool = False) -> "Display":
-        stream = sys.stderr if json_mode else sys.stdout
+    def auto(to_stderr: bool = False, quiet: bool = False) -> "Display":
+        """to_stderr: for tasks whose stdout is data (a table, JSON); quiet: no per-node
+        status lines (notes such as a newly pinned host key are always shown)."""
+        stream = sys.stderr if to_stderr else sys.stdout
         if stream.isatty() and not quiet and os.environ.get("TERM") != "dumb":
             from .live import LiveDisplay
             return LiveDisplay(stream)

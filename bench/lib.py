@@ -1,0 +1,72 @@
+"""Shared benchmark helpers: a lab of its own for each bench, interleaved timed runs, medians.
+
+Benches time whole commands as a user runs them (process start included), alternate the
+contenders inside every round so machine noise hits both alike, and print medians + ratios.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from nodeprep import lab  # noqa: E402
+from nodeprep.settings import Settings  # noqa: E402
+
+VENV = ROOT / ".venv" / "bin"
+
+
+def bench_lab(nodes: int, name: str = "bench"):
+    """Bring up lab NAME with NODES nodes; state (known_hosts, runs) kept apart from the
+    project's. Returns (LabInfo, Settings, env for child `invoke` processes)."""
+    state = ROOT / ".nodeprep" / f"bench-{name}"
+    settings = Settings(state_dir=str(state))
+    info = lab.up(nodes, name=name, settings=settings, inventory_dir=state / "inventory",
+                  log=lambda *a: None)
+    env = dict(os.environ, INVOKE_NODEPREP_STATE_DIR=str(state))
+    return info, settings, env
+
+
+def timed(cmd: list[str], env=None, check=True) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
+    dt = time.perf_counter() - t0
+    if check and r.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}): {r.stderr[-500:]}")
+    return dt
+
+
+def rounds(contenders: dict[str, list[str]], n: int, env=None) -> dict[str, list[float]]:
+    """Run every contender once to warm caches, then N interleaved rounds."""
+    for cmd in contenders.values():
+        timed(cmd, env)
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(n):
+        for k, cmd in contenders.items():
+            times[k].append(timed(cmd, env))
+    return times
+
+
+def summary(title: str, times: dict[str, list[float]], base: str) -> dict:
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\n{title}")
+    for k, v in times.items():
+        ratio = med[k] / med[base]
+        print(f"  {k:<34} median {med[k]:6.3f} s   x{ratio:4.2f} vs {base}   "
+              f"runs: {' '.join(f'{t:.3f}' for t in v)}")
+    return {"title": title, "medians": med, "runs": times, "base": base}
+
+
+def save(name: str, results: list[dict]) -> None:
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nsaved {path.relative_to(ROOT)}")

@@ -1,0 +1,120 @@
+"""Host-side work of the rootful lab: the lab user, node directories and files, starting
+node sshds inside their namespaces and removing nodes. lab.py decides what to do."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import pwd
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from . import lab_net
+from .errors import InputError, NodeprepError
+from .lab_config import (LAB_HOME, LAB_USER, bridge_address, netns_name, node_address,
+                         node_argv, node_name, sshd_config)
+
+
+def run(argv: list[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode:
+        raise NodeprepError(f"{argv[0]} failed: {(proc.stderr or proc.stdout).strip()}")
+
+
+def ensure_user(changes: list[str]) -> tuple[int, int]:
+    try:
+        pw = pwd.getpwnam(LAB_USER)
+    except KeyError:
+        run(["useradd", "--home-dir", str(LAB_HOME), "--no-create-home", "--shell",
+             "/bin/bash", LAB_USER])
+        changes.append(f"added user {LAB_USER}")
+        pw = pwd.getpwnam(LAB_USER)
+    if pw.pw_shell != "/bin/bash":
+        run(["usermod", "--shell", "/bin/bash", LAB_USER])
+    shadow = [ln.split(":") for ln in Path("/etc/shadow").read_text().splitlines()]
+    if any(f[0] == LAB_USER and f[1].startswith("!") for f in shadow if len(f) > 1):
+        # useradd leaves `!`; with UsePAM no, sshd then refuses the account as locked.
+        run(["usermod", "-p", "*", LAB_USER])
+    LAB_HOME.mkdir(parents=True, exist_ok=True)   # the mount point on every node
+    os.chown(LAB_HOME, pw.pw_uid, pw.pw_gid)
+    return pw.pw_uid, pw.pw_gid
+
+
+def check_subnet_free(octet: int, bridge: str) -> None:
+    ours = ipaddress.ip_network(f"10.{octet}.0.0/24")
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) > 3 and f[1] != bridge and ipaddress.ip_interface(f[3]).network.overlaps(ours):
+            raise InputError(f"subnet {ours} overlaps {f[3]} on {f[1]}",
+                             hint="pick another with --subnet X (10.X.0.0/24)")
+
+
+def check_bridge(bridge: str, octet: int) -> None:
+    """A running bridge must be this lab's (a lab left up under another lab_root or
+    subnet would otherwise get nodes on the wrong network)."""
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", bridge],
+                         capture_output=True, text=True).stdout
+    if f" {bridge_address(octet)}/24 " not in out:
+        raise InputError(f"bridge {bridge} is up without {bridge_address(octet)}/24",
+                         hint="run `invoke lab.down` for this lab name first")
+
+
+def prepare_node(lab: Path, i: int, octet: int, hosts: str, pub: str, ids: tuple[int, int],
+                  changes: list[str]) -> None:
+    nd = lab / node_name(i)
+    home = nd / "home"
+    nd.mkdir(parents=True, exist_ok=True)
+    if not home.exists():
+        home.mkdir()
+        os.chmod(home, 0o700)
+        changes.append(f"made {node_name(i)} home")
+    os.chown(home, *ids)
+    for skel in Path("/etc/skel").glob(".*"):
+        if skel.is_file() and not (home / skel.name).exists():
+            shutil.copy2(skel, home / skel.name)
+            os.chown(home / skel.name, *ids)
+    ssh = home / ".ssh"
+    ssh.mkdir(exist_ok=True)
+    os.chmod(ssh, 0o700)
+    os.chown(ssh, *ids)
+    wrote = [lab_net.write_if_changed(ssh / "authorized_keys", pub, 0o600, ids),
+             lab_net.write_if_changed(nd / "hosts", hosts),
+             # empty on purpose: a name server that never answers stalls reverse lookups
+             lab_net.write_if_changed(nd / "resolv.conf", ""),
+             lab_net.write_if_changed(nd / "sshd_config",
+                                      sshd_config(nd, node_address(octet, i), node=node_name(i)))]
+    if any(wrote):
+        changes.append(f"wrote {node_name(i)} files")
+
+
+def start(name: str, lab: Path, octet: int, indices: list[int]) -> list:
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)   # root sshd's privsep dir
+    targets = []
+    for i in indices:
+        nd = lab / node_name(i)
+        (nd / "sshd.pid").unlink(missing_ok=True)
+        argv = node_argv(netns_name(name, i), node_name(i), nd / "home", LAB_HOME,
+                         nd / "hosts", nd / "resolv.conf", nd / "sshd_config")
+        proc = lab_net.spawn(argv, nd / "sshd.log")
+        targets.append((f"lab {name} {node_name(i)}", node_address(octet, i), 22, proc,
+                        nd / "sshd.log"))
+    return targets
+
+
+def remove(nss: list[str], timeout: float = 3.0) -> None:
+    """Kill every process of these node namespaces, then delete them (their veths go too)."""
+    pids = [p for found in lab_net.netns_pids(nss).values() for p in found]
+    lab_net.kill_wait(pids)
+    lab_net.ip_batch([f"netns del {ns}" for ns in nss], force=True)
+    # The kernel frees deleted namespaces (and the veth pairs in them) in one batch a moment
+    # later: much faster than `link del` one by one (~20 ms each), but wait for it so that
+    # a caller never sees a half-removed node. A veth still there after TIMEOUT means
+    # something else holds its namespace: delete it by hand.
+    deadline = time.monotonic() + timeout
+    while (left := [ns for ns in nss if lab_net.link_exists(ns)]):
+        if time.monotonic() > deadline:
+            lab_net.ip_batch([f"link del {ns}" for ns in left], force=True)
+            break
+        time.sleep(0.005)

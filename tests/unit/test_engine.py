@@ -1,0 +1,63 @@
+"""Engine pieces that need no ssh: the shell wrapper, output sinks, result bookkeeping."""
+import io
+import json
+import subprocess
+
+from nodeprep import executor, report
+
+
+def test_posix_wrapper_runs_under_any_shell():
+    script = "export A='x y'; echo \"$A\" $(echo sub)\necho line2\n"
+    cmd = executor.posix(script)
+    assert set(cmd.split()[1]) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+    out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True).stdout
+    assert out == "x y sub\nline2\n"
+
+
+def test_line_sink_prefixes_complete_lines_and_logs_everything():
+    log, shown = io.StringIO(), []
+    sink = executor._LineSink(log, shown.append)
+    sink.write("a\nb")
+    sink.write("c\n")
+    sink.write("tail")
+    sink.flush()
+    assert shown == ["a", "bc", "tail"]
+    assert log.getvalue() == "a\nbc\ntail"
+
+
+def test_node_result_status_ranks_and_counts():
+    r = report.NodeResult("n1")
+    r.add_step(report.StepResult("file.block", "ok"))
+    r.add_step(report.StepResult("file.block", "changed"))
+    assert (r.status, r.changed, r.failed) == ("changed", 1, 0)
+    r.add_step(report.StepResult("pip.install", "failed", "exit 1"), "E: boom")
+    assert (r.status, r.failed, r.stderr_tail) == ("failed", 1, "E: boom")
+    r.mark("changed")  # a later, milder status never hides a failure
+    assert r.status == "failed"
+    u = report.NodeResult("n2")
+    u.mark("unreachable", "no route")
+    assert (u.status, u.failed) == ("unreachable", 0)
+
+
+def test_report_shape_and_run_dir(tmp_path):
+    log = report.RunLog.create(tmp_path, "facts")
+    log.node_log("n1", "facts").write("hello\n")
+    ok, bad = report.NodeResult("n1"), report.NodeResult("n2")
+    bad.mark("failed", "x")
+    rep = log.write_report({"n1": ok, "n2": bad}, inventory="lab")
+    on_disk = json.loads((log.path / "report.json").read_text())
+    assert on_disk == rep
+    assert rep["nodes"]["n1"] == {"status": "ok", "changed": 0, "failed": 0}
+    assert (rep["changed"], rep["failed"], rep["unreachable"]) == (0, 1, 0)
+    assert (log.path / "n1" / "facts.log").read_text() == "hello\n"
+    assert (tmp_path / "latest").resolve() == log.path.resolve()
+
+
+def test_plain_display_lines():
+    buf = io.StringIO()
+    d = report.Display(buf)
+    d.start(["worker-0", "w1"])
+    d.status("w1", "facts", "running")
+    d.status("w1", "facts", "failed", "boom")
+    d.line("worker-0", "hello")
+    assert buf.getvalue() == "w1        facts: failed  boom\n[worker-0] hello\n"
