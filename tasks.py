@@ -2,6 +2,9 @@
 
 Argument parsing only; the work is in src/nodeprep/api.py.
 """
+import shlex
+import sys
+
 from invoke import Collection, Exit, task
 
 from nodeprep import api
@@ -69,8 +72,8 @@ def test(c, k=None, unit=False):
     args = ["tests/unit"] if unit else ["tests"]
     if k:
         args += ["-k", k]
-    c.run(" ".join(["python -m pytest -q -p no:cacheprovider"] + [f"'{a}'" for a in args]),
-          pty=False, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + args
+    c.run(" ".join(shlex.quote(a) for a in cmd), pty=False, env={"PYTHONDONTWRITEBYTECODE": "1"})
 
 
 lab = Collection("lab")
