@@ -33,6 +33,11 @@ def bench_lab(nodes: int, name: str = "bench"):
     return info, settings, env
 
 
+def bench_lab_down(name: str = "bench") -> None:
+    state = ROOT / ".nodeprep" / f"bench-{name}"
+    lab.down(name, settings=Settings(state_dir=str(state)), log=lambda *a: None)
+
+
 def timed(cmd: list[str], env=None, check=True) -> float:
     t0 = time.perf_counter()
     r = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
