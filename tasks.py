@@ -55,12 +55,31 @@ def hosts_forget(c, nodes, inventory=None):
     _done(api.hosts_forget(inventory, nodes, _settings(c)))
 
 
+@task(iterable=["set"],
+      help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
+            "roles": "comma list of roles to apply (default: all of roles/site.yml, in order)",
+            "limit": "only these nodes: ranges, globs, groups; !x excludes",
+            "check": "change nothing; list what would change",
+            "diff": "show file diffs (secrets redacted)",
+            "json": "print the report as JSON on stdout",
+            "ask_pass": "log in with a password where the key is not installed yet (asked once, "
+                        "kept in memory only)",
+            "set": "KEY=VALUE variable override (YAML value), highest precedence; repeatable"})
+def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False, json=False,
+              ask_pass=False, set=None):
+    """Prepare every node the same way: the roles of roles/site.yml; idempotent."""
+    _done(api.provision(inventory, limit, roles, check, diff, json, ask_pass, set, _settings(c)))
+
+
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
 def demo(c, nodes=2, keep=True):
-    """The main job end to end on the embedded lab: lab.up, then facts on every node."""
+    """The main job end to end on the embedded lab: lab.up, facts, provision (twice: the
+    second run must change nothing)."""
     s = _settings(c)
     _done(api.lab_up(int(nodes), "local", s))
     _done(api.facts("local", None, False, s))
+    _done(api.provision("local", settings=s))
+    _done(api.provision("local", settings=s))
     if not keep:
         _done(api.lab_down("local", False, s))
 
@@ -82,4 +101,4 @@ lab.add_task(lab_down, "down")
 lab.add_task(lab_status, "status")
 hosts = Collection("hosts")
 hosts.add_task(hosts_forget, "forget")
-ns = Collection(facts, demo, test, lab, hosts)
+ns = Collection(facts, provision, demo, test, lab, hosts)

@@ -98,6 +98,40 @@ def _footer(report: dict) -> None:
           f"{report['unreachable']} unreachable; log: {report['run_dir']}", file=sys.stderr)
 
 
+def parse_sets(items) -> dict:
+    """--set KEY=VALUE (repeatable); values are YAML (`true`, `2`, `{a: 1}`)."""
+    import yaml
+    out = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise InputError(f"--set {key}: value is not valid YAML: {raw!r}") from None
+    return out
+
+
+def _password(ask: bool) -> str | None:
+    """--ask-pass: asked once (from the terminal, or one line of stdin when piped), kept in
+    memory only."""
+    if not ask:
+        return None
+    if sys.stdin.isatty():
+        import getpass
+        return getpass.getpass("SSH password (first contact only): ")
+    return sys.stdin.readline().rstrip("\n")
+
+
+@cli
+def provision(spec=None, limit=None, roles=None, check=False, diff=False, json_mode=False,
+              ask_pass=False, sets=None, settings: Settings = Settings()) -> int:
+    from .provision import provision as run
+    inv, hosts = _hosts(spec, limit, settings, parse_sets(sets))
+    return run(inv, hosts, settings, roles, check, diff, json_mode, _password(ask_pass))
+
+
 # -- lab ----------------------------------------------------------------------------------------
 
 @cli

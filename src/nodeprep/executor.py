@@ -8,6 +8,7 @@ limit, no timeouts and no output prefix, hence this module.
 from __future__ import annotations
 
 import base64
+import io
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -86,13 +87,14 @@ class Session:
     """A node's connection plus its log; every remote command of the run goes through it."""
 
     def __init__(self, host, settings: Settings, store: hostkeys.KnownHosts, runlog: RunLog,
-                 display: Display, fabric_config: Config):
+                 display: Display, fabric_config: Config, password: str | None = None):
         self.host, self.settings, self.store = host, settings, store
         self.runlog, self.display = runlog, display
         self.name = host.name
         self.stage = "connect"
         self.conn: Connection | None = None
         self._fabric_config = fabric_config
+        self._password = password  # --ask-pass: in memory only, never logged
         self.result = NodeResult(host.name)
 
     # -- connection -------------------------------------------------------------------------
@@ -103,6 +105,8 @@ class Session:
         kwargs: dict[str, Any] = {}
         if h.key:
             kwargs.update(key_filename=[str(Path(h.key).expanduser())])
+        if self._password:
+            kwargs.update(password=self._password)  # tried after the keys, as OpenSSH does
         delay = s.retry_backoff
         for attempt in range(s.connect_retries + 1):
             conn = Connection(h.address, user=h.user, port=h.port, config=self._fabric_config,
@@ -147,13 +151,17 @@ class Session:
         self.runlog.node_log(self.name, self.stage).write(text)
 
     def run(self, script: str, *, timeout: float | None = None, stream: bool = False,
-            label: str | None = None) -> CmdResult:
-        """Run a POSIX sh script on the node; never raises for a non-zero exit."""
+            label: str | None = None, log_output: bool = True) -> CmdResult:
+        """Run a POSIX sh script on the node; never raises for a non-zero exit.
+
+        log_output=False for probes and applies: their output carries file contents, which
+        may hold secrets (a token in ~/.deepspeed_env, the cluster key)."""
         self.connect()
         log = self.runlog.node_log(self.name, self.stage)
         log.write(f"$ {label or script.strip().splitlines()[0][:200]}\n")
         show = (lambda line: self.display.line(self.name, line)) if stream else None
-        out, err = _LineSink(log, show), _LineSink(log, show)
+        sink = log if log_output else io.StringIO()
+        out, err = _LineSink(sink, show), _LineSink(sink, show)
         limit = max(1, int(timeout or self.settings.command_timeout))
         t0 = time.monotonic()
         try:
@@ -170,6 +178,8 @@ class Session:
         finally:
             out.flush()
             err.flush()
+        if not log_output:
+            log.write(f"[{len(res.stdout)} bytes of output not logged]\n")
         log.write(f"[exit {res.rc}]\n")
         log.flush()
         return res
@@ -186,14 +196,14 @@ class Fleet:
     parallel (at most settings.width at once) and returns {node: value}."""
 
     def __init__(self, hosts, settings: Settings, task: str, display: Display | None = None,
-                 runlog: RunLog | None = None):
+                 runlog: RunLog | None = None, password: str | None = None):
         self.settings = settings
         self.display = display or Display.plain()
         self.runlog = runlog or RunLog.create(settings.runs, task)
         self.store = hostkeys.KnownHosts(settings.known_hosts)
         fabric_config = Config(overrides={"load_ssh_configs": False})
         self.sessions = {h.name: Session(h, settings, self.store, self.runlog, self.display,
-                                         fabric_config) for h in hosts}
+                                         fabric_config, password) for h in hosts}
         self.display.start([h.name for h in hosts])
 
     def __enter__(self):

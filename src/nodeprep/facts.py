@@ -36,12 +36,18 @@ def fact(name: str, script: str | Callable[[dict], str]):
     return deco
 
 
-def probe_script(names: list[str], host_vars: dict, token: str) -> str:
+def _key(req) -> str:
+    return req if isinstance(req, str) else f"{req[0]}:{req[1]}"
+
+
+def probe_script(requests: list, host_vars: dict, token: str) -> str:
+    """REQUESTS: fact names, or (name, argument) pairs for parametrized facts such as
+    ("file", "~/.ssh/config"); a plain name's snippet gets the host vars."""
     parts = []
-    for n in names:
-        f = FACTS[n]
+    for i, req in enumerate(requests):
+        name, arg = (req, host_vars) if isinstance(req, str) else req
         # Each section runs in a subshell so one fact's `exit` or `cd` cannot leak into the next.
-        parts.append(f"echo '@@{token}:{n}@@'\n( {f.script(host_vars)}\n) 2>&1 </dev/null\n"
+        parts.append(f"echo '@@{token}:{i}@@'\n( {FACTS[name].script(arg)}\n) 2>&1 </dev/null\n"
                      f"echo \"@@{token}:rc=$?@@\"")
     return "\n".join(parts) + "\n"
 
@@ -63,23 +69,33 @@ def split_sections(output: str, token: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def gather(session, names: list[str], host_vars: dict | None = None) -> dict[str, Any]:
-    """One round trip to the node for all NAMES; returns {fact: parsed value}."""
-    token = secrets.token_hex(6)
-    r = session.run(probe_script(names, host_vars or {}, token), label=f"probe {','.join(names)}")
-    sections = split_sections(r.stdout, token)
+def parse_sections(session_name: str, requests: list, output: str, token: str, rc: int,
+                   tail: str = "") -> dict[str, Any]:
+    sections = split_sections(output, token)
     values = {}
-    for n in names:
-        if n not in sections:
-            raise NodeprepError(f"fact probe on {session.name} ended before '{n}' "
-                                f"(exit {r.rc}): {r.tail(3) or 'no output'}")
-        text, rc = sections[n]
+    for i, req in enumerate(requests):
+        key = _key(req)
+        name = req if isinstance(req, str) else req[0]
+        if str(i) not in sections:
+            raise NodeprepError(f"fact probe on {session_name} ended before '{key}' "
+                                f"(exit {rc}): {tail or 'no output'}")
+        text, frc = sections[str(i)]
         try:
-            values[n] = FACTS[n].parse(text, rc)
+            values[key] = FACTS[name].parse(text, frc)
         except (ValueError, KeyError, IndexError) as e:
-            raise NodeprepError(f"cannot read fact '{n}' on {session.name}: {e}; output was: "
+            raise NodeprepError(f"cannot read fact '{key}' on {session_name}: {e}; output was: "
                                 f"{text.strip()[:200]!r}") from None
     return values
+
+
+def gather(session, requests: list, host_vars: dict | None = None) -> dict[str, Any]:
+    """One round trip to the node for all REQUESTS; returns {key: parsed value} where key is
+    the fact name, or "name:argument" for parametrized facts."""
+    token = secrets.token_hex(6)
+    label = "probe " + ",".join(_key(r) for r in requests)
+    r = session.run(probe_script(requests, host_vars or {}, token), label=label[:300],
+                    log_output=False)
+    return parse_sections(session.name, requests, r.stdout, token, r.rc, r.tail(3))
 
 
 # -- the node facts `invoke facts` shows ------------------------------------------------------
@@ -149,3 +165,16 @@ def primary_address(ifs: dict[str, list[str]]) -> str | None:
         if name != "lo" and addrs:
             return addrs[0]
     return None
+
+
+@fact("etc_shells", "cat /etc/shells 2>/dev/null")
+def _etc_shells(text, rc):
+    """Login shells the node allows."""
+    return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("/")]
+
+
+@fact("user", "id -un; id -u; printf '%s\\n' \"$HOME\"")
+def _user(text, rc):
+    name, uid, home = text.strip().splitlines()[:3]
+    return {"name": name, "uid": int(uid), "home": home}
+

@@ -25,8 +25,10 @@ def test_probe_sections_roundtrip():
     script = facts.probe_script(["hostname", "python"], {"python": "python3; rm -rf /"}, "abc")
     # The inventory value is quoted into the command, never spliced as shell code.
     assert "'python3; rm -rf /'" in script
-    out = "@@abc:hostname@@\nworker-0\n@@abc:rc=0@@\n@@abc:python@@\nMISSING\n@@abc:rc=0@@\n"
-    assert facts.split_sections(out, "abc") == {"hostname": ("worker-0", 0), "python": ("MISSING", 0)}
+    out = "@@abc:0@@\nworker-0\n@@abc:rc=0@@\n@@abc:1@@\nMISSING\n@@abc:rc=0@@\n"
+    assert facts.split_sections(out, "abc") == {"0": ("worker-0", 0), "1": ("MISSING", 0)}
+    assert facts.parse_sections("n", ["hostname", "python"], out, "abc", 0) == {
+        "hostname": "worker-0", "python": None}
 
 
 def test_forged_marker_with_other_token_is_plain_text():

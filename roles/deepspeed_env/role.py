@@ -1,0 +1,55 @@
+"""deepspeed_env: ~/.deepspeed_env on every node, made only of bare single-line KEY=VALUE lines
+(the DeepSpeed runner does `key, val = line.split('=', 1)` on every line: a blank line, a
+comment or `export` breaks it), from the nccl role's environment plus `deepspeed_env`."""
+from __future__ import annotations
+
+import re
+
+from nodeprep import ncclenv
+from nodeprep.errors import InputError
+from nodeprep.redact import is_secret
+from nodeprep.steps import FileContent
+
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def validate(run):
+    for node, v in run.vars.items():
+        for k, val in (v["deepspeed_env"] or {}).items():
+            file, line = run.origin(node, "deepspeed_env")
+            if not IDENT.match(str(k)):
+                raise InputError(f"deepspeed_env key {k!r} is not a shell identifier",
+                                 hint="use letters, digits and _ only, not starting with a digit",
+                                 file=file, line=line)
+            if isinstance(val, (dict, list)) or val is None:
+                raise InputError(f"deepspeed_env.{k}: value must be a string or number",
+                                 file=file, line=line)
+            if "\n" in str(val) or "\r" in str(val) or "\0" in str(val):
+                raise InputError(f"deepspeed_env.{k}: multi-line values break the DeepSpeed "
+                                 "launcher", hint="put it on one line", file=file, line=line)
+
+
+FACTS = ["interfaces"]
+
+
+def reads(ctx):
+    return [("file", "~/.deepspeed_env")]
+
+
+def content(env: dict[str, str]) -> str:
+    return "".join(f"{k}={val}\n" for k, val in env.items())
+
+
+def node_env(ctx) -> dict[str, str]:
+    v = ctx.vars
+    env = ncclenv.node_env(v, ncclenv.run_proposal(ctx.run))
+    env.update(ctx.run.shared.get("path_env", {}).get(ctx.name, {}))  # the venv role's PATH
+    for k, val in (v["deepspeed_env"] or {}).items():
+        env[k] = str(val).lower() if isinstance(val, bool) else str(val)
+    return env
+
+
+def steps(ctx):
+    env = node_env(ctx)
+    hidden = [val for k, val in env.items() if is_secret(k)]
+    return [FileContent("~/.deepspeed_env", content(env), 0o600, secrets=hidden)]

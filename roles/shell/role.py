@@ -1,0 +1,63 @@
+"""shell: a POSIX login shell on every node, and the nodeprep env file reaching NON-interactive
+ssh shells (what pdsh and mpirun start): a block at the TOP of ~/.bashrc, before Debian's
+"If not running interactively, don't do anything" guard, and ~/.zshenv for zsh."""
+from __future__ import annotations
+
+import os
+import shlex
+
+from nodeprep.remote import rpath
+from nodeprep.steps import Check, FileBlock, Step
+
+NON_POSIX = ("csh", "tcsh", "fish")
+
+
+def want_shell(v: dict, current: str | None) -> str:
+    if v["login_shell"]:
+        return v["login_shell"]
+    if current and os.path.basename(current) not in NON_POSIX:
+        return current
+    return "/bin/bash"
+
+
+def source_line(env_file: str) -> str:
+    p = rpath(env_file)
+    return f"[ -f {p} ] && . {p}\n"
+
+
+FACTS = ["login_shell", "etc_shells", "user"]
+
+
+def reads(ctx):
+    return [("file", "~/.bashrc"), ("file", "~/.zshenv")]
+
+
+def steps(ctx):
+    f, v = ctx.facts, ctx.vars
+    want = want_shell(v, f["login_shell"])
+    user = f["user"]["name"]
+    q = shlex.quote
+
+    def check(facts):
+        if facts["login_shell"] == want:
+            return Check(True)
+        if want not in facts["etc_shells"]:
+            return Check(False, f"{want} is not in /etc/shells (listed: "
+                                f"{', '.join(facts['etc_shells']) or 'none'})")
+        return Check(False, f"login shell is {facts['login_shell']}, want {want}")
+
+    # usermod as root, else through passwordless sudo; never an interactive prompt.
+    action = (f"if [ \"$(id -u)\" -eq 0 ]; then usermod -s {q(want)} {q(user)}; "
+              f"else sudo -n /usr/sbin/usermod -s {q(want)} {q(user)} || {{ echo 'cannot change "
+              f"the login shell: not root and no passwordless sudo for usermod' >&2; exit 1; }}; fi")
+    fixable = want in f["etc_shells"]
+    hint = (f"fallback: ask an admin to run `chsh -s {want} {user}`, or for tcsh add "
+            f"`if ( -x {want} ) exec {want} -l` to ~/.login")
+    out = [Step(f"user.shell {want}", ["login_shell", "etc_shells"], check,
+                action if fixable else None, hint=hint if fixable else
+                f"install {want} and list it in /etc/shells, or set login_shell to a listed shell")]
+    line = source_line(v["env_file"])
+    out.append(FileBlock("~/.bashrc", "env", line, where="top"))
+    if os.path.basename(want) == "zsh":
+        out.append(FileBlock("~/.zshenv", "env", line, where="top"))
+    return out

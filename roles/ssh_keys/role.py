@@ -1,0 +1,86 @@
+"""ssh_keys: the controller's key authorized on every node; with ssh_mesh, a dedicated cluster
+key on every node plus every node's pinned host key in every node's known_hosts, under each
+name it is reached by, so node-to-node ssh never prompts and never needs checking turned off.
+
+The cluster key is made on the controller once (`.nodeprep/cluster_key/`) and is the only
+private key that ever leaves it."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from nodeprep.errors import NodeprepError
+from nodeprep.hostkeys import KnownHosts, host_entry
+from nodeprep.report import StepResult
+from nodeprep.steps import FileBlock, FileContent
+
+CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
+
+
+def _keygen(path: Path, comment: str, check: bool) -> StepResult:
+    name = f"ssh.keygen {path}"
+    if path.exists() and path.with_name(path.name + ".pub").exists():
+        if path.stat().st_mode & 0o077:
+            if check:
+                return StepResult(name, "changed", "would chmod 600")
+            os.chmod(path, 0o600)
+            return StepResult(name, "changed", "mode set to 600")
+        return StepResult(name, "ok")
+    if check:
+        return StepResult(name, "changed", "would create an ed25519 key")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    r = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise NodeprepError(f"ssh-keygen {path} failed: {r.stderr.strip()}")
+    return StepResult(name, "changed", "created")
+
+
+def _pub(path: Path) -> str | None:
+    pub = path.with_name(path.name + ".pub")
+    return pub.read_text().strip() if pub.exists() else None
+
+
+def validate(run):
+    run.shared["controller_key"] = Path(next(iter(run.vars.values()))["controller_key"]).expanduser()
+    run.shared["cluster_key"] = run.settings.state / "cluster_key" / "id_ed25519"
+
+
+def controller(run):
+    results = [_keygen(run.shared["controller_key"], "nodeprep controller", run.check)]
+    if any(v["ssh_mesh"] for v in run.vars.values()):
+        results.append(_keygen(run.shared["cluster_key"], "nodeprep cluster", run.check))
+    return results
+
+
+def reads(ctx):
+    files = [("file", "~/.ssh/authorized_keys")]
+    if ctx.vars["ssh_mesh"]:
+        files += [("file", CLUSTER_KEY), ("file", CLUSTER_KEY + ".pub"), ("file", "~/.ssh/known_hosts")]
+    return files
+
+
+def known_hosts_lines(run) -> list[str]:
+    store = KnownHosts(run.settings.known_hosts)
+    lines = []
+    for h in run.inventory.hosts:
+        keys = store.lookup(h.address, h.port)
+        names = {host_entry(h.name, h.port), host_entry(h.address, h.port)}
+        for ktype, key in sorted(keys.items()):
+            lines.append(f"{','.join(sorted(names))} {ktype} {key.get_base64()}")
+    return lines
+
+
+def steps(ctx):
+    run, mesh = ctx.run, ctx.vars["ssh_mesh"]
+    # In --check mode the keys may not exist yet: plan with what there is.
+    keys = [k for k in (_pub(run.shared["controller_key"]),
+                        _pub(run.shared["cluster_key"]) if mesh else None) if k]
+    out = [FileBlock("~/.ssh/authorized_keys", "ssh_keys", "\n".join(keys) + "\n", mode=0o600)]
+    if mesh and run.shared["cluster_key"].exists():
+        private = run.shared["cluster_key"].read_text()
+        out += [FileContent(CLUSTER_KEY, private, 0o600, secrets=[private]),
+                FileContent(CLUSTER_KEY + ".pub", _pub(run.shared["cluster_key"]) + "\n", 0o644),
+                FileBlock("~/.ssh/known_hosts", "cluster hosts", "\n".join(known_hosts_lines(run)) + "\n")]
+    return out
