@@ -1,0 +1,144 @@
+"""`provision` against the lab through real sshd: from scratch, idempotent, the ssh mesh with
+host keys pinned, --check/--diff, drift restored, user content kept, secrets never shown."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nodeprep import api, lab as labmod
+
+ROLES = "ssh_keys,ssh_config,shell,nccl,deepspeed_env"
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory):
+    d = tmp_path_factory.mktemp("controller")
+    cfg = d / "ssh_config"
+    cfg.write_text("# my own settings\nHost gateway\n    HostName 192.0.2.1\n")
+    return {"key": d / "id_ed25519", "config": cfg}
+
+
+@pytest.fixture(scope="module")
+def prov(lab, lab_settings, controller):
+    def run(*sets, check=False, diff=False, limit=None, roles=ROLES, capsys=None):
+        base = [f"controller_key={controller['key']}", f"controller_ssh_config={controller['config']}"]
+        code = api.provision(str(lab.inventory), limit, roles, check, diff, True, False,
+                             base + list(sets), lab_settings)
+        out = capsys.readouterr() if capsys else None
+        rep = json.loads(out.out[out.out.index("{\n"):]) if out and code != 2 else None
+        return code, rep, (out.err if out else "")
+    return run
+
+
+def home(lab, i) -> Path:
+    return Path(lab.nodes[i].home)
+
+
+def test_from_scratch_then_nothing_changes(prov, lab, capsys):
+    code, rep, _ = prov(capsys=capsys)
+    assert code == 0, rep
+    assert rep["failed"] == rep["unreachable"] == 0
+    assert all(r["changed"] > 0 for r in rep["nodes"].values())
+    code, rep, _ = prov(capsys=capsys)
+    assert code == 0
+    assert rep["changed"] == 0
+    assert {n: (r["status"], r["changed"]) for n, r in rep["nodes"].items()} == {
+        n.name: ("ok", 0) for n in lab.nodes}
+
+
+def test_every_ordered_pair_reaches_each_other_with_checking_on(prov, lab, lab_ssh, capsys):
+    assert prov(capsys=capsys)[0] == 0
+    for a in lab.nodes:
+        for b in lab.nodes:
+            r = lab_ssh(a, f"ssh -o BatchMode=yes -o StrictHostKeyChecking=yes {b.name} hostname")
+            assert (r.returncode, r.stdout.strip()) == (0, b.name), (a.name, b.name, r.stderr)
+    cfg = (home(lab, 0) / ".ssh" / "config").read_text()
+    assert "StrictHostKeyChecking no" not in cfg and "/dev/null" not in cfg
+
+
+def test_files_are_private_and_no_temp_files_left(prov, lab, capsys):
+    assert prov(capsys=capsys)[0] == 0
+    ssh = home(lab, 1) / ".ssh"
+    for name in ("authorized_keys", "config", "nodeprep_cluster_ed25519"):
+        assert (ssh / name).stat().st_mode & 0o777 == 0o600, name
+    assert (home(lab, 1) / ".deepspeed_env").stat().st_mode & 0o777 == 0o600
+    leftovers = [p for p in home(lab, 1).rglob(".nodeprep.*")]
+    assert leftovers == []
+
+
+def test_check_names_the_drifted_node_and_file_then_run_restores(prov, lab, capsys):
+    assert prov(capsys=capsys)[0] == 0
+    env = home(lab, 1) / ".deepspeed_env"
+    good = env.read_text()
+    env.write_text(good + "EXTRA=1\n")
+    code, rep, _ = prov(check=True, capsys=capsys)
+    assert code == 0
+    drifted = {n: [s["step"] for s in r["steps"] if s["status"] == "changed"]
+               for n, r in rep["nodes"].items() if r["changed"]}
+    assert drifted == {"worker-1": ["deepspeed_env: file.content ~/.deepspeed_env"]}
+    assert env.read_text() == good + "EXTRA=1\n"          # --check touched nothing
+    code, rep, _ = prov(capsys=capsys)
+    assert code == 0 and rep["changed"] == 1
+    assert env.read_text() == good
+
+
+def test_user_lines_outside_the_block_survive(prov, lab, controller, capsys):
+    assert prov(capsys=capsys)[0] == 0
+    cfg = home(lab, 0) / ".ssh" / "config"
+    text = cfg.read_text()
+    mine_top, mine_bottom = "# top line by the user\n", "Host mybox\n    HostName 192.0.2.7\n"
+    broken = text.replace("    IdentitiesOnly yes\n", "", 1)   # someone edited inside the block
+    cfg.write_text(mine_top + broken + mine_bottom)
+    code, rep, _ = prov(capsys=capsys)
+    assert code == 0 and rep["nodes"]["worker-0"]["changed"] == 1
+    assert cfg.read_text() == mine_top + text + mine_bottom
+    ctl = controller["config"].read_text()
+    assert ctl.startswith("# my own settings\nHost gateway\n    HostName 192.0.2.1\n")
+    assert all(f"Host {n.name}\n" in ctl for n in lab.nodes)
+
+
+def test_diff_and_reports_never_show_secrets(prov, lab, lab_settings, capsys):
+    secret = "hf_superSecretValue123"
+    code, rep, err = prov("deepspeed_env={HF_TOKEN: %s, HF_HOME: /scratch/hf}" % secret,
+                          check=True, diff=True, capsys=capsys)
+    assert code == 0
+    assert "<redacted>" in err and "HF_HOME=/scratch/hf" in err
+    code, rep, err = prov("deepspeed_env={HF_TOKEN: %s, HF_HOME: /scratch/hf}" % secret,
+                          diff=True, capsys=capsys)
+    assert code == 0 and rep["changed"] == len(lab.nodes)
+    assert f"HF_TOKEN={secret}\n" in (home(lab, 2) / ".deepspeed_env").read_text()
+    shown = err + json.dumps(rep)
+    logs = "".join(p.read_text() for p in Path(rep["run_dir"]).rglob("*") if p.is_file())
+    assert secret not in shown and secret not in logs
+    assert prov(capsys=capsys)[0] == 0     # back to the inventory's state
+
+
+@pytest.mark.parametrize("value,message", [
+    ("{BAD-KEY: 1}", "is not a shell identifier"),
+    ('{GOOD: "two\\nlines"}', "multi-line values break the DeepSpeed launcher"),
+])
+def test_bad_deepspeed_env_refused_before_touching_nodes(prov, lab, capsys, value, message):
+    env = home(lab, 0) / ".deepspeed_env"
+    before = env.stat().st_mtime_ns if env.exists() else None
+    code, _rep, err = prov(f"deepspeed_env={value}", capsys=capsys)
+    assert code == 2
+    assert message in err and err.count("\n") == 1
+    assert (env.stat().st_mtime_ns if env.exists() else None) == before
+
+
+def test_regenerated_host_key_refused_others_complete(prov, lab, lab_up, capsys):
+    assert prov(capsys=capsys)[0] == 0
+    labmod.regenerate_host_key(lab, 2)
+    try:
+        code, rep, _ = prov(capsys=capsys)
+    finally:
+        lab_up()      # the lab made the key, so it re-pins it
+    assert code == 1
+    assert rep["nodes"]["worker-2"]["status"] == "failed"
+    assert "CHANGED" in rep["nodes"]["worker-2"]["message"]
+    assert [rep["nodes"][n]["status"] for n in ("worker-0", "worker-1")] == ["ok", "ok"]
+    # With the new key pinned, the next run spreads it to every node's known_hosts.
+    code, rep, _ = prov(capsys=capsys)
+    assert code == 0 and all(r["changed"] == 1 for r in rep["nodes"].values())
