@@ -1,0 +1,144 @@
+"""Block editing, file checks, redaction, NCCL proposals, role selection: the decision logic
+of provision without a node."""
+import subprocess
+
+import pytest
+
+from nodeprep import api, ncclenv, roles, steps
+from nodeprep.errors import InputError
+from nodeprep.redact import Redactor, is_secret
+from nodeprep.remote import parse_file, rpath, write_script
+
+B, E = steps.begin_marker("x"), steps.end_marker("x")
+
+
+@pytest.mark.parametrize("old,where,new", [
+    (None, "bottom", f"{B}\nbody\n{E}\n"),
+    ("user\n", "bottom", f"user\n{B}\nbody\n{E}\n"),
+    ("user", "bottom", f"user\n{B}\nbody\n{E}\n"),
+    ("user\n", "top", f"{B}\nbody\n{E}\nuser\n"),
+    (f"a\r\n{B}\nold\nstuff\n{E}\nz  \n", "top", f"a\r\n{B}\nbody\n{E}\nz  \n"),
+])
+def test_with_block_keeps_everything_outside(old, where, new):
+    assert steps.with_block(old, "x", "body\n", where) == new
+
+
+def test_with_block_is_idempotent_and_empty_body():
+    once = steps.with_block("keep\n", "x", "a\nb\n")
+    assert steps.with_block(once, "x", "a\nb\n") == once
+    assert steps.with_block(once, "x", "") == f"keep\n{B}\n{E}\n"
+
+
+def _file(content, mode=0o644):
+    return {"file:/f": {"exists": content is not None, "mode": mode if content is not None else None,
+                        "size": len(content or ""), "content": content}}
+
+
+def test_file_content_check_and_diff():
+    st = steps.FileContent("/f", "A=1\n", 0o600)
+    assert st.check(_file("A=1\n", 0o600)).ok
+    c = st.check(_file("A=2\n", 0o600))
+    assert (c.ok, c.why) == (False, "content differs") and "-A=2" in c.diff and "+A=1" in c.diff
+    assert st.check(_file("A=1\n", 0o644)).why == "mode 644, want 600"
+    assert st.check(_file(None)).why == "missing"
+
+
+def test_file_block_action_keeps_mode_of_existing_file():
+    st = steps.FileBlock("/f", "x", "body\n")
+    assert not st.check(_file("u\n", 0o640)).ok
+    script = steps.action_for(st, _file("u\n", 0o640))
+    assert "chmod 640" in script
+
+
+def test_write_script_is_atomic_and_quoted(tmp_path):
+    target = tmp_path / "it's here" / "f"
+    script = write_script(str(target), "x'y\n$(boom)\n", 0o600)
+    subprocess.run(["/bin/sh", "-c", script], check=True)
+    assert target.read_text() == "x'y\n$(boom)\n"
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in target.parent.iterdir()] == ["f"]
+    assert rpath("~/a b") == "\"$HOME\"/'a b'"
+
+
+def test_parse_file_reads_back_what_read_script_prints(tmp_path):
+    from nodeprep.remote import read_script
+    f = tmp_path / "c"
+    f.write_text("hello\n")
+    f.chmod(0o640)
+    out = subprocess.run(["/bin/sh", "-c", read_script(str(f))], capture_output=True, text=True).stdout
+    assert parse_file(out, 0) == {"exists": True, "mode": 0o640, "size": 6, "content": "hello\n"}
+    out = subprocess.run(["/bin/sh", "-c", read_script(str(tmp_path / "no"))], capture_output=True, text=True).stdout
+    assert parse_file(out, 0)["exists"] is False
+
+
+def test_redaction():
+    assert is_secret("WANDB_API_KEY") and is_secret("hf_token") and not is_secret("HF_HOME")
+    r = Redactor(["s3cr3t-value", "-----BEGIN KEY-----\nAAAABBBBCCCCDDDD\n-----END KEY-----"])
+    assert r("X=s3cr3t-value") == "X=<redacted>"
+    assert r("+AAAABBBBCCCCDDDD") == "+<redacted>"
+
+
+@pytest.mark.parametrize("ifs,addrs,expected", [
+    ({"a": {"lo": ["127.0.0.1"], "eth0": ["10.0.0.1"], "docker0": ["172.17.0.1"]},
+      "b": {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"], "docker0": ["172.17.0.1"]}},
+     {"a": "10.0.0.1", "b": "10.0.0.2"}, "=eth0"),
+    ({"a": {"eth0": ["10.0.0.1"], "ib0": ["192.168.0.1"]},
+      "b": {"eth0": ["10.0.0.2"], "ib0": ["192.168.0.2"]}},
+     {"a": "192.168.0.1", "b": "192.168.0.2"}, "=ib0"),
+    ({"a": {"eth0": ["10.0.0.1"]}, "b": {"ens5": ["10.0.0.2"]}}, {}, None),
+    ({"a": {"lo": ["127.0.0.1"], "docker0": ["172.17.0.1"]}}, {}, None),
+])
+def test_socket_ifname_proposal(ifs, addrs, expected):
+    assert ncclenv.propose_socket_ifname(ifs, addrs)[0] == expected
+
+
+def test_node_env_order_and_override():
+    v = {"nccl_home": "/opt/nccl/", "aws_ofi_nccl_home": "/opt/amazon/ofi-nccl", "libfabric_home": None,
+         "nccl_env": {"NCCL_DEBUG": "WARN"}, "nccl_propose_socket_ifname": True}
+    assert ncclenv.node_env(v, "=eth0") == {
+        "LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/nccl/lib", "NCCL_DEBUG": "WARN",
+        "NCCL_SOCKET_IFNAME": "=eth0"}
+    v["nccl_env"] = {"NCCL_SOCKET_IFNAME": "^lo,docker0"}
+    assert ncclenv.node_env(v, "=eth0")["NCCL_SOCKET_IFNAME"] == "^lo,docker0"
+
+
+def test_role_selection_keeps_site_order_and_rejects_unknown():
+    assert [r.name for r in roles.load("deepspeed_env,ssh_keys")] == ["ssh_keys", "deepspeed_env"]
+    with pytest.raises(InputError, match="unknown role 'sshkeys'"):
+        roles.load("sshkeys")
+
+
+def test_set_values_are_yaml():
+    assert api.parse_sets(["a=true", "b=2", "c={X: 1}", "d=text"]) == {
+        "a": True, "b": 2, "c": {"X": 1}, "d": "text"}
+    with pytest.raises(InputError, match="expected KEY=VALUE"):
+        api.parse_sets(["novalue"])
+
+
+def _role(name):
+    return roles.load(name)[0].module
+
+
+@pytest.mark.parametrize("configured,current,want", [
+    (None, "/bin/tcsh", "/bin/bash"), (None, "/usr/bin/fish", "/bin/bash"),
+    (None, "/usr/bin/zsh", "/usr/bin/zsh"), (None, "/bin/bash", "/bin/bash"),
+    ("/usr/bin/zsh", "/bin/bash", "/usr/bin/zsh"),
+])
+def test_login_shell_choice(configured, current, want):
+    assert _role("shell").want_shell({"login_shell": configured}, current) == want
+
+
+def test_deepspeed_env_is_bare_key_value_lines():
+    text = _role("deepspeed_env").content({"LD_LIBRARY_PATH": "/a/lib", "HF_HOME": "/x y"})
+    assert text == "LD_LIBRARY_PATH=/a/lib\nHF_HOME=/x y\n"
+    for line in text.splitlines():   # what DeepSpeed's runner does with every line
+        key, val = line.split("=", 1)
+        assert key.isidentifier() and not key.startswith("export")
+
+
+def test_nccl_env_block_quotes_and_keeps_node_ld_path():
+    block = _role("nccl").env_block({"LD_LIBRARY_PATH": "/opt/a b/lib", "NCCL_DEBUG": "INFO;rm"})
+    out = subprocess.run(["/bin/sh", "-c", block + 'echo "$LD_LIBRARY_PATH|$NCCL_DEBUG"'],
+                         env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}, capture_output=True,
+                         text=True).stdout
+    assert out == "/opt/a b/lib:/usr/local/cuda/lib64|INFO;rm\n"
