@@ -38,24 +38,32 @@ def bench_lab_down(name: str = "bench") -> None:
     lab.down(name, settings=Settings(state_dir=str(state)), log=lambda *a: None)
 
 
-def timed(cmd: list[str], env=None, check=True) -> float:
+def timed(cmd: list[str], env=None, check=True, verify=None) -> float:
+    """Seconds CMD took. VERIFY(output): called after the clock stops with stdout + stderr
+    (stdout is kept only then), raises if the run did not do what the bench assumes."""
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       text=True)
+    r = subprocess.run(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                       stdout=subprocess.PIPE if verify else subprocess.DEVNULL)
     dt = time.perf_counter() - t0
     if check and r.returncode != 0:
-        raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}): {r.stderr[-500:]}")
+        raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}): {r.stderr[-500:]}"
+                         f"{(r.stdout or '')[-1500:]}")
+    if verify:
+        verify(r.stdout + r.stderr)
     return dt
 
 
-def rounds(contenders: dict[str, list[str]], n: int, env=None) -> dict[str, list[float]]:
-    """Run every contender once to warm caches, then N interleaved rounds."""
-    for cmd in contenders.values():
-        timed(cmd, env)
+def rounds(contenders: dict[str, list[str]], n: int, env=None,
+           verify: dict | None = None) -> dict[str, list[float]]:
+    """Run every contender once to warm caches, then N interleaved rounds. VERIFY: optional
+    {contender: function(output)} checked after every run of that contender (see timed)."""
+    verify = verify or {}
+    for k, cmd in contenders.items():
+        timed(cmd, env, verify=verify.get(k))
     times: dict[str, list[float]] = {k: [] for k in contenders}
     for _ in range(n):
         for k, cmd in contenders.items():
-            times[k].append(timed(cmd, env))
+            times[k].append(timed(cmd, env, verify=verify.get(k)))
     return times
 
 
