@@ -4,13 +4,18 @@ Rootful (the real thing, see /work/shared/reference/lab-recipe.md): lab NAME is 
 `np-NAME` on 10.X.0.0/24 and, per node, a netns `np-NAME-I` whose eth0 is 10.X.0.(10+I),
 with no default route, so nothing inside can reach past the lab. Each node's sshd runs in
 its own mount and UTS namespaces where the one lab user's home (/home/nodeprep, the same
-path everywhere), /etc/hosts and resolv.conf are bind mounts of that node's own files:
-same user and paths, different contents, IPs and hostnames, as on a real cluster.
+path everywhere) and /etc are bind mounts of that node's own directories: same user and
+paths, different contents (login shell, password, /etc/hosts), IPs and hostnames, as on a
+real cluster. Every node's /etc (lab_etc) offers bash, zsh and tcsh in /etc/shells and
+lets the lab user `sudo -n usermod -s SHELL nodeprep` (its own shell, nothing else), as a
+cloud image's default user could. Node operations (node_shell, stop/restart, host key,
+password login, authorized_keys) are in lab_nodes and exported here.
 Without root, lab_local gives a lower-fidelity stand-in (sshds on 127.0.0.1 ports).
 
-Everything the lab keeps lives in <lab_root>/NAME: the controller key, and per node its
-home, host key, sshd config, pid file and log. Host keys survive down/up and are pinned
-in the project's known_hosts by up(), since the lab made them.
+Everything the lab keeps lives in <lab_root>/NAME (0700: nodes must not read each other's
+files through it): the controller key, and per node its home, /etc, host key, sshd config,
+pid file and log. Homes, /etc and host keys survive down/up (only purge removes them); host
+keys are pinned in the project's known_hosts by up(), since the lab made them.
 """
 from __future__ import annotations
 
@@ -18,23 +23,24 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
-from . import lab_host, lab_local, lab_net
+from . import lab_etc, lab_host, lab_local, lab_net
 from .errors import InputError, NodeprepError
 from .hostkeys import KnownHosts, host_entry
 from .lab_config import (LAB_HOME, LAB_USER, LabInfo, LabNode, bridge_address, bridge_name,
                          hosts_text, inventory_path, inventory_text, netns_name, node_address,
                          node_name, pubkey, subnet_for, validate_count, validate_name)
+from .lab_nodes import (HOST_KEY, disable_password, enable_password, node_shell,
+                        regenerate_host_key, remove_authorized_key, restart_node, stop_node)
 from .settings import Settings
 
 __all__ = ["LabInfo", "LabNode", "up", "down", "status", "node_shell", "stop_node",
-           "restart_node", "regenerate_host_key"]
+           "restart_node", "regenerate_host_key", "enable_password", "disable_password",
+           "remove_authorized_key"]
 
-HOST_KEY = "ssh_host_ed25519_key"
 STATE = "lab.json"
 
 
@@ -78,6 +84,7 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     changes: list[str] = []
     ids = lab_host.ensure_user(changes)
     lab.mkdir(parents=True, exist_ok=True)
+    os.chmod(lab, 0o700)
     key = lab / "id_ed25519"
     if not key.exists():
         lab_net.keygen([key], f"nodeprep-lab-{name}")
@@ -114,6 +121,14 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
         changes.append(f"made {len(fresh)} node namespaces")
 
     hosts = hosts_text(octet, nodes)
+    dirs = [lab / node_name(i) for i in range(nodes)]
+    for nd in dirs:
+        nd.mkdir(exist_ok=True)
+    made = lab_etc.make(dirs)
+    if made:
+        changes.append(f"copied /etc for {len(made)} nodes")
+    if lab_etc.refresh([nd for nd in dirs if nd not in made]):
+        changes.append("refreshed node /etc from the host")
     for i in range(nodes):
         lab_host.prepare_node(lab, i, octet, hosts, pub, ids, changes)
     missing = [lab / node_name(i) / HOST_KEY for i in range(nodes)]
@@ -125,6 +140,13 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
         pid = lab_net.sshd_pid(nd / "sshd.pid", nd / "sshd_config")
         if pid and i in fresh:               # an sshd left in a namespace that is gone
             lab_net.kill_wait([pid])
+            pid = None
+        elif pid and not lab_etc.mounted(pid, nd):
+            # Started before nodes had their own /etc: it runs on the host's. Restart it
+            # with its sessions, as stop_node does.
+            ns = netns_name(name, i)
+            lab_net.kill_wait(sorted({pid, *lab_net.netns_pids([ns])[ns]}))
+            changes.append(f"restarted {node_name(i)} on its own /etc")
             pid = None
         if pid is None:
             starts.append(i)
@@ -159,8 +181,9 @@ def _fold(changes: list[str]) -> list[str]:
 
 def down(name: str = "local", settings: Settings = Settings(), log=print,
          purge: bool = False) -> None:
-    """Stop every node of lab NAME and remove its network; homes and host keys are kept
-    unless PURGE (then the lab directory, its inventory and its pins go too)."""
+    """Stop every node of lab NAME and remove its network; homes, node /etc copies (login
+    shells, passwords) and host keys are kept unless PURGE (then the lab directory, its
+    inventory and its pins go too)."""
     validate_name(name)
     if os.geteuid() != 0:
         return lab_local.down(name, settings, log, purge)
@@ -194,7 +217,7 @@ def _purge(name: str, lab: Path, settings: Settings, log) -> None:
             store.forget(host_entry(node_address(state["subnet"], int(nd.name[7:])), 22))
         Path(state["inventory"]).unlink(missing_ok=True)
     shutil.rmtree(lab, ignore_errors=True)
-    log(f"lab {name}: purged {lab} (homes, host keys, controller key)")
+    log(f"lab {name}: purged {lab} (homes, /etc copies, host keys, controller key)")
 
 
 def status(name: str = "local", settings: Settings = Settings()) -> LabInfo | None:
@@ -214,61 +237,3 @@ def status(name: str = "local", settings: Settings = Settings()) -> LabInfo | No
         nodes.append(LabNode(node_name(i), i, node_address(state["subnet"], i), 22,
                              netns_name(name, i), nd / "home", pid))
     return LabInfo(name, nodes, LAB_USER, lab / "id_ed25519", Path(state["inventory"]), True)
-
-
-def node_shell(info: LabInfo, index: int, command: str) -> subprocess.CompletedProcess:
-    """Run COMMAND (a shell string) as root inside node INDEX: its network, mounts (home,
-    /etc/hosts) and hostname. For tests and deliberate tampering."""
-    node = info.nodes[index]
-    if not info.rootful:
-        return subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True)
-    pid = _live_pid(node)
-    if pid is None:
-        raise NodeprepError(f"lab {info.name} {node.name}: sshd is not running",
-                            hint="restart_node() or `invoke lab.up` brings it back")
-    return subprocess.run(["nsenter", "-t", str(pid), "-m", "-u", "-n", "--", "/bin/sh", "-c",
-                           command], capture_output=True, text=True, cwd="/")
-
-
-def _live_pid(node: LabNode) -> int | None:
-    # The pid file first: a LabInfo kept across a down/up or restart holds stale pids. The
-    # remembered pid covers the moment after a start before sshd has written the file.
-    nd = node.home.parent
-    pid = lab_net.sshd_pid(nd / "sshd.pid", nd / "sshd_config")
-    if pid is None and node.sshd_pid and lab_net.alive(node.sshd_pid) and \
-            str(nd / "sshd_config") in " ".join(lab_net.cmdline(node.sshd_pid)):
-        pid = node.sshd_pid
-    return pid
-
-
-def stop_node(info: LabInfo, index: int) -> None:
-    """Take a node down: every process in it (sshd and all sessions) is killed; its
-    address stays, so connections are refused rather than timing out."""
-    node = info.nodes[index]
-    if not info.rootful:
-        return lab_local.stop_node(node)
-    pids = lab_net.netns_pids([node.netns])[node.netns]
-    lab_net.kill_wait(pids)
-    node.sshd_pid = None
-
-
-def restart_node(info: LabInfo, index: int) -> None:
-    node = info.nodes[index]
-    stop_node(info, index)
-    if not info.rootful:
-        return lab_local.start_node(info, node)
-    lab = node.home.parent.parent
-    octet = int(node.address.split(".")[1])
-    targets = lab_host.start(info.name, lab, octet, [index])
-    lab_net.wait_banners(targets)
-    node.sshd_pid = targets[0][3].pid     # ip netns exec/unshare/sh all exec: same pid
-
-
-def regenerate_host_key(info: LabInfo, index: int) -> None:
-    """A new host key for one node, as after a reinstall, deliberately NOT pinned: clients
-    holding the old pin must refuse the node (the next up() pins the new key)."""
-    node_dir = info.nodes[index].home.parent if info.rootful else lab_local.node_dir(info, index)
-    for suffix in ("", ".pub"):
-        Path(f"{node_dir / HOST_KEY}{suffix}").unlink(missing_ok=True)
-    lab_net.keygen([node_dir / HOST_KEY])
-    restart_node(info, index)

@@ -10,10 +10,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import lab_net
+from . import lab_etc, lab_net
 from .errors import InputError, NodeprepError
-from .lab_config import (LAB_HOME, LAB_USER, bridge_address, netns_name, node_address,
-                         node_argv, node_name, sshd_config)
+from .lab_config import (LAB_HOME, LAB_USER, PASSWORD_FLAG, authorized_keys_text,
+                         bridge_address, netns_name, node_address, node_argv, node_name,
+                         sshd_config)
 
 
 def run(argv: list[str]) -> None:
@@ -62,31 +63,52 @@ def check_bridge(bridge: str, octet: int) -> None:
 
 
 def prepare_node(lab: Path, i: int, octet: int, hosts: str, pub: str, ids: tuple[int, int],
-                  changes: list[str]) -> None:
+                 changes: list[str]) -> None:
+    """Home, ~/.ssh, the lab's files in the node's /etc and its sshd_config (the node's
+    /etc copy itself is made by lab_etc.make before)."""
     nd = lab / node_name(i)
     home = nd / "home"
-    nd.mkdir(parents=True, exist_ok=True)
     if not home.exists():
         home.mkdir()
         os.chmod(home, 0o700)
         changes.append(f"made {node_name(i)} home")
     os.chown(home, *ids)
     for skel in Path("/etc/skel").glob(".*"):
-        if skel.is_file() and not (home / skel.name).exists():
+        if skel.is_file() and not os.path.lexists(home / skel.name):   # no writing via links
             shutil.copy2(skel, home / skel.name)
             os.chown(home / skel.name, *ids)
     ssh = home / ".ssh"
+    # The lab works as root on the host: a link the node's user made here must not lead
+    # it to chown or write a file of the host's.
+    if ssh.is_symlink():
+        ssh.unlink()
     ssh.mkdir(exist_ok=True)
     os.chmod(ssh, 0o700)
     os.chown(ssh, *ids)
-    wrote = [lab_net.write_if_changed(ssh / "authorized_keys", pub, 0o600, ids),
-             lab_net.write_if_changed(nd / "hosts", hosts),
-             # empty on purpose: a name server that never answers stalls reverse lookups
-             lab_net.write_if_changed(nd / "resolv.conf", ""),
-             lab_net.write_if_changed(nd / "sshd_config",
-                                      sshd_config(nd, node_address(octet, i), node=node_name(i)))]
+    for old in ("hosts", "resolv.conf"):     # bound over /etc/* before nodes had an /etc
+        (nd / old).unlink(missing_ok=True)
+    wrote = [ensure_authorized_key(ssh / "authorized_keys", pub, ids),
+             lab_etc.write_files(nd, node_name(i), hosts),
+             lab_net.write_if_changed(nd / "sshd_config", node_sshd_config(nd, octet, i))]
     if any(wrote):
         changes.append(f"wrote {node_name(i)} files")
+
+
+def node_sshd_config(nd: Path, octet: int, i: int) -> str:
+    return sshd_config(nd, node_address(octet, i), node=node_name(i),
+                       password=(nd / PASSWORD_FLAG).exists())
+
+
+def ensure_authorized_key(path: Path, pub: str, ids: tuple[int, int]) -> bool:
+    """Append the lab key when the file lacks it; whatever else is there stays (a link
+    is replaced by a file: see prepare_node)."""
+    if path.is_symlink():
+        path.unlink()
+    try:
+        current = path.read_text()
+    except FileNotFoundError:
+        current = ""
+    return lab_net.write_if_changed(path, authorized_keys_text(current, pub), 0o600, ids)
 
 
 def start(name: str, lab: Path, octet: int, indices: list[int]) -> list:
@@ -95,8 +117,8 @@ def start(name: str, lab: Path, octet: int, indices: list[int]) -> list:
     for i in indices:
         nd = lab / node_name(i)
         (nd / "sshd.pid").unlink(missing_ok=True)
-        argv = node_argv(netns_name(name, i), node_name(i), nd / "home", LAB_HOME,
-                         nd / "hosts", nd / "resolv.conf", nd / "sshd_config")
+        argv = node_argv(netns_name(name, i), node_name(i), nd / "etc", nd / "home", LAB_HOME,
+                         nd / "sshd_config")
         proc = lab_net.spawn(argv, nd / "sshd.log")
         targets.append((f"lab {name} {node_name(i)}", node_address(octet, i), 22, proc,
                         nd / "sshd.log"))

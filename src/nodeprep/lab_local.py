@@ -2,10 +2,11 @@
 
 Lower fidelity than the namespace lab, and said so at every up(): an unprivileged sshd
 can only log in the user running it, so every "node" is the current user with the same
-home, hostname and address. A mismatch between nodes (another venv, another ~/.bashrc)
-cannot exist here, so a parity check cannot catch one either. State is kept under
-~/.nodeprep-lab/NAME; the user's own ~/.ssh is left alone (AuthorizedKeysFile points
-into the lab directory).
+home, /etc (so login shell, sudoers and password), hostname and address. A mismatch
+between nodes (another venv, another ~/.bashrc, another login shell) cannot exist here, so
+a parity check cannot catch one either; enable_password and remove_authorized_key refuse.
+State is kept under ~/.nodeprep-lab/NAME; the user's own ~/.ssh is left alone
+(AuthorizedKeysFile points into the lab directory).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from .settings import Settings
 ADDRESS = "127.0.0.1"
 HOST_KEY = "ssh_host_ed25519_key"
 WARNING = ("warning: not root, so lab {name} is {n} sshds on 127.0.0.1 sharing your user, "
-           "home and hostname: lower fidelity than the namespace lab (run as root for "
-           "per-node homes, IPs and hostnames)")
+           "home, /etc and hostname: lower fidelity than the namespace lab (no per-node "
+           "login shell, sudo rule or password login; run as root for per-node homes, "
+           "/etc, IPs and hostnames)")
 
 
 def lab_dir(name: str) -> Path:

@@ -9,6 +9,9 @@ Fixtures:
                 dead nodes too); a test that changes the lab must put it back to 3
   lab_ssh       lab_ssh(node, command) -> CompletedProcess through the OpenSSH client
   lab_ssh_argv  lab_ssh_argv(node, command) -> that OpenSSH command line (node: LabNode|index)
+  lab_restore   for tests that change nodes (login shell, password, authorized_keys): yields
+                reset(index); after the test every node is put back as the lab makes it
+                (reset_node on each, after lab_up() restarts dead nodes and the lab key)
 
 The lab needs root and sshd; CI has both, so without them these tests FAIL (not skip).
 """
@@ -80,6 +83,26 @@ def lab(_lab_session) -> LabInfo:
 @pytest.fixture(scope="session")
 def lab_up(_lab_session):
     return _lab_session[1]
+
+
+def reset_node(info: LabInfo, index: int) -> None:
+    """Node INDEX as the lab makes it: login shell /bin/bash, no password login (its sshd
+    restarted only if it took passwords). The lab key comes back with lab_up()."""
+    node_dir = info.nodes[index].home.parent
+    entry = [ln.split(":") for ln in (node_dir / "etc" / "passwd").read_text().splitlines()]
+    if any(f[0] == info.user and f[-1] != "/bin/bash" for f in entry):
+        # --prefix: that node's /etc only, whether or not the node runs.
+        subprocess.run(["usermod", "--prefix", str(node_dir), "--shell", "/bin/bash",
+                        info.user], check=True, capture_output=True)
+    labmod.disable_password(info, index)
+
+
+@pytest.fixture
+def lab_restore(lab, lab_up):
+    yield lambda index: reset_node(lab, index)
+    lab_up()
+    for node in lab.nodes:
+        reset_node(lab, node.index)
 
 
 def ssh_argv(info: LabInfo, node: LabNode, settings: Settings, command: str) -> list[str]:

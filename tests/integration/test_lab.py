@@ -5,6 +5,7 @@ routing table (`ip route` / `ip route get`, which only asks the kernel).
 """
 from __future__ import annotations
 
+import pwd
 import subprocess
 import uuid
 from pathlib import Path
@@ -188,8 +189,11 @@ def test_scale_up_then_down(lab, lab_up, lab_ssh, lab_settings):
     assert [n.sshd_pid for n in info.nodes] == first
 
 
-def test_down_leaves_nothing_and_keys_survive(lab, lab_up, lab_settings, lab_ssh):
+def test_down_leaves_nothing_and_keys_survive(lab, lab_up, lab_settings, lab_ssh, lab_restore):
     lab_up()
+    # A node's /etc is its state, like its home: a login shell and a password survive.
+    _ok(labmod.node_shell(lab, 1, "usermod -s /usr/bin/zsh nodeprep"))
+    labmod.enable_password(lab, 2, "kept-across-down")
     pins = lab_settings.known_hosts.read_text()
     said = []
     labmod.down(LAB_NAME, lab_settings, log=said.append)
@@ -203,4 +207,136 @@ def test_down_leaves_nothing_and_keys_survive(lab, lab_up, lab_settings, lab_ssh
     assert lab_settings.known_hosts.read_text() == pins      # same host keys again
     for node in lab.nodes:
         assert _ok(lab_ssh(node, "hostname")).strip() == node.name
+    assert [_login_shell(lab, n.index) for n in lab.nodes] == ["/bin/bash", "/usr/bin/zsh",
+                                                                "/bin/bash"]
+    _password_client(lab.nodes[2], "kept-across-down", lab_settings).close()
 
+
+
+# -- per-node /etc: login shells, sudo, passwords ------------------------------------------------
+
+def _login_shell(lab, index: int) -> str:
+    """The lab user's login shell as the node itself resolves it (its own /etc/passwd)."""
+    return _ok(labmod.node_shell(lab, index, "getent passwd nodeprep")).strip().split(":")[-1]
+
+
+def _host_shell() -> str:
+    return pwd.getpwnam("nodeprep").pw_shell
+
+
+def test_each_node_has_its_own_etc(lab):
+    for node in lab.nodes:
+        out = _ok(labmod.node_shell(lab, node.index, "findmnt -n -o SOURCE /etc; "
+                                    "cat /etc/hostname /etc/resolv.conf /etc/shells"))
+        mnt, hostname, *shells = out.split("\n")
+        assert mnt.endswith(f"[{node.home.parent}/etc]") and hostname == node.name
+        assert {"/bin/bash", "/bin/zsh", "/usr/bin/zsh", "/bin/tcsh"} <= set(shells)
+        assert (node.home.parent / "etc" / "resolv.conf").read_text() == ""
+
+
+def test_usermod_inside_one_node_changes_only_that_node(lab, lab_ssh, lab_restore):
+    # usermod writes /etc/passwd+ and renames it over /etc/passwd: needs /etc as a directory.
+    _ok(labmod.node_shell(lab, 1, "usermod -s /bin/tcsh nodeprep"))
+    assert [_login_shell(lab, n.index) for n in lab.nodes] == ["/bin/bash", "/bin/tcsh",
+                                                                "/bin/bash"]
+    # sshd inside the node reads the node's passwd: the session runs under tcsh there.
+    assert _ok(lab_ssh(1, "ps -o comm= -p $$; exit 0")).strip() == "tcsh"
+    assert _ok(lab_ssh(0, "ps -o comm= -p $$; exit 0")).strip() == "bash"
+    assert _host_shell() == "/bin/bash"
+
+
+def test_sudo_usermod_changes_one_nodes_shell(lab, lab_ssh, lab_restore):
+    # What nodeprep's shell role runs, as the lab user over ssh.
+    _ok(lab_ssh(0, "sudo -n usermod -s /bin/zsh nodeprep"))
+    assert _ok(lab_ssh(0, "getent passwd nodeprep")).strip().endswith(":/bin/zsh")
+    assert _ok(lab_ssh(0, "ps -o comm= -p $$; exit 0")).strip() == "zsh"
+    for node in lab.nodes[1:]:
+        assert _ok(lab_ssh(node, "getent passwd nodeprep")).strip().endswith(":/bin/bash")
+    assert _host_shell() == "/bin/bash"
+    lab_restore(0)
+    assert _login_shell(lab, 0) == "/bin/bash"
+
+
+def test_sudo_allows_nothing_else(lab, lab_ssh):
+    refused = ["sudo -n true",
+               "sudo -n usermod -s /bin/zsh -G sudo nodeprep",   # a `*` rule would let these by
+               "sudo -n usermod -s /bin/zsh -o -u 0 nodeprep",
+               "sudo -n usermod -s /bin/zsh root",
+               "sudo -n usermod -s /tmp/evil nodeprep",
+               "sudo -n cat /etc/shadow"]
+    # One ssh session for all: each line is "rc:output" (sudo's refusal is one line).
+    out = _ok(lab_ssh(2, "; ".join(f'o=$({c} 2>&1); echo "$?:$o"' for c in refused)))
+    assert out.splitlines() == ["1:sudo: a password is required"] * len(refused)
+    assert _login_shell(lab, 2) == "/bin/bash"
+
+
+def test_sudo_rule_file(lab):
+    for node in lab.nodes:
+        out = _ok(labmod.node_shell(lab, node.index, "stat -c '%a %U' "
+                                    "/etc/sudoers.d/nodeprep-lab && visudo -c"))
+        assert out.startswith("440 root\n") and "parsed OK" in out
+
+
+def _password_client(node, password: str, settings) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(settings.known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(node.address, node.port, username="nodeprep", password=password,
+                   look_for_keys=False, allow_agent=False, timeout=5)
+    return client
+
+
+def test_password_login_on_one_node_only(lab, lab_settings, lab_ssh, lab_restore):
+    password = f"pw-{uuid.uuid4().hex[:12]}"
+    labmod.enable_password(lab, 1, password)
+    labmod.remove_authorized_key(lab, 1)
+    assert (lab.nodes[1].home / ".ssh" / "authorized_keys").read_text() == ""
+    key_login = lab_ssh(1, "true")                       # the lab key no longer gets in
+    assert key_login.returncode == 255 and "Permission denied" in key_login.stderr
+    client = _password_client(lab.nodes[1], password, lab_settings)
+    try:
+        _, out, _ = client.exec_command("hostname")
+        assert out.read().decode().strip() == "worker-1"
+    finally:
+        client.close()
+    with pytest.raises(paramiko.AuthenticationException):
+        _password_client(lab.nodes[1], "wrong", lab_settings).close()
+    for node in (lab.nodes[0], lab.nodes[2]):            # the others take no password at all
+        with pytest.raises(paramiko.AuthenticationException):
+            _password_client(node, password, lab_settings).close()
+    shadow = {n.index: (n.home.parent / "etc" / "shadow").read_text() for n in lab.nodes}
+    assert "nodeprep:$6$" in shadow[1] and "nodeprep:*:" in shadow[0] + shadow[2]
+    assert "nodeprep:*:" in Path("/etc/shadow").read_text()        # the host's untouched
+
+    labmod.disable_password(lab, 1)
+    with pytest.raises(paramiko.AuthenticationException):
+        _password_client(lab.nodes[1], password, lab_settings).close()
+
+
+def test_up_appends_lab_key_and_keeps_other_lines(lab, lab_up, lab_ssh, lab_restore):
+    keys = lab.nodes[2].home / ".ssh" / "authorized_keys"
+    block = ("# BEGIN nodeprep managed keys\n"
+             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtherKeyOfAnotherRole1234567890abcdef x@y\n"
+             "# END nodeprep managed keys\n")
+    keys.write_text(block)
+    assert lab_ssh(2, "true").returncode == 255
+    lab_up()
+    assert keys.read_text() == block + Path(f"{lab.key}.pub").read_text()
+    assert keys.stat().st_mode & 0o777 == 0o600
+    assert keys.stat().st_uid == lab.nodes[2].home.stat().st_uid
+    _ok(lab_ssh(2, "true"))
+    lab_up()
+    assert keys.read_text() == block + Path(f"{lab.key}.pub").read_text()      # once only
+
+
+def test_purge_removes_node_etc(lab_settings, tmp_path):
+    name, quiet = "tp", (lambda msg: None)
+    labmod.down(name, lab_settings, log=quiet, purge=True)
+    try:
+        info = labmod.up(1, name, lab_settings, inventory_dir=tmp_path, subnet=197, log=quiet)
+        etc = info.nodes[0].home.parent / "etc"
+        assert (etc / "passwd").exists() and (etc / "sudoers.d" / "nodeprep-lab").exists()
+    finally:
+        labmod.down(name, lab_settings, log=quiet, purge=True)
+    assert not etc.exists() and not etc.parent.exists()
+    assert _lab_leftovers(name, f"{lab_settings.lab_root}/{name}/") == []

@@ -1,13 +1,16 @@
 """The lab's generated files and name rules, checked as text: no root, no sshd needed."""
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from nodeprep import lab_config as lc
-from nodeprep import lab_local, lab_net
+from nodeprep import lab_etc, lab_local, lab_net
 from nodeprep.errors import InputError, NodeprepError
 
 
@@ -131,17 +134,71 @@ def test_subnets():
 
 
 def test_node_argv_passes_values_as_arguments():
-    argv = lc.node_argv("np-t-0", "worker-0", Path("/l/t/worker-0/home"), Path("/home/nodeprep"),
-                        Path("/l/t/worker-0/hosts"), Path("/l/t/worker-0/resolv.conf"),
+    argv = lc.node_argv("np-t-0", "worker-0", Path("/l/t/worker-0/etc"),
+                        Path("/l/t/worker-0/home"), Path("/home/nodeprep"),
                         Path("/l/t/worker-0/sshd_config"))
     assert argv[:4] == ["ip", "netns", "exec", "np-t-0"]
     assert argv[4:9] == ["unshare", "--mount", "--uts", "--propagation", "private"]
     script = argv[argv.index("-c") + 1]
     assert "/l/t" not in script and "worker-0" not in script   # only "$N" in the script
-    assert script.rstrip("; }").endswith('exec /usr/sbin/sshd -D -e -f "$6"')
-    assert argv[-6:] == ["worker-0", "/l/t/worker-0/home", "/home/nodeprep",
-                         "/l/t/worker-0/hosts", "/l/t/worker-0/resolv.conf",
-                         "/l/t/worker-0/sshd_config"]
+    assert 'mount --bind "$2" /etc' in script                   # the whole directory
+    assert script.rstrip("; }").endswith('exec /usr/sbin/sshd -D -e -f "$5"')
+    assert argv[-5:] == ["worker-0", "/l/t/worker-0/etc", "/l/t/worker-0/home",
+                         "/home/nodeprep", "/l/t/worker-0/sshd_config"]
+
+
+def test_password_node_sshd_config():
+    node_dir = Path("/l/t/worker-1")
+    plain = _directives(lc.sshd_config(node_dir, "10.199.0.11", node="worker-1"))
+    pw = _directives(lc.sshd_config(node_dir, "10.199.0.11", node="worker-1", password=True))
+    assert plain["PasswordAuthentication"] == "no"
+    assert pw["PasswordAuthentication"] == "yes"
+    # Only that switch differs: same address, keys still work, no PAM, no keyboard-interactive.
+    assert {k: v for k, v in pw.items() if v != plain[k]} == {"PasswordAuthentication": "yes"}
+
+
+def test_shells_text_appends_only_missing():
+    have = "# /etc/shells: valid login shells\n/bin/sh\n/bin/bash\n"
+    out = lc.shells_text(have, ["/bin/bash", "/usr/bin/zsh", "/bin/tcsh"])
+    assert out == have + "/usr/bin/zsh\n/bin/tcsh\n"
+    assert lc.shells_text(out, ["/bin/bash", "/usr/bin/zsh", "/bin/tcsh"]) == out
+    assert lc.shells_text("/bin/sh", ["/bin/zsh"]) == "/bin/sh\n/bin/zsh\n"
+    for shell in ("/bin/bash", "/bin/zsh", "/usr/bin/zsh", "/bin/tcsh"):
+        assert shell in lc.LOGIN_SHELLS
+
+
+def test_sudoers_rule_names_each_command_exactly():
+    text = lc.sudoers_text("nodeprep", ["/bin/bash", "/usr/bin/zsh"])
+    # A `*` in sudoers arguments matches across spaces (`-s X -G sudo nodeprep`, `-o -u 0`).
+    assert "*" not in text
+    body = text.split("NOPASSWD:", 1)[1].replace("\\\n", " ")
+    assert [c.strip() for c in body.split(",")] == [
+        "/usr/sbin/usermod -s /bin/bash nodeprep", "/usr/sbin/usermod -s /usr/bin/zsh nodeprep",
+        "/usr/bin/chsh -s /bin/bash nodeprep", "/usr/bin/chsh -s /usr/bin/zsh nodeprep"]
+    assert "nodeprep ALL=(root) NOPASSWD:" in text and "ALL:" not in text.replace("(root)", "")
+
+
+def test_sudoers_rule_passes_visudo(tmp_path):
+    if shutil.which("visudo") is None:
+        pytest.skip("visudo missing: requirements/bootstrap.sh installs sudo")
+    f = tmp_path / "rule"
+    f.write_text(lc.sudoers_text())
+    f.chmod(0o440)
+    proc = subprocess.run(["visudo", "-cf", str(f)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIlabkey nodeprep-lab-t\n"
+
+
+def test_authorized_keys_appends_lab_key_only_when_missing():
+    assert lc.authorized_keys_text("", KEY) == KEY
+    block = ("# BEGIN nodeprep managed\nssh-ed25519 AAAAother alice\n# END nodeprep managed")
+    out = lc.authorized_keys_text(block, KEY)
+    assert out == block + "\n" + KEY                       # nothing of theirs changed
+    assert lc.authorized_keys_text(out, KEY) == out        # present: unchanged
+    with_opts = 'from="10.0.0.0/8" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIlabkey other-comment\n'
+    assert lc.authorized_keys_text(with_opts, KEY) == with_opts
 
 
 def test_missing_sshd_is_one_clear_line(monkeypatch):
@@ -167,3 +224,89 @@ def test_write_if_changed_keeps_inode(tmp_path):
     assert not lab_net.write_if_changed(f, "a\n")
     assert lab_net.write_if_changed(f, "b\n")
     assert f.stat().st_ino == ino and f.read_text() == "b\n"
+
+
+@pytest.fixture
+def host_etc(tmp_path, monkeypatch):
+    """A stand-in for the host's /etc, so make/refresh run without root on tmp files."""
+    etc = tmp_path / "host_etc"
+    (etc / "sudoers.d").mkdir(parents=True)
+    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n"
+                                "nodeprep:x:1001:1001::/home/nodeprep:/bin/bash\n")
+    (etc / "shadow").write_text("root:*:19000:0:99999:7:::\nnodeprep:*:19000:0:99999:7:::\n")
+    for name in ("group", "gshadow", "foo.conf", "bar.conf", "baz.conf", "hosts"):
+        (etc / name).write_text(f"host {name}\n")
+    (etc / "shells").write_text("/bin/sh\n/bin/bash\n")
+    monkeypatch.setattr(lab_etc, "HOST_ETC", etc)
+    return etc
+
+
+def test_node_etc_refresh_keeps_node_state(host_etc, tmp_path):
+    nd = tmp_path / "worker-0"
+    nd.mkdir()
+    assert lab_etc.make([nd]) == [nd] and lab_etc.make([nd]) == []     # once per node
+    etc = nd / "etc"
+    assert (etc / "foo.conf").read_text() == "host foo.conf\n"
+    assert lab_etc.refresh([nd]) == []            # the copy is as new as the host's /etc
+    # The node's own changes...
+    (etc / "passwd").write_text((etc / "passwd").read_text().replace(
+        "nodeprep:/bin/bash", "nodeprep:/bin/zsh"))
+    (etc / "foo.conf").write_text("node foo\n")
+    (etc / "baz.conf").unlink()
+    # ...and the host's (a package installed after the node was made).
+    with open(host_etc / "passwd", "a") as fh:
+        fh.write("_pkg:x:998:998::/nonexistent:/usr/sbin/nologin\n")
+    (host_etc / "bar.conf").write_text("host bar v2\n")
+    (host_etc / "hosts").write_text("host's own names\n")
+    (host_etc / "pkg.d").mkdir()
+    (host_etc / "pkg.d" / "x.conf").write_text("new\n")
+    (host_etc / "alt").symlink_to("/usr/bin/true")
+    assert lab_etc.refresh([nd]) == [nd]
+    passwd = (etc / "passwd").read_text()
+    assert "nodeprep:x:1001:1001::/home/nodeprep:/bin/zsh\n" in passwd     # node's shell kept
+    assert passwd.endswith("_pkg:x:998:998::/nonexistent:/usr/sbin/nologin\n")  # merged
+    assert (etc / "foo.conf").read_text() == "node foo\n"               # host did not touch it
+    assert not (etc / "baz.conf").exists()                               # removed on the node
+    assert (etc / "bar.conf").read_text() == "host bar v2\n"            # host changed it
+    assert (etc / "hosts").read_text() == "host hosts\n"                # the lab's, not copied
+    assert (etc / "pkg.d" / "x.conf").read_text() == "new\n"
+    assert os.readlink(etc / "alt") == "/usr/bin/true"
+    assert lab_etc.refresh([nd]) == []                                   # nothing new: no-op
+
+
+def test_node_files_never_write_through_links(host_etc, tmp_path):
+    if shutil.which("visudo") is None:
+        pytest.skip("visudo missing: requirements/bootstrap.sh installs sudo")
+    outside = tmp_path / "hosts-resolv.conf"
+    outside.write_text("nameserver 192.0.2.53\n")
+    (host_etc / "resolv.conf").symlink_to(outside)        # as with systemd-resolved
+    nd = tmp_path / "worker-0"
+    nd.mkdir()
+    lab_etc.make([nd])
+    assert lab_etc.write_files(nd, "worker-0", "127.0.0.1\tlocalhost\n")
+    etc = nd / "etc"
+    assert outside.read_text() == "nameserver 192.0.2.53\n"
+    assert not (etc / "resolv.conf").is_symlink() and (etc / "resolv.conf").read_text() == ""
+    assert (etc / "hostname").read_text() == "worker-0\n"
+    rule = etc / "sudoers.d" / lc.SUDOERS_NAME
+    assert rule.stat().st_mode & 0o777 == 0o440 and rule.read_text() == lc.sudoers_text(
+        shells=[s for s in lc.LOGIN_SHELLS if os.access(s, os.X_OK)])
+    assert not lab_etc.write_files(nd, "worker-0", "127.0.0.1\tlocalhost\n")   # no-op
+
+
+def test_non_root_lab_says_it_has_no_per_node_etc():
+    warning = lab_local.WARNING.format(name="local", n=2)
+    assert "/etc" in warning and "login shell" in warning and "password" in warning
+
+
+@pytest.mark.parametrize("call", [
+    lambda lab, info: lab.enable_password(info, 0, "secret"),
+    lambda lab, info: lab.disable_password(info, 0),
+    lambda lab, info: lab.remove_authorized_key(info, 0),
+])
+def test_non_root_lab_refuses_per_node_access_changes(call, tmp_path):
+    from nodeprep import lab
+    node = lc.LabNode("worker-0", 0, "127.0.0.1", 2200, None, tmp_path, None)
+    info = lc.LabInfo("local", [node], "alice", tmp_path / "key", tmp_path / "hosts.yml", False)
+    with pytest.raises(NodeprepError, match="needs the namespace lab"):
+        call(lab, info)
