@@ -142,3 +142,83 @@ def test_regenerated_host_key_refused_others_complete(prov, lab, lab_up, capsys)
     # With the new key pinned, the next run spreads it to every node's known_hosts.
     code, rep, _ = prov(capsys=capsys)
     assert code == 0 and all(r["changed"] == 1 for r in rep["nodes"].values())
+
+
+def _shell_of(lab, i) -> str:
+    passwd = (Path(lab.nodes[i].home).parent / "etc" / "passwd").read_text()
+    return next(ln.split(":")[-1] for ln in passwd.splitlines() if ln.startswith(lab.user + ":"))
+
+
+def test_tcsh_node_gets_bash_and_env_reaches_noninteractive_shells(prov, lab, lab_ssh, lab_restore, capsys):
+    import subprocess
+    node_dir = Path(lab.nodes[1].home).parent
+    subprocess.run(["usermod", "--prefix", str(node_dir), "--shell", "/bin/tcsh", lab.user], check=True)
+    # Every command nodeprep sends must work while the login shell is still tcsh.
+    code, rep, _ = prov("nccl_env={NCCL_DEBUG: INFO}", capsys=capsys)
+    assert code == 0, rep
+    changed = [s["step"] for s in rep["nodes"]["worker-1"]["steps"] if s["status"] == "changed"]
+    assert "shell: user.shell /bin/bash" in changed
+    assert [_shell_of(lab, i) for i in range(3)] == ["/bin/bash"] * 3
+    for node in lab.nodes:     # a non-interactive ssh shell (what pdsh/mpirun start) sees the env
+        r = lab_ssh(node, "echo NCCL_DEBUG=$NCCL_DEBUG")
+        assert r.stdout.strip() == "NCCL_DEBUG=INFO", r.stderr
+    code, rep, _ = prov("nccl_env={NCCL_DEBUG: INFO}", capsys=capsys)
+    assert code == 0 and rep["changed"] == 0
+
+
+def test_zsh_gets_zshenv(prov, lab, lab_ssh, lab_restore, capsys):
+    code, rep, _ = prov("login_shell=/usr/bin/zsh", "nccl_env={NCCL_DEBUG: WARN}", limit="worker-0",
+                        capsys=capsys)
+    assert code == 0, rep
+    assert _shell_of(lab, 0) == "/usr/bin/zsh" and _shell_of(lab, 1) == "/bin/bash"
+    assert "nodeprep env" in (Path(lab.nodes[0].home) / ".zshenv").read_text()
+    r = lab_ssh(0, "echo $0 NCCL_DEBUG=$NCCL_DEBUG")
+    assert r.stdout.split()[-1] == "NCCL_DEBUG=WARN" and "zsh" in r.stdout
+
+
+def test_shell_change_without_root_or_sudo_fails_with_fallback(prov, lab, lab_restore, capsys):
+    node_dir = Path(lab.nodes[2].home).parent
+    sudoers = node_dir / "etc" / "sudoers.d" / "nodeprep-lab"
+    saved = sudoers.read_bytes()
+    sudoers.unlink()
+    try:
+        code, rep, _ = prov("login_shell=/usr/bin/zsh", roles="shell", capsys=capsys)
+    finally:
+        sudoers.write_bytes(saved)
+        sudoers.chmod(0o440)
+    assert code == 1
+    bad = rep["nodes"]["worker-2"]
+    assert bad["status"] == "failed"
+    step = next(s for s in bad["steps"] if s["status"] == "failed")
+    assert "chsh -s /usr/bin/zsh nodeprep" in step["message"] and "~/.login" in step["message"]
+    assert "no passwordless sudo" in bad["stderr_tail"]
+    assert rep["nodes"]["worker-0"]["status"] == "changed" and _shell_of(lab, 2) == "/bin/bash"
+
+
+def test_shell_not_in_etc_shells_is_refused(prov, lab, capsys):
+    code, rep, _ = prov("login_shell=/usr/bin/fish", roles="shell", capsys=capsys)
+    assert code == 1
+    msgs = [s["message"] for r in rep["nodes"].values() for s in r["steps"] if s["status"] == "failed"]
+    assert len(msgs) == 3 and all("/usr/bin/fish is not in /etc/shells" in m for m in msgs)
+
+
+def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settings, lab_restore,
+                                                           monkeypatch, capsys):
+    import io
+    password = "lab-Pa55word-only"
+    labmod.remove_authorized_key(lab, 1)
+    labmod.enable_password(lab, 1, password)
+    # Without a password the node cannot be reached at all.
+    code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)
+    assert code == 1 and rep["nodes"]["worker-1"]["status"] == "unreachable"
+    monkeypatch.setattr("sys.stdin", io.StringIO(password + "\n"))
+    code = api.provision(str(lab.inventory), None, "ssh_keys", False, False, True, True,
+                         [f"controller_key={lab.key}"], lab_settings)
+    out = capsys.readouterr()
+    rep = json.loads(out.out)
+    assert code == 0 and rep["nodes"]["worker-1"]["status"] == "changed"
+    logs = "".join(p.read_text() for p in Path(rep["run_dir"]).rglob("*") if p.is_file())
+    assert password not in out.out + out.err + logs
+    labmod.disable_password(lab, 1)
+    code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)
+    assert code == 0 and rep["nodes"]["worker-1"]["status"] == "ok"   # the key works now
