@@ -49,7 +49,7 @@ def _plan_node(ctx: rolemod.Ctx, roles: list[rolemod.Role]) -> list[Step]:
     return steps
 
 
-def _check_all(session, steps: list[Step], facts: dict, display, check_mode: bool):
+def _check_all(session, steps: list[Step], facts: dict, check_mode: bool):
     """Compare every step with the facts; returns [(step, Check)] of those that differ."""
     differ = []
     # Facts a role did not declare up front cost one more round trip, not a failure.
@@ -73,7 +73,7 @@ def _check_all(session, steps: list[Step], facts: dict, display, check_mode: boo
 
 def _apply(session, differ, facts: dict, redact: Redactor) -> None:
     if session.result.status == "failed":   # a step nodeprep cannot fix already failed
-        for st, c in differ:
+        for st, _c in differ:
             session.result.add_step(StepResult(f"{st.role}: {st.name}", "skipped",
                                                "not applied: an earlier step failed"))
         return
@@ -126,7 +126,7 @@ def provision(inv, hosts, settings, role_names=None, check=False, diff=False, js
 
         def plan(s):
             plans[s.name] = _plan_node(rolemod.Ctx(s.host, run), roles)
-            return _check_all(s, plans[s.name], run.facts[s.name], display, check)
+            return _check_all(s, plans[s.name], run.facts[s.name], check)
         differ = fleet.map(plan, "plan")
         redact = _redactor(run, [st for p in plans.values() for st in p])
         if not check:

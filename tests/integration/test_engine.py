@@ -11,7 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from nodeprep import api, facts, inventory, lab as labmod
 from nodeprep.executor import Fleet

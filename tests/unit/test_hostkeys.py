@@ -1,24 +1,19 @@
 """The project known_hosts store: record on first contact, refuse a change, pin/forget."""
+import subprocess
+
 import paramiko
 import pytest
 
 from nodeprep import hostkeys
 
 
-@pytest.fixture
-def keys():
-    return [paramiko.Ed25519Key.from_private_key_file(str(p)) for p in _make_keys()]
-
-
-def _make_keys(_cache={}):
-    import subprocess, tempfile, pathlib
-    if not _cache:
-        d = pathlib.Path(tempfile.mkdtemp())
-        for i in range(2):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / f"k{i}")],
-                           check=True)
-        _cache["paths"] = [d / "k0", d / "k1"]
-    return _cache["paths"]
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    for i in range(2):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / f"k{i}")],
+                       check=True)
+    return [paramiko.Ed25519Key.from_private_key_file(str(d / f"k{i}")) for i in range(2)]
 
 
 def test_host_entry_format():
