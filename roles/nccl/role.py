@@ -18,6 +18,12 @@ LIBS = {"nccl_home": ["libnccl.so.2"], "aws_ofi_nccl_home": ["libnccl-net*.so"],
 
 def validate(run):
     for node, v in run.vars.items():
+        for key in LIBS:
+            if v[key] and not str(v[key]).startswith("/"):
+                file, line = run.origin(node, key)
+                raise InputError(f"{key}: {v[key]!r} is not an absolute path", hint="LD_LIBRARY_PATH "
+                                 "and the DeepSpeed launcher do not expand ~ or relative paths",
+                                 file=file, line=line)
         for k, val in (v["nccl_env"] or {}).items():
             file, line = run.origin(node, "nccl_env")
             if k.startswith("RDMAV_"):

@@ -222,3 +222,26 @@ def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settin
     labmod.disable_password(lab, 1)
     code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)
     assert code == 0 and rep["nodes"]["worker-1"]["status"] == "ok"   # the key works now
+
+
+def test_nccl_libraries_checked_per_node(prov, lab, lab_ssh, capsys):
+    # /home/nodeprep is the same path on every node with different contents: node 2 lacks it.
+    for i in (0, 1):
+        lib = Path(lab.nodes[i].home) / "nccl" / "lib"
+        lib.mkdir(parents=True, exist_ok=True)
+        (lib / "libnccl.so.2").write_bytes(b"")
+    code, rep, _ = prov("nccl_home=/home/nodeprep/nccl", roles="shell,nccl,deepspeed_env",
+                        capsys=capsys)
+    assert code == 1
+    assert [rep["nodes"][n]["status"] for n in ("worker-0", "worker-1")] == ["changed", "changed"]
+    bad = rep["nodes"]["worker-2"]
+    failed = [s for s in bad["steps"] if s["status"] == "failed"]
+    assert bad["status"] == "failed" and len(failed) == 1
+    assert "/home/nodeprep/nccl/lib does not exist on this node" in failed[0]["message"]
+    assert "fix nccl_home" in failed[0]["message"]
+    assert "/home/nodeprep/nccl/lib" in (Path(lab.nodes[0].home) / ".deepspeed_env").read_text()
+    r = lab_ssh(0, "echo $LD_LIBRARY_PATH")
+    assert r.stdout.strip().split(":")[0] == "/home/nodeprep/nccl/lib"
+    code, _rep, err = prov("nccl_home=~/nccl", roles="nccl", capsys=capsys)
+    assert code == 2 and "is not an absolute path" in err
+    assert prov(capsys=capsys)[0] == 0
