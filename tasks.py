@@ -71,6 +71,20 @@ def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False
     _done(api.provision(inventory, limit, roles, check, diff, json, ask_pass, set, _settings(c)))
 
 
+@task(iterable=["node"],
+      help={"torch": "torch release, e.g. 2.5.1 or 2.13.0",
+            "node": "NAME:driver=535.104.05,gpus=8x8.0 (or gpu=8.0+9.0, gpu=A100, arch=aarch64), "
+                    "or NAME:cpu; repeatable",
+            "arch": "CPU arch of nodes that do not say (default x86_64)",
+            "index": "index URL template with {variant} (default the PyTorch index)",
+            "json": "print the plan (or the error) as JSON"})
+def torch_plan(c, torch, node=None, arch=None, index=None, json=False):
+    """Which torch build fits a fleet (no node touched): the variant, the exact pin and index, or
+    the node that blocks and how to fix it."""
+    from nodeprep import torchplan
+    _done(torchplan.cli(torch, node or [], arch, index, json))
+
+
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
 def demo(c, nodes=2, keep=True):
     """The main job end to end on the embedded lab: lab.up, facts, provision (twice: the
@@ -101,4 +115,4 @@ lab.add_task(lab_down, "down")
 lab.add_task(lab_status, "status")
 hosts = Collection("hosts")
 hosts.add_task(hosts_forget, "forget")
-ns = Collection(facts, provision, demo, test, lab, hosts)
+ns = Collection(facts, provision, torch_plan, demo, test, lab, hosts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from nodeprep import ncclenv
+from nodeprep import ncclenv, pystack
 from nodeprep.errors import InputError
 from nodeprep.redact import is_secret
 from nodeprep.steps import FileContent
@@ -29,7 +29,7 @@ def validate(run):
                                  "launcher", hint="put it on one line", file=file, line=line)
 
 
-FACTS = ["interfaces"]
+FACTS = ["interfaces", "user"]
 
 
 def reads(ctx):
@@ -43,7 +43,7 @@ def content(env: dict[str, str]) -> str:
 def node_env(ctx) -> dict[str, str]:
     v = ctx.vars
     env = ncclenv.node_env(v, ncclenv.run_proposal(ctx.run))
-    env.update(ctx.run.shared.get("path_env", {}).get(ctx.name, {}))  # the venv role's PATH
+    env.update(pystack.path_env(v, ctx.facts))   # the launcher does not forward PATH
     for k, val in (v["deepspeed_env"] or {}).items():
         env[k] = str(val).lower() if isinstance(val, bool) else str(val)
     return env

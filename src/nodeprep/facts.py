@@ -130,14 +130,17 @@ def interfaces(text, rc):
 @fact("python", lambda v: (
     f"p=$(command -v {shlex.quote(str(v.get('python') or 'python3'))}) || "
     # -I -S: no site import, so the probe costs a third of a plain start.
-    "{ echo MISSING; exit 0; }; \"$p\" -I -S -c 'import sys; "
-    "print(sys.executable); print(\"%d.%d.%d\" % sys.version_info[:3])'"))
+    "{ echo MISSING; exit 0; }; \"$p\" -I -S -c 'import os, sys; "
+    "print(sys.executable); print(\"%d.%d.%d\" % sys.version_info[:3]); "
+    "print(os.confstr(\"CS_GNU_LIBC_VERSION\") or \"-\")'"))
 def _python(text, rc):
-    """The inventory's interpreter: its resolved path and version (None when missing)."""
+    """The inventory's interpreter: resolved path, version, glibc (None when missing)."""
     lines = text.strip().splitlines()
     if not lines or lines[0] == "MISSING" or rc != 0:
         return None
-    return {"path": lines[-2], "version": lines[-1]}
+    path, version, libc = lines[-3:]
+    return {"path": path, "version": version,
+            "glibc": libc.split()[-1] if libc.startswith("glibc") else None}
 
 
 @fact("login_shell", "getent passwd \"$(id -un)\" | cut -d: -f7")

@@ -160,7 +160,10 @@ def inventory_text(user: str, key: Path, hosts: list[tuple[str, str, int]],
                    python: str = NODE_PYTHON) -> str:
     """The native inventory (hosts.yml) of the lab: `hosts` is (name, address, port)."""
     lines = [INVENTORY_HEADER, "vars:", f"  user: {_scalar(user)}", f"  key: {_scalar(str(key))}",
-             f"  python: {_scalar(python)}", "hosts:"]
+             f"  python: {_scalar(python)}",
+             "  # The lab reaches only the package registries: take torch from pip's own",
+             "  # configuration (this machine's pip finds the CPU build locally), not the PyTorch index.",
+             "  torch_index: pip-config", "hosts:"]
     lines += [f"  {n}: {{address: {a}, port: {p}}}" for n, a, p in hosts]
     return "\n".join(lines) + "\n"
 

@@ -13,6 +13,7 @@ import sys
 
 from . import facts as factmod
 from . import roles as rolemod
+from .errors import NodeprepError
 from .executor import Fleet
 from .redact import Redactor, is_secret
 from .report import Display, StepResult
@@ -77,6 +78,20 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
             session.result.add_step(StepResult(f"{st.role}: {st.name}", "skipped",
                                                "not applied: an earlier step failed"))
         return
+    for i, (st, _c) in enumerate(differ):
+        if st.before is None:
+            continue
+        try:
+            st.before(session, facts)
+        except (OSError, NodeprepError) as e:   # an upload failed: nothing after it runs
+            session.result.add_step(StepResult(f"{st.role}: {st.name}", "failed", str(e)))
+            for later, _ in differ[i + 1:]:
+                session.result.add_step(StepResult(f"{later.role}: {later.name}", "skipped",
+                                                   "an earlier step failed"))
+            differ = differ[:i]
+            break
+    if not differ:
+        return
     token = secrets.token_hex(6)
     changes = [(st, action_for(st, facts)) for st, _c in differ]
     rereads = list(dict.fromkeys(r for st, _c in differ for r in st.reads))
@@ -84,7 +99,7 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
                     label=f"apply {len(changes)} step(s): " + ", ".join(s.name for s, _ in changes)[:250],
                     log_output=False)
     sections = factmod.split_sections(r.stdout, token)
-    after = dict(facts)
+    after = facts          # updated in place: reports and later stages see the node as it is now
     if all(str(i) in sections for i in range(len(rereads))):
         after.update(factmod.parse_sections(session.name, rereads, r.stdout, token, r.rc))
     for i, (st, c) in enumerate(differ):
@@ -132,6 +147,10 @@ def provision(inv, hosts, settings, role_names=None, check=False, diff=False, js
         if not check:
             fleet.map(lambda s: _apply(s, differ[s.name], run.facts[s.name], redact)
                       if differ.get(s.name) else None, "apply")
+        for s in fleet.usable():
+            ctx = rolemod.Ctx(s.host, run)
+            for role in roles:
+                s.result.data.update(role.call("report", ctx) or {})
         report = fleet.report(inventory=inv.name, check=check,
                               controller=[c.as_dict() for c in controller], notes=run.notes)
     if diff:

@@ -7,6 +7,7 @@ A role module may define:
   validate(run)               raise InputError for bad inventory values, before any node is touched
   controller(run) -> [StepResult]   work on the controller (keys, its ~/.ssh/config), once
   steps(ctx) -> [Step]        the node's desired state, after the probe (ctx.facts, run.facts)
+  report(ctx) -> dict         extra per-node data for the run report (e.g. pip freeze)
 The engine imports roles; roles import the engine, never the other way round.
 """
 from __future__ import annotations

@@ -32,6 +32,8 @@ class Step:
     hint: str = ""                               # what the user can do when it fails
     role: str = ""
     secrets: list[str] = field(default_factory=list)  # values never to show
+    # Controller-side work before the node's batched command, e.g. SFTP uploads: f(session, facts)
+    before: Callable | None = None
 
 
 def _diff(path: str, old: str | None, new: str) -> str:

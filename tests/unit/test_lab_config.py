@@ -79,6 +79,9 @@ def test_inventory_text_matches_native_format():
         "  user: nodeprep\n"
         "  key: /var/lib/nodeprep/labs/local/id_ed25519\n"
         "  python: /usr/bin/python3\n"
+        "  # The lab reaches only the package registries: take torch from pip's own\n"
+        "  # configuration (this machine's pip finds the CPU build locally), not the PyTorch index.\n"
+        "  torch_index: pip-config\n"
         "hosts:\n"
         "  worker-0: {address: 10.200.0.10, port: 22}\n"
         "  worker-1: {address: 10.200.0.11, port: 22}\n")

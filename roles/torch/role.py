@@ -1,0 +1,69 @@
+"""torch: ONE torch build for the whole fleet (same torch and bundled NCCL everywhere), chosen
+from every node's driver, GPUs and CPU arch (src/nodeprep/torchplan.py), installed by the
+wheelhouse and venv roles, and verified on every node after install: torch.__version__,
+torch.version.cuda (None on CPU builds), and get_arch_list() covering each GPU (same major,
+equal or higher minor; PTX for newer)."""
+from __future__ import annotations
+
+import json
+import shlex
+
+from nodeprep import pystack
+from nodeprep.remote import rpath
+from nodeprep.report import StepResult
+from nodeprep.steps import Check, Step
+
+FACTS = ["gpus", "os", "user"]
+
+VERIFY = r'''
+import json, sys
+import torch
+want = json.loads(sys.argv[1])
+got = {"version": torch.__version__, "cuda": torch.version.cuda,
+       "arch_list": torch.cuda.get_arch_list() if torch.version.cuda else []}
+print(json.dumps(got))
+bad = []
+if got["version"] != want["version"]:
+    bad.append("torch %s installed, want %s" % (got["version"], want["version"]))
+if (got["cuda"] or None) != want["cuda"]:
+    bad.append("torch.version.cuda is %s, want %s" % (got["cuda"], want["cuda"]))
+def covered(cap):
+    major, minor = (int(x) for x in cap.split("."))
+    sms = [a for a in got["arch_list"] if a.startswith("sm_")]
+    ok = any(int(a[3:-1]) == major and int(a[-1]) <= minor for a in sms)
+    ptx = [int(a[8:]) for a in got["arch_list"] if a.startswith("compute_")]
+    return ok or any(p <= major * 10 + minor for p in ptx)
+for cap in want["capabilities"]:
+    if not covered(cap):
+        bad.append("GPU capability %s not in torch.cuda.get_arch_list() %s" % (cap, got["arch_list"]))
+if bad:
+    sys.exit("; ".join(bad))
+'''
+
+
+def controller(run):
+    plan = pystack.torch_plan(run)    # raises PlanError (names the blocking node) before any change
+    return [StepResult(f"torch.plan {plan.requirement}", "ok", f"variant {plan.variant}")] if plan else []
+
+
+def reads(ctx):
+    return [("venv", ctx.vars["venv_path"])]
+
+
+def steps(ctx):
+    plan = pystack.torch_plan(ctx.run)
+    if not plan:
+        return []
+    version = plan.requirement.split("==", 1)[1]
+    caps = sorted({d["capability"] for d in ctx.facts["gpus"]["devices"] if d.get("capability")})
+    want = {"version": version, "cuda": plan.cuda, "capabilities": caps}
+    key = f"venv:{ctx.vars['venv_path']}"
+
+    def check(facts):
+        have = facts[key]["packages"].get("torch")
+        return Check(have == version, f"torch {have or 'missing'}, want {version}")
+
+    py = f"{rpath(ctx.vars['venv_path'])}/bin/python"
+    action = f"{py} -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))}"
+    return [Step(f"torch.verify {plan.requirement}", [("venv", ctx.vars["venv_path"])], check, action,
+                 hint="the installed torch does not match the plan; see the step output")]

@@ -1,0 +1,113 @@
+"""venv: one venv at the same absolute path on every node, made from the inventory's `python`,
+with pip bootstrapped OFFLINE when ensurepip is missing (Debian without python3-venv, old
+cluster Pythons): `venv --without-pip`, then pip runs from its own pushed wheel to install
+itself. Then the wheelhouse's exact lock is installed with --no-index."""
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections import Counter
+
+from nodeprep import pystack
+from nodeprep.errors import InputError
+from nodeprep.remote import rpath
+from nodeprep.steps import Check, FileBlock, Step
+
+MODES = ("auto", "no-pip", "ensurepip")
+
+
+def validate(run):
+    for node, v in run.vars.items():
+        parts = [x for x in posixpath.normpath(v["venv_path"]).split("/") if x not in ("", "~", ".")]
+        if not parts or ".." in parts:
+            file, line = run.origin(node, "venv_path")
+            raise InputError(f"venv_path: {v['venv_path']!r} must be a directory of its own (it is "
+                             "replaced when broken)", hint="e.g. ~/.nodeprep/venv", file=file, line=line)
+        if v["venv_bootstrap"] not in MODES:
+            file, line = run.origin(node, "venv_bootstrap")
+            raise InputError(f"venv_bootstrap: {v['venv_bootstrap']!r} is not one of {', '.join(MODES)}",
+                             file=file, line=line)
+
+
+FACTS = ["python", "user", "os"]
+
+
+def reads(ctx):
+    return [("venv", ctx.vars["venv_path"]), ("file", ctx.vars["env_file"])]
+
+
+def _fleet(run, what):
+    """The value most nodes have (for a parity message naming both values)."""
+    values = Counter(what(n, f) for n, f in run.facts.items() if f.get("python"))
+    return values.most_common(1)[0][0] if values else None
+
+
+def create_script(python: str, venv: str, wh: str, mode: str) -> str:
+    py, env, house = shlex.quote(python), rpath(venv), rpath(wh)
+    nopip = (f"{py} -m venv --without-pip {env} && set -- {house}/pip-*.whl && [ -f \"$1\" ] && "
+             f"{env}/bin/python \"$1\"/pip install -q --no-index \"$1\" && echo 'bootstrap: offline pip wheel'")
+    ensure = f"{py} -m venv {env} && echo 'bootstrap: ensurepip'"
+    if mode == "no-pip":
+        return nopip
+    if mode == "ensurepip":
+        return ensure
+    # A failed `venv` leaves a venv without pip behind: start the fallback from scratch.
+    return f"{{ {ensure}; }} || {{ echo 'ensurepip failed; using the pushed pip wheel'; rm -rf {env}; {nopip}; }}"
+
+
+def steps(ctx):
+    v, f, run = ctx.vars, ctx.facts, ctx.run
+    venv, key = v["venv_path"], f"venv:{v['venv_path']}"
+    out = []
+    py = f.get("python")
+    want_py = _fleet(run, lambda n, ff: ff["python"]["version"])
+    if py and py["version"] != want_py:
+        out.append(Step("venv.python_version", ["python"], lambda facts: Check(
+            False, f"Python {py['version']} here, {want_py} on the rest of the fleet"), None,
+            hint="point `python` at the same version on every node"))
+    want_path = _fleet(run, lambda n, ff: pystack.venv_path(run.vars[n], ff))
+    here = pystack.venv_path(v, f)
+    if here != want_path:
+        out.append(Step("venv.path", ["user"], lambda facts: Check(
+            False, f"venv would be {here} here but {want_path} elsewhere"), None,
+            hint="set venv_path to an absolute path that exists on every node"))
+    if out:
+        return out
+    # The inventory's command, not the resolved sys.executable: a wrapper or module-loaded
+    # interpreter must be the one that makes the venv.
+    python = v["python"] or "python3"
+
+    def exists(facts):
+        e = facts[key]
+        if e["exists"] and e["python"] == py["version"] and "pip" in e["packages"]:
+            return Check(True)
+        return Check(False, "missing" if not e["exists"] else "no pip" if e["python"] else
+                     "broken (its python does not run)")
+    # Only ever delete a directory that is a venv (has pyvenv.cfg), never a user's directory.
+    replace = (f"if [ -e {rpath(venv)} ]; then [ -f {rpath(venv)}/pyvenv.cfg ] || {{ echo "
+               f"'{venv} exists and is not a venv; refusing to replace it' >&2; exit 1; }}; "
+               f"rm -rf {rpath(venv)}; fi; ")
+    out.append(Step(f"venv.create {venv}", [("venv", venv)], exists,
+                    replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"])))
+    manifest = run.shared.get("manifests", {}).get(ctx.name)
+    if manifest:
+        lock = manifest[1]["lock"]
+
+        def installed(facts):
+            have = facts[key]["packages"]
+            lack = [p for p in lock if have.get(p.split("==")[0]) != p.split("==")[1]]
+            return Check(not lack, f"{len(lack)} packages to install ({', '.join(lack[:4])}"
+                                   f"{', ...' if len(lack) > 4 else ''})")
+        wh = v["wheelhouse_dir"]
+        out.append(Step("pip.install requirements.lock", [("venv", venv)], installed,
+                        f"{rpath(venv)}/bin/python -m pip install -q --disable-pip-version-check "
+                        f"--no-index --find-links {rpath(wh)} -r {rpath(posixpath.join(wh, 'requirements.lock'))}"))
+    env = pystack.path_env(v, f)["PATH"].split(":")[0]
+    out.append(FileBlock(v["env_file"], "venv", f"export PATH={shlex.quote(env)}:\"$PATH\"\n", mode=0o600))
+    return out
+
+
+def report(ctx):
+    """Each node's installed packages (pip freeze) go into the run report."""
+    e = ctx.facts.get(f"venv:{ctx.vars['venv_path']}") or {}
+    return {"pip_freeze": sorted(f"{n}=={ver}" for n, ver in e.get("packages", {}).items())}
