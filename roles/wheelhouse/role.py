@@ -10,6 +10,7 @@ from pathlib import Path
 from nodeprep import pystack
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.remote import rpath
+from nodeprep.report import StepResult
 from nodeprep.settings import ROOT
 from nodeprep.steps import Check, FileContent, Step
 from nodeprep.wheelhouse import Wheelhouse, read_requirements
@@ -54,14 +55,20 @@ def controller(run):
     manifests = run.shared.setdefault("manifests", {})
     platforms = {n: pystack.platform(f) for n, f in run.facts.items() if f.get("python")}
     if run.check:
-        return []
+        return [StepResult(f"wheelhouse.download {p.key}", "changed", "would resolve and download")
+                for p in sorted(set(platforms.values()), key=lambda p: p.key)]
     built = house.build(first["wheel_builds"], plan.requirement if plan else None, index)
+    results = []
     for p in sorted(set(platforms.values()), key=lambda p: p.key):
+        before = house.downloads.get(p.key, 0)
         m = house.resolve(p, pins + list(first["wheel_builds"] or {}), index, [built])
+        fresh = house.downloads.get(p.key, 0) > before
+        results.append(StepResult(f"wheelhouse.download {p.key}", "changed" if fresh else "ok",
+                                  f"{len(m['files'])} wheels " + ("downloaded" if fresh else "cached")))
         for node, q in platforms.items():
             if q == p:
                 manifests[node] = (house.root / p.key, m)
-    return []
+    return results
 
 
 def _sums(text: str | None) -> dict[str, str]:
