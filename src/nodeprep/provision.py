@@ -21,10 +21,11 @@ from .steps import Step, action_for
 
 
 def _redactor(run: rolemod.Run, steps: list[Step]) -> Redactor:
-    values = [str(v) for vs in run.vars.values() for k, v in vs.items()
-              if is_secret(k) and isinstance(v, (str, int, float))]
-    for m in (vs.get("deepspeed_env") for vs in run.vars.values()):
-        values += [str(v) for k, v in (m or {}).items() if is_secret(k)]
+    """Secrets are the values of secret-looking names in the environment mappings that reach
+    the ranks, plus what steps declare (e.g. the cluster private key). Inventory variables such
+    as `key` or `controller_key` are paths, not secrets."""
+    values = [str(v) for vs in run.vars.values() for m in ("deepspeed_env", "nccl_env")
+              for k, v in (vs.get(m) or {}).items() if is_secret(k)]
     values += [s for st in steps for s in st.secrets]
     return Redactor(values)
 
