@@ -60,7 +60,7 @@ def steps(ctx):
     venv, key = v["venv_path"], f"venv:{v['venv_path']}"
     out = []
     py = f.get("python")
-    want_py = _fleet(run, lambda n, ff: ff["python"]["version"])
+    want_py = pystack.fleet_python(run)
     if py and py["version"] != want_py:
         out.append(Step("venv.python_version", ["python"], lambda facts: Check(
             False, f"Python {py['version']} here, {want_py} on the rest of the fleet"), None,

@@ -53,16 +53,32 @@ def controller(run):
     pins = run.shared["pins"] + ([plan.requirement] if plan else [])
     house = run.shared.setdefault("wheelhouse", Wheelhouse(run.settings.state / "wheelhouse"))
     manifests = run.shared.setdefault("manifests", {})
-    platforms = {n: pystack.platform(f) for n, f in run.facts.items() if f.get("python")}
-    if run.check:
-        return [StepResult(f"wheelhouse.download {p.key}", "changed", "would resolve and download")
-                for p in sorted(set(platforms.values()), key=lambda p: p.key)]
-    built = house.build(first["wheel_builds"], plan.requirement if plan else None, index)
+    # A node on another Python than the fleet is failed by the venv role (naming both
+    # versions); resolving wheels for its platform would only add a second, confusing error.
+    fleet_py = pystack.fleet_python(run)
+    platforms = {n: pystack.platform(f) for n, f in run.facts.items()
+                 if f.get("python") and f["python"]["version"] == fleet_py}
+    errors = run.shared.setdefault("wheelhouse_errors", {})
+    pins = pins + list(first["wheel_builds"] or {})
+    built = None if run.check else house.build(first["wheel_builds"], plan.requirement if plan else None,
+                                               index)
     results = []
     for p in sorted(set(platforms.values()), key=lambda p: p.key):
-        before = house.downloads.get(p.key, 0)
-        m = house.resolve(p, pins + list(first["wheel_builds"] or {}), index, [built])
-        fresh = house.downloads.get(p.key, 0) > before
+        if run.check:   # plan from the cache when it matches; never download in --check
+            m = house.cached(p, pins, index)
+            if m is None:
+                results.append(StepResult(f"wheelhouse.download {p.key}", "changed",
+                                          "would resolve and download"))
+                continue
+        else:
+            before = house.downloads.get(p.key, 0)
+            try:
+                m = house.resolve(p, pins, index, [built])
+            except NodeprepError as e:   # fails this platform's nodes, not the whole fleet
+                results.append(StepResult(f"wheelhouse.download {p.key}", "failed", str(e)))
+                errors.update({n: str(e) for n, q in platforms.items() if q == p})
+                continue
+        fresh = not run.check and house.downloads.get(p.key, 0) > before
         results.append(StepResult(f"wheelhouse.download {p.key}", "changed" if fresh else "ok",
                                   f"{len(m['files'])} wheels " + ("downloaded" if fresh else "cached")))
         for node, q in platforms.items():
@@ -81,6 +97,11 @@ def _sums(text: str | None) -> dict[str, str]:
 
 def steps(ctx):
     d = ctx.vars["wheelhouse_dir"]
+    if ctx.name in ctx.run.shared.get("wheelhouse_errors", {}):
+        err = ctx.run.shared["wheelhouse_errors"][ctx.name]
+        return [Step("wheelhouse.download", [], lambda f: Check(False, err.splitlines()[0]), None,
+                     hint="the controller could not resolve the wheels for this node's platform: "
+                          + " | ".join(err.splitlines()[1:])[-300:])]
     if ctx.name not in ctx.run.shared.get("manifests", {}):
         return [Step("wheelhouse.sync", [], lambda f: Check(False, "would download and push the "
                                                                    "wheelhouse"), ":")]

@@ -16,6 +16,13 @@ def platform(facts: dict) -> Platform:
     return Platform(facts["os"]["arch"], ".".join(py["version"].split(".")[:2]), py["glibc"] or "2.17")
 
 
+def fleet_python(run) -> str | None:
+    """The Python version most nodes have: the fleet's, for parity messages."""
+    from collections import Counter
+    versions = Counter(f["python"]["version"] for f in run.facts.values() if f.get("python"))
+    return versions.most_common(1)[0][0] if versions else None
+
+
 def node_path(p: str, facts: dict) -> str:
     """P as an absolute path on this node (`~` resolved with the node's home)."""
     if p == "~" or p.startswith("~/"):

@@ -91,9 +91,10 @@ def _pip(python: str, args: list[str], env=None, what="pip") -> str:
 
 
 class Wheelhouse:
-    def __init__(self, root: Path, log=print):
+    def __init__(self, root: Path, log=None):
         self.root = root
-        self.log = log
+        # Progress goes to stderr: stdout may carry a --json report.
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.downloads: dict[str, int] = {}   # platform -> pip download runs (the bench counts)
 
     def build(self, builds: dict[str, dict], torch_pin: str | None, index_args: list[str]) -> Path:
@@ -120,16 +121,28 @@ class Wheelhouse:
                  what=f"building {pin}")
         return built
 
+    @staticmethod
+    def _key(platform: Platform, pins: list[str], index_args: list[str]) -> str:
+        return hashlib.sha256(json.dumps([platform.key, sorted(pins), index_args]).encode()).hexdigest()
+
+    def cached(self, platform: Platform, pins: list[str], index_args: list[str]) -> dict | None:
+        """The manifest of a previous resolution of exactly these inputs, if all its files are there."""
+        d = self.root / platform.key
+        try:
+            m = json.loads((d / "MANIFEST.json").read_text())
+        except (OSError, ValueError):
+            return None
+        ok = m.get("key") == self._key(platform, pins, index_args) and all((d / f).exists() for f in m["files"])
+        return m if ok else None
+
     def resolve(self, platform: Platform, pins: list[str], index_args: list[str],
                 find_links: list[Path]) -> dict:
         """Download (if the inputs changed) every wheel PINS need on PLATFORM; return the manifest."""
         d = self.root / platform.key
-        key = hashlib.sha256(json.dumps([platform.key, sorted(pins), index_args]).encode()).hexdigest()
-        manifest_path = d / "MANIFEST.json"
-        if manifest_path.exists():
-            m = json.loads(manifest_path.read_text())
-            if m.get("key") == key and all((d / f).exists() for f in m["files"]):
-                return m
+        m = self.cached(platform, pins, index_args)
+        if m:
+            return m
+        key = self._key(platform, pins, index_args)
         # Resolve into a fresh directory so the set is exactly this resolution; the previous
         # set is offered as --find-links, so unchanged wheels are copied, not fetched again.
         fresh = self.root / f".{platform.key}.new"
