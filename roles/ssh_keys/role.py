@@ -1,6 +1,7 @@
-"""ssh_keys: the controller's key authorized on every node; with ssh_mesh, a dedicated cluster
-key on every node plus every node's pinned host key in every node's known_hosts, under each
-name it is reached by, so node-to-node ssh never prompts and never needs checking turned off.
+"""ssh_keys: the controller's key (and the inventory key this run logs in with) authorized on
+every node; with ssh_mesh, a dedicated cluster key on every node plus every node's pinned host
+key in every node's known_hosts, under each name it is reached by, so node-to-node ssh never
+prompts and never needs checking turned off.
 
 The cluster key is made on the controller once (`.nodeprep/cluster_key/`) and is the only
 private key that ever leaves it."""
@@ -75,8 +76,11 @@ def known_hosts_lines(run) -> list[str]:
 def steps(ctx):
     run, mesh = ctx.run, ctx.vars["ssh_mesh"]
     # In --check mode the keys may not exist yet: plan with what there is.
-    keys = [k for k in (_pub(run.shared["controller_key"]),
-                        _pub(run.shared["cluster_key"]) if mesh else None) if k]
+    # The key this run connects with stays authorized: rewriting the block must never lock
+    # nodeprep out (e.g. after --ask-pass installed access, or when controller_key changes).
+    login = _pub(Path(ctx.host.key).expanduser()) if ctx.host.key else None
+    keys = list(dict.fromkeys(k for k in (_pub(run.shared["controller_key"]), login,
+                                          _pub(run.shared["cluster_key"]) if mesh else None) if k))
     out = [FileBlock("~/.ssh/authorized_keys", "ssh_keys", "\n".join(keys) + "\n", mode=0o600)]
     if mesh and run.shared["cluster_key"].exists():
         private = run.shared["cluster_key"].read_text()

@@ -222,6 +222,11 @@ def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settin
     labmod.disable_password(lab, 1)
     code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)
     assert code == 0 and rep["nodes"]["worker-1"]["status"] == "ok"   # the key works now
+    # Another controller key rewrites the block, but the key nodeprep logs in with stays.
+    code, rep, _ = prov(roles="ssh_keys", capsys=capsys)
+    assert code == 0 and rep["nodes"]["worker-1"]["status"] == "changed"
+    code, rep, _ = prov(roles="ssh_keys", capsys=capsys)
+    assert code == 0 and rep["nodes"]["worker-1"]["status"] == "ok"
 
 
 def test_nccl_libraries_checked_per_node(prov, lab, lab_ssh, capsys):

@@ -35,7 +35,7 @@ def freeze(rep, node):
 
 def test_stack_installed_offline_then_nothing_pushed(run, lab, lab_ssh, capsys):
     code, rep, _ = run(capsys=capsys)
-    assert code == 0, rep
+    assert code == 0, {n: (r["status"], r.get("message")) for n, r in rep["nodes"].items()}
     for n in lab.nodes:
         f = freeze(rep, n.name)
         assert (f["torch"], f["deepspeed"], f["numpy"]) == ("2.13.0+cpu", "0.19.8", "2.4.6")
