@@ -94,7 +94,11 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
     if not differ:
         return
     token = secrets.token_hex(6)
-    changes = [(st, action_for(st, facts)) for st, _c in differ]
+    changes, view = [], dict(facts)
+    for st, _c in differ:     # each action planned on the node as the earlier ones leave it
+        changes.append((st, action_for(st, view)))
+        if st.after:
+            view.update(st.after(view))
     rereads = list(dict.fromkeys(r for st, _c in differ for r in st.reads))
     r = session.run(apply_script(changes, rereads, token),
                     label=f"apply {len(changes)} step(s): " + ", ".join(s.name for s, _ in changes)[:250],

@@ -34,6 +34,9 @@ class Step:
     secrets: list[str] = field(default_factory=list)  # values never to show
     # Controller-side work before the node's batched command, e.g. SFTP uploads: f(session, facts)
     before: Callable | None = None
+    # The facts as this step's action leaves them ({key: value}), so a later step of the same
+    # batch on the same file (two roles' blocks in one env file) plans on top of it.
+    after: Callable[[dict], dict] | None = None
 
 
 def _diff(path: str, old: str | None, new: str) -> str:
@@ -55,7 +58,12 @@ def FileContent(path: str, content: str, mode: int = 0o644, secrets=()) -> Step:
         return Check(True)
 
     return Step(f"file.content {path}", [req], check, write_script(path, content, mode),
-                secrets=list(secrets))
+                secrets=list(secrets), after=lambda facts: {f"file:{path}": _written(content, mode)})
+
+
+def _written(content: str, mode: int) -> dict:
+    return {"exists": True, "mode": mode, "size": len(content.encode("utf-8", "surrogateescape")),
+            "content": content}
 
 
 def begin_marker(name: str, comment: str = "#") -> str:
@@ -109,7 +117,12 @@ def FileBlock(path: str, name: str, body: str, mode: int | None = None, where: s
         f = facts[f"file:{path}"]
         return write_script(path, wanted(f), mode if mode is not None else (f["mode"] or 0o644))
 
-    return Step(f"file.block {path} [{name}]", [req], check, action, secrets=list(secrets))
+    def after(facts):
+        f = facts[f"file:{path}"]
+        return {f"file:{path}": _written(wanted(f), mode if mode is not None else (f["mode"] or 0o644))}
+
+    return Step(f"file.block {path} [{name}]", [req], check, action, secrets=list(secrets),
+                after=after)
 
 
 def action_for(step: Step, facts: dict) -> str | None:

@@ -127,3 +127,16 @@ def test_unpinned_requirement_is_refused_before_any_node(run, lab, tmp_path, cap
 def test_venv_path_home_itself_is_refused(run, capsys):
     code, _rep, err = run("venv_path=~/", capsys=capsys)
     assert code == 2 and "must be a directory of its own" in err
+
+
+def test_two_roles_blocks_in_one_new_env_file(lab, lab_settings, lab_ssh, capsys):
+    env = Path(lab.nodes[0].home) / ".nodeprep" / "env.sh"
+    env.unlink()
+    code = api.provision(str(lab.inventory), "worker-0", "shell,nccl,venv", False, False, True, False,
+                         ["nccl_env={NCCL_DEBUG: WARN}"], lab_settings)
+    rep = json.loads(capsys.readouterr().out)
+    assert code == 0, rep
+    text = env.read_text()
+    assert "export NCCL_DEBUG=WARN" in text and f"export PATH={VENV}/bin" in text
+    r = lab_ssh(0, "echo $NCCL_DEBUG; command -v python")
+    assert r.stdout.split() == ["WARN", f"{VENV}/bin/python"]

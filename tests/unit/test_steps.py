@@ -142,3 +142,22 @@ def test_nccl_env_block_quotes_and_keeps_node_ld_path():
                          env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}, capture_output=True,
                          text=True).stdout
     assert out == "/opt/a b/lib:/usr/local/cuda/lib64|INFO;rm\n"
+
+
+def test_two_blocks_in_one_new_file_in_one_batch(tmp_path):
+    """Two roles' blocks in the same (missing) file, applied in one batch: the second action is
+    planned on top of the first, so both blocks end up in the file."""
+    from nodeprep.provision import apply_script
+    path = str(tmp_path / "env.sh")
+    a, b = steps.FileBlock(path, "nccl", "export A=1\n"), steps.FileBlock(path, "venv", "export B=2\n")
+    facts = {f"file:{path}": {"exists": False, "mode": None, "size": 0, "content": None}}
+    view, changes = dict(facts), []
+    for st in (a, b):
+        changes.append((st, steps.action_for(st, view)))
+        view.update(st.after(view))
+    script = apply_script(changes, [], "tok")
+    subprocess.run(["/bin/sh", "-c", script], check=True, capture_output=True)
+    text = (tmp_path / "env.sh").read_text()
+    assert "export A=1" in text and "export B=2" in text
+    new = {f"file:{path}": {"exists": True, "mode": 0o644, "size": len(text), "content": text}}
+    assert a.check(new).ok and b.check(new).ok
