@@ -71,6 +71,23 @@ def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False
     _done(api.provision(inventory, limit, roles, check, diff, json, ask_pass, set, _settings(c)))
 
 
+@task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
+            "limit": "only these nodes: ranges, globs, groups; !x excludes",
+            "json": "print {ok, drift, unreachable, checks} as JSON",
+            "deep": "re-import torch on every node instead of using its cached answer",
+            "workdir": "job directory that must exist on every node (the launchers cd into it)",
+            "port": "master port that must be free on the head node (0: skip)",
+            "baseline": "report what changed since this fingerprint file",
+            "save_baseline": "write the fleet's fingerprint to this file",
+            "mesh": "ssh pairs to try: full (every ordered pair), head (head <-> every node), "
+                    "auto (full up to 4 nodes; default)"})
+def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir=None, port=29500,
+                  baseline=None, save_baseline=None, mesh="auto"):
+    """Prove the nodes are the same where training cares; show drift grouped by value."""
+    _done(api.verify_parity(inventory, limit, json, deep, workdir, int(port) or None, baseline,
+                            save_baseline, mesh, _settings(c)))
+
+
 @task(iterable=["node"],
       help={"torch": "torch release, e.g. 2.5.1 or 2.13.0",
             "node": "NAME:driver=535.104.05,gpus=8x8.0 (or gpu=8.0+9.0, gpu=A100, arch=aarch64), "
@@ -115,4 +132,4 @@ lab.add_task(lab_down, "down")
 lab.add_task(lab_status, "status")
 hosts = Collection("hosts")
 hosts.add_task(hosts_forget, "forget")
-ns = Collection(facts, provision, torch_plan, demo, test, lab, hosts)
+ns = Collection(facts, provision, verify_parity, torch_plan, demo, test, lab, hosts)

@@ -17,6 +17,7 @@ MODES = ("auto", "no-pip", "ensurepip")
 
 
 def validate(run):
+    pystack.requirement_pins(run)
     for node, v in run.vars.items():
         parts = [x for x in posixpath.normpath(v["venv_path"]).split("/") if x not in ("", "~", ".")]
         if not parts or ".." in parts:
@@ -29,7 +30,7 @@ def validate(run):
                              file=file, line=line)
 
 
-FACTS = ["python", "user", "os"]
+FACTS = ["python", "user", "os", "gpus"]
 
 
 def reads(ctx):
@@ -89,7 +90,8 @@ def steps(ctx):
                f"rm -rf {rpath(venv)}; fi; ")
     out.append(Step(f"venv.create {venv}", [("venv", venv)], exists,
                     replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"])))
-    manifest = run.shared.get("manifests", {}).get(ctx.name)
+    pystack.wheelhouse_manifests(run)      # no-op when the wheelhouse role already did it
+    manifest = run.shared["manifests"].get(ctx.name)
     if manifest:
         lock = manifest[1]["lock"]
 

@@ -5,31 +5,18 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from pathlib import Path
 
 from nodeprep import pystack
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.remote import rpath
-from nodeprep.report import StepResult
-from nodeprep.settings import ROOT
 from nodeprep.steps import Check, FileContent, Step
-from nodeprep.wheelhouse import Wheelhouse, read_requirements
 
 SUMS = "SHA256SUMS"
 
 
-def _req_paths(run, v) -> list[Path]:
-    base = Path(run.inventory.path).parent if run.inventory.path else ROOT
-    out = []
-    for p in v["python_requirements"]:
-        p = Path(p).expanduser()
-        out.append(p if p.is_absolute() else (base / p if (base / p).exists() else ROOT / p))
-    return out
-
-
 def validate(run):
     first = next(iter(run.vars.values()))
-    run.shared["pins"] = read_requirements(_req_paths(run, first))
+    pystack.requirement_pins(run)
     for pin in first["wheel_builds"] or {}:
         if pin.split("==")[0].strip() and "==" not in pin:
             file, line = run.origin(next(iter(run.vars)), "wheel_builds")
@@ -46,45 +33,8 @@ def reads(ctx):
 
 
 def controller(run):
-    """Build and download once per platform; in --check mode only say what would happen."""
-    first = next(iter(run.vars.values()))
-    plan = pystack.torch_plan(run)
-    index = ["--extra-index-url", plan.index_url] if plan and plan.index_url else []
-    pins = run.shared["pins"] + ([plan.requirement] if plan else [])
-    house = run.shared.setdefault("wheelhouse", Wheelhouse(run.settings.state / "wheelhouse"))
-    manifests = run.shared.setdefault("manifests", {})
-    # A node on another Python than the fleet is failed by the venv role (naming both
-    # versions); resolving wheels for its platform would only add a second, confusing error.
-    fleet_py = pystack.fleet_python(run)
-    platforms = {n: pystack.platform(f) for n, f in run.facts.items()
-                 if f.get("python") and f["python"]["version"] == fleet_py}
-    errors = run.shared.setdefault("wheelhouse_errors", {})
-    pins = pins + list(first["wheel_builds"] or {})
-    built = None if run.check else house.build(first["wheel_builds"], plan.requirement if plan else None,
-                                               index)
-    results = []
-    for p in sorted(set(platforms.values()), key=lambda p: p.key):
-        if run.check:   # plan from the cache when it matches; never download in --check
-            m = house.cached(p, pins, index)
-            if m is None:
-                results.append(StepResult(f"wheelhouse.download {p.key}", "changed",
-                                          "would resolve and download"))
-                continue
-        else:
-            before = house.downloads.get(p.key, 0)
-            try:
-                m = house.resolve(p, pins, index, [built])
-            except NodeprepError as e:   # fails this platform's nodes, not the whole fleet
-                results.append(StepResult(f"wheelhouse.download {p.key}", "failed", str(e)))
-                errors.update({n: str(e) for n, q in platforms.items() if q == p})
-                continue
-        fresh = not run.check and house.downloads.get(p.key, 0) > before
-        results.append(StepResult(f"wheelhouse.download {p.key}", "changed" if fresh else "ok",
-                                  f"{len(m['files'])} wheels " + ("downloaded" if fresh else "cached")))
-        for node, q in platforms.items():
-            if q == p:
-                manifests[node] = (house.root / p.key, m)
-    return results
+    """Build and download once per platform; in --check mode only from the cache."""
+    return pystack.wheelhouse_manifests(run)
 
 
 def _sums(text: str | None) -> dict[str, str]:

@@ -132,6 +132,16 @@ def provision(spec=None, limit=None, roles=None, check=False, diff=False, json_m
     return run(inv, hosts, settings, roles, check, diff, json_mode, _password(ask_pass))
 
 
+@cli
+def verify_parity(spec=None, limit=None, json_mode=False, deep=False, workdir=None, port=29500,
+                  baseline=None, save_baseline=None, mesh="auto", settings: Settings = Settings()) -> int:
+    from . import verify
+    if mesh not in ("auto", "full", "head"):
+        raise InputError(f"--mesh {mesh!r}: expected auto, full or head")
+    inv, hosts = _hosts(spec, limit, settings)
+    return verify.run(inv, hosts, settings, json_mode, deep, workdir, port, baseline, save_baseline, mesh)
+
+
 # -- lab ----------------------------------------------------------------------------------------
 
 @cli

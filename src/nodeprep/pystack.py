@@ -97,3 +97,66 @@ def _register():
 
 
 _register()
+
+
+def requirement_pins(run) -> list[str]:
+    """The pinned lines of `python_requirements` (relative paths: beside the inventory, then in
+    the nodeprep checkout); InputError with file:line for anything unpinned. Called from the
+    roles' validate(), so bad input stops the run before any node is touched."""
+    if "pins" not in run.shared:
+        from pathlib import Path
+
+        from .settings import ROOT
+        from .wheelhouse import read_requirements
+        first = next(iter(run.vars.values()))
+        base = Path(run.inventory.path).parent if run.inventory.path else ROOT
+        paths = [Path(p).expanduser() for p in first["python_requirements"]]
+        paths = [p if p.is_absolute() else (base / p if (base / p).exists() else ROOT / p) for p in paths]
+        run.shared["pins"] = read_requirements(paths)
+    return run.shared["pins"]
+
+
+def wheelhouse_manifests(run) -> list:
+    """Once per run: resolve (or, in --check, look up) the wheelhouse of every node platform;
+    fills run.shared["manifests"] {node: (dir, manifest)} and run.shared["wheelhouse_errors"].
+    Shared by the wheelhouse role (push) and the venv role (what to install), so either works
+    alone with --roles. Returns the controller step results (once)."""
+    if "manifests" in run.shared:
+        return []
+    from .errors import NodeprepError
+    from .report import StepResult
+    from .wheelhouse import Wheelhouse
+    first = next(iter(run.vars.values()))
+    plan = torch_plan(run)
+    index = ["--extra-index-url", plan.index_url] if plan and plan.index_url else []
+    pins = requirement_pins(run) + ([plan.requirement] if plan else []) + list(first["wheel_builds"] or {})
+    house = Wheelhouse(run.settings.state / "wheelhouse")
+    manifests = run.shared["manifests"] = {}
+    errors = run.shared["wheelhouse_errors"] = {}
+    # A node on another Python than the fleet is failed by the venv role (naming both
+    # versions); resolving wheels for its platform would only add a second, confusing error.
+    fleet_py = fleet_python(run)
+    platforms = {n: platform(f) for n, f in run.facts.items()
+                 if f.get("python") and f["python"]["version"] == fleet_py}
+    built = None if run.check else house.build(first["wheel_builds"], plan.requirement if plan else None,
+                                               index)
+    results = []
+    for p in sorted(set(platforms.values()), key=lambda p: p.key):
+        name = f"wheelhouse.download {p.key}"
+        if run.check:   # plan from the cache when it matches; never download in --check
+            m = house.cached(p, pins, index)
+            if m is None:
+                results.append(StepResult(name, "changed", "would resolve and download"))
+                continue
+        else:
+            try:
+                m = house.resolve(p, pins, index, [built])
+            except NodeprepError as e:   # fails this platform's nodes, not the whole fleet
+                results.append(StepResult(name, "failed", str(e)))
+                errors.update({n: str(e) for n, q in platforms.items() if q == p})
+                continue
+        fresh = house.downloads.get(p.key, 0) > 0
+        results.append(StepResult(name, "changed" if fresh else "ok",
+                                  f"{len(m['files'])} wheels " + ("downloaded" if fresh else "cached")))
+        manifests.update({n: (house.root / p.key, m) for n, q in platforms.items() if q == p})
+    return results

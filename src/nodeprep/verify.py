@@ -1,0 +1,295 @@
+"""`invoke verify-parity`: one batched probe per node (all nodes in parallel), turned into a
+flat fingerprint {key: value} per node, compared by src/nodeprep/parity.py.
+
+`import torch` costs seconds of CPU, so the node caches its torch answer in
+~/.nodeprep/torch_probe.json keyed by torch's version.py (mtime, size) and the NVIDIA driver
+line: it runs again only when torch or the driver changed (or with --deep)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+
+from . import facts as factmod
+from . import pystack, torchplan
+from .facts import fact
+from .redact import is_secret
+from .remote import rpath
+
+CACHE = "~/.nodeprep/torch_probe.json"
+TORCH_PY = r'''
+import json, sys
+import torch
+cuda = torch.version.cuda
+avail = bool(cuda) and torch.cuda.is_available()
+nccl = None
+if cuda:
+    try:
+        v = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception as e:  # an unusable NCCL is a finding, not a crash of the probe
+        nccl = "error: %s" % e
+print(json.dumps({"version": torch.__version__, "cuda": cuda,
+                  "available": avail, "arch_list": torch.cuda.get_arch_list() if cuda else [],
+                  "nccl": nccl, "device_count": torch.cuda.device_count() if avail else 0}))
+'''
+
+
+def _torch_script(arg: str) -> str:
+    venv, deep = arg.split("|", 1)
+    v, cache = rpath(venv), rpath(CACHE)
+    # Line 1 of the cache is its key, line 2 the answer.
+    return ((f"rm -f {cache}; " if deep == "deep" else "") +
+            f"t=$(ls -d {v}/lib/python*/site-packages/torch 2>/dev/null | head -n 1); "
+            "[ -n \"$t\" ] || { echo MISSING; exit 0; }; "
+            "k=\"$(stat -c %Y:%s \"$t/version.py\") $(head -n 1 /proc/driver/nvidia/version 2>/dev/null)\"; "
+            f"if [ -f {cache} ] && [ \"$(head -n 1 {cache})\" = \"$k\" ]; then tail -n 1 {cache}; "
+            f"else mkdir -p \"$(dirname {cache})\" && {{ printf '%s\\n' \"$k\"; "
+            f"{v}/bin/python -I -c {shlex.quote(TORCH_PY)}; }} > {cache}.tmp && "
+            f"mv -f {cache}.tmp {cache} && tail -n 1 {cache}; fi")
+
+
+@fact("torch_build", _torch_script)
+def _torch_build(text: str, rc: int):
+    """torch as the venv sees it: version, cuda, nccl, is_available, arch list (None if absent)."""
+    lines = text.strip().splitlines()
+    if not lines or lines[-1] == "MISSING":
+        return None
+    for line in reversed(lines):      # import warnings may precede the JSON line
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": lines[-1][:200]}
+
+
+@fact("port_listening", lambda port: f"ss -Hltn 'sport = :{int(port)}' 2>/dev/null | head -n 1")
+def _port(text: str, rc: int) -> bool:
+    return bool(text.strip())
+
+
+def _mesh_script(peers: list[str]) -> str:
+    # Every peer in parallel; BatchMode + StrictHostKeyChecking=yes: a prompt or an unknown key
+    # counts as a failure, exactly what pdsh/mpirun would hit.
+    lines = [f"( ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 {shlex.quote(p)} "
+             f"true </dev/null >/dev/null 2>/tmp/.np_mesh_$$_{i}; echo \"{p} $?\" ) &"
+             for i, p in enumerate(peers)]
+    return "\n".join(lines) + "\nwait\n" + "".join(
+        f"[ -s /tmp/.np_mesh_$$_{i} ] && sed 's/^/{p}: /' /tmp/.np_mesh_$$_{i} | tail -n 1; "
+        f"rm -f /tmp/.np_mesh_$$_{i}\n" for i, p in enumerate(peers))
+
+
+def mesh_pairs(names: list[str], mode: str = "auto") -> dict[str, list[str]]:
+    """Who checks whom. full: every ordered pair (N*N handshakes); head: the head node to every
+    node and every node to the head (what pdsh/mpirun/the DeepSpeed runner use; 2N);
+    auto: full up to 4 nodes, head beyond, so the check stays O(N) on big fleets."""
+    if mode == "full" or (mode == "auto" and len(names) <= 4):
+        return {a: list(names) for a in names}
+    head = names[0]
+    return {a: (list(names) if a == head else [a, head]) for a in names}
+
+
+def parse_mesh(text: str) -> dict[str, tuple[int, str]]:
+    out: dict[str, tuple[int, str]] = {}
+    errs: dict[str, str] = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 2 and f[1].isdigit():
+            out[f[0]] = (int(f[1]), "")
+        elif ": " in line:
+            peer, _, msg = line.partition(": ")
+            errs[peer] = msg
+    return {p: (rc, errs.get(p, "")) for p, (rc, _m) in out.items()}
+
+
+def _env_lines(text: str | None, export: bool) -> dict[str, str]:
+    out = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if export:
+            if not line.startswith("export "):
+                continue
+            line = line[len("export "):]
+        if "=" in line and not line.startswith("#"):
+            k, _, v = line.partition("=")
+            out[k.strip()] = v
+    return out
+
+
+def _hide(k: str, v):
+    if v is not None and is_secret(k):
+        return "sha256:" + hashlib.sha256(str(v).encode()).hexdigest()[:12]
+    return v
+
+
+def requests(v: dict, deep: bool, workdir: str | None, port: int | None) -> list:
+    reqs = ["python", "os", "login_shell", "user", "interfaces", "gpus",
+            ("venv", v["venv_path"]), ("torch_build", f"{v['venv_path']}|{'deep' if deep else ''}"),
+            ("file", "~/.deepspeed_env"), ("file", v["env_file"])]
+    if workdir:
+        reqs.append(("dir", workdir))
+    if port:
+        reqs.append(("port_listening", port))
+    return reqs
+
+
+def fingerprint(host, v: dict, f: dict, path_seen: str | None, workdir: str | None) -> dict:
+    """The node's facts as flat comparable keys."""
+    fp: dict = {}
+    venv = f.get(f"venv:{v['venv_path']}") or {}
+    here = pystack.venv_path(v, f) if f.get("user") else None
+    fp["python.path"] = f"{here}/bin/python" if venv.get("exists") else None
+    fp["python.version"] = venv.get("python")
+    for name, version in (venv.get("packages") or {}).items():
+        fp[f"pkg.{name}"] = version
+    t = f.get(f"torch_build:{v['venv_path']}|") or f.get(f"torch_build:{v['venv_path']}|deep")
+    g = f.get("gpus") or {}
+    caps = sorted({d["capability"] for d in g.get("devices", []) if d.get("capability")})
+    if t:
+        fp["torch.version"], fp["torch.cuda"] = t.get("version"), t.get("cuda")
+        fp["torch.nccl"], fp["torch.cuda_available"] = t.get("nccl"), t.get("available")
+        archs = [a for a in t.get("arch_list", [])]
+        fp["torch.covers_gpus"] = all(_covered(archs, c) for c in caps) if caps else None
+    fp["cpu.arch"] = f["os"]["arch"]
+    fp["os.release"], fp["os.kernel"] = f["os"]["release"], f["os"]["kernel"]
+    fp["gpu.count"], fp["gpu.driver"] = g.get("count", 0), g.get("driver")
+    fp["gpu.models"] = ", ".join(sorted({d["name"] for d in g.get("devices", [])})) or None
+    fp["shell.login"] = f.get("login_shell")
+    fp["shell.noninteractive_python"] = path_seen
+    ds = f.get("file:~/.deepspeed_env") or {}
+    fp["env.deepspeed_env"] = "present" if ds.get("exists") else None
+    for k, val in _env_lines(ds.get("content"), export=False).items():
+        fp[f"env.deepspeed.{k}"] = _hide(k, val)
+    for k, val in _env_lines((f.get(f"file:{v['env_file']}") or {}).get("content"), export=True).items():
+        fp[f"env.shell.{k}"] = _hide(k, val)
+    fp["net.interfaces"] = ",".join(sorted(n for n in (f.get("interfaces") or {}) if n != "lo"))
+    if workdir:
+        fp["job.workdir_exists"] = f.get(f"dir:{workdir}") is not None
+    return fp
+
+
+def _covered(archs: list[str], cap: str) -> bool:
+    sms = [f"{a[3:-1]}.{a[-1]}" for a in archs if a.startswith("sm_")]
+    ptx = any(a.startswith("compute_") for a in archs)
+    return torchplan.covers(sms, ptx, cap)
+
+
+def gather_node(session, v: dict, deep: bool, workdir: str | None, port: int | None) -> dict:
+    f = factmod.gather(session, requests(v, deep, workdir, port), v)
+    # What a launcher's non-interactive ssh shell sees: the login shell itself, no wrapper.
+    r = session.conn.run("which python", hide=True, warn=True, in_stream=False, timeout=30)
+    seen = r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else None
+    return {"facts": f, "python_seen": seen}
+
+
+SEVERITY = {"os.kernel": "warning", "os.release": "warning", "gpu.driver": "warning",
+            "net.interfaces": "info"}
+
+
+def ifname_matches(spec: str, names: list[str]) -> bool:
+    """NCCL_SOCKET_IFNAME grammar: `^a,b` excludes, `=a,b` exact, else prefixes."""
+    names = [n for n in names if n != "lo"] if not spec.lstrip("^=").startswith("lo") else names
+    if spec.startswith("^"):
+        bad = [p for p in spec[1:].split(",") if p]
+        return any(not any(n.startswith(b.lstrip("=")) for b in bad) for n in names)
+    if spec.startswith("="):
+        return any(n in spec[1:].split(",") for n in names)
+    return any(n.startswith(p) for p in spec.split(",") if p for n in names)
+
+
+def checks_for(host, v: dict, f: dict, fp: dict, is_head: bool, workdir, port) -> list[dict]:
+    out = []
+
+    def bad(key, msg, severity="error"):
+        out.append({"node": host.name, "key": key, "message": msg, "severity": severity})
+    g = f.get("gpus") or {}
+    if g.get("error"):
+        bad("gpu", f"nvidia-smi: {g['error'][:120]}")
+    if g.get("count") and host.slots and g["count"] != host.slots:
+        bad("gpu.count", f"{g['count']} GPUs but the inventory gives it {host.slots} slots")
+    if fp.get("torch.covers_gpus") is False:
+        bad("torch.covers_gpus", "torch.cuda.get_arch_list() lacks this node's GPU capability")
+    if g.get("count") and fp.get("torch.cuda_available") is False:
+        bad("torch.cuda_available", "torch.cuda.is_available() is False on a GPU node")
+    if fp.get("python.path") is None:
+        bad("python.path", f"no venv at {v['venv_path']} (run `invoke provision`)")
+    elif fp.get("shell.noninteractive_python") != fp["python.path"]:
+        bad("shell.noninteractive_python", f"a non-interactive ssh shell finds "
+            f"{fp.get('shell.noninteractive_python') or 'no python'}, not {fp['python.path']}")
+    spec = fp.get("env.deepspeed.NCCL_SOCKET_IFNAME") or fp.get("env.shell.NCCL_SOCKET_IFNAME")
+    if spec and not ifname_matches(spec.strip("'\""), list(f.get("interfaces") or {})):
+        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} matches no interface here "
+            f"({', '.join(f.get('interfaces') or {})})")
+    if workdir and fp.get("job.workdir_exists") is False:
+        bad("job.workdir", f"{workdir} does not exist (the launchers cd into it on every node)")
+    if is_head and port and f.get(f"port_listening:{port}"):
+        bad("net.master_port", f"port {port} is already in use on the head node")
+    return out
+
+
+GPU_KEYS = ("gpu.", "torch.cuda_available", "torch.covers_gpus")
+
+
+def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
+    """GPU keys are compared among the GPU nodes only: a node the inventory marks cpu_only is
+    meant to differ there."""
+    from . import parity
+    is_gpu = lambda k: k.startswith(GPU_KEYS)
+    rest = {n: {k: v for k, v in fp.items() if not is_gpu(k)} for n, fp in fps.items()}
+    report = parity.compare(rest, SEVERITY, checks, unreachable, order=order)
+    gpu = {n: {k: v for k, v in fp.items() if is_gpu(k)} for n, fp in fps.items() if n not in cpu_only}
+    if gpu:
+        g = parity.compare(gpu, SEVERITY, (), None, order=[n for n in order if n in gpu])
+        report.drift = sorted(report.drift + g.drift,
+                              key=lambda d: (parity.SEVERITIES.index(d.severity), d.key))
+        report.compared_keys += g.compared_keys
+        report.ok = report.ok and g.ok
+    return report
+
+
+def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29500,
+        baseline=None, save_baseline=None, mesh="auto") -> int:
+    import sys
+
+    from . import parity
+    from .executor import Fleet
+    from .report import Display
+    v_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
+    head = hosts[0].name
+    display = Display.auto(to_stderr=True, quiet=True)
+    with Fleet(hosts, settings, "verify", display) as fleet:
+        got = fleet.map(lambda s: gather_node(s, v_of[s.name], deep, workdir,
+                                              port if s.name == head else None), "probe")
+        names = [h.name for h in inv.hosts]
+        pairs = mesh_pairs(names, mesh)
+        mesh = fleet.map(lambda s: parse_mesh(s.run(_mesh_script(pairs[s.name]), timeout=60,
+                                                    label="ssh mesh").stdout), "mesh")
+        results = fleet.results
+    fps, checks = {}, []
+    for h in hosts:
+        if h.name not in got or results[h.name].status in ("failed", "unreachable"):
+            continue
+        f = got[h.name]["facts"]
+        fps[h.name] = fingerprint(h, v_of[h.name], f, got[h.name]["python_seen"], workdir)
+        checks += checks_for(h, v_of[h.name], f, fps[h.name], h.name == head, workdir, port)
+        for peer, (rc, err) in sorted(mesh.get(h.name, {}).items()):
+            if rc != 0:
+                checks.append({"node": h.name, "key": "ssh.mesh",
+                               "message": f"{h.name} -> {peer} failed (exit {rc})" + (f": {err}" if err else ""),
+                               "severity": "error"})
+    unreachable = {n: r.message for n, r in results.items() if r.status in ("failed", "unreachable")}
+    if baseline:
+        old, _meta = parity.baseline_read(baseline)
+        report = parity.against_baseline(fps, old, SEVERITY, unreachable, order=[h.name for h in hosts])
+        report.checks += checks
+        report.ok = report.ok and not any(c["severity"] == "error" for c in checks)
+    else:
+        report = compare_fleet(fps, {h.name for h in hosts if v_of[h.name].get("cpu_only")},
+                               checks, unreachable, [h.name for h in hosts])
+    if save_baseline:
+        parity.fingerprint_file_write(save_baseline, fps, {"inventory": inv.name})
+    if json_mode:
+        print(json.dumps(report.as_dict(), indent=2, default=str))
+    else:
+        print(parity.render(report, color=sys.stdout.isatty()).rstrip("\n"))
+        if mesh != "full" and len(names) > 4:
+            print(f"(ssh mesh checked head <-> every node; --mesh full checks all {len(names)}x{len(names)} pairs)")
+    return 0 if report.ok else 1
