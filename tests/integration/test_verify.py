@@ -1,0 +1,158 @@
+"""verify-parity on the provisioned lab through real sshd: parity on a fresh fleet, and each
+hand-made difference on ONE node detected with the node and key named."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nodeprep import api, lab as labmod
+
+VENV = "/home/nodeprep/.nodeprep/venv"
+
+
+@pytest.fixture(scope="module")
+def fleet(lab, lab_settings, lab_up, tmp_path_factory):
+    """The whole site applied with one set of settings, so the fleet is in parity."""
+    lab_up()
+    ctl = tmp_path_factory.mktemp("ctl")
+    sets = [f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config"]
+
+    def provision():
+        code = api.provision(str(lab.inventory), None, None, False, False, False, False, sets, lab_settings)
+        assert code == 0
+    provision()
+    return provision
+
+
+def verify(lab, settings, capsys, inventory=None, **kw):
+    code = api.verify_parity(str(inventory or lab.inventory), None, True, settings=settings, **kw)
+    out = capsys.readouterr()
+    return code, json.loads(out.out)
+
+
+def drift_of(rep) -> dict:
+    return {d["key"]: {tuple(g["nodes"]): g["value"] for g in d["groups"]} for d in rep["drift"]}
+
+
+def test_fresh_fleet_is_in_parity(fleet, lab, lab_settings, capsys):
+    code, rep = verify(lab, lab_settings, capsys)
+    assert code == 0, rep
+    assert rep["ok"] is True and rep["drift"] == [] and rep["unreachable"] == {}
+    assert rep["compared_keys"] > 30
+    code = api.verify_parity(str(lab.inventory), None, False, settings=lab_settings)
+    assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1].startswith("PARITY OK: 3 nodes")
+
+
+def test_other_package_version_on_one_node(fleet, lab, lab_settings, lab_ssh, capsys, tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(tmp_path),
+                    "einops==0.8.1"], check=True, capture_output=True)
+    whl = next(tmp_path.glob("einops-0.8.1-*.whl"))
+    shutil.copy(whl, Path(lab.nodes[2].home) / whl.name)
+    r = lab_ssh(2, f"{VENV}/bin/python -m pip install -q --no-index ~/{whl.name}")
+    assert r.returncode == 0, r.stderr
+    try:
+        code, rep = verify(lab, lab_settings, capsys)
+    finally:
+        fleet()
+    assert code == 1 and rep["ok"] is False
+    assert drift_of(rep) == {"pkg.einops": {("worker-0", "worker-1"): "0.8.2", ("worker-2",): "0.8.1"}}
+
+
+def test_changed_and_missing_deepspeed_env_lines(fleet, lab, lab_settings, capsys):
+    env = Path(lab.nodes[1].home) / ".deepspeed_env"
+    good = env.read_text()
+    lines = good.splitlines(True)
+    env.write_text("".join(ln for ln in lines if not ln.startswith("PATH=")) + "EXTRA=1\n")
+    try:
+        code, rep = verify(lab, lab_settings, capsys)
+    finally:
+        env.write_text(good)
+    assert code == 1
+    d = drift_of(rep)
+    assert set(d) == {"env.deepspeed.EXTRA", "env.deepspeed.PATH"}
+    assert d["env.deepspeed.EXTRA"] == {("worker-0", "worker-2"): None, ("worker-1",): "1"}
+    assert d["env.deepspeed.PATH"][("worker-1",)] is None
+
+
+def test_other_login_shell_on_one_node(fleet, lab, lab_settings, lab_restore, capsys):
+    node_dir = Path(lab.nodes[0].home).parent
+    subprocess.run(["usermod", "--prefix", str(node_dir), "--shell", "/usr/bin/zsh", lab.user], check=True)
+    code, rep = verify(lab, lab_settings, capsys)
+    assert code == 1
+    assert drift_of(rep)["shell.login"] == {("worker-1", "worker-2"): "/bin/bash", ("worker-0",): "/usr/bin/zsh"}
+
+
+def test_cluster_key_removed_from_one_node_breaks_named_pairs(fleet, lab, lab_settings, capsys):
+    ak = Path(lab.nodes[1].home) / ".ssh" / "authorized_keys"
+    good = ak.read_text()
+    ak.write_text("".join(ln for ln in good.splitlines(True) if "nodeprep cluster" not in ln))
+    try:
+        code, rep = verify(lab, lab_settings, capsys)
+    finally:
+        ak.write_text(good)
+    assert code == 1
+    failed = sorted(c["message"].split(" failed")[0] for c in rep["checks"] if c["key"] == "ssh.mesh")
+    assert failed == ["worker-0 -> worker-1", "worker-1 -> worker-1", "worker-2 -> worker-1"]
+
+
+def test_venv_at_another_path_on_one_node(fleet, lab, lab_settings, capsys, tmp_path):
+    home = Path(lab.nodes[2].home)
+    (home / ".nodeprep" / "venv").rename(home / "venv2")
+    inv = yaml.safe_load(Path(lab.inventory).read_text())
+    inv["hosts"]["worker-2"]["venv_path"] = "/home/nodeprep/venv2"
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    try:
+        code, rep = verify(lab, lab_settings, capsys, inventory=tmp_path)
+    finally:
+        (home / "venv2").rename(home / ".nodeprep" / "venv")
+    assert code == 1
+    assert drift_of(rep)["python.path"] == {("worker-0", "worker-1"): f"{VENV}/bin/python",
+                                           ("worker-2",): "/home/nodeprep/venv2/bin/python"}
+
+
+def test_down_node_is_unreachable_and_others_compared(fleet, lab, lab_settings, lab_up, capsys):
+    import dataclasses
+    settings = dataclasses.replace(lab_settings, connect_retries=0)
+    labmod.stop_node(lab, 2)
+    try:
+        code, rep = verify(lab, settings, capsys)
+    finally:
+        lab_up()
+    assert code == 1
+    assert list(rep["unreachable"]) == ["worker-2"] and rep["drift"] == []
+    # worker-0 -> worker-2 fails too (it is down), and is named.
+    assert any("-> worker-2" in c["message"] for c in rep["checks"])
+
+
+def test_baseline_reports_what_changed_since(fleet, lab, lab_settings, capsys, tmp_path):
+    base = tmp_path / "fleet.json"
+    code, _rep = verify(lab, lab_settings, capsys, save_baseline=str(base))
+    assert code == 0 and base.exists()
+    env = Path(lab.nodes[0].home) / ".deepspeed_env"
+    good = env.read_text()
+    env.write_text(good + "LATER=1\n")
+    try:
+        code, rep = verify(lab, lab_settings, capsys, baseline=str(base))
+    finally:
+        env.write_text(good)
+    assert code == 1
+    (d,) = rep["drift"]
+    assert d["key"] == "env.deepspeed.LATER"
+    assert [(g["nodes"], g["value"], g.get("label")) for g in d["groups"]] == [
+        (["worker-0"], None, "baseline"), (["worker-0"], "1", "now")]
+    code, rep = verify(lab, lab_settings, capsys, baseline=str(base))
+    assert code == 0
+
+
+def test_bad_baseline_file_is_input_error(lab, lab_settings, capsys, tmp_path):
+    bad = tmp_path / "b.json"
+    bad.write_text("{not json")
+    code = api.verify_parity(str(lab.inventory), None, False, baseline=str(bad), settings=lab_settings)
+    err = capsys.readouterr().err
+    assert code == 2 and str(bad) in err and err.count("\n") == 1
