@@ -105,12 +105,13 @@ def torch_plan(c, torch, node=None, arch=None, index=None, json=False):
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
 def demo(c, nodes=2, keep=True):
     """The main job end to end on the embedded lab: lab.up, facts, provision (twice: the
-    second run must change nothing)."""
+    second run must change nothing), verify-parity."""
     s = _settings(c)
     _done(api.lab_up(int(nodes), "local", s))
     _done(api.facts("local", None, False, s))
     _done(api.provision("local", settings=s))
     _done(api.provision("local", settings=s))
+    _done(api.verify_parity("local", settings=s))
     if not keep:
         _done(api.lab_down("local", False, s))
 
