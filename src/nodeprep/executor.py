@@ -109,7 +109,9 @@ class Session:
             kwargs.update(password=self._password)  # tried after the keys, as OpenSSH does
         delay = s.retry_backoff
         for attempt in range(s.connect_retries + 1):
-            conn = Connection(h.address, user=h.user, port=h.port, config=self._fabric_config,
+            # A Config per connection: Connection.__init__ writes to its config, and a shared
+            # one raced across threads ("No attribute or config key found for 'gateway'").
+            conn = Connection(h.address, user=h.user, port=h.port, config=self._fabric_config.clone(),
                               connect_timeout=s.connect_timeout, connect_kwargs=kwargs)
             hostkeys.attach(conn.client, self.store, s.pin_new_host_keys, on_pin=self._pinned)
             try:
