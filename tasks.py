@@ -88,6 +88,25 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
                             save_baseline, mesh, _settings(c)))
 
 
+@task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
+            "limit": "only these nodes (the first one is the head node)",
+            "launcher": "deepspeed (default), torchrun, mpirun or srun",
+            "payload": "builtin health or ddp, or a script path (its directory is synced)",
+            "timeout": "seconds before every rank is stopped (default: none)",
+            "max_restarts": "torchrun --max-restarts (elastic restarts from the payload's snapshot)",
+            "port": "master / rendezvous port on the head node",
+            "ds_launcher": "DeepSpeed's multinode launcher: pdsh (default) or openmpi",
+            "no_preflight": "skip the checks that catch hangs before launch",
+            "dry_run": "print each node's command and stop"})
+def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=0,
+          max_restarts=0, port=29500, ds_launcher="pdsh", no_preflight=False, dry_run=False):
+    """Start the payload on every node; stop every rank everywhere if one fails. Payload
+    arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
+    args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
+    _done(api.train(inventory, limit, launcher, payload, args, int(timeout) or None,
+                    int(max_restarts), int(port), ds_launcher, not no_preflight, dry_run, _settings(c)))
+
+
 @task(iterable=["node"],
       help={"torch": "torch release, e.g. 2.5.1 or 2.13.0",
             "node": "NAME:driver=535.104.05,gpus=8x8.0 (or gpu=8.0+9.0, gpu=A100, arch=aarch64), "
@@ -133,4 +152,4 @@ lab.add_task(lab_down, "down")
 lab.add_task(lab_status, "status")
 hosts = Collection("hosts")
 hosts.add_task(hosts_forget, "forget")
-ns = Collection(facts, provision, verify_parity, torch_plan, demo, test, lab, hosts)
+ns = Collection(facts, provision, verify_parity, train, torch_plan, demo, test, lab, hosts)

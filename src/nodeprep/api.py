@@ -142,6 +142,23 @@ def verify_parity(spec=None, limit=None, json_mode=False, deep=False, workdir=No
     return verify.run(inv, hosts, settings, json_mode, deep, workdir, port, baseline, save_baseline, mesh)
 
 
+LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")
+
+
+@cli
+def train(spec=None, limit=None, launcher="deepspeed", payload="health", args=(), timeout=None,
+          max_restarts=0, port=29500, ds_launcher="pdsh", preflight=True, dry_run=False,
+          settings: Settings = Settings()) -> int:
+    from . import train as trainmod
+    if launcher not in LAUNCHERS:
+        raise InputError(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+    if ds_launcher not in ("pdsh", "openmpi"):
+        raise InputError(f"--ds-launcher {ds_launcher!r}: expected pdsh or openmpi")
+    inv, hosts = _hosts(spec, limit, settings)
+    return trainmod.run(inv, hosts, settings, launcher, payload, args, timeout, max_restarts, port,
+                        ds_launcher, preflight, dry_run)
+
+
 # -- lab ----------------------------------------------------------------------------------------
 
 @cli

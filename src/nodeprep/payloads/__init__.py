@@ -1,0 +1,20 @@
+"""Built-in training payloads: standalone scripts that run on the nodes, not modules of nodeprep.
+
+They import only the standard library and torch, because they run in the nodes' provisioned
+venv where nodeprep is not installed; `invoke train` copies the file and launches it by path.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+BUILTIN: dict[str, Path] = {
+    "health": _HERE / "health.py",      # init + all_reduce + barrier, one line per rank
+    "ddp": _HERE / "ddp.py",            # tiny DDP trainer with snapshot/resume and failure knobs
+}
+
+
+def path(name: str) -> Path:
+    """The script file of the builtin payload NAME; KeyError if there is none."""
+    return BUILTIN[name]
