@@ -21,7 +21,6 @@ from . import facts as factmod
 from . import launchers, pystack, verify
 from .errors import InputError, NodeprepError
 from .executor import Fleet
-from .remote import rpath
 from .report import Display
 
 JOB_VAR = "PYTHON_NODEPREP_JOB"
