@@ -92,3 +92,43 @@ def test_bad_launcher_and_payload_are_input_errors(lab, lab_settings, capfd):
     assert code == 2 and "--launcher 'ray'" in out
     code, out = train(lab, lab_settings, capfd, "torchrun", "/no/such/script.py")
     assert code == 2 and "not a builtin" in out
+
+
+def test_torchrun_restart_after_sigkill_resumes_from_snapshot(provisioned, lab, lab_settings, capfd):
+    import os
+    import signal
+    import subprocess
+    import threading
+    snap = Path(lab.nodes[0].home) / JOB_DIR / "restart.pt"
+    snap.unlink(missing_ok=True)
+    result = {}
+
+    def go():
+        result["code"] = api.train(str(lab.inventory), NODES, "torchrun", "ddp",
+                                   ["--epochs", "6", "--steps-per-epoch", "5", "--sleep-per-step", "0.3",
+                                    "--snapshot", snap.name], timeout=240, max_restarts=1,
+                                   settings=lab_settings)
+    t = threading.Thread(target=go)
+    t.start()
+    deadline = time.monotonic() + 120
+    while not snap.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert snap.exists(), "no snapshot after the first epoch"
+    # The rank (not the torchrun agent) inside worker-1's network namespace.
+    pids = subprocess.run(["ip", "netns", "pids", lab.nodes[1].netns], capture_output=True,
+                          text=True).stdout.split()
+    ranks = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "ddp.py" in cmd and "torch.distributed.run" not in cmd:
+            ranks.append(int(pid))
+    assert len(ranks) == 1, ranks
+    os.kill(ranks[0], signal.SIGKILL)
+    t.join(300)
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert result.get("code") == 0, text[-3000:]
+    assert "resumed from epoch" in text and "ddp: done epochs=6" in text
