@@ -124,13 +124,17 @@ def torch_plan(c, torch, node=None, arch=None, index=None, json=False):
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
 def demo(c, nodes=2, keep=True):
     """The main job end to end on the embedded lab: lab.up, facts, provision (twice: the
-    second run must change nothing), verify-parity."""
+    second run must change nothing), verify-parity, then train: the health payload with the
+    DeepSpeed launcher and the ddp payload with torchrun."""
     s = _settings(c)
     _done(api.lab_up(int(nodes), "local", s))
     _done(api.facts("local", None, False, s))
     _done(api.provision("local", settings=s))
     _done(api.provision("local", settings=s))
     _done(api.verify_parity("local", settings=s))
+    _done(api.train("local", launcher="deepspeed", payload="health", timeout=300, settings=s))
+    _done(api.train("local", launcher="torchrun", payload="ddp", timeout=300,
+                    args=["--epochs", "2", "--steps-per-epoch", "4"], settings=s))
     if not keep:
         _done(api.lab_down("local", False, s))
 
