@@ -32,7 +32,7 @@ CLEANUP = r'''
 id="$1"; pgs=""
 for p in /proc/[0-9]*; do
   [ "${p#/proc/}" = "$$" ] && continue
-  if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "PYTHON_NODEPREP_JOB=$id"; then
+  if { tr '\0' '\n' < "$p/environ"; } 2>/dev/null | grep -qxF "PYTHON_NODEPREP_JOB=$id"; then
     pg=$(ps -o pgid= -p "${p#/proc/}" 2>/dev/null | tr -d ' ')
     [ -n "$pg" ] && pgs="$pgs $pg"
   fi
@@ -199,13 +199,10 @@ class Job:
     # -- running -----------------------------------------------------------------------------
     def cleanup(self, fleet) -> dict[str, str]:
         script = f"set -- {shlex.quote(self.id)}\n" + CLEANUP
-        out = {}
-        for s in fleet.sessions.values():
-            try:
-                out[s.name] = s.run(script, timeout=30, label="stop job").stdout.strip()
-            except Exception as e:   # a node that died cannot be cleaned; say so, go on
-                out[s.name] = f"cleanup failed: {e}"
-        return out
+        # All nodes at once (a new channel beside the running one); a node that cannot be
+        # reached is marked by the fleet and named in the report.
+        out = fleet.map(lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop")
+        return {n: out.get(n, "cleanup failed: " + fleet.results[n].message) for n in fleet.sessions}
 
     def launch(self, fleet) -> int:
         cmds = self.commands()

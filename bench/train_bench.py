@@ -1,0 +1,183 @@
+"""`invoke train --launcher deepspeed --payload health` on N lab nodes against the bare command a
+user would type once the job dir is in place: `ssh <worker-0> 'cd ~/.nodeprep/jobs/payloads &&
+~/.nodeprep/venv/bin/deepspeed -H hostfile --launcher pdsh ... health.py'` (pinned known_hosts,
+StrictHostKeyChecking=yes). Whole processes, medians of RUNS interleaved rounds (plus one warm-up
+each; order reversed every other round), `invoke train --no-preflight` as a third contender. Issue target: at most 1.2x the bare
+command. Every run must print `health: OK world_size=N`. Setup (untimed, reported): lab up,
+`invoke provision`, one first `invoke train` (puts health.py and the hostfile on the nodes).
+When the target is missed (or with --profile), an instrumented in-process `train` (this file run
+with --child) splits nodeprep's time into process start, connect, facts, preflight mesh, sync,
+launch (the remote deepspeed run), cleanup and close.
+Usage: bench/train_bench.py [NODES=2] [RUNS=5] [--profile]"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lib import ROOT, VENV, bench_lab, bench_lab_down, save, summary, timed
+
+from nodeprep.settings import Settings
+
+TARGET = 1.2
+args = [] if "--child" in sys.argv else [a for a in sys.argv[1:] if not a.startswith("--")]
+nodes = int(args[0]) if args else 2
+runs = int(args[1]) if len(args) > 1 else 5
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def child(inv, preflight):
+    """Run `train` in this process with timers around its stages; print them as JSON."""
+    t_imp = time.perf_counter()
+    from nodeprep import api, executor
+    from nodeprep import train as tr
+    w, t_imp = {}, time.perf_counter() - t_imp
+
+    def wrap(cls, name, key):
+        orig = getattr(cls, name)
+
+        def f(*a, **k):
+            kk, t = key(a, k) if callable(key) else key, time.perf_counter()
+            try:
+                return orig(*a, **k)
+            finally:
+                if kk:
+                    w[kk] = w.get(kk, 0.0) + time.perf_counter() - t
+        setattr(cls, name, f)
+    already = lambda a, k: None if a[0].conn is not None and a[0].conn.is_connected else \
+        f"connect {a[0].name}"
+    wrap(executor.Session, "connect", already)
+    wrap(executor.Session, "run", lambda a, k: f"run '{k.get('label')}' {a[0].name}")
+    wrap(executor.Fleet, "map", lambda a, k: f"map {a[2] if len(a) > 2 else k['stage']} (wall)")
+    wrap(executor.Fleet, "__init__", "Fleet init")
+    wrap(executor.Fleet, "close", "Fleet close")
+    for m, what in (("prepare", "facts+preflight+sync"), ("launch", "run+poll+cleanup"), ("cleanup", "")):
+        wrap(tr.Job, m, f"Job.{m} (wall{', ' + what if what else ''})")
+    t = time.perf_counter()
+    rc = api.train(inv, None, "deepspeed", "health", (), preflight=preflight,
+                   settings=Settings(state_dir=os.environ["INVOKE_NODEPREP_STATE_DIR"]))
+    w["api.train total"] = time.perf_counter() - t
+    w["import nodeprep.api/train"] = t_imp
+    print("PROFILE " + json.dumps(w), file=sys.stderr, flush=True)
+    sys.exit(rc)
+
+
+def profile(inv, env, n=3):
+    out = {}
+    for label, extra in (("train", []), ("train --no-preflight", ["--no-preflight"])):
+        reps = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            r = subprocess.run([str(VENV / "python"), __file__, "--child", str(inv), *extra],
+                               env=env, cwd=ROOT, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            line = [ln for ln in r.stderr.splitlines() if ln.startswith("PROFILE ")]
+            if r.returncode or not line or ok_line() not in r.stdout + r.stderr:
+                raise SystemExit(f"bench: profile child failed ({r.returncode}):\n{r.stderr[-2000:]}")
+            p = json.loads(line[0][8:])
+            p["process wall"] = wall
+            p["outside api.train (interpreter+imports+exit)"] = wall - p["api.train total"]
+            reps.append(p)
+        out[label] = {k: statistics.median(p.get(k, 0.0) for p in reps) for k in reps[0]}
+    return out
+
+
+def ok_line():
+    return f"health: OK world_size={nodes}"
+
+
+def check_ok(out):
+    if ok_line() not in out:
+        raise SystemExit(f"bench: run did not print {ok_line()!r}:\n{out[-2500:]}")
+
+
+def main():
+    tmp = Path(tempfile.mkdtemp(prefix="nodeprep-train-"))
+    results = []
+    try:
+        log(f"train bench: {nodes} nodes, {runs} interleaved rounds, {os.cpu_count()} CPUs")
+        t0 = time.perf_counter()
+        info, settings, env = bench_lab(nodes)
+        log(f"  setup: lab bench up with {nodes} nodes in {time.perf_counter() - t0:.1f} s")
+        inv, head = str(info.inventory), info.nodes[0]
+        prov = [str(VENV / "invoke"), "provision", "--inventory", inv,
+                "--set", f"controller_key={tmp / 'id_ed25519'}",
+                "--set", f"controller_ssh_config={tmp / 'config'}"]
+        log(f"  setup: `invoke provision` {timed(prov, env):.1f} s")
+        train = [str(VENV / "invoke"), "train", "--inventory", inv, "--launcher", "deepspeed",
+                 "--payload", "health"]
+        log(f"  setup: first `invoke train` {timed(train, env, verify=check_ok):.1f} s (syncs health.py)")
+        job = head.home / ".nodeprep" / "jobs" / "payloads"
+        hostfile = (job / "hostfile").read_text()
+        if not (job / "health.py").is_file() or hostfile.count("slots=") != nodes:
+            raise SystemExit(f"bench: no health.py/hostfile in {job}: {hostfile!r}")
+        log(f"  hostfile on {head.name}: {hostfile.strip()!r}")
+        ssh = ["ssh", "-F", "/dev/null", "-i", str(info.key), "-o", f"UserKnownHostsFile={settings.known_hosts}",
+               "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+               f"{info.user}@{head.address}"]
+        bare = ssh + ["cd ~/.nodeprep/jobs/payloads && ~/.nodeprep/venv/bin/deepspeed -H hostfile "
+                      f"--launcher pdsh --master_addr {head.address} --master_port 29500 health.py"]
+        names = {"invoke train": train, "invoke train --no-preflight": train + ["--no-preflight"],
+                 "bare ssh deepspeed -H hostfile": bare}
+        for k, cmd in names.items():   # warm-up, one each
+            timed(cmd, env, verify=check_ok)
+        times, load = {k: [] for k in names}, []
+        for i in range(runs):   # order reversed every other round
+            load.append(float(Path("/proc/loadavg").read_text().split()[0]))
+            for k in (list(names) if i % 2 == 0 else list(names)[::-1]):
+                times[k].append(timed(names[k], env, verify=check_ok))
+            log(f"  round {i + 1} (load {load[-1]:.2f}): " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in times.items()))
+        res = summary(f"deepspeed health on {nodes} lab nodes, {runs} interleaved rounds (whole "
+                      "processes; every run printed health: OK)", times, "bare ssh deepspeed -H hostfile")
+        med = res["medians"]
+        ratio = med["invoke train"] / med["bare ssh deepspeed -H hostfile"]
+        log(f"\n  invoke train / bare: x{ratio:.2f} (target <= {TARGET}x: "
+            f"{'met' if ratio <= TARGET else 'NOT met'}); extra "
+            f"{med['invoke train'] - med['bare ssh deepspeed -H hostfile']:+.2f} s, of which the "
+            f"preflight path {med['invoke train'] - med['invoke train --no-preflight']:+.2f} s")
+        paired = statistics.median(a / b for a, b in zip(times["invoke train"],
+                                                         times["bare ssh deepspeed -H hostfile"]))
+        log(f"  median of the per-round ratios invoke train / bare: x{paired:.2f}; 1-min load "
+            f"average before each round: {' '.join(f'{x:.2f}' for x in load)}")
+        res.update(ratio=ratio, paired_ratio=paired, target=TARGET, met=ratio <= TARGET, load=load)
+        results.append(res)
+        if ratio > TARGET or "--profile" in sys.argv:
+            log("\nprofile (in-process timers around train's stages; medians of 3 each):")
+            prof = profile(inv, env)
+            for label, p in prof.items():
+                log(f"  {label}:")
+                for k, t in sorted(p.items(), key=lambda kv: -kv[1]):
+                    log(f"    {k:<52} {t:7.3f} s")
+            st = {}
+            for k, cmd in {"python -c pass": [str(VENV / "python"), "-c", "pass"],
+                           "invoke --help train (invoke start, tasks import)":
+                               [str(VENV / "invoke"), "--help", "train"],
+                           "ssh <worker-0> true (the bare contender's ssh)": ssh + ["true"]}.items():
+                st[k] = statistics.median(timed(cmd) for _ in range(5))
+            log("  floors (medians of 5):")
+            for k, t in st.items():
+                log(f"    {k:<52} {t:7.3f} s")
+            results.append({"title": "profile", "stages": prof, "floors": st})
+    finally:
+        try:   # ~1 GB of venv+wheelhouse per node: do not leave it in the lab homes
+            for base in (Path(Settings().lab_root) / "bench").glob("worker-*/home/.nodeprep"):
+                for d in ("venv", "wheelhouse", "jobs"):
+                    shutil.rmtree(base / d, ignore_errors=True)
+        finally:
+            bench_lab_down()
+        shutil.rmtree(tmp, ignore_errors=True)
+        log("bench lab down")
+    save(f"train-{nodes}", results)
+
+
+if __name__ == "__main__":
+    if "--child" in sys.argv:
+        child(sys.argv[sys.argv.index("--child") + 1], "--no-preflight" not in sys.argv)
+    main()
