@@ -10,6 +10,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,3 +84,51 @@ def save(name: str, results: list[dict]) -> None:
     path = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nsaved {path.relative_to(ROOT)}")
+
+
+class Foreign:
+    """Mean number of running processes outside this bench (not in a bench-lab netns, not
+    under this process), sampled every 0.5 s: other engineers share this machine's cores."""
+    def __init__(self):
+        self.samples, self.stop = [], threading.Event()
+
+    def _count(self):
+        ours = set()
+        for ns in Path("/run/netns").glob("np-bench-*"):
+            try:
+                ours.add(ns.stat().st_ino)
+            except OSError:
+                pass
+        me, procs = os.getpid(), {}
+        for d in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+                net = os.stat(f"/proc/{d}/ns/net").st_ino
+            except (OSError, ValueError, IndexError):
+                continue
+            procs[int(d)] = (fields[0], int(fields[1]), net)
+
+        def mine(pid):
+            while pid > 1:
+                if pid == me:
+                    return True
+                pid = procs.get(pid, (0, 0))[1]
+            return False
+        return sum(st == "R" and net not in ours and not mine(pid)
+                   for pid, (st, _pp, net) in procs.items())
+
+    def __enter__(self):
+        def loop():
+            while not self.stop.wait(0.5):
+                self.samples.append(self._count())
+        self.t = threading.Thread(target=loop, daemon=True)
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join()
+
+    @property
+    def mean(self):
+        return sum(self.samples) / max(1, len(self.samples))

@@ -14,12 +14,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lib import ROOT, VENV, bench_lab, bench_lab_down, save, summary
+from lib import ROOT, VENV, Foreign, bench_lab, bench_lab_down, save, summary
 
 from nodeprep import lab
 from nodeprep.settings import Settings
@@ -47,47 +46,6 @@ def wipe(info, n):
             os.chown(base, st.st_uid, st.st_gid)
 
 
-class Foreign:
-    """Samples (every 0.5 s) how many processes outside this bench (not in the bench lab's
-    namespaces, not under this process) are running: other engineers' labs share our 2 cores."""
-    def __init__(self, info):
-        self.ours = {os.stat(f"/run/netns/{n.netns}").st_ino for n in info.nodes if n.netns}
-        self.samples, self.stop = [], threading.Event()
-
-    def _count(self):
-        me, procs = os.getpid(), {}
-        for d in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
-                net = os.stat(f"/proc/{d}/ns/net").st_ino
-            except (OSError, ValueError, IndexError):
-                continue
-            procs[int(d)] = (fields[0], int(fields[1]), net)
-
-        def mine(pid):
-            while pid > 1:
-                if pid == me:
-                    return True
-                pid = procs.get(pid, (0, 0))[1]
-            return False
-        return sum(st == "R" and net not in self.ours and not mine(pid)
-                   for pid, (st, _pp, net) in procs.items())
-
-    def __enter__(self):
-        def loop():
-            while not self.stop.wait(0.5):
-                self.samples.append(self._count())
-        self.t = threading.Thread(target=loop, daemon=True)
-        self.t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.t.join()
-
-    @property
-    def mean(self):
-        return sum(self.samples) / max(1, len(self.samples))
 
 
 def provision_cmd(info, tmp):
@@ -217,7 +175,7 @@ def part1(info, settings, env, tmp):
     for i in range(runs):
         for k in (names if i % 2 == 0 else names[::-1]):
             wipe(info, nodes)
-            with Foreign(info) as fg:
+            with Foreign() as fg:
                 if k == names[0]:
                     dt, ph, _ = run_provision(cmd, env)
                 else:
