@@ -257,7 +257,7 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
         timed_stage("which python", lambda s: s.conn.run("which python", hide=True, warn=True,
                                                           in_stream=False, timeout=30))
         mesh = timed_stage("mesh", lambda s: verify.parse_mesh(
-            s.run(verify._mesh_script(pairs[s.name]), timeout=60, label="ssh mesh").stdout))
+            s.run(verify.mesh_script(pairs[s.name]), timeout=60, label="ssh mesh").stdout))
         t0 = time.perf_counter()
         fleet.close()
         w["close"] = time.perf_counter() - t0

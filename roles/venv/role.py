@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections import Counter
 
 from nodeprep import pystack
 from nodeprep.errors import InputError
@@ -37,12 +36,6 @@ def reads(ctx):
     return [("venv", ctx.vars["venv_path"]), ("file", ctx.vars["env_file"])]
 
 
-def _fleet(run, what):
-    """The value most nodes have (for a parity message naming both values)."""
-    values = Counter(what(n, f) for n, f in run.facts.items() if f.get("python"))
-    return values.most_common(1)[0][0] if values else None
-
-
 def create_script(python: str, venv: str, wh: str, mode: str) -> str:
     py, env, house = shlex.quote(python), rpath(venv), rpath(wh)
     nopip = (f"{py} -m venv --without-pip {env} && set -- {house}/pip-*.whl && [ -f \"$1\" ] && "
@@ -66,7 +59,7 @@ def steps(ctx):
         out.append(Step("venv.python_version", ["python"], lambda facts: Check(
             False, f"Python {py['version']} here, {want_py} on the rest of the fleet"), None,
             hint="point `python` at the same version on every node"))
-    want_path = _fleet(run, lambda n, ff: pystack.venv_path(run.vars[n], ff))
+    want_path = pystack.fleet_majority(run, lambda n, ff: pystack.venv_path(run.vars[n], ff))
     here = pystack.venv_path(v, f)
     if here != want_path:
         out.append(Step("venv.path", ["user"], lambda facts: Check(

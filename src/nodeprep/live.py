@@ -1,4 +1,4 @@
-"""Terminal progress: one row per node (stage, step, status), remote lines scrolling above.
+"""Terminal progress: one row per node (stage, status), remote lines scrolling above.
 
 Only imported when the output is a TTY, so pipes and CI never pay for rich."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ class LiveDisplay(Display):
     def start(self, nodes):
         super().start(nodes)
         for n in nodes:
-            self.rows.setdefault(n, ["", "", "waiting", ""])
+            self.rows.setdefault(n, ["", "waiting", ""])
         if self.live is None:
             self.live = Live(self._table(), console=self.console, refresh_per_second=8,
                              transient=False)
@@ -38,14 +38,14 @@ class LiveDisplay(Display):
 
     def _table(self) -> Table:
         t = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-        for col in ("node", "stage", "step", "status", ""):
+        for col in ("node", "stage", "status", ""):
             t.add_column(col, overflow="fold" if not col else "ellipsis")
         # Large fleets: show the unfinished and failed nodes first, cap the height.
-        rows = sorted(self.rows.items(), key=lambda kv: kv[1][2] in ("ok", "changed"))
-        for node, (stage, step, status, msg) in rows[:40]:
-            t.add_row(node, stage, step, Text(status, style=_STYLE.get(status, "")), msg[:80])
+        rows = sorted(self.rows.items(), key=lambda kv: kv[1][1] in ("ok", "changed"))
+        for node, (stage, status, msg) in rows[:40]:
+            t.add_row(node, stage, Text(status, style=_STYLE.get(status, "")), msg[:80])
         if len(rows) > 40:
-            t.add_row(f"... {len(rows) - 40} more", "", "", "", "")
+            t.add_row(f"... {len(rows) - 40} more", "", "", "")
         return t
 
     def _refresh(self):
@@ -54,12 +54,7 @@ class LiveDisplay(Display):
 
     def status(self, node, stage, status, message=""):
         with self._lock:
-            self.rows[node] = [stage, "", status, message]
-            self._refresh()
-
-    def step(self, node, stage, step, status, message=""):
-        with self._lock:
-            self.rows[node] = [stage, step, status, message]
+            self.rows[node] = [stage, status, message]
             self._refresh()
 
     def _emit(self, text):

@@ -16,11 +16,16 @@ def platform(facts: dict) -> Platform:
     return Platform(facts["os"]["arch"], ".".join(py["version"].split(".")[:2]), py["glibc"] or "2.17")
 
 
-def fleet_python(run) -> str | None:
-    """The Python version most nodes have: the fleet's, for parity messages."""
+def fleet_majority(run, what):
+    """The value most nodes have (for parity messages naming both values); WHAT(node, facts)."""
     from collections import Counter
-    versions = Counter(f["python"]["version"] for f in run.facts.values() if f.get("python"))
-    return versions.most_common(1)[0][0] if versions else None
+    values = Counter(what(n, f) for n, f in run.facts.items() if f.get("python"))
+    return values.most_common(1)[0][0] if values else None
+
+
+def fleet_python(run) -> str | None:
+    """The fleet's Python version."""
+    return fleet_majority(run, lambda n, f: f["python"]["version"])
 
 
 def node_path(p: str, facts: dict) -> str:

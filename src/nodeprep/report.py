@@ -161,11 +161,6 @@ class Display:
             return
         self._emit(f"{node:<{self.width}}  {stage}: {status}" + (f"  {message}" if message else ""))
 
-    def step(self, node: str, stage: str, step: str, status: str, message: str = "") -> None:
-        if self.quiet or status == "running":
-            return
-        self._emit(f"{node:<{self.width}}  {stage}/{step}: {status}" + (f"  {message}" if message else ""))
-
     def line(self, node: str, text: str) -> None:
         self._emit(f"[{node}] {text}")
 

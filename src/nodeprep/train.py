@@ -144,7 +144,7 @@ class Job:
             problems.append(f"{self.head.name}: master port {self.port} is already in use (--port)")
         if self.preflight and self.launcher in ("deepspeed", "mpirun"):
             head = fleet.sessions[self.head.name]
-            mesh = verify.parse_mesh(head.run(verify._mesh_script(names), timeout=60,
+            mesh = verify.parse_mesh(head.run(verify.mesh_script(names), timeout=60,
                                               label="preflight mesh").stdout)
             problems += [f"{self.head.name} -> {p}: ssh fails (exit {rc}) {err}".rstrip()
                          for p, (rc, err) in sorted(mesh.items()) if rc != 0]

@@ -66,7 +66,7 @@ def _port(text: str, rc: int) -> bool:
     return bool(text.strip())
 
 
-def _mesh_script(peers: list[str]) -> str:
+def mesh_script(peers: list[str]) -> str:
     # Every peer in parallel; BatchMode + StrictHostKeyChecking=yes: a prompt or an unknown key
     # counts as a failure, exactly what pdsh/mpirun would hit.
     # curve25519: OpenSSH 9.2's default post-quantum hybrid kex costs ~70 ms more per
@@ -265,7 +265,7 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
                                               port if s.name == head else None), "probe")
         names = [h.name for h in inv.hosts]
         pairs = mesh_pairs(names, mesh)
-        tried = fleet.map(lambda s: parse_mesh(s.run(_mesh_script(pairs[s.name]), timeout=60,
+        tried = fleet.map(lambda s: parse_mesh(s.run(mesh_script(pairs[s.name]), timeout=60,
                                                      label="ssh mesh").stdout), "mesh")
         results = fleet.results
     fps, checks = {}, []
