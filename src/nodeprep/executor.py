@@ -35,6 +35,16 @@ class Unreachable(NodeprepError):
     pass
 
 
+def _socket(address: str, port: int, timeout: float) -> socket.socket:
+    """A connected TCP socket with Nagle off. SSH exchanges many small messages (kex, auth,
+    channel open + exec); with Nagle on, a second small write waits for the first one's ACK,
+    which the peer delays up to 40 ms: measured on the lab, connect 65 -> 19 ms and one
+    command's round trip 44 -> 2 ms. (paramiko leaves Nagle on unless given a socket.)"""
+    sock = socket.create_connection((address, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 @dataclass
 class CmdResult:
     rc: int
@@ -115,6 +125,7 @@ class Session:
                               connect_timeout=s.connect_timeout, connect_kwargs=kwargs)
             hostkeys.attach(conn.client, self.store, s.pin_new_host_keys, on_pin=self._pinned)
             try:
+                conn.connect_kwargs["sock"] = _socket(h.address, h.port, s.connect_timeout)
                 conn.open()
                 self.conn = conn
                 return

@@ -66,19 +66,40 @@ def _port(text: str, rc: int) -> bool:
     return bool(text.strip())
 
 
+_SSH = ("ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 "
+        "-o KexAlgorithms=curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,"
+        "diffie-hellman-group14-sha256")
+
+
+def mesh_start(peers: list[str]) -> str:
+    """sh that starts one ssh login per peer in the background (in the calling shell, so a
+    later mesh_collect can `wait` for them while other work runs meanwhile).
+    BatchMode + StrictHostKeyChecking=yes: a prompt or an unknown key counts as a failure,
+    exactly what pdsh/mpirun would hit. curve25519: OpenSSH 9.2's default post-quantum hybrid
+    kex costs ~70 ms more per handshake, which is all this check pays for (the login itself
+    is what it proves)."""
+    lines = ['_npm=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-mesh.XXXXXX") || exit 1']
+    for i, p in enumerate(peers):
+        q = shlex.quote(p)
+        lines.append(f'( {_SSH} {q} true </dev/null >/dev/null 2>"$_npm/e{i}"; '
+                     f'printf \'%s %s\\n\' {q} "$?" > "$_npm/r{i}" ) &')
+    return "\n".join(lines) + "\n"
+
+
+def mesh_collect(peers: list[str]) -> str:
+    """sh that waits for mesh_start's logins and prints `PEER RC` lines, then `PEER: error`."""
+    out = ["wait"]
+    for i, p in enumerate(peers):
+        q = shlex.quote(p)
+        out.append(f'cat "$_npm/r{i}" 2>/dev/null; [ -s "$_npm/e{i}" ] && '
+                   f'printf \'%s: %s\\n\' {q} "$(tail -n 1 "$_npm/e{i}")"')
+    out.append('rm -rf "$_npm"')
+    return "\n".join(out) + "\n"
+
+
 def mesh_script(peers: list[str]) -> str:
-    # Every peer in parallel; BatchMode + StrictHostKeyChecking=yes: a prompt or an unknown key
-    # counts as a failure, exactly what pdsh/mpirun would hit.
-    # curve25519: OpenSSH 9.2's default post-quantum hybrid kex costs ~70 ms more per
-    # handshake, which is all this check pays for (the login itself is what it proves).
-    lines = [f"( ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 "
-             f"-o KexAlgorithms=curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,"
-             f"diffie-hellman-group14-sha256 {shlex.quote(p)} "
-             f"true </dev/null >/dev/null 2>/tmp/.np_mesh_$$_{i}; echo \"{p} $?\" ) &"
-             for i, p in enumerate(peers)]
-    return "\n".join(lines) + "\nwait\n" + "".join(
-        f"[ -s /tmp/.np_mesh_$$_{i} ] && sed 's/^/{p}: /' /tmp/.np_mesh_$$_{i} | tail -n 1; "
-        f"rm -f /tmp/.np_mesh_$$_{i}\n" for i, p in enumerate(peers))
+    """Every peer in parallel, then the results (see mesh_start)."""
+    return mesh_start(peers) + mesh_collect(peers)
 
 
 def mesh_pairs(names: list[str], mode: str = "auto") -> dict[str, list[str]]:
@@ -177,12 +198,24 @@ def _covered(archs: list[str], cap: str) -> bool:
     return torchplan.covers(sms, ptx, cap)
 
 
-def gather_node(session, v: dict, deep: bool, workdir: str | None, port: int | None) -> dict:
-    f = factmod.gather(session, requests(v, deep, workdir, port), v)
-    # What a launcher's non-interactive ssh shell sees: the login shell itself, no wrapper.
-    r = session.conn.run("which python", hide=True, warn=True, in_stream=False, timeout=30)
-    seen = r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else None
-    return {"facts": f, "python_seen": seen}
+def gather_node(session, v: dict, deep: bool, workdir: str | None, port: int | None,
+                peers: list[str]) -> dict:
+    """ONE remote command: the mesh logins start in the background, the fact probe runs
+    meanwhile, then the logins' results are collected; plus what a launcher's non-interactive
+    ssh shell finds as python (the login shell itself, no wrapper)."""
+    import secrets
+    reqs = requests(v, deep, workdir, port)
+    token = secrets.token_hex(6)
+    script = (mesh_start(peers) + factmod.probe_script(reqs, v, token) +
+              f"echo '@@{token}:mesh@@'\n" + mesh_collect(peers) + f"echo '@@{token}:rc=0@@'\n")
+    r = session.run(script, label=f"verify probe + ssh mesh ({len(peers)} peers)", log_output=False)
+    f = factmod.parse_sections(session.name, reqs, r.stdout, token, r.rc, r.tail(3))
+    mesh = parse_mesh(factmod.split_sections(r.stdout, token).get("mesh", ("", 0))[0])
+    for p in peers:
+        mesh.setdefault(p, (-1, "no answer from the mesh check"))
+    w = session.conn.run("which python", hide=True, warn=True, in_stream=False, timeout=30)
+    seen = w.stdout.strip().splitlines()[-1] if w.ok and w.stdout.strip() else None
+    return {"facts": f, "python_seen": seen, "mesh": mesh}
 
 
 SEVERITY = {"os.kernel": "warning", "os.release": "warning", "gpu.driver": "warning",
@@ -261,12 +294,11 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
     head = hosts[0].name
     display = Display.auto(to_stderr=True, quiet=True)
     with Fleet(hosts, settings, "verify", display) as fleet:
-        got = fleet.map(lambda s: gather_node(s, v_of[s.name], deep, workdir,
-                                              port if s.name == head else None), "probe")
         names = [h.name for h in inv.hosts]
         pairs = mesh_pairs(names, mesh)
-        tried = fleet.map(lambda s: parse_mesh(s.run(mesh_script(pairs[s.name]), timeout=60,
-                                                     label="ssh mesh").stdout), "mesh")
+        got = fleet.map(lambda s: gather_node(s, v_of[s.name], deep, workdir,
+                                              port if s.name == head else None,
+                                              pairs.get(s.name, [])), "probe")
         results = fleet.results
     fps, checks = {}, []
     for h in hosts:
@@ -275,7 +307,7 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
         f = got[h.name]["facts"]
         fps[h.name] = fingerprint(h, v_of[h.name], f, got[h.name]["python_seen"], workdir)
         checks += checks_for(h, v_of[h.name], f, fps[h.name], h.name == head, workdir, port)
-        for peer, (rc, err) in sorted(tried.get(h.name, {}).items()):
+        for peer, (rc, err) in sorted(got[h.name]["mesh"].items()):
             if rc != 0:
                 checks.append({"node": h.name, "key": "ssh.mesh",
                                "message": f"{h.name} -> {peer} failed (exit {rc})" + (f": {err}" if err else ""),
