@@ -201,9 +201,8 @@ def stage_stats(per_node: dict) -> dict:
 
 
 def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
-    """verify.run's stages one after the other in this process, on inventory INV_PATH: wall
+    """verify.run's stages in this process, on inventory INV_PATH: wall
     time of each fleet-wide stage and per-node times; REPS repetitions, medians."""
-    from nodeprep import facts as factmod
     from nodeprep import inventory, verify
     from nodeprep.executor import Fleet
     from nodeprep.report import Display
@@ -214,7 +213,7 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
     head = hosts[0].name
     names = [h.name for h in inv.hosts]
     pairs = verify.mesh_pairs(names, "auto")
-    stages = ["connect", "probe", "which python", "mesh", "close"]
+    stages = ["connect", "probe+mesh", "close"]
     walls = {s: [] for s in stages + ["total in-process"]}
     nodes = {s: [] for s in stages}
     done = tries = 0
@@ -251,13 +250,11 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
         with ThreadPoolExecutor(max_workers=max(1, min(settings.width, len(hosts)))) as pool:
             list(pool.map(conn, fleet.sessions.values()))
         w["connect"] = time.perf_counter() - t0
-        timed_stage("probe", lambda s: factmod.gather(
-            s, verify.requests(v_of[s.name], False, None, 29500 if s.name == head else None),
-            v_of[s.name]))
-        timed_stage("which python", lambda s: s.conn.run("which python", hide=True, warn=True,
-                                                          in_stream=False, timeout=30))
-        mesh = timed_stage("mesh", lambda s: verify.parse_mesh(
-            s.run(verify.mesh_script(pairs[s.name]), timeout=60, label="ssh mesh").stdout))
+        # as verify.run does it: one command per node (mesh logins in the background of the
+        # fact probe), then `which python` through the login shell
+        got = timed_stage("probe+mesh", lambda s: verify.gather_node(
+            s, v_of[s.name], False, None, 29500 if s.name == head else None, pairs[s.name]))
+        mesh = {n: g["mesh"] for n, g in got.items()}
         t0 = time.perf_counter()
         fleet.close()
         w["close"] = time.perf_counter() - t0

@@ -147,7 +147,7 @@ def _hide(k: str, v):
 
 
 def requests(v: dict, deep: bool, workdir: str | None, port: int | None) -> list:
-    reqs = ["python", "os", "login_shell", "user", "interfaces", "gpus",
+    reqs = ["os", "login_shell", "user", "interfaces", "gpus",
             ("venv", v["venv_path"]), ("torch_build", f"{v['venv_path']}|{'deep' if deep else ''}"),
             ("file", "~/.deepspeed_env"), ("file", v["env_file"])]
     if workdir:
