@@ -97,14 +97,20 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
             "port": "master / rendezvous port on the head node",
             "ds_launcher": "DeepSpeed's multinode launcher: pdsh (default) or openmpi",
             "no_preflight": "skip the checks that catch hangs before launch",
-            "dry_run": "print each node's command and stop"})
+            "dry_run": "print each node's command and stop",
+            "emulate": "pretend the one selected machine is N nodes (ssh aliases emu-0.., its GPUs "
+                       "split between them)",
+            "emulate_network": "with --emulate: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (traffic over "
+                               "the network path)"})
 def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=0,
-          max_restarts=0, port=29500, ds_launcher="pdsh", no_preflight=False, dry_run=False):
+          max_restarts=0, port=29500, ds_launcher="pdsh", no_preflight=False, dry_run=False,
+          emulate=0, emulate_network=False):
     """Start the payload on every node; stop every rank everywhere if one fails. Payload
     arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
     args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
     _done(api.train(inventory, limit, launcher, payload, args, int(timeout) or None,
-                    int(max_restarts), int(port), ds_launcher, not no_preflight, dry_run, _settings(c)))
+                    int(max_restarts), int(port), ds_launcher, not no_preflight, dry_run, _settings(c),
+                    int(emulate), emulate_network))
 
 
 @task(iterable=["node"],

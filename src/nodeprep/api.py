@@ -148,15 +148,17 @@ LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")
 @cli
 def train(spec=None, limit=None, launcher="deepspeed", payload="health", args=(), timeout=None,
           max_restarts=0, port=29500, ds_launcher="pdsh", preflight=True, dry_run=False,
-          settings: Settings = Settings()) -> int:
+          settings: Settings = Settings(), emulate=0, emulate_network=False) -> int:
     from . import train as trainmod
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
     if ds_launcher not in ("pdsh", "openmpi"):
         raise InputError(f"--ds-launcher {ds_launcher!r}: expected pdsh or openmpi")
     inv, hosts = _hosts(spec, limit, settings)
+    if emulate_network and not emulate:
+        raise InputError("--emulate-network only applies with --emulate N")
     return trainmod.run(inv, hosts, settings, launcher, payload, args, timeout, max_restarts, port,
-                        ds_launcher, preflight, dry_run)
+                        ds_launcher, preflight, dry_run, emulate, emulate_network)
 
 
 # -- lab ----------------------------------------------------------------------------------------

@@ -164,15 +164,16 @@ class Session:
         self.runlog.node_log(self.name, self.stage).write(text)
 
     def run(self, script: str, *, timeout: float | None = None, stream: bool = False,
-            label: str | None = None, log_output: bool = True) -> CmdResult:
+            label: str | None = None, log_output: bool = True, prefix: str | None = None) -> CmdResult:
         """Run a POSIX sh script on the node; never raises for a non-zero exit.
 
         log_output=False for probes and applies: their output carries file contents, which
-        may hold secrets (a token in ~/.deepspeed_env, the cluster key)."""
+        may hold secrets (a token in ~/.deepspeed_env, the cluster key). PREFIX: the name
+        streamed lines carry (default the node's; an emulated node's alias)."""
         self.connect()
         log = self.runlog.node_log(self.name, self.stage)
         log.write(f"$ {label or script.strip().splitlines()[0][:200]}\n")
-        show = (lambda line: self.display.line(self.name, line)) if stream else None
+        show = (lambda line: self.display.line(prefix or self.name, line)) if stream else None
         sink = log if log_output else io.StringIO()
         out, err = _LineSink(sink, show), _LineSink(sink, show)
         limit = max(1, int(timeout or self.settings.command_timeout))

@@ -15,6 +15,7 @@ import shlex
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import facts as factmod
@@ -105,10 +106,90 @@ def sync(session, files: dict[str, Path], job_dir: str) -> int:
     return pushed
 
 
+EMU_PREFIX = "emu-"
+EMU_BLOCK = "emulated nodes"
+
+
+@dataclass
+class Emulation:
+    """One machine as M nodes: ssh aliases EMU_PREFIX0.. to it, per-node slots and GPUs."""
+    machine: str
+    names: list[str]
+    per_node: int                  # processes per emulated node
+    hostfile_slots: list[int]      # what the hostfile says (all K GPUs with --include)
+    devices: list[list[int]] | None  # GPUs of each emulated node (None: CPU)
+    include: str | None
+    cuda_visible: list[str]
+    network: bool
+
+    def describe(self) -> str:
+        if self.devices:
+            share = ", ".join(f"{n}: GPU {','.join(map(str, d))}" for n, d in zip(self.names, self.devices))
+        else:
+            share = f"no GPU: {self.per_node} CPU process each"
+        return (f"emulating {len(self.names)} nodes on {self.machine} ({share})"
+                + ("; NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" if self.network else ""))
+
+
+def check_emulate(m, hosts, launcher) -> None:
+    if not isinstance(m, int) or m < 1:
+        raise InputError(f"--emulate {m!r}: expected a number of nodes >= 1")
+    if len(hosts) != 1:
+        raise InputError(f"--emulate makes ONE machine look like {m} nodes, but {len(hosts)} nodes "
+                         "are selected", hint="pick the machine with --limit NODE")
+    if launcher == "srun":
+        raise InputError("--emulate with srun: Slurm places tasks itself",
+                         hint="use --launcher deepspeed, torchrun or mpirun")
+
+
+def plan_emulation(host, m: int, gpus: int, launcher: str, network: bool) -> Emulation:
+    names = [f"{EMU_PREFIX}{k}" for k in range(m)]
+    if not gpus:   # a CPU machine: one process per emulated node, nothing to split
+        return Emulation(host.name, names, 1, [1] * m, None, None, [], network)
+    if launcher == "mpirun":
+        raise InputError(f"--emulate with mpirun on {host.name}'s {gpus} GPU(s): Open MPI gives every "
+                         "emulated node local ranks from 0, so they would share GPUs",
+                         hint="use --launcher deepspeed (--include) or torchrun (CUDA_VISIBLE_DEVICES)")
+    e = launchers.emulate(gpus, m, prefix=EMU_PREFIX)
+    return Emulation(host.name, e["names"], e["slots"][0], [gpus] * m, e["devices"], e["include"],
+                     e["cuda_visible"], network)
+
+
+def alias_block(emu: Emulation, host) -> str:
+    """~/.ssh/config entries for the emulated nodes: this machine's address and port, the
+    cluster key, and the machine's own pinned host key (HostKeyAlias = the name its key is
+    recorded under in ~/.ssh/known_hosts by provision's ssh mesh): no new trust is added."""
+    from .hostkeys import host_entry
+    return (f"Host {' '.join(emu.names)}\n    HostName {host.address}\n    Port {host.port}\n"
+            f"    HostKeyAlias {host_entry(host.name, host.port)}\n"
+            f"    IdentityFile ~/.ssh/nodeprep_cluster_ed25519\n    IdentitiesOnly yes\n")
+
+
+def write_aliases(session, emu: Emulation, host) -> bool:
+    """Put the alias block into the machine's ~/.ssh/config (atomically, other content kept);
+    False when it was already there."""
+    from .remote import write_script
+    from .steps import with_block
+    f = factmod.gather(session, [("file", "~/.ssh/config")])["file:~/.ssh/config"]
+    if f["exists"] and f["content"] is None:
+        raise NodeprepError(f"{host.name}: ~/.ssh/config is too big to manage")
+    new = with_block(f["content"], EMU_BLOCK, alias_block(emu, host))
+    if new == f["content"] and f["mode"] == 0o600:
+        return False
+    r = session.run(write_script("~/.ssh/config", new, 0o600), label="write ssh aliases", log_output=False)
+    if not r.ok:
+        raise NodeprepError(f"{host.name}: cannot write ~/.ssh/config: {r.tail(3)}")
+    return True
+
+
 class Job:
     def __init__(self, inv, hosts, settings, launcher, payload, args, timeout, max_restarts,
-                 port, ds_launcher, preflight):
+                 port, ds_launcher, preflight, emulate=0, emulate_network=False):
         self.inv, self.hosts, self.settings = inv, hosts, settings
+        self.emulate, self.emulate_network = emulate, emulate_network
+        self.emu: Emulation | None = None
+        if emulate:
+            check_emulate(emulate, hosts, launcher)
         self.launcher, self.args, self.timeout = launcher, list(args), timeout
         self.max_restarts, self.port, self.ds_launcher = max_restarts, port, ds_launcher
         self.preflight = preflight
@@ -142,9 +223,16 @@ class Job:
                 problems.append(f"{n}: no venv at {self.vars[n]['venv_path']} (run `invoke provision`)")
         if got[self.head.name].get(f"port_listening:{self.port}"):
             problems.append(f"{self.head.name}: master port {self.port} is already in use (--port)")
+        if self.emulate:
+            self.emu = plan_emulation(self.head, self.emulate, got[self.head.name]["gpus"]["count"],
+                                      self.launcher, self.emulate_network)
+            fleet.map(lambda s: write_aliases(s, self.emu, self.head), "emulate")
+            self._fail_if_nodes_failed(fleet)
+            self.display.note(self.head.name, self.emu.describe())
         if self.preflight and self.launcher in ("deepspeed", "mpirun"):
             head = fleet.sessions[self.head.name]
-            mesh = verify.parse_mesh(head.run(verify.mesh_script(names), timeout=60,
+            peers = self.emu.names if self.emu else names
+            mesh = verify.parse_mesh(head.run(verify.mesh_script(peers), timeout=60,
                                               label="preflight mesh").stdout)
             problems += [f"{self.head.name} -> {p}: ssh fails (exit {rc}) {err}".rstrip()
                          for p, (rc, err) in sorted(mesh.items()) if rc != 0]
@@ -168,22 +256,46 @@ class Job:
     def master_addr(self) -> str:
         return self.head.address
 
+    def nodes(self) -> list[launchers.NodeSlots]:
+        if self.emu:   # aliases carry HostName/Port in ~/.ssh/config: no --ssh_port
+            return [launchers.NodeSlots(n, self.head.address, k, 22)
+                    for n, k in zip(self.emu.names, self.emu.hostfile_slots)]
+        return [launchers.NodeSlots(h.name, h.address, self.slots(h.name), h.port) for h in self.hosts]
+
+    def session_of(self, label: str) -> str:
+        """The inventory node a command label runs on (emulated nodes: the one machine)."""
+        return self.head.name if self.emu else label
+
     def commands(self) -> dict[str, str]:
-        """node -> shell command (run from the job dir, tagged with the job id)."""
+        """label (node, or emulated node) -> shell command (run from the job dir, tagged with
+        the job id)."""
         script = self.script.name if self.script.parent == self.root else str(self.script.relative_to(self.root))
-        nodes = [launchers.NodeSlots(h.name, h.address, self.slots(h.name), h.port) for h in self.hosts]
+        nodes = self.nodes()
         env = f"export {JOB_VAR}={self.id} MASTER_ADDR={shlex.quote(self.master_addr())} MASTER_PORT={self.port}; "
+        if self.emu and self.emu.network:
+            env += "export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1; "
         cd = f"cd {shlex.quote(self.job_dir)} && "
         if self.launcher == "torchrun":
-            argv = launchers.torchrun_cmd(self.python, script, self.args, len(nodes), nodes[0].slots,
+            per = self.emu.per_node if self.emu else nodes[0].slots
+            argv = launchers.torchrun_cmd(self.python, script, self.args, len(nodes), per,
                                           f"{self.master_addr()}:{self.port}", self.id, self.max_restarts)
+            if self.emu and self.emu.devices:
+                return {n.name: cd + env + f"export CUDA_VISIBLE_DEVICES={vis}; " + shlex.join(argv)
+                        for n, vis in zip(nodes, self.emu.cuda_visible)}
             return {n.name: cd + env + shlex.join(argv) for n in nodes}
         if self.launcher == "deepspeed":
             argv = launchers.deepspeed_cmd(self.python, script, self.args, nodes, self.master_addr(),
                                            self.port, self.ds_launcher,
-                                           ssh_port=self.head.port if self.head.port != 22 else None)
+                                           ssh_port=None if self.emu or self.head.port == 22 else self.head.port,
+                                           include=self.emu.include if self.emu else None)
             argv = launchers.fill_hostfile(argv, "hostfile")
             write = f"printf %s {shlex.quote(launchers.hostfile(nodes))} > hostfile && "
+            if self.ds_launcher == "openmpi":
+                # DeepSpeed's openmpi runner passes no master address to the ranks (launch.py
+                # does that for pdsh); it -x exports what .deepspeed_env files hold, read from
+                # ~ and then from the cwd, so the job directory's own file adds them
+                dse = f"MASTER_ADDR={self.master_addr()}\nMASTER_PORT={self.port}\n"
+                write += f"printf %s {shlex.quote(dse)} > .deepspeed_env && "
             return {self.head.name: cd + write + env + shlex.join(argv)}
         if self.launcher == "srun":
             argv = launchers.srun_cmd(self.python, script, self.args, nodes, nodes[0].slots,
@@ -192,7 +304,8 @@ class Job:
             return {self.head.name: cd + shlex.join(argv)}
         if self.launcher == "mpirun":
             argv = launchers.mpirun_cmd(self.python, script, self.args, nodes, self.master_addr(),
-                                        self.port, [JOB_VAR])
+                                        self.port, [JOB_VAR] + (["NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"]
+                                                                if self.emu and self.emu.network else []))
             return {self.head.name: cd + env + shlex.join(argv)}
         raise InputError(f"--launcher {self.launcher}: not runnable here")
 
@@ -208,11 +321,12 @@ class Job:
         cmds = self.commands()
         results: dict[str, object] = {}
         threads = []
-        for node, cmd in cmds.items():
-            s = fleet.sessions[node]
+        for label, cmd in cmds.items():
+            s = fleet.sessions[self.session_of(label)]
             s.stage = "train"
-            t = threading.Thread(target=lambda s=s, cmd=cmd: results.__setitem__(
-                s.name, s.run(cmd, stream=True, timeout=(self.timeout or 86400) + 60, label="train")),
+            t = threading.Thread(target=lambda s=s, cmd=cmd, label=label: results.__setitem__(
+                label, s.run(cmd, stream=True, timeout=(self.timeout or 86400) + 60, label="train",
+                             prefix=label)),
                 daemon=True)
             t.start()
             threads.append(t)
@@ -237,7 +351,9 @@ class Job:
         for t in threads:
             t.join(timeout=15)
         if reason is None:
-            print(f"train: job {self.id} finished on {len(self.hosts)} node(s)", file=sys.stderr)
+            where = (f"{len(self.emu.names)} emulated node(s) on {self.head.name}" if self.emu
+                     else f"{len(self.hosts)} node(s)")
+            print(f"train: job {self.id} finished on {where}", file=sys.stderr)
             return 0
         print(f"train: job {self.id} FAILED: {reason}; stopped every rank "
               f"({', '.join(f'{n}: {v}' for n, v in stopped.items())})", file=sys.stderr)
@@ -248,9 +364,9 @@ class Job:
 
 
 def run(inv, hosts, settings, launcher, payload, args=(), timeout=None, max_restarts=0, port=29500,
-        ds_launcher="pdsh", preflight=True, dry_run=False) -> int:
+        ds_launcher="pdsh", preflight=True, dry_run=False, emulate=0, emulate_network=False) -> int:
     job = Job(inv, hosts, settings, launcher, payload, args, timeout, max_restarts, port,
-              ds_launcher, preflight)
+              ds_launcher, preflight, emulate, emulate_network)
     with Fleet(hosts, settings, "train", job.display) as fleet:
         job.prepare(fleet)
         if dry_run or launcher == "srun":

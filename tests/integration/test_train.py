@@ -93,3 +93,85 @@ def test_bad_launcher_and_payload_are_input_errors(lab, lab_settings, capfd):
     code, out = train(lab, lab_settings, capfd, "torchrun", "/no/such/script.py")
     assert code == 2 and "not a builtin" in out
 
+
+
+def test_deepspeed_openmpi_launcher(provisioned, lab, lab_settings, lab_ssh, capfd):
+    code, out = train(lab, lab_settings, capfd, "deepspeed", "health", ds_launcher="openmpi",
+                      timeout=120)
+    assert code == 0, out
+    assert "health: OK world_size=2" in out and "mpirun" in out
+    for host in ("worker-0", "worker-1"):
+        assert f"host={host}" in out
+    assert job_processes(lab_ssh, lab) == []
+
+
+@pytest.mark.parametrize("launcher", ["deepspeed", "torchrun", "mpirun"])
+def test_emulate_two_nodes_on_one_machine(provisioned, lab, lab_settings, lab_ssh, capfd, launcher):
+    """worker-0 alone pretends to be 2 nodes (emu-0, emu-1): ssh aliases to itself checked
+    against its own pinned host key, one process per emulated node (CPU), world size 2."""
+    code = api.train(str(lab.inventory), "worker-0", launcher, "health", [], timeout=120,
+                     settings=lab_settings, emulate=2)
+    cap = capfd.readouterr()
+    out = cap.out + cap.err
+    assert code == 0, out
+    assert "health: OK world_size=2" in out
+    assert "rank 0/2 host=worker-0" in out and "rank 1/2 host=worker-0" in out
+    assert "emulating 2 nodes on worker-0" in out
+    if launcher == "torchrun":      # one torchrun per emulated node, output prefixed by alias
+        assert "[emu-0]" in out and "[emu-1]" in out
+    config = (Path(lab.nodes[0].home) / ".ssh" / "config").read_text()
+    assert "# BEGIN nodeprep emulated nodes" in config and "Host emu-0 emu-1" in config
+    assert "HostKeyAlias worker-0" in config and "StrictHostKeyChecking no" not in config
+    assert job_processes(lab_ssh, lab) == []
+
+
+def test_emulate_input_errors(provisioned, lab, lab_settings, capfd):
+    code, out = train(lab, lab_settings, capfd, "deepspeed", "health", emulate=2)
+    assert code == 2 and "--emulate makes ONE machine look like 2 nodes" in out and "--limit" in out
+    code = api.train(str(lab.inventory), "worker-0", "srun", "health", [], settings=lab_settings,
+                     emulate=2)
+    out = capfd.readouterr()
+    assert code == 2 and "--emulate with srun" in out.out + out.err
+
+
+def test_torchrun_restart_after_sigkill_resumes_from_snapshot(provisioned, lab, lab_settings, capfd):
+    import os
+    import signal
+    import subprocess
+    import threading
+    snap = Path(lab.nodes[0].home) / JOB_DIR / "restart.pt"
+    snap.unlink(missing_ok=True)
+    result = {}
+
+    def go():
+        result["code"] = api.train(str(lab.inventory), NODES, "torchrun", "ddp",
+                                   ["--epochs", "6", "--steps-per-epoch", "5", "--sleep-per-step", "0.3",
+                                    "--snapshot", snap.name], timeout=240, max_restarts=1,
+                                   settings=lab_settings)
+    t = threading.Thread(target=go)
+    t.start()
+    deadline = time.monotonic() + 120
+    while not snap.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert snap.exists(), "no snapshot after the first epoch"
+    # The rank (not the torchrun agent) inside worker-1's network namespace.
+    pids = subprocess.run(["ip", "netns", "pids", lab.nodes[1].netns], capture_output=True,
+                          text=True).stdout.split()
+    ranks = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if "ddp.py" in cmd and "torch.distributed.run" not in cmd and state != "Z":
+            ranks.append(int(pid))
+    assert len(ranks) == 1, ranks
+    os.kill(ranks[0], signal.SIGKILL)
+    t.join(300)
+    out = capfd.readouterr()
+    text = out.out + out.err
+    worker1 = "\n".join(ln for ln in text.splitlines() if ln.startswith("[worker-1]")
+                         and "socket.cpp" not in ln)
+    assert result.get("code") == 0, worker1[-4000:] + "\n...\n" + text[-1500:]
+    assert "resumed from epoch" in text and "ddp: done epochs=6" in text

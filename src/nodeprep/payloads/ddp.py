@@ -69,14 +69,18 @@ def main():
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     timeout = datetime.timedelta(seconds=float(os.environ.get("NODEPREP_PG_TIMEOUT", "60")))
-    store = None
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        # torchrun (2.13) restarts reuse the agent's store, and gloo then dials the dead
-        # attempt's addresses ("Connection refused"): give each attempt its own key space
+    store, round_no = None, 1
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun keeps its store across restarts, and gloo would then dial the previous
+        # round's addresses ("Connection refused"): each round gets its own key space. Every
+        # restart starts every rank once on every node, so how often THIS rank number has
+        # started is the round number everywhere. TORCHELASTIC_RESTART_COUNT is not: an agent
+        # restarting for a membership change does not count it, one that saw its own rank
+        # fail does (a race that left the ranks waiting on different keys).
         agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                               world, is_master=False, timeout=timeout)
-        store = dist.PrefixStore(f"nodeprep/attempt_{attempt}", agent)
+        round_no = agent.add(f"nodeprep/starts/rank_{rank}", 1)
+        store = dist.PrefixStore(f"nodeprep/round_{round_no}", agent)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
                             timeout=timeout, store=store)
 
@@ -103,8 +107,8 @@ def main():
         say(f"rank {rank} resumed from epoch {start_epoch} step {step}")
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
     loss_fn = torch.nn.MSELoss()
-    # torchrun restarts keep TORCHELASTIC_RESTART_COUNT > 0: fail only on the first attempt
-    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    # fail (--fail-at-step) only in the first round: a restarted job must be able to finish
+    first_attempt = round_no == 1
 
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)         # a different shuffle per epoch, same on every rank
