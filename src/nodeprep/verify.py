@@ -11,7 +11,7 @@ import json
 import shlex
 
 from . import facts as factmod
-from . import pystack, torchplan
+from . import meshcheck, pystack, torchplan
 from .facts import fact
 from .redact import is_secret
 from .remote import rpath
@@ -103,14 +103,13 @@ def mesh_script(peers: list[str]) -> str:
 
 
 def mesh_pairs(names: list[str], mode: str = "auto") -> dict[str, list[str]]:
-    """Who checks whom. full: every ordered pair (N*N handshakes); head: the head node to every
-    node (itself included) and every node to the head (what pdsh/mpirun/the DeepSpeed runner
-    use; 2N-1);
-    auto: full up to 4 nodes, head beyond, so the check stays O(N) on big fleets."""
+    """Who logs in to whom for real. full: every ordered pair (N*N handshakes); head: the head
+    node to every node, itself included (what pdsh, mpirun and the DeepSpeed runner do; N);
+    auto: full up to 4 nodes, head beyond. Every pair is also checked on paper
+    (meshcheck), so the real logins stay O(N) on big fleets."""
     if mode == "full" or (mode == "auto" and len(names) <= 4):
         return {a: list(names) for a in names}
-    head = names[0]
-    return {a: (list(names) if a == head else [head]) for a in names}
+    return {a: (list(names) if a == names[0] else []) for a in names}
 
 
 def parse_mesh(text: str) -> dict[str, tuple[int, str]]:
@@ -150,6 +149,8 @@ def requests(v: dict, deep: bool, workdir: str | None, port: int | None) -> list
     reqs = ["os", "login_shell", "user", "interfaces", "gpus",
             ("venv", v["venv_path"]), ("torch_build", f"{v['venv_path']}|{'deep' if deep else ''}"),
             ("file", "~/.deepspeed_env"), ("file", v["env_file"])]
+    if v.get("ssh_mesh"):
+        reqs += [("file", p) for p in meshcheck.FILES]
     if workdir:
         reqs.append(("dir", workdir))
     if port:
@@ -283,6 +284,29 @@ def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
     return report
 
 
+def mesh_checks(a, inventory_hosts, got: dict, v_of: dict, store) -> list[dict]:
+    """One ssh.mesh error per failing pair A -> B: the real login's result where A tried one
+    (it is the stronger proof), else the on-paper reasons (when nodeprep manages the mesh)."""
+    out = []
+    tried = got[a.name]["mesh"]
+    f_a = got[a.name]["facts"]
+    for b in inventory_hosts:
+        if b.name in tried:
+            rc, err = tried[b.name]
+            why = [f"login failed (exit {rc})" + (f": {err}" if err else "")] if rc else []
+        elif v_of[a.name].get("ssh_mesh") and b.name in got:
+            f_b = got[b.name]["facts"]
+            pinned = {k.get_base64() for k in store.lookup(b.address, b.port).values()}
+            why = meshcheck.problems(a.name, b, {p: f_a.get(f"file:{p}") for p in meshcheck.FILES},
+                                     {p: f_b.get(f"file:{p}") for p in meshcheck.FILES}, pinned)
+        else:
+            why = []
+        if why:
+            out.append({"node": a.name, "key": "ssh.mesh", "severity": "error",
+                        "message": f"{a.name} -> {b.name}: " + "; ".join(why)})
+    return out
+
+
 def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29500,
         baseline=None, save_baseline=None, mesh="auto") -> int:
     import sys
@@ -307,11 +331,7 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
         f = got[h.name]["facts"]
         fps[h.name] = fingerprint(h, v_of[h.name], f, got[h.name]["python_seen"], workdir)
         checks += checks_for(h, v_of[h.name], f, fps[h.name], h.name == head, workdir, port)
-        for peer, (rc, err) in sorted(got[h.name]["mesh"].items()):
-            if rc != 0:
-                checks.append({"node": h.name, "key": "ssh.mesh",
-                               "message": f"{h.name} -> {peer} failed (exit {rc})" + (f": {err}" if err else ""),
-                               "severity": "error"})
+        checks += mesh_checks(h, inv.hosts, got, v_of, fleet.store)
     unreachable = {n: r.message for n, r in results.items() if r.status in ("failed", "unreachable")}
     if baseline:
         old, _meta = parity.baseline_read(baseline)
@@ -328,5 +348,7 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
     else:
         print(parity.render(report, color=sys.stdout.isatty()).rstrip("\n"))
         if mesh != "full" and len(names) > 4:
-            print(f"(ssh mesh checked head <-> every node; --mesh full checks all {len(names)}x{len(names)} pairs)")
+            print(f"(ssh mesh: every pair checked on paper (cluster key authorized, host key pinned), "
+                  f"real logins from {names[0]} to every node; --mesh full logs in over all "
+                  f"{len(names)}x{len(names)} pairs)")
     return 0 if report.ok else 1

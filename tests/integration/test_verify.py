@@ -97,8 +97,35 @@ def test_cluster_key_removed_from_one_node_breaks_named_pairs(fleet, lab, lab_se
     finally:
         ak.write_text(good)
     assert code == 1
-    failed = sorted(c["message"].split(" failed")[0] for c in rep["checks"] if c["key"] == "ssh.mesh")
+    failed = sorted(c["message"].split(":")[0] for c in rep["checks"] if c["key"] == "ssh.mesh")
     assert failed == ["worker-0 -> worker-1", "worker-1 -> worker-1", "worker-2 -> worker-1"]
+    assert all("login failed (exit 255)" in c["message"] for c in rep["checks"] if c["key"] == "ssh.mesh")
+
+
+def test_pairs_without_a_real_login_are_checked_on_paper(fleet, lab, lab_settings, capsys):
+    """--mesh head: real logins only from worker-0; the other pairs come from the files: a
+    cluster key missing from worker-0's authorized_keys and a known_hosts line missing on
+    worker-2 are named pair by pair."""
+    ak = Path(lab.nodes[0].home) / ".ssh" / "authorized_keys"
+    kh = Path(lab.nodes[2].home) / ".ssh" / "known_hosts"
+    good_ak, good_kh = ak.read_text(), kh.read_text()
+    ak.write_text("".join(ln for ln in good_ak.splitlines(True) if "nodeprep cluster" not in ln))
+    kh.write_text("".join(ln for ln in good_kh.splitlines(True)
+                          if not ln.split(" ")[0].split(",").count("worker-1")))
+    try:
+        code, rep = verify(lab, lab_settings, capsys, mesh="head")
+    finally:
+        ak.write_text(good_ak)
+        kh.write_text(good_kh)
+    assert code == 1
+    msgs = sorted(c["message"] for c in rep["checks"] if c["key"] == "ssh.mesh")
+    assert [m.split(":")[0] for m in msgs] == ["worker-0 -> worker-0", "worker-1 -> worker-0",
+                                               "worker-2 -> worker-0", "worker-2 -> worker-1"]
+    assert "login failed (exit 255)" in msgs[0]                       # the real one
+    assert "worker-0's ~/.ssh/authorized_keys lacks the cluster key worker-1 logs in with" in msgs[1]
+    assert "worker-2's ~/.ssh/known_hosts has no host key for worker-1" in msgs[3]
+    code, rep = verify(lab, lab_settings, capsys, mesh="head")
+    assert code == 0, rep["checks"]
 
 
 def test_venv_at_another_path_on_one_node(fleet, lab, lab_settings, capsys, tmp_path):
