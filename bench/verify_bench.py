@@ -128,7 +128,7 @@ def verify_ok(n):
     def check(out):
         if "PARITY OK" not in out:
             raise SystemExit(f"bench: verify-parity on {n} nodes did not say PARITY OK:\n{out[-3000:]}")
-        if n > 4 and "head <-> every node" not in out:
+        if n > 4 and "real logins from worker-0 to every node" not in out:
             raise SystemExit(f"bench: verify-parity on {n} nodes: no head-mesh note:\n{out[-2000:]}")
     return check
 

@@ -58,37 +58,67 @@ def _name_matches(field: str, name: str) -> bool:
     return hit
 
 
+class KnownHosts:
+    """A known_hosts text parsed once: plain names in a dict, hashed and pattern entries in a
+    list (checked per name: verify asks N*N questions of N files)."""
+
+    def __init__(self, text: str | None):
+        self.plain: dict[str, set[str]] = {}
+        self.other: list[tuple[str, str]] = []      # (names field, blob)
+        self.revoked: list[tuple[str, str]] = []
+        for line in (text or "").splitlines():
+            f = line.split()
+            if not f or f[0].startswith("#"):
+                continue
+            marker = None
+            if f[0].startswith("@"):
+                marker, f = f[0], f[1:]
+            if len(f) < 3:
+                continue
+            if marker == "@revoked":
+                self.revoked.append((f[0], f[2]))
+            elif marker is None:
+                if any(c in f[0] for c in "|*?!"):
+                    self.other.append((f[0], f[2]))
+                else:
+                    for name in f[0].split(","):
+                        self.plain.setdefault(name, set()).add(f[2])
+
+    def keys(self, name: str) -> tuple[set[str], set[str]]:
+        """(key blobs accepted for NAME, blobs marked @revoked for it)."""
+        keys = set(self.plain.get(name, ()))
+        keys |= {blob for field, blob in self.other if _name_matches(field, name)}
+        return keys, {blob for field, blob in self.revoked if _name_matches(field, name)}
+
+
 def known_keys(text: str | None, name: str) -> tuple[set[str], set[str]]:
-    """(key blobs known_hosts accepts for NAME, blobs it marks @revoked)."""
-    keys, revoked = set(), set()
-    for line in (text or "").splitlines():
-        f = line.split()
-        if not f or f[0].startswith("#"):
-            continue
-        marker = None
-        if f[0].startswith("@"):
-            marker, f = f[0], f[1:]
-        if len(f) < 3 or not _name_matches(f[0], name):
-            continue
-        if marker == "@revoked":
-            revoked.add(f[2])
-        elif marker is None:
-            keys.add(f[2])
-    return keys, revoked
+    return KnownHosts(text).keys(name)
 
 
-def problems(a: str, b, files_a: dict, files_b: dict, pinned_b: set[str]) -> list[str]:
+class NodeFiles:
+    """What one node's three files say, parsed once."""
+
+    def __init__(self, files: dict):
+        def content(path):
+            return (files.get(path) or {}).get("content")
+        self.offered = key_blob(content(CLUSTER_PUB) or "")
+        self.authorized = authorized(content("~/.ssh/authorized_keys"))
+        self.known = KnownHosts(content("~/.ssh/known_hosts"))
+
+
+def problems(a: str, b, files_a, files_b, pinned_b: set[str]) -> list[str]:
     """Why A -> B would fail, on paper (empty: the files allow it). B: an inventory Host;
-    FILES_X: {path: file fact} of node X; PINNED_B: the controller's pinned key blobs of B."""
+    FILES_X: NodeFiles (or the {path: file fact} dict) of node X; PINNED_B: the controller's
+    pinned key blobs of B."""
+    fa = files_a if isinstance(files_a, NodeFiles) else NodeFiles(files_a)
+    fb = files_b if isinstance(files_b, NodeFiles) else NodeFiles(files_b)
     out = []
-    pub = (files_a.get(CLUSTER_PUB) or {}).get("content")
-    offered = key_blob(pub or "")
-    if offered is None:
+    if fa.offered is None:
         out.append(f"{a} has no cluster key ({CLUSTER_PUB}): run `invoke provision`")
-    elif offered not in authorized((files_b.get("~/.ssh/authorized_keys") or {}).get("content")):
+    elif fa.offered not in fb.authorized:
         out.append(f"{b.name}'s ~/.ssh/authorized_keys lacks the cluster key {a} logs in with")
     name = host_entry(b.name, b.port)
-    keys, revoked = known_keys((files_a.get("~/.ssh/known_hosts") or {}).get("content"), name)
+    keys, revoked = fa.known.keys(name)
     if pinned_b & revoked:
         out.append(f"{a}'s ~/.ssh/known_hosts marks {b.name}'s host key @revoked")
     elif not keys:

@@ -11,7 +11,7 @@ import json
 import shlex
 
 from . import facts as factmod
-from . import meshcheck, pystack, torchplan
+from . import hostkeys, meshcheck, pystack, torchplan
 from .facts import fact
 from .redact import is_secret
 from .remote import rpath
@@ -284,21 +284,18 @@ def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
     return report
 
 
-def mesh_checks(a, inventory_hosts, got: dict, v_of: dict, store) -> list[dict]:
+def mesh_checks(a, inventory_hosts, got: dict, v_of: dict, paper: dict, pinned: dict) -> list[dict]:
     """One ssh.mesh error per failing pair A -> B: the real login's result where A tried one
-    (it is the stronger proof), else the on-paper reasons (when nodeprep manages the mesh)."""
+    (it is the stronger proof), else the on-paper reasons (when nodeprep manages the mesh).
+    PAPER: {node: meshcheck.NodeFiles}; PINNED: {node: the controller's pinned key blobs}."""
     out = []
     tried = got[a.name]["mesh"]
-    f_a = got[a.name]["facts"]
     for b in inventory_hosts:
         if b.name in tried:
             rc, err = tried[b.name]
             why = [f"login failed (exit {rc})" + (f": {err}" if err else "")] if rc else []
-        elif v_of[a.name].get("ssh_mesh") and b.name in got:
-            f_b = got[b.name]["facts"]
-            pinned = {k.get_base64() for k in store.lookup(b.address, b.port).values()}
-            why = meshcheck.problems(a.name, b, {p: f_a.get(f"file:{p}") for p in meshcheck.FILES},
-                                     {p: f_b.get(f"file:{p}") for p in meshcheck.FILES}, pinned)
+        elif v_of[a.name].get("ssh_mesh") and a.name in paper and b.name in paper:
+            why = meshcheck.problems(a.name, b, paper[a.name], paper[b.name], pinned[b.name])
         else:
             why = []
         if why:
@@ -325,13 +322,18 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
                                               pairs.get(s.name, [])), "probe")
         results = fleet.results
     fps, checks = {}, []
+    paper = {n: meshcheck.NodeFiles({p: g["facts"].get(f"file:{p}") for p in meshcheck.FILES})
+             for n, g in got.items() if v_of[n].get("ssh_mesh")}
+    known = fleet.store.load()      # parsed once, not once per pair
+    pinned = {h.name: {k.get_base64() for k in (known.lookup(hostkeys.host_entry(h.address, h.port)) or {}).values()}
+              for h in inv.hosts if h.name in paper}
     for h in hosts:
         if h.name not in got or results[h.name].status in ("failed", "unreachable"):
             continue
         f = got[h.name]["facts"]
         fps[h.name] = fingerprint(h, v_of[h.name], f, got[h.name]["python_seen"], workdir)
         checks += checks_for(h, v_of[h.name], f, fps[h.name], h.name == head, workdir, port)
-        checks += mesh_checks(h, inv.hosts, got, v_of, fleet.store)
+        checks += mesh_checks(h, inv.hosts, got, v_of, paper, pinned)
     unreachable = {n: r.message for n, r in results.items() if r.status in ("failed", "unreachable")}
     if baseline:
         old, _meta = parity.baseline_read(baseline)
