@@ -79,13 +79,16 @@ def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False
             "port": "master port that must be free on the head node (0: skip)",
             "baseline": "report what changed since this fingerprint file",
             "save_baseline": "write the fleet's fingerprint to this file",
-            "mesh": "ssh pairs to try: full (every ordered pair), head (head <-> every node), "
-                    "auto (full up to 4 nodes; default)"})
+            "mesh": "real ssh logins: full (every ordered pair), head (head -> every node), "
+                    "auto (full up to 4 nodes, else head; default); every pair is also "
+                    "checked on paper",
+            "collective": "also run an all_reduce across the nodes via torchrun (gloo on CPU, "
+                          "nccl on GPU) and report bus bandwidth per message size"})
 def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir=None, port=29500,
-                  baseline=None, save_baseline=None, mesh="auto"):
+                  baseline=None, save_baseline=None, mesh="auto", collective=False):
     """Prove the nodes are the same where training cares; show drift grouped by value."""
     _done(api.verify_parity(inventory, limit, json, deep, workdir, int(port) or None, baseline,
-                            save_baseline, mesh, _settings(c)))
+                            save_baseline, mesh, _settings(c), collective))
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",

@@ -184,7 +184,7 @@ def write_aliases(session, emu: Emulation, host) -> bool:
 
 class Job:
     def __init__(self, inv, hosts, settings, launcher, payload, args, timeout, max_restarts,
-                 port, ds_launcher, preflight, emulate=0, emulate_network=False):
+                 port, ds_launcher, preflight, emulate=0, emulate_network=False, display=None):
         self.inv, self.hosts, self.settings = inv, hosts, settings
         self.emulate, self.emulate_network = emulate, emulate_network
         self.emu: Emulation | None = None
@@ -198,7 +198,8 @@ class Job:
         self.id = time.strftime("%Y%m%d%H%M%S") + "-" + secrets.token_hex(3)
         self.vars = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
         self.head = hosts[0]
-        self.display = Display.auto(quiet=True)
+        self.display = display or Display.auto(quiet=True)
+        self.results: dict = {}
 
     # -- stages ------------------------------------------------------------------------------
     def prepare(self, fleet) -> None:
@@ -319,7 +320,7 @@ class Job:
 
     def launch(self, fleet) -> int:
         cmds = self.commands()
-        results: dict[str, object] = {}
+        results: dict[str, object] = self.results
         threads = []
         for label, cmd in cmds.items():
             s = fleet.sessions[self.session_of(label)]

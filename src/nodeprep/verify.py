@@ -305,7 +305,7 @@ def mesh_checks(a, inventory_hosts, got: dict, v_of: dict, paper: dict, pinned: 
 
 
 def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29500,
-        baseline=None, save_baseline=None, mesh="auto") -> int:
+        baseline=None, save_baseline=None, mesh="auto", collective=False) -> int:
     import sys
 
     from . import parity
@@ -345,10 +345,24 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
                                checks, unreachable, [h.name for h in hosts])
     if save_baseline:
         parity.fingerprint_file_write(save_baseline, fps, {"inventory": inv.name})
+    coll = None
+    if collective:
+        from . import collective as collmod
+        if unreachable:
+            coll = {"ok": False, "launcher": "torchrun",
+                    "error": f"skipped: unreachable node(s) {', '.join(unreachable)}"}
+        else:
+            coll = collmod.run(inv, hosts, settings, port=port or 29500)
+        report.ok = report.ok and coll["ok"]
     if json_mode:
-        print(json.dumps(report.as_dict(), indent=2, default=str))
+        out = report.as_dict()
+        if coll is not None:
+            out["collective"] = coll
+        print(json.dumps(out, indent=2, default=str))
     else:
         print(parity.render(report, color=sys.stdout.isatty()).rstrip("\n"))
+        if coll is not None:
+            print(collmod.render(coll))
         if mesh != "full" and len(names) > 4:
             print(f"(ssh mesh: every pair checked on paper (cluster key authorized, host key pinned), "
                   f"real logins from {names[0]} to every node; --mesh full logs in over all "

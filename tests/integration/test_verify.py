@@ -183,3 +183,12 @@ def test_bad_baseline_file_is_input_error(lab, lab_settings, capsys, tmp_path):
     code = api.verify_parity(str(lab.inventory), None, False, baseline=str(bad), settings=lab_settings)
     err = capsys.readouterr().err
     assert code == 2 and str(bad) in err and err.count("\n") == 1
+
+
+def test_collective_all_reduce_through_the_launcher(fleet, lab, lab_settings, capsys):
+    code, rep = verify(lab, lab_settings, capsys, collective=True)
+    assert code == 0, rep.get("collective")
+    c = rep["collective"]
+    assert c["ok"] and c["launcher"] == "torchrun" and c["world_size"] == 3 and c["backend"] == "gloo"
+    assert [s["bytes"] for s in c["sizes"]] == [1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
+    assert all(s["correct"] and s["busbw_gbps"] > 0 and s["time_us"] > 0 for s in c["sizes"])

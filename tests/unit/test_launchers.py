@@ -188,7 +188,7 @@ def test_emulate_prefix_and_errors():
 
 
 def test_builtin_payloads():
-    assert set(BUILTIN) == {"health", "ddp"}
+    assert set(BUILTIN) == {"health", "ddp", "allreduce"}
     for name in BUILTIN:
         text = payload_path(name).read_text()
         assert "nodeprep" not in [line.split()[1] for line in text.splitlines()

@@ -12,6 +12,7 @@ _HERE = Path(__file__).resolve().parent
 BUILTIN: dict[str, Path] = {
     "health": _HERE / "health.py",      # init + all_reduce + barrier, one line per rank
     "ddp": _HERE / "ddp.py",            # tiny DDP trainer with snapshot/resume and failure knobs
+    "allreduce": _HERE / "allreduce.py",  # all_reduce bus bandwidth per message size
 }
 
 
