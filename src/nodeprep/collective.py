@@ -52,6 +52,6 @@ def render(res: dict) -> str:
              f"{res['backend']})",
              f"  {'bytes':>10}  {'time/call':>12}  {'algbw':>11}  {'busbw':>11}"]
     for r in res.get("sizes", []):
-        lines.append(f"  {r['bytes']:>10}  {r['time_us']:>9.1f} us  {r['algbw_gbps']:>6.3f} GB/s  "
-                     f"{r['busbw_gbps']:>6.3f} GB/s" + ("" if r["correct"] else "  WRONG RESULT"))
+        lines.append(f"  {r['bytes']:>10}  {r['time_us']:>9.1f} us  {r['algbw_gbps']:>6.4g} GB/s  "
+                     f"{r['busbw_gbps']:>6.4g} GB/s" + ("" if r["correct"] else "  WRONG RESULT"))
     return "\n".join(lines)

@@ -15,6 +15,6 @@ def test_render_table_and_failure():
     res = {"launcher": "torchrun", **collective.parse([LINE]), "ok": True}
     text = collective.render(res)
     assert text.splitlines()[0] == "collective all_reduce via torchrun: OK (world size 2, gloo)"
-    assert "1024" in text and "0.008 GB/s" in text
+    assert "1024" in text and " 0.008 GB/s" in text
     assert collective.render({"launcher": "torchrun", "error": "preflight failed"}) == \
         "collective all_reduce via torchrun: FAILED: preflight failed"
