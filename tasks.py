@@ -83,12 +83,15 @@ def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False
                     "auto (full up to 4 nodes, else head; default); every pair is also "
                     "checked on paper",
             "collective": "also run an all_reduce across the nodes via torchrun (gloo on CPU, "
-                          "nccl on GPU) and report bus bandwidth per message size"})
+                          "nccl on GPU) and report bus bandwidth per message size",
+            "via": "auto (default): when only the head logs in to every node, the probes ride "
+                   "those logins (one connection from here); direct: connect from here to "
+                   "every node (also proves this machine reaches each one)"})
 def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir=None, port=29500,
-                  baseline=None, save_baseline=None, mesh="auto", collective=False):
+                  baseline=None, save_baseline=None, mesh="auto", collective=False, via="auto"):
     """Prove the nodes are the same where training cares; show drift grouped by value."""
     _done(api.verify_parity(inventory, limit, json, deep, workdir, int(port) or None, baseline,
-                            save_baseline, mesh, _settings(c), collective))
+                            save_baseline, mesh, _settings(c), collective, via))
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",

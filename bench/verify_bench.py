@@ -1,7 +1,7 @@
 """`invoke verify-parity` on 8 and on 32 lab nodes against a bare Fabric ThreadingGroup running
 `true` on the same nodes (bench/bare_fabric.py), whole processes, medians of RUNS interleaved
 rounds. Issue targets: verify at most 2x the bare floor at 8 nodes, and verify on 32 nodes at
-most 1.5x verify on 8 nodes. Usage: bench/verify_bench.py [RUNS=5] [--profile]
+most 1.5x verify on 8 nodes. Usage: bench/verify_bench.py [RUNS=5] [--profile] [--setup-only | --teardown]
 
 Setup (not timed): the lab comes up with 32 nodes; only worker-0 is provisioned for real
 (`invoke provision --limit worker-0`); its ~/.nodeprep/{venv,wheelhouse} are then replicated
@@ -42,6 +42,7 @@ TARGET_BARE, TARGET_SCALE = 2.0, 1.5
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 runs = int(args[0]) if args else 5
 force_profile = "--profile" in sys.argv
+setup_only = "--setup-only" in sys.argv   # leave the provisioned 32-node lab up, for profiling by hand
 RACE = re.compile(r"No attribute or config key found for '(\w+)'")
 HEAVY = ("wheelhouse.sync", "venv.create", "pip.install", "torch.verify")
 LABS = Path(Settings().lab_root) / "bench"
@@ -348,6 +349,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="nodeprep-verify-"))
     before = {p.name for p in LABS.glob("worker-*")}
     results = []
+    kept = False
     try:
         log(f"verify bench: {NODES} and {SMALL} nodes, {runs} interleaved rounds, on "
             f"{os.cpu_count()} CPUs (shared with other engineers' labs)")
@@ -378,6 +380,14 @@ def main():
         if ch2:
             raise SystemExit("bench: the second provision changed something")
         inv8 = trimmed_inventory(inv32, SMALL, tmp / f"hosts-{SMALL}.yml")
+        if setup_only:
+            keep = state / f"hosts-{SMALL}.yml"
+            shutil.copy(inv8, keep)
+            log(f"  --setup-only: lab left up; INVOKE_NODEPREP_STATE_DIR={state}\n"
+                f"    inventories {inv32} and {keep}; controller key in {tmp}\n"
+                "    (tear down: bench/verify_bench.py --teardown)")
+            kept = True
+            return
 
         # -- cold: first verify imports torch on every node
         verify32 = [str(VENV / "invoke"), "verify-parity", "--inventory", str(inv32)]
@@ -470,6 +480,8 @@ def main():
             f"inventory (x{xm / med[keys[0]]:.2f})")
         results.append(rx)
     finally:
+        if kept:
+            return
         try:
             purge_homes()
         finally:
@@ -491,4 +503,14 @@ def main():
     save(f"verify-{SMALL}-{NODES}", results)
 
 
-main()
+def teardown():
+    try:
+        purge_homes()
+    finally:
+        bench_lab_down()
+        for p in LABS.glob("worker-*"):
+            shutil.rmtree(p, ignore_errors=True)
+    log("bench lab down")
+
+
+teardown() if "--teardown" in sys.argv else main()

@@ -135,13 +135,15 @@ def provision(spec=None, limit=None, roles=None, check=False, diff=False, json_m
 @cli
 def verify_parity(spec=None, limit=None, json_mode=False, deep=False, workdir=None, port=29500,
                   baseline=None, save_baseline=None, mesh="auto", settings: Settings = Settings(),
-                  collective=False) -> int:
+                  collective=False, via="auto") -> int:
     from . import verify
     if mesh not in ("auto", "full", "head"):
         raise InputError(f"--mesh {mesh!r}: expected auto, full or head")
+    if via not in ("auto", "direct"):
+        raise InputError(f"--via {via!r}: expected auto or direct")
     inv, hosts = _hosts(spec, limit, settings)
     return verify.run(inv, hosts, settings, json_mode, deep, workdir, port, baseline, save_baseline, mesh,
-                      collective)
+                      collective, via)
 
 
 LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")

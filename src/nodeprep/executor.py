@@ -238,8 +238,9 @@ class Fleet:
     def usable(self) -> list[Session]:
         return [s for s in self.sessions.values() if s.result.status not in ("failed", "unreachable")]
 
-    def map(self, fn: Callable[[Session], Any], stage: str) -> dict[str, Any]:
-        sessions = self.usable()
+    def map(self, fn: Callable[[Session], Any], stage: str, only=None) -> dict[str, Any]:
+        """ONLY: node names to restrict this stage to (default: every usable node)."""
+        sessions = [s for s in self.usable() if only is None or s.name in only]
         out: dict[str, Any] = {}
 
         def one(s: Session):

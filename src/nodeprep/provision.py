@@ -105,7 +105,7 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
                     log_output=False)
     sections = factmod.split_sections(r.stdout, token)
     after = facts          # updated in place: reports and later stages see the node as it is now
-    if all(str(i) in sections for i in range(len(rereads))):
+    if all(t in sections for t in factmod.section_tags(rereads)):
         after.update(factmod.parse_sections(session.name, rereads, r.stdout, token, r.rc))
     for i, (st, c) in enumerate(differ):
         label = f"{st.role}: {st.name}"

@@ -76,7 +76,9 @@ def _venv_script(path: str) -> str:
     from .remote import rpath
     p = rpath(path)
     return (f"[ -x {p}/bin/python ] || {{ echo MISSING; exit 0; }}; "
-            f"sed -n 's/^version_info *= *//p; s/^version *= *//p' {p}/pyvenv.cfg | head -n 1; "
+            # the version line of pyvenv.cfg with sh builtins (was sed | head: two execs)
+            f"v=; while IFS= read -r l || [ -n \"$l\" ]; do case $l in version_info*=*|'version '*=*|version=*) "
+            "v=${l#*=}; break;; esac; done < " + f"{p}/pyvenv.cfg; printf '%s\\n' \"${{v:-?}}\"; "
             f"{p}/bin/python -I -S -c '' || echo @@BROKEN@@; "
             # parameter expansion, not basename: one fork per package cost ~25 ms a node
             f"for d in {p}/lib/python*/site-packages/*.dist-info; do [ -d \"$d\" ] && "

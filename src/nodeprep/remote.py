@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import shlex
 
-from .facts import fact
+from .facts import batched, fact
 
 MAX_READ = 1 << 20  # managed files are small; refuse to slurp anything bigger
 
@@ -20,27 +20,66 @@ def rpath(path: str) -> str:
     return shlex.quote(path)
 
 
-def read_script(path: str) -> str:
-    p = rpath(path)
-    return (f"if [ -f {p} ]; then stat -c '%a %s' {p}; "
-            f"[ \"$(stat -c %s {p})\" -le {MAX_READ} ] && base64 -w0 < {p}; echo; "
-            f"elif [ -e {p} ]; then echo NOT_A_FILE; else echo MISSING; fi")
+def read_many_script(paths: list[str]) -> str:
+    """Every file of one probe in 3 execs, not 5 per file: sh builtins sort the paths into
+    regular file / something else / missing, ONE `stat` gives modes and sizes, and ONE
+    `cat | base64` carries the contents of those not over MAX_READ, in order; the reader
+    splits them by the sizes (and refuses if a file changed size in between)."""
+    words = " ".join(rpath(p) for p in paths)
+    return ("set --; k=\n"
+            f"for f in {words}; do\n"
+            '  if [ -f "$f" ]; then set -- "$@" "$f"; k="${k}F"; '
+            'elif [ -e "$f" ]; then k="${k}O"; else k="${k}M"; fi\n'
+            "done\n"
+            'printf \'%s\\n\' "$k"\n'
+            "[ $# -gt 0 ] || exit 0\n"
+            "m=$(stat -L -c '%a:%s' -- \"$@\") || exit 1\n"
+            'printf \'%s\\n\' "$m"\n'
+            # keep the small ones: each pass shifts one file off and appends it back if kept
+            f'for x in $m; do f=$1; shift; [ "${{x#*:}}" -le {MAX_READ} ] && set -- "$@" "$f"; done\n'
+            "echo @@DATA@@\n"
+            '[ $# -eq 0 ] || cat -- "$@" | base64 -w0; echo')
+
+
+def split_files(text: str, rc: int, paths: list[str]) -> list[dict]:
+    lines = text.splitlines()
+    kinds = lines[0].strip() if lines else ""
+    if len(kinds) != len(paths) or rc != 0:
+        raise ValueError(f"unexpected answer (exit {rc})")
+    for p, k in zip(paths, kinds):
+        if k == "O":
+            raise ValueError(f"{p} exists but is not a regular file")
+    n = kinds.count("F")
+    stats = [ln.split(":") for ln in lines[1:1 + n]]
+    if n and (len(lines) < n + 2 or lines[1 + n] != "@@DATA@@"):
+        raise ValueError("unexpected answer")
+    data = base64.b64decode(lines[n + 2] if len(lines) > n + 2 else "") if n else b""
+    out, it, pos = [], iter(stats), 0
+    for p, k in zip(paths, kinds):
+        if k == "M":
+            out.append({"exists": False, "mode": None, "size": 0, "content": None})
+            continue
+        mode, size = next(it)
+        size = int(size)
+        content = None
+        if size <= MAX_READ:
+            chunk, pos = data[pos:pos + size], pos + size
+            content = chunk.decode("utf-8", "surrogateescape")
+        out.append({"exists": True, "mode": int(mode, 8), "size": size, "content": content})
+    if pos != len(data) or any(len(c["content"].encode("utf-8", "surrogateescape")) != c["size"]
+                               for c in out if c["content"] is not None):
+        raise ValueError("a file changed size while it was read; run again")
+    return out
 
 
 def parse_file(text: str, rc: int) -> dict:
-    """{'exists', 'mode' (int), 'size', 'content' (str | None when too big)}."""
-    lines = text.splitlines()
-    if not lines or lines[0] == "MISSING":
-        return {"exists": False, "mode": None, "size": 0, "content": None}
-    if lines[0] == "NOT_A_FILE":
-        raise ValueError("exists but is not a regular file")
-    mode, size = lines[0].split()
-    blob = lines[1] if len(lines) > 1 else ""
-    content = base64.b64decode(blob).decode("utf-8", "surrogateescape") if int(size) <= MAX_READ else None
-    return {"exists": True, "mode": int(mode, 8), "size": int(size), "content": content}
+    """{'exists', 'mode' (int), 'size', 'content' (str | None when over MAX_READ)}; the
+    reader of read_many_script's answer for one path."""
+    return split_files(text, rc, ["it"])[0]
 
 
-fact("file", lambda path: read_script(path))(parse_file)
+fact("file", lambda path: read_many_script([path]))(parse_file)
+batched("file", read_many_script, split_files)
 
 
 @fact("dir", lambda path: f"[ -d {rpath(path)} ] && ls -1A -- {rpath(path)} || echo @@MISSING@@")

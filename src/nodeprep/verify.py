@@ -40,10 +40,13 @@ def _torch_script(arg: str) -> str:
     v, cache = rpath(venv), rpath(CACHE)
     # Line 1 of the cache is its key, line 2 the answer.
     return ((f"rm -f {cache}; " if deep == "deep" else "") +
-            f"t=$(ls -d {v}/lib/python*/site-packages/torch 2>/dev/null | head -n 1); "
+            # sh builtins where they do (glob, read): this runs on every node at every verify
+            f"t=; for x in {v}/lib/python*/site-packages/torch; do [ -d \"$x\" ] && {{ t=$x; break; }}; done; "
             "[ -n \"$t\" ] || { echo MISSING; exit 0; }; "
-            "k=\"$(stat -c %Y:%s \"$t/version.py\") $(head -n 1 /proc/driver/nvidia/version 2>/dev/null)\"; "
-            f"if [ -f {cache} ] && [ \"$(head -n 1 {cache})\" = \"$k\" ]; then tail -n 1 {cache}; "
+            "s=$(stat -c %Y:%s \"$t/version.py\"); d=; [ -r /proc/driver/nvidia/version ] && "
+            "IFS= read -r d < /proc/driver/nvidia/version; k=\"$s $d\"; c=; a=; "
+            f"[ -f {cache} ] && {{ IFS= read -r c; while IFS= read -r l || [ -n \"$l\" ]; do a=$l; done; }} < {cache}; "
+            "if [ -n \"$c\" ] && [ \"$c\" = \"$k\" ]; then printf '%s\\n' \"$a\"; "
             f"else mkdir -p \"$(dirname {cache})\" && {{ printf '%s\\n' \"$k\"; "
             f"{v}/bin/python -I -c {shlex.quote(TORCH_PY)}; }} > {cache}.tmp && "
             f"mv -f {cache}.tmp {cache} && tail -n 1 {cache}; fi")
@@ -61,12 +64,12 @@ def _torch_build(text: str, rc: int):
     return {"error": lines[-1][:200]}
 
 
-@fact("port_listening", lambda port: f"ss -Hltn 'sport = :{int(port)}' 2>/dev/null | head -n 1")
+@fact("port_listening", lambda port: f"ss -Hltn 'sport = :{int(port)}' 2>/dev/null")
 def _port(text: str, rc: int) -> bool:
     return bool(text.strip())
 
 
-_SSH = ("ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 "
+_SSH = ("ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o UpdateHostKeys=no -o ConnectTimeout=5 "
         "-o KexAlgorithms=curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,"
         "diffie-hellman-group14-sha256")
 
@@ -75,7 +78,8 @@ def mesh_start(peers: list[str]) -> str:
     """sh that starts one ssh login per peer in the background (in the calling shell, so a
     later mesh_collect can `wait` for them while other work runs meanwhile).
     BatchMode + StrictHostKeyChecking=yes: a prompt or an unknown key counts as a failure,
-    exactly what pdsh/mpirun would hit. curve25519: OpenSSH 9.2's default post-quantum hybrid
+    exactly what pdsh/mpirun would hit. UpdateHostKeys=no: a check writes nothing (OpenSSH
+    would otherwise add the peer's other host key types to known_hosts). curve25519: OpenSSH 9.2's default post-quantum hybrid
     kex costs ~70 ms more per handshake, which is all this check pays for (the login itself
     is what it proves)."""
     lines = ['_npm=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-mesh.XXXXXX") || exit 1']
@@ -146,7 +150,7 @@ def _hide(k: str, v):
 
 
 def requests(v: dict, deep: bool, workdir: str | None, port: int | None) -> list:
-    reqs = ["os", "login_shell", "user", "interfaces", "gpus",
+    reqs = ["os", "login_shell", "user", "python_on_path", "interfaces", "gpus",
             ("venv", v["venv_path"]), ("torch_build", f"{v['venv_path']}|{'deep' if deep else ''}"),
             ("file", "~/.deepspeed_env"), ("file", v["env_file"])]
     if v.get("ssh_mesh"):
@@ -202,8 +206,8 @@ def _covered(archs: list[str], cap: str) -> bool:
 def gather_node(session, v: dict, deep: bool, workdir: str | None, port: int | None,
                 peers: list[str]) -> dict:
     """ONE remote command: the mesh logins start in the background, the fact probe runs
-    meanwhile, then the logins' results are collected; plus what a launcher's non-interactive
-    ssh shell finds as python (the login shell itself, no wrapper)."""
+    meanwhile (it also answers what `python` a launcher's non-interactive ssh shell finds),
+    then the logins' results are collected."""
     import secrets
     reqs = requests(v, deep, workdir, port)
     token = secrets.token_hex(6)
@@ -214,9 +218,70 @@ def gather_node(session, v: dict, deep: bool, workdir: str | None, port: int | N
     mesh = parse_mesh(factmod.split_sections(r.stdout, token).get("mesh", ("", 0))[0])
     for p in peers:
         mesh.setdefault(p, (-1, "no answer from the mesh check"))
-    w = session.conn.run("which python", hide=True, warn=True, in_stream=False, timeout=30)
-    seen = w.stdout.strip().splitlines()[-1] if w.ok and w.stdout.strip() else None
-    return {"facts": f, "python_seen": seen, "mesh": mesh}
+    return {"facts": f, "python_seen": f.get("python_on_path"), "mesh": mesh}
+
+
+def fanout_script(peers: list[str], probes: dict[str, str], timeout: int, token: str) -> str:
+    """sh for the head node: one ssh login per peer, all in parallel (the mesh check: BatchMode,
+    pinned host keys, as pdsh would log in), each carrying that peer's fact probe (PROBES:
+    name -> probe script, fed on stdin; peers without one run `true`). Prints every login's
+    output fenced by TOKEN (`n<i>` sections whose rc is ssh's exit status: 255 = the login
+    failed) and the last lines of each login's stderr (`e<i>`). A probe cannot forge another
+    node's section: TOKEN is only ever sent to the head. Identical probes are written once;
+    `timeout` bounds each probe ON its node."""
+    lines = ['_npf=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-fan.XXXXXX") || exit 1']
+    files: dict[str, str] = {}
+    for script in dict.fromkeys(probes.values()):
+        f = files[script] = f"p{len(files)}"
+        end = f"NODEPREP_{token}_{f}"
+        lines.append(f"cat > \"$_npf/{f}\" <<'{end}'\n{script.rstrip(chr(10))}\n{end}")
+    run = shlex.quote(f"timeout -k 5 {int(timeout)} /bin/sh")
+    for i, p in enumerate(peers):
+        q = shlex.quote(p)
+        cmd = (f"{_SSH} {q} {run} < \"$_npf/{files[probes[p]]}\"" if p in probes
+               else f"{_SSH} {q} true </dev/null")
+        lines.append(f"( echo '@@{token}:n{i}@@'; {cmd} 2>\"$_npf/e{i}\"; r=$?; echo; "
+                     f"echo \"@@{token}:rc=$r@@\" ) > \"$_npf/o{i}\" &")
+    lines += ["wait", 'cat "$_npf"/o*',
+              f'for f in "$_npf"/e*; do [ -s "$f" ] && {{ echo "@@{token}:${{f##*/}}@@"; '
+              f'tail -n 3 "$f"; echo "@@{token}:rc=0@@"; }}; done',
+              'rm -rf "$_npf"']
+    return "\n".join(lines) + "\n"
+
+
+def gather_fanout(session, hosts, v_of: dict, deep: bool, workdir, port, peers: list[str],
+                  settings) -> tuple[dict, dict]:
+    """The head's ONE command: a login to every peer (the mesh check), each carrying the
+    peer's probe. Returns ({node: gather_node-like result} for the nodes whose probe came back
+    whole, {peer: (rc, error)} for the head's mesh). A node missing from the first dict is
+    probed directly by the caller."""
+    import secrets
+    head = session.name
+    token, inner = secrets.token_hex(6), secrets.token_hex(6)
+    reqs = {h.name: requests(v_of[h.name], deep, workdir, port if h.name == head else None)
+            for h in hosts}
+    probes = {n: factmod.probe_script(r, v_of[n], inner) for n, r in reqs.items()}
+    limit = int(settings.command_timeout)
+    script = fanout_script(peers, probes, limit, token)
+    r = session.run(script, timeout=limit + 30,
+                    label=f"verify: probes of {len(probes)} node(s) over the ssh mesh from {head} "
+                          f"({len(peers)} logins)", log_output=False)
+    sections = factmod.split_sections(r.stdout, token)
+    mesh, got = {}, {}
+    for i, p in enumerate(peers):
+        text, rc = sections.get(f"n{i}", ("", -1))
+        err = sections.get(f"e{i}", ("", 0))[0].strip().splitlines()
+        if rc == 255 or rc == -1:
+            mesh[p] = (rc, err[-1] if err else ("no answer from the mesh check" if rc == -1 else ""))
+            continue
+        mesh[p] = (0, "")     # logged in: what the probe then did is the facts' business
+        if p in probes:
+            try:
+                f = factmod.parse_sections(p, reqs[p], text, inner, rc, "\n".join(err[-2:]))
+            except Exception:  # noqa: BLE001 -- the direct probe will tell what is wrong
+                continue
+            got[p] = {"facts": f, "python_seen": f.get("python_on_path"), "mesh": {}}
+    return got, mesh
 
 
 SEVERITY = {"os.kernel": "warning", "os.release": "warning", "gpu.driver": "warning",
@@ -304,8 +369,45 @@ def mesh_checks(a, inventory_hosts, got: dict, v_of: dict, paper: dict, pinned: 
     return out
 
 
+def fans_out(pairs: dict[str, list[str]], head: str, via: str) -> bool:
+    """Do the probes ride the head's mesh logins? Only where the head alone logs in (mesh
+    head, or auto beyond 4 nodes), unless --via direct."""
+    return via != "direct" and all(not p for n, p in pairs.items() if n != head) and bool(pairs.get(head))
+
+
+def gather(fleet, inv, hosts, v_of, settings, deep, workdir, port, pairs, via) -> dict:
+    """{node: {"facts", "python_seen", "mesh"}}. Fanned out: ONE connection from here, to the
+    head, whose mesh logins carry every node's probe (N logins in all, not 2N, and the probes
+    reach each node exactly as pdsh would); a node that the head cannot log in to, or whose
+    probe came back broken, is then probed over its own connection, as is everything when
+    the head itself is out of reach. Direct: every node over its own connection."""
+    head = hosts[0].name
+    one = lambda s, peers: gather_node(s, v_of[s.name], deep, workdir,
+                                       port if s.name == head else None, peers)
+    if not fans_out(pairs, head, via):
+        return fleet.map(lambda s: one(s, pairs.get(s.name, [])), "probe")
+    got: dict = {}
+    fan = fleet.map(lambda s: gather_fanout(s, hosts, v_of, deep, workdir, port, pairs[head],
+                                            settings), "probe", only=[head])
+    if head in fan:
+        got, head_mesh = fan[head]
+        got.setdefault(head, {"facts": None, "python_seen": None, "mesh": {}})["mesh"] = head_mesh
+        for n, g in got.items():
+            if n != head:
+                fleet.sessions[n].stage = "probe"
+                fleet.sessions[n].log(f"probed through {head}'s ssh login (mesh check)\n")
+    rest = [h.name for h in hosts if h.name not in got or got[h.name]["facts"] is None]
+    if rest:
+        direct = fleet.map(lambda s: one(s, [] if s.name != head or head in fan else pairs[head]),
+                           "probe", only=rest)
+        for n, g in direct.items():
+            g["mesh"] = got.get(n, {}).get("mesh") or g["mesh"]
+            got[n] = g
+    return {n: g for n, g in got.items() if g["facts"] is not None}
+
+
 def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29500,
-        baseline=None, save_baseline=None, mesh="auto", collective=False) -> int:
+        baseline=None, save_baseline=None, mesh="auto", collective=False, via="auto") -> int:
     import sys
 
     from . import parity
@@ -317,9 +419,7 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
     with Fleet(hosts, settings, "verify", display) as fleet:
         names = [h.name for h in inv.hosts]
         pairs = mesh_pairs(names, mesh)
-        got = fleet.map(lambda s: gather_node(s, v_of[s.name], deep, workdir,
-                                              port if s.name == head else None,
-                                              pairs.get(s.name, [])), "probe")
+        got = gather(fleet, inv, hosts, v_of, settings, deep, workdir, port, pairs, via)
         results = fleet.results
     fps, checks = {}, []
     paper = {n: meshcheck.NodeFiles({p: g["facts"].get(f"file:{p}") for p in meshcheck.FILES})

@@ -64,13 +64,32 @@ def test_other_package_version_on_one_node(fleet, lab, lab_settings, lab_ssh, ca
     assert drift_of(rep) == {"pkg.einops": {("worker-0", "worker-1"): "0.8.2", ("worker-2",): "0.8.1"}}
 
 
-def test_changed_and_missing_deepspeed_env_lines(fleet, lab, lab_settings, capsys):
+def test_probes_ride_the_head_logins(fleet, lab, lab_settings, capsys):
+    """--mesh head: ONE connection from the controller (to worker-0); its ssh logins to every
+    node carry their probes, so the other nodes see no connection of their own."""
+    code, rep = verify(lab, lab_settings, capsys, mesh="head")
+    assert code == 0, rep
+    assert rep["compared_keys"] > 30 and rep["checks"] == []
+    run = Path(lab_settings.runs) / "latest"
+    head = (run / "worker-0" / "probe.log").read_text()
+    assert "probes of 3 node(s) over the ssh mesh from worker-0 (3 logins)" in head
+    for n in ("worker-1", "worker-2"):
+        log = (run / n / "probe.log").read_text()
+        assert "probed through worker-0's ssh login" in log and "$ " not in log
+    # --via direct: the same verdict over a connection per node
+    code, rep2 = verify(lab, lab_settings, capsys, mesh="head", via="direct")
+    assert code == 0 and rep2["compared_keys"] == rep["compared_keys"]
+    assert "$ verify probe" in (Path(lab_settings.runs) / "latest" / "worker-1" / "probe.log").read_text()
+
+
+@pytest.mark.parametrize("mesh", ["auto", "head"])   # head: the probes ride worker-0's logins
+def test_changed_and_missing_deepspeed_env_lines(fleet, lab, lab_settings, capsys, mesh):
     env = Path(lab.nodes[1].home) / ".deepspeed_env"
     good = env.read_text()
     lines = good.splitlines(True)
     env.write_text("".join(ln for ln in lines if not ln.startswith("PATH=")) + "EXTRA=1\n")
     try:
-        code, rep = verify(lab, lab_settings, capsys)
+        code, rep = verify(lab, lab_settings, capsys, mesh=mesh)
     finally:
         env.write_text(good)
     assert code == 1
@@ -128,14 +147,15 @@ def test_pairs_without_a_real_login_are_checked_on_paper(fleet, lab, lab_setting
     assert code == 0, rep["checks"]
 
 
-def test_venv_at_another_path_on_one_node(fleet, lab, lab_settings, capsys, tmp_path):
+@pytest.mark.parametrize("mesh", ["auto", "head"])   # head: two different probes fanned out
+def test_venv_at_another_path_on_one_node(fleet, lab, lab_settings, capsys, tmp_path, mesh):
     home = Path(lab.nodes[2].home)
     (home / ".nodeprep" / "venv").rename(home / "venv2")
     inv = yaml.safe_load(Path(lab.inventory).read_text())
     inv["hosts"]["worker-2"]["venv_path"] = "/home/nodeprep/venv2"
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
     try:
-        code, rep = verify(lab, lab_settings, capsys, inventory=tmp_path)
+        code, rep = verify(lab, lab_settings, capsys, inventory=tmp_path, mesh=mesh)
     finally:
         (home / "venv2").rename(home / ".nodeprep" / "venv")
     assert code == 1
@@ -143,12 +163,13 @@ def test_venv_at_another_path_on_one_node(fleet, lab, lab_settings, capsys, tmp_
                                            ("worker-2",): "/home/nodeprep/venv2/bin/python"}
 
 
-def test_down_node_is_unreachable_and_others_compared(fleet, lab, lab_settings, lab_up, capsys):
+@pytest.mark.parametrize("mesh", ["auto", "head"])   # head: worker-0's login fails, then ours
+def test_down_node_is_unreachable_and_others_compared(fleet, lab, lab_settings, lab_up, capsys, mesh):
     import dataclasses
     settings = dataclasses.replace(lab_settings, connect_retries=0)
     labmod.stop_node(lab, 2)
     try:
-        code, rep = verify(lab, settings, capsys)
+        code, rep = verify(lab, settings, capsys, mesh=mesh)
     finally:
         lab_up()
     assert code == 1

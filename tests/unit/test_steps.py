@@ -1,11 +1,13 @@
 """Block editing, file checks, redaction, NCCL proposals, role selection: the decision logic
 of provision without a node."""
+import base64
+import os
 import subprocess
 
 import pytest
 
 from nodeprep import api, ncclenv, roles, steps
-from nodeprep.errors import InputError
+from nodeprep.errors import InputError, NodeprepError
 from nodeprep.redact import Redactor, is_secret
 from nodeprep.remote import parse_file, rpath, write_script
 
@@ -61,14 +63,61 @@ def test_write_script_is_atomic_and_quoted(tmp_path):
 
 
 def test_parse_file_reads_back_what_read_script_prints(tmp_path):
-    from nodeprep.remote import read_script
+    from nodeprep.remote import read_many_script as read
     f = tmp_path / "c"
     f.write_text("hello\n")
     f.chmod(0o640)
-    out = subprocess.run(["/bin/sh", "-c", read_script(str(f))], capture_output=True, text=True).stdout
+    out = subprocess.run(["/bin/sh", "-c", read([str(f)])], capture_output=True, text=True).stdout
     assert parse_file(out, 0) == {"exists": True, "mode": 0o640, "size": 6, "content": "hello\n"}
-    out = subprocess.run(["/bin/sh", "-c", read_script(str(tmp_path / "no"))], capture_output=True, text=True).stdout
+    out = subprocess.run(["/bin/sh", "-c", read([str(tmp_path / "no")])], capture_output=True, text=True).stdout
     assert parse_file(out, 0)["exists"] is False
+
+
+def test_many_files_in_one_section(tmp_path):
+    """One stat and one cat for all files: missing ones, empty ones, binary bytes, a name with
+    a space, a symlink (its target is read), one over MAX_READ (mode and size, no content),
+    in the order asked; a directory in the list is refused by name."""
+    from nodeprep import facts
+    from nodeprep.remote import MAX_READ
+    (tmp_path / "a").write_text("hello\n")
+    (tmp_path / "a").chmod(0o640)
+    (tmp_path / "b").write_bytes(b"\x00\xffbin")
+    (tmp_path / "e").write_text("")
+    (tmp_path / "s p").write_text("x y")
+    (tmp_path / "big").write_bytes(b"z" * (MAX_READ + 1))
+    (tmp_path / "ln").symlink_to(tmp_path / "a")
+    names = ["a", "missing", "b", "e", "big", "s p", "ln"]
+    reqs = [("file", str(tmp_path / n)) for n in names] + ["user"]
+    script = facts.probe_script(reqs, {}, "tok")
+    assert script.count("@@tok:rc=") == 2          # the files share ONE section
+    out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True).stdout
+    got = facts.parse_sections("n", reqs, out, "tok", 0)
+    f = {n: got[f"file:{tmp_path / n}"] for n in names}
+    assert f["a"] == {"exists": True, "mode": 0o640, "size": 6, "content": "hello\n"}
+    assert f["missing"]["exists"] is False
+    assert f["b"]["content"].encode("utf-8", "surrogateescape") == b"\x00\xffbin"
+    assert f["e"]["content"] == "" and f["s p"]["content"] == "x y"
+    assert f["big"] == {"exists": True, "mode": 0o644, "size": MAX_READ + 1, "content": None}
+    assert f["ln"]["content"] == "hello\n" and f["ln"]["mode"] == 0o640
+    assert got["user"]["uid"] == os.getuid()
+    only_empty = facts.probe_script([("file", str(tmp_path / "e"))], {}, "t")
+    out = subprocess.run(["/bin/sh", "-c", only_empty], capture_output=True, text=True).stdout
+    assert facts.parse_sections("n", [("file", str(tmp_path / "e"))], out, "t", 0)[
+        f"file:{tmp_path / 'e'}"]["content"] == ""
+    (tmp_path / "d").mkdir()
+    reqs = [("file", str(tmp_path / "a")), ("file", str(tmp_path / "d"))]
+    out = subprocess.run(["/bin/sh", "-c", facts.probe_script(reqs, {}, "t")],
+                         capture_output=True, text=True).stdout
+    with pytest.raises(NodeprepError, match="d exists but is not a regular file"):
+        facts.parse_sections("worker-3", reqs, out, "t", 0)
+
+
+def test_file_that_changed_size_while_read_is_refused():
+    from nodeprep.remote import split_files
+    # stat said 6 bytes, cat then delivered 9
+    out = "F\n644:6\n@@DATA@@\n" + base64.b64encode(b"hello\nxx\n").decode()
+    with pytest.raises(ValueError, match="changed size"):
+        split_files(out, 0, ["~/.ssh/known_hosts"])
 
 
 def test_redaction():

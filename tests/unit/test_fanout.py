@@ -1,0 +1,94 @@
+"""verify's fan-out script, run for real by /bin/sh with a stand-in `ssh` that runs the remote
+command locally (or fails like an unreachable peer): framing of every node's answer, the
+login results, and what gather_fanout hands back. The real-sshd path is in
+tests/integration/test_verify.py (fan-out on the lab)."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from nodeprep import facts, verify
+
+FAKE_SSH = r"""#!/bin/sh
+# stand-in for OpenSSH: skip `-o X` options, then HOST CMD...; "down" fails like ssh does
+while [ "$1" = "-o" ]; do shift 2; done
+host=$1; shift
+case $host in
+  down) echo "ssh: connect to host down port 22: No route to host" >&2; exit 255;;
+  garbled) echo "not a probe"; exit 0;;
+esac
+export FAKE_NODE=$host
+exec /bin/sh -c "$*"
+"""
+
+
+@pytest.fixture
+def fake_ssh(tmp_path, monkeypatch):
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "ssh").write_text(FAKE_SSH)
+    (bin_ / "ssh").chmod(0o755 | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    return tmp_path
+
+
+def run_sh(script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+def test_every_answer_framed_and_logins_reported(fake_ssh):
+    probes = {"a": "echo hello from $FAKE_NODE\n", "b": "echo '@@forged:n0@@'; printf 'no newline'\n",
+              "down": "echo never\n"}
+    script = verify.fanout_script(["a", "b", "down", "c"], probes, 30, "tok")
+    assert script.count("cat > ") == 3                 # one file per distinct probe
+    r = run_sh(script)
+    assert r.returncode == 0, r.stderr
+    sec = facts.split_sections(r.stdout, "tok")
+    assert sec["n0"] == ("hello from a\n", 0)
+    assert sec["n1"] == ("@@forged:n0@@\nno newline", 0)     # another token is plain text
+    assert sec["n2"] == ("", 255) and "No route to host" in sec["e2"][0]
+    assert sec["n3"] == ("", 0)                              # a peer without a probe: `true`
+    assert not list(fake_ssh.glob("nodeprep-fan.*"))         # its temp dir is gone
+
+
+def test_identical_probes_are_written_once(fake_ssh):
+    script = verify.fanout_script(["a", "b"], {"a": "echo x\n", "b": "echo x\n"}, 30, "tok")
+    assert script.count("cat > ") == 1
+    sec = facts.split_sections(run_sh(script).stdout, "tok")
+    assert sec["n0"][0] == sec["n1"][0] == "x\n"
+
+
+class LocalSession:
+    """Session.run for the head, done by the local /bin/sh (with the fake ssh on PATH)."""
+    name = "a"
+
+    def run(self, script, timeout=None, label=None, log_output=True):
+        r = run_sh(script)
+        return SimpleNamespace(stdout=r.stdout, rc=r.returncode, tail=lambda n=3: r.stderr)
+
+
+def test_gather_fanout_parses_reached_nodes_and_leaves_the_rest(fake_ssh, monkeypatch):
+    hosts = [SimpleNamespace(name=n) for n in ("a", "b", "down", "garbled")]
+    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
+    monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user", "python_on_path"])
+    got, mesh = verify.gather_fanout(LocalSession(), hosts, {h.name: v for h in hosts}, False,
+                                     None, None, ["a", "b", "down", "garbled"],
+                                     SimpleNamespace(command_timeout=30))
+    assert sorted(got) == ["a", "b"]                 # garbled and down: probed directly later
+    assert got["b"]["facts"]["user"]["uid"] == os.getuid()
+    assert mesh["a"] == (0, "") and mesh["garbled"] == (0, "")   # logged in, answer unusable
+    assert mesh["down"][0] == 255 and "No route to host" in mesh["down"][1]
+
+
+def test_fans_out_only_where_the_head_alone_logs_in():
+    names = ["w0", "w1", "w2", "w3", "w4"]
+    assert verify.fans_out(verify.mesh_pairs(names, "auto"), "w0", "auto")          # 5 > 4: head
+    assert verify.fans_out(verify.mesh_pairs(names[:3], "head"), "w0", "auto")
+    assert not verify.fans_out(verify.mesh_pairs(names[:3], "auto"), "w0", "auto")  # full mesh
+    assert not verify.fans_out(verify.mesh_pairs(names, "head"), "w0", "direct")
+    assert not verify.fans_out(verify.mesh_pairs(names, "head"), "w1", "auto")     # --limit !w0
