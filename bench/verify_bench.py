@@ -17,7 +17,7 @@ not timed) and times verify vs bare there, to show the trimmed inventory measure
 
 The first verify after the setup imports torch on every node (the node caches the answer in
 ~/.nodeprep/torch_probe.json): it is reported apart as the cold cost. When a target is missed,
-an in-process profile times verify's stages (connect, batched probe, `which python`, mesh),
+an in-process profile times verify's stages (connect, then the probes with the mesh logins),
 each fact of the probe on one node, and the process start-up."""
 import json
 import os
@@ -144,17 +144,34 @@ flakes: list[dict] = []
 attempts: dict[str, int] = {}   # runs started, per contender
 
 
+cpu: dict[str, list[dict]] = {}   # per contender: CPU seconds of each passing run
+
+
+def busy_cpu() -> float:
+    """CPU seconds the whole machine (controller, every lab sshd and probe) spent so far."""
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def child_cpu() -> float:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_checked(label, cmd, env, check, tries=4):
     """Seconds of the first run of CMD that passes CHECK(output); a run that failed only
     because of the shared-Config race (every failing line says so) is recorded and redone."""
     for attempt in range(tries):
         attempts[label] = attempts.get(label, 0) + 1
+        b0, c0 = busy_cpu(), child_cpu()
         t0 = time.perf_counter()
         r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
         dt = time.perf_counter() - t0
         out = r.stdout + r.stderr
         if r.returncode == 0:
             check(out)
+            cpu.setdefault(label, []).append({"machine": busy_cpu() - b0, "controller": child_cpu() - c0})
             return dt
         bad = [ln for ln in out.splitlines() if "unreachable:" in ln or "failed" in ln.lower()]
         hits = [ln for ln in bad if RACE.search(ln)]
@@ -214,51 +231,37 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
     head = hosts[0].name
     names = [h.name for h in inv.hosts]
     pairs = verify.mesh_pairs(names, "auto")
-    stages = ["connect", "probe+mesh", "close"]
+    fan = verify.fans_out(pairs, head, "auto")
+    stages = ["connect", "probes+mesh", "close"]
     walls = {s: [] for s in stages + ["total in-process"]}
-    nodes = {s: [] for s in stages}
+    busy = {s: [] for s in stages}
     done = tries = 0
     while done < reps:
         tries += 1
         if tries > reps + 4:
             raise SystemExit(f"bench: profile on {len(hosts)} nodes kept failing")
-        w = {}
+        w, b = {}, {}
         t_all = time.perf_counter()
         fleet = Fleet(hosts, settings, "verify", Display.auto(to_stderr=True, quiet=True))
-        per = {s: {} for s in stages}
 
-        def timed_stage(stage, fn):
-            def one(s):
-                t = time.perf_counter()
-                r = fn(s)
-                per[stage][s.name] = time.perf_counter() - t
-                return r
-            t0 = time.perf_counter()
-            out = fleet.map(one, stage)
-            w[stage] = time.perf_counter() - t0
-            return out
-
-        # Fleet.map connects each session before calling fn: connect here first, in a pool
-        # like Fleet.map's (settings.width threads), to see each node's handshake time.
+        # what verify connects to: the head alone when the probes ride its mesh logins
         def conn(s):
-            t = time.perf_counter()
             try:
                 s.connect()
             except Exception as e:
                 s.result.mark("failed", f"connect: {type(e).__name__}: {e}")
-            per["connect"][s.name] = time.perf_counter() - t
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=max(1, min(settings.width, len(hosts)))) as pool:
-            list(pool.map(conn, fleet.sessions.values()))
-        w["connect"] = time.perf_counter() - t0
-        # as verify.run does it: one command per node (mesh logins in the background of the
-        # fact probe), then `which python` through the login shell
-        got = timed_stage("probe+mesh", lambda s: verify.gather_node(
-            s, v_of[s.name], False, None, 29500 if s.name == head else None, pairs[s.name]))
+        t0, b0 = time.perf_counter(), busy_cpu()
+        targets = [fleet.sessions[head]] if fan else list(fleet.sessions.values())
+        with ThreadPoolExecutor(max_workers=max(1, min(settings.width, len(targets)))) as pool:
+            list(pool.map(conn, targets))
+        w["connect"], b["connect"] = time.perf_counter() - t0, busy_cpu() - b0
+        t0, b0 = time.perf_counter(), busy_cpu()
+        got = verify.gather(fleet, inv, hosts, v_of, settings, False, None, 29500, pairs, "auto")
+        w["probes+mesh"], b["probes+mesh"] = time.perf_counter() - t0, busy_cpu() - b0
         mesh = {n: g["mesh"] for n, g in got.items()}
-        t0 = time.perf_counter()
+        t0, b0 = time.perf_counter(), busy_cpu()
         fleet.close()
-        w["close"] = time.perf_counter() - t0
+        w["close"], b["close"] = time.perf_counter() - t0, busy_cpu() - b0
         w["total in-process"] = time.perf_counter() - t_all
         bad = {n: {p: rc for p, (rc, _e) in m.items() if rc} for n, m in mesh.items()}
         bad = {n: b for n, b in bad.items() if b}
@@ -268,18 +271,17 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
                            "keys": sorted({RACE.search(m).group(1) for m in failed.values()})})
             log(f"    FLAKE (profile): {len(failed)} node(s) hit the shared-Config race; repetition redone")
             continue
-        if bad or failed or len(mesh) != len(hosts):
+        if bad or failed or len(got) != len(hosts):
             raise SystemExit(f"bench: profile run failed: mesh {bad}, nodes {failed}")
         done += 1
         for k, t in w.items():
             walls[k].append(t)
-        for st in stages:
-            if per[st]:
-                nodes[st].append(stage_stats(per[st]))
+        for k, t in b.items():
+            busy[k].append(t)
     return {"walls": {k: statistics.median(v) for k, v in walls.items()},
             "walls_runs": walls,
-            "per_node": {s: {k: statistics.median(x[k] for x in v) for k in v[0]}
-                         for s, v in nodes.items() if v},
+            "machine_cpu": {k: statistics.median(v) for k, v in busy.items()},
+            "fan_out": fan,
             "mesh_handshakes": sum(len(p) for p in pairs.values())}
 
 
@@ -307,12 +309,6 @@ def probe_facts(inv_path: Path, settings: Settings, reps=3) -> dict:
                 factmod.gather(s, rq, v)
                 ts.append(time.perf_counter() - t0)
             out[label] = statistics.median(ts)
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            s.conn.run("which python", hide=True, warn=True, in_stream=False, timeout=30)
-            ts.append(time.perf_counter() - t0)
-        out["which python (login shell)"] = statistics.median(ts)
     finally:
         fleet.close()
     return out
@@ -335,12 +331,11 @@ def startup() -> dict:
 
 
 def show_profile(title, p):
-    log(f"  {title}: in-process, {p['mesh_handshakes']} mesh handshakes")
+    log(f"  {title}: in-process, {p['mesh_handshakes']} mesh logins, probes "
+        f"{'ride the head logins' if p['fan_out'] else 'over a connection per node'}")
     for k, w in p["walls"].items():
-        pn = p["per_node"].get(k)
-        extra = (f"   (per node: median {pn['median_node']:.3f}, slowest {pn['max_node']:.3f})"
-                 if pn else "")
-        log(f"    {k:<18} {w:6.3f} s{extra}")
+        c = p["machine_cpu"].get(k)
+        log(f"    {k:<18} {w:6.3f} s" + (f"   (machine CPU {c:.3f} s)" if c is not None else ""))
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -432,6 +427,18 @@ def main():
         log(f"  verify {NODES} nodes / bare floor {NODES} nodes: x{med[keys[2]] / med[keys[3]]:.2f}; "
             f"bare floor {NODES}/{SMALL} nodes: x{bare_scale:.2f}")
         log(f"  cold first verify on {NODES} nodes: {cold:.2f} s = x{cold / med[keys[2]]:.1f} the warm median")
+        # Every lab node shares this machine's CPUs: wall time at 32 nodes follows the CPU that
+        # all nodes together burn. CPU per run (medians of the timed runs) and per extra node:
+        cpu_med = {k: {w: statistics.median(x[w] for x in cpu[k][1:]) for w in ("machine", "controller")}
+                   for k in keys}
+        log(f"  CPU seconds per run (whole machine / controller process), medians:")
+        for k in keys:
+            log(f"    {k:<28} {cpu_med[k]['machine']:6.3f} / {cpu_med[k]['controller']:6.3f}")
+        per_node = {k: (cpu_med[keys[i + 2]]["machine"] - cpu_med[keys[i]]["machine"]) / (NODES - SMALL)
+                    for i, k in ((0, "verify-parity"), (1, "bare Fabric true"))}
+        log(f"  machine CPU per extra node (8 -> 32): verify {per_node['verify-parity'] * 1000:.1f} ms, "
+            f"bare Fabric {per_node['bare Fabric true'] * 1000:.1f} ms "
+            f"(on {os.cpu_count()} CPUs shared by all {NODES} nodes)")
         main_res = {"title": f"verify-parity vs bare Fabric, {SMALL} and {NODES} nodes",
                     "medians": med, "runs": times, "ratios": {
                         "verify8_over_bare8": x8, "verify32_over_verify8": scale,
@@ -439,6 +446,7 @@ def main():
                     "targets": {"verify8_over_bare8": TARGET_BARE, "verify32_over_verify8": TARGET_SCALE},
                     "met": {"verify8_over_bare8": x8 <= TARGET_BARE, "verify32_over_verify8": scale <= TARGET_SCALE},
                     "cold_first_verify_32": cold, "foreign_procs_mean": fg.mean,
+                    "cpu_seconds_median": cpu_med, "machine_cpu_per_extra_node": per_node,
                     "setup": "worker-0 provisioned for real; venv+wheelhouse hard-linked (cp -al) into the "
                              "other homes; full provision then found them in place; 8-node runs use an "
                              "inventory trimmed to worker-0..7 with the lab at 32 nodes",
