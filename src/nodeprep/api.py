@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,11 @@ def cli(fn):
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:
+            # `invoke verify-parity --json | head`: the reader left; no traceback, and none
+            # from the interpreter's own flush of stdout at exit either.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
     return wrapper
 
 

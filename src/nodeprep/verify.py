@@ -229,7 +229,9 @@ def fanout_script(peers: list[str], probes: dict[str, str], timeout: int, token:
     failed) and the last lines of each login's stderr (`e<i>`). A probe cannot forge another
     node's section: TOKEN is only ever sent to the head. Identical probes are written once;
     `timeout` bounds each probe ON its node."""
-    lines = ['_npf=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-fan.XXXXXX") || exit 1']
+    # The answers (env files included) wait in a 0700 directory that goes even on TERM.
+    lines = ['_npf=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-fan.XXXXXX") || exit 1',
+             "trap 'rm -rf \"$_npf\"' EXIT", "trap 'exit 143' HUP INT TERM"]
     files: dict[str, str] = {}
     for script in dict.fromkeys(probes.values()):
         f = files[script] = f"p{len(files)}"
@@ -244,8 +246,7 @@ def fanout_script(peers: list[str], probes: dict[str, str], timeout: int, token:
                      f"echo \"@@{token}:rc=$r@@\" ) > \"$_npf/o{i}\" &")
     lines += ["wait", 'cat "$_npf"/o*',
               f'for f in "$_npf"/e*; do [ -s "$f" ] && {{ echo "@@{token}:${{f##*/}}@@"; '
-              f'tail -n 3 "$f"; echo "@@{token}:rc=0@@"; }}; done',
-              'rm -rf "$_npf"']
+              f'tail -n 3 "$f"; echo "@@{token}:rc=0@@"; }}; done', "exit 0"]
     return "\n".join(lines) + "\n"
 
 

@@ -61,3 +61,18 @@ def test_plain_display_lines():
     d.status("w1", "facts", "failed", "boom")
     d.line("worker-0", "hello")
     assert buf.getvalue() == "w1        facts: failed  boom\n[worker-0] hello\n"
+
+
+def test_closed_stdout_pipe_is_no_traceback():
+    """`invoke verify-parity --json | head`: the reader leaves early; exit 141, no traceback."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.path.insert(0, 'src'); from nodeprep import api\n"
+            "@api.cli\ndef big():\n    print('x' * 100 + '\\n' * 1, end='')\n"
+            "    for _ in range(20000): print('y' * 100)\n"
+            "sys.exit(big())\n")
+    p = subprocess.run(f"{sys.executable} -c {__import__('shlex').quote(code)} | head -c 10; "
+                       "echo \" rc=${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash",
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout.endswith(" rc=141\n"), p.stdout
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr

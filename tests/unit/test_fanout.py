@@ -56,6 +56,23 @@ def test_every_answer_framed_and_logins_reported(fake_ssh):
     assert not list(fake_ssh.glob("nodeprep-fan.*"))         # its temp dir is gone
 
 
+def test_answers_do_not_outlive_a_killed_run(fake_ssh):
+    """The answers carry env files: their temp dir goes on TERM (a timeout) too."""
+    import signal
+    import time
+    script = verify.fanout_script(["a"], {"a": "echo secret; sleep 30\n"}, 60, "tok")
+    p = subprocess.Popen(["/bin/sh", "-c", script], stdout=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(100):
+        if list(fake_ssh.glob("nodeprep-fan.*/o0")):
+            break
+        time.sleep(0.05)
+    assert list(fake_ssh.glob("nodeprep-fan.*"))
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=10)
+    os.killpg(p.pid, signal.SIGKILL)      # the stand-in probe's sleep, left in its group
+    assert not list(fake_ssh.glob("nodeprep-fan.*"))
+
+
 def test_identical_probes_are_written_once(fake_ssh):
     script = verify.fanout_script(["a", "b"], {"a": "echo x\n", "b": "echo x\n"}, 30, "tok")
     assert script.count("cat > ") == 1
