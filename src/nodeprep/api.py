@@ -28,11 +28,24 @@ def cli(fn):
             print("interrupted", file=sys.stderr)
             return 130
         except BrokenPipeError:
+            if not _stdout_gone():
+                raise
             # `invoke verify-parity --json | head`: the reader left; no traceback, and none
             # from the interpreter's own flush of stdout at exit either.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
     return wrapper
+
+
+def _stdout_gone() -> bool:
+    """Is it OUR stdout whose reader went away (not some other pipe of the run)?"""
+    import select
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _hosts(spec, limit, settings: Settings, extra_vars=None):

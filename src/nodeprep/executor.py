@@ -75,21 +75,28 @@ class _LineSink:
     """File-like object Invoke writes remote output to: logs every byte, and shows complete
     lines prefixed with the node name when streaming is on."""
 
-    def __init__(self, log, show: Callable[[str], None] | None):
-        self.log, self.show, self.buf = log, show, ""
+    def __init__(self, log, show: Callable[[str], None] | None,
+                 watch: Callable[[str], None] | None = None):
+        self.log, self.show, self.watch, self.buf = log, show, watch, ""
 
     def write(self, data: str):
         self.log.write(data)
-        if self.show:
+        if self.show or self.watch:
             self.buf += data
             *lines, self.buf = self.buf.split("\n")
             for line in lines:
-                self.show(line)
+                self._line(line)
+
+    def _line(self, line: str):
+        if self.watch:
+            self.watch(line)
+        if self.show:
+            self.show(line)
 
     def flush(self):
         self.log.flush()
-        if self.show and self.buf:
-            self.show(self.buf)
+        if self.buf:
+            self._line(self.buf)
             self.buf = ""
 
 
@@ -164,7 +171,8 @@ class Session:
         self.runlog.node_log(self.name, self.stage).write(text)
 
     def run(self, script: str, *, timeout: float | None = None, stream: bool = False,
-            label: str | None = None, log_output: bool = True, prefix: str | None = None) -> CmdResult:
+            label: str | None = None, log_output: bool = True, prefix: str | None = None,
+            on_line: Callable[[str], None] | None = None) -> CmdResult:
         """Run a POSIX sh script on the node; never raises for a non-zero exit.
 
         log_output=False for probes and applies: their output carries file contents, which
@@ -175,7 +183,7 @@ class Session:
         log.write(f"$ {label or script.strip().splitlines()[0][:200]}\n")
         show = (lambda line: self.display.line(prefix or self.name, line)) if stream else None
         sink = log if log_output else io.StringIO()
-        out, err = _LineSink(sink, show), _LineSink(sink, show)
+        out, err = _LineSink(sink, show, on_line), _LineSink(sink, show)
         limit = max(1, int(timeout or self.settings.command_timeout))
         t0 = time.monotonic()
         try:

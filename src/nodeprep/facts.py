@@ -27,16 +27,17 @@ class Fact:
     # of CPU; reading 6 files one by one cost 25 of them.
     batch: Callable[[list], str] | None = None
     split: Callable[[str, int, list], list] | None = None
+    private: bool = False   # its output may carry secrets (file contents): never quoted in errors
 
 
 FACTS: dict[str, Fact] = {}
 
 
-def fact(name: str, script: str | Callable[[dict], str]):
+def fact(name: str, script: str | Callable[[dict], str], private: bool = False):
     """Register a parser as fact NAME; SCRIPT is sh text or a function of the host vars."""
     def deco(parse):
         run = script if callable(script) else (lambda _v, s=script: s)
-        FACTS[name] = Fact(name, run, parse, (parse.__doc__ or "").strip())
+        FACTS[name] = Fact(name, run, parse, (parse.__doc__ or "").strip(), private=private)
         return parse
     return deco
 
@@ -122,8 +123,8 @@ def parse_sections(session_name: str, requests: list, output: str, token: str, r
             else:
                 values[key] = FACTS[name].parse(text, frc)
         except (ValueError, KeyError, IndexError) as e:
-            raise NodeprepError(f"cannot read fact '{key}' on {session_name}: {e}; output was: "
-                                f"{text.strip()[:200]!r}") from None
+            shown = "" if FACTS[name].private else f"; output was: {text.strip()[:200]!r}"
+            raise NodeprepError(f"cannot read fact '{key}' on {session_name}: {e}{shown}") from None
     return values
 
 

@@ -82,6 +82,7 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
     for i, (st, _c) in enumerate(differ):
         if st.before is None:
             continue
+        session.display.status(session.name, "apply", "running", f"upload for {st.role}: {st.name}")
         try:
             st.before(session, facts)
         except (OSError, NodeprepError) as e:   # an upload failed: nothing after it runs
@@ -100,9 +101,17 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
         if st.after:
             view.update(st.after(view))
     rereads = list(dict.fromkeys(r for st, _c in differ for r in st.reads))
+    names = [f"{st.role}: {st.name}" for st, _ in changes]
+    marks = {f"@@{token}:a{i}@@": i for i in range(len(changes))}
+
+    def progress(line: str):   # the live display shows the step the node is in now
+        i = marks.get(line)
+        if i is not None:
+            session.display.status(session.name, "apply", "running",
+                                   f"step {i + 1}/{len(names)}: {names[i]}")
     r = session.run(apply_script(changes, rereads, token),
                     label=f"apply {len(changes)} step(s): " + ", ".join(s.name for s, _ in changes)[:250],
-                    log_output=False)
+                    log_output=False, on_line=progress)
     sections = factmod.split_sections(r.stdout, token)
     after = facts          # updated in place: reports and later stages see the node as it is now
     if all(t in sections for t in factmod.section_tags(rereads)):

@@ -28,8 +28,8 @@ def read_many_script(paths: list[str]) -> str:
     words = " ".join(rpath(p) for p in paths)
     return ("set --; k=\n"
             f"for f in {words}; do\n"
-            '  if [ -f "$f" ]; then set -- "$@" "$f"; k="${k}F"; '
-            'elif [ -e "$f" ]; then k="${k}O"; else k="${k}M"; fi\n'
+            '  if [ -f "$f" ] && [ -r "$f" ]; then set -- "$@" "$f"; k="${k}F"; '
+            'elif [ -f "$f" ]; then k="${k}U"; elif [ -e "$f" ]; then k="${k}O"; else k="${k}M"; fi\n'
             "done\n"
             'printf \'%s\\n\' "$k"\n'
             "[ $# -gt 0 ] || exit 0\n"
@@ -38,7 +38,7 @@ def read_many_script(paths: list[str]) -> str:
             # keep the small ones: each pass shifts one file off and appends it back if kept
             f'for x in $m; do f=$1; shift; [ "${{x#*:}}" -le {MAX_READ} ] && set -- "$@" "$f"; done\n'
             "echo @@DATA@@\n"
-            '[ $# -eq 0 ] || cat -- "$@" | base64 -w0; echo')
+            '[ $# -eq 0 ] || cat -- "$@" 2>/dev/null | base64 -w0; echo')
 
 
 def split_files(text: str, rc: int, paths: list[str]) -> list[dict]:
@@ -49,6 +49,8 @@ def split_files(text: str, rc: int, paths: list[str]) -> list[dict]:
     for p, k in zip(paths, kinds):
         if k == "O":
             raise ValueError(f"{p} exists but is not a regular file")
+        if k == "U":
+            raise ValueError(f"{p} is not readable by this user")
     n = kinds.count("F")
     stats = [ln.split(":") for ln in lines[1:1 + n]]
     if n and (len(lines) < n + 2 or lines[1 + n] != "@@DATA@@"):
@@ -68,6 +70,8 @@ def split_files(text: str, rc: int, paths: list[str]) -> list[dict]:
         out.append({"exists": True, "mode": int(mode, 8), "size": size, "content": content})
     if pos != len(data) or any(len(c["content"].encode("utf-8", "surrogateescape")) != c["size"]
                                for c in out if c["content"] is not None):
+        # (only the total is checked: one file shrinking while another grows by as much
+        # between `stat` and `cat` would go unseen)
         raise ValueError("a file changed size while it was read; run again")
     return out
 
@@ -78,7 +82,7 @@ def parse_file(text: str, rc: int) -> dict:
     return split_files(text, rc, ["it"])[0]
 
 
-fact("file", lambda path: read_many_script([path]))(parse_file)
+fact("file", lambda path: read_many_script([path]), private=True)(parse_file)
 batched("file", read_many_script, split_files)
 
 

@@ -70,6 +70,7 @@ def _port(text: str, rc: int) -> bool:
 
 
 _SSH = ("ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o UpdateHostKeys=no -o ConnectTimeout=5 "
+        "-o ServerAliveInterval=5 -o ServerAliveCountMax=3 "
         "-o KexAlgorithms=curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,"
         "diffie-hellman-group14-sha256")
 
@@ -85,7 +86,7 @@ def mesh_start(peers: list[str]) -> str:
     lines = ['_npm=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-mesh.XXXXXX") || exit 1']
     for i, p in enumerate(peers):
         q = shlex.quote(p)
-        lines.append(f'( {_SSH} {q} true </dev/null >/dev/null 2>"$_npm/e{i}"; '
+        lines.append(f'( {_SSH} -- {q} true </dev/null >/dev/null 2>"$_npm/e{i}"; '
                      f'printf \'%s %s\\n\' {q} "$?" > "$_npm/r{i}" ) &')
     return "\n".join(lines) + "\n"
 
@@ -221,27 +222,34 @@ def gather_node(session, v: dict, deep: bool, workdir: str | None, port: int | N
     return {"facts": f, "python_seen": f.get("python_on_path"), "mesh": mesh}
 
 
+FANOUT_MAX = 100_000   # bytes of head script: posix() passes it as ONE argument (128 KiB cap)
+
+
 def fanout_script(peers: list[str], probes: dict[str, str], timeout: int, token: str) -> str:
     """sh for the head node: one ssh login per peer, all in parallel (the mesh check: BatchMode,
     pinned host keys, as pdsh would log in), each carrying that peer's fact probe (PROBES:
     name -> probe script, fed on stdin; peers without one run `true`). Prints every login's
     output fenced by TOKEN (`n<i>` sections whose rc is ssh's exit status: 255 = the login
     failed) and the last lines of each login's stderr (`e<i>`). A probe cannot forge another
-    node's section: TOKEN is only ever sent to the head. Identical probes are written once;
-    `timeout` bounds each probe ON its node."""
-    # The answers (env files included) wait in a 0700 directory that goes even on TERM.
-    lines = ['_npf=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-fan.XXXXXX") || exit 1',
-             "trap 'rm -rf \"$_npf\"' EXIT", "trap 'exit 143' HUP INT TERM"]
+    node's section: TOKEN is only ever sent to the head. Identical probes are written once.
+    Each login is bounded on the head (TIMEOUT + 20 s; keepalives catch a peer that dies
+    mid-session) and each probe on its node (TIMEOUT), so one stuck node costs its own answer,
+    not everyone's; the caller gives the whole script TIMEOUT + 40 s."""
+    # The answers (env files included) wait in a 0700 directory, files 0600, that goes on
+    # TERM and on a closed pipe (the controller went away) too.
+    lines = ["umask 077", '_npf=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-fan.XXXXXX") || exit 1',
+             "trap 'rm -rf \"$_npf\"' EXIT", "trap 'exit 143' HUP INT TERM", "trap 'exit 141' PIPE"]
     files: dict[str, str] = {}
     for script in dict.fromkeys(probes.values()):
         f = files[script] = f"p{len(files)}"
         end = f"NODEPREP_{token}_{f}"
         lines.append(f"cat > \"$_npf/{f}\" <<'{end}'\n{script.rstrip(chr(10))}\n{end}")
     run = shlex.quote(f"timeout -k 5 {int(timeout)} /bin/sh")
+    ssh = f"timeout -k 5 {int(timeout) + 20} {_SSH}"
     for i, p in enumerate(peers):
         q = shlex.quote(p)
-        cmd = (f"{_SSH} {q} {run} < \"$_npf/{files[probes[p]]}\"" if p in probes
-               else f"{_SSH} {q} true </dev/null")
+        cmd = (f"{ssh} -- {q} {run} < \"$_npf/{files[probes[p]]}\"" if p in probes
+               else f"{ssh} -- {q} true </dev/null")
         lines.append(f"( echo '@@{token}:n{i}@@'; {cmd} 2>\"$_npf/e{i}\"; r=$?; echo; "
                      f"echo \"@@{token}:rc=$r@@\" ) > \"$_npf/o{i}\" &")
     lines += ["wait", 'cat "$_npf"/o*',
@@ -251,11 +259,13 @@ def fanout_script(peers: list[str], probes: dict[str, str], timeout: int, token:
 
 
 def gather_fanout(session, hosts, v_of: dict, deep: bool, workdir, port, peers: list[str],
-                  settings) -> tuple[dict, dict]:
+                  settings) -> tuple[dict, dict] | None:
     """The head's ONE command: a login to every peer (the mesh check), each carrying the
     peer's probe. Returns ({node: gather_node-like result} for the nodes whose probe came back
-    whole, {peer: (rc, error)} for the head's mesh). A node missing from the first dict is
-    probed directly by the caller."""
+    whole, {peer: (rc, error)} for the head's mesh); a node missing from the first dict is
+    probed directly by the caller. None when the fan-out itself failed (script too big, no
+    temp dir, killed): the caller then does it all the direct way."""
+    import ipaddress
     import secrets
     head = session.name
     token, inner = secrets.token_hex(6), secrets.token_hex(6)
@@ -264,110 +274,45 @@ def gather_fanout(session, hosts, v_of: dict, deep: bool, workdir, port, peers: 
     probes = {n: factmod.probe_script(r, v_of[n], inner) for n, r in reqs.items()}
     limit = int(settings.command_timeout)
     script = fanout_script(peers, probes, limit, token)
-    r = session.run(script, timeout=limit + 30,
+    if len(script) * 4 // 3 > FANOUT_MAX:
+        session.log(f"fan-out script of {len(script)} bytes: too big for one command; direct probes\n")
+        return None
+    r = session.run(script, timeout=limit + 40,
                     label=f"verify: probes of {len(probes)} node(s) over the ssh mesh from {head} "
                           f"({len(peers)} logins)", log_output=False)
     sections = factmod.split_sections(r.stdout, token)
+    if r.rc != 0 or not any(f"n{i}" in sections for i in range(len(peers))):
+        session.log(f"fan-out failed (exit {r.rc}): {r.tail(2)}; direct probes\n")
+        return None
+    address = {h.name: h.address for h in hosts}
     mesh, got = {}, {}
     for i, p in enumerate(peers):
         text, rc = sections.get(f"n{i}", ("", -1))
         err = sections.get(f"e{i}", ("", 0))[0].strip().splitlines()
-        if rc == 255 or rc == -1:
+        # logged in: `true` said 0, or the probe started (its first marker came back); a shell
+        # that refuses commands (nologin) fails the pair, as it would fail pdsh
+        if not (rc == 0 or (p in probes and f"@@{inner}:" in text)):
             mesh[p] = (rc, err[-1] if err else ("no answer from the mesh check" if rc == -1 else ""))
             continue
-        mesh[p] = (0, "")     # logged in: what the probe then did is the facts' business
+        mesh[p] = (0, "")
         if p in probes:
             try:
                 f = factmod.parse_sections(p, reqs[p], text, inner, rc, "\n".join(err[-2:]))
             except Exception:  # noqa: BLE001 -- the direct probe will tell what is wrong
                 continue
+            # The head dialled the NAME; the answer counts only if it came from the machine the
+            # inventory means (stale DNS or a hand-made alias would credit the wrong one).
+            try:
+                ip = str(ipaddress.ip_address(address.get(p) or ""))
+            except ValueError:
+                ip = None
+            seen = f.get("interfaces")
+            if ip and seen is not None and ip not in {a for addrs in seen.values() for a in addrs}:
+                mesh[p] = (1, f"the login reached a machine without {p}'s address {ip} "
+                              f"(what does {p} resolve to on {head}?)")
+                continue
             got[p] = {"facts": f, "python_seen": f.get("python_on_path"), "mesh": {}}
     return got, mesh
-
-
-SEVERITY = {"os.kernel": "warning", "os.release": "warning", "gpu.driver": "warning",
-            "net.interfaces": "info"}
-
-
-def ifname_matches(spec: str, names: list[str]) -> bool:
-    """NCCL_SOCKET_IFNAME grammar: `^a,b` excludes, `=a,b` exact, else prefixes."""
-    names = [n for n in names if n != "lo"] if not spec.lstrip("^=").startswith("lo") else names
-    if spec.startswith("^"):
-        bad = [p for p in spec[1:].split(",") if p]
-        return any(not any(n.startswith(b.lstrip("=")) for b in bad) for n in names)
-    if spec.startswith("="):
-        return any(n in spec[1:].split(",") for n in names)
-    return any(n.startswith(p) for p in spec.split(",") if p for n in names)
-
-
-def checks_for(host, v: dict, f: dict, fp: dict, is_head: bool, workdir, port) -> list[dict]:
-    out = []
-
-    def bad(key, msg, severity="error"):
-        out.append({"node": host.name, "key": key, "message": msg, "severity": severity})
-    g = f.get("gpus") or {}
-    if g.get("error"):
-        bad("gpu", f"nvidia-smi: {g['error'][:120]}")
-    if g.get("count") and host.slots and g["count"] != host.slots:
-        bad("gpu.count", f"{g['count']} GPUs but the inventory gives it {host.slots} slots")
-    if fp.get("torch.covers_gpus") is False:
-        bad("torch.covers_gpus", "torch.cuda.get_arch_list() lacks this node's GPU capability")
-    if g.get("count") and fp.get("torch.cuda_available") is False:
-        bad("torch.cuda_available", "torch.cuda.is_available() is False on a GPU node")
-    if fp.get("python.path") is None:
-        bad("python.path", f"no venv at {v['venv_path']} (run `invoke provision`)")
-    elif fp.get("shell.noninteractive_python") != fp["python.path"]:
-        bad("shell.noninteractive_python", f"a non-interactive ssh shell finds "
-            f"{fp.get('shell.noninteractive_python') or 'no python'}, not {fp['python.path']}")
-    spec = fp.get("env.deepspeed.NCCL_SOCKET_IFNAME") or fp.get("env.shell.NCCL_SOCKET_IFNAME")
-    if spec and not ifname_matches(spec.strip("'\""), list(f.get("interfaces") or {})):
-        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} matches no interface here "
-            f"({', '.join(f.get('interfaces') or {})})")
-    if workdir and fp.get("job.workdir_exists") is False:
-        bad("job.workdir", f"{workdir} does not exist (the launchers cd into it on every node)")
-    if is_head and port and f.get(f"port_listening:{port}"):
-        bad("net.master_port", f"port {port} is already in use on the head node")
-    return out
-
-
-GPU_KEYS = ("gpu.", "torch.cuda_available", "torch.covers_gpus")
-
-
-def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
-    """GPU keys are compared among the GPU nodes only: a node the inventory marks cpu_only is
-    meant to differ there."""
-    from . import parity
-    is_gpu = lambda k: k.startswith(GPU_KEYS)
-    rest = {n: {k: v for k, v in fp.items() if not is_gpu(k)} for n, fp in fps.items()}
-    report = parity.compare(rest, SEVERITY, checks, unreachable, order=order)
-    gpu = {n: {k: v for k, v in fp.items() if is_gpu(k)} for n, fp in fps.items() if n not in cpu_only}
-    if gpu:
-        g = parity.compare(gpu, SEVERITY, (), None, order=[n for n in order if n in gpu])
-        report.drift = sorted(report.drift + g.drift,
-                              key=lambda d: (parity.SEVERITIES.index(d.severity), d.key))
-        report.compared_keys += g.compared_keys
-        report.ok = report.ok and g.ok
-    return report
-
-
-def mesh_checks(a, inventory_hosts, got: dict, v_of: dict, paper: dict, pinned: dict) -> list[dict]:
-    """One ssh.mesh error per failing pair A -> B: the real login's result where A tried one
-    (it is the stronger proof), else the on-paper reasons (when nodeprep manages the mesh).
-    PAPER: {node: meshcheck.NodeFiles}; PINNED: {node: the controller's pinned key blobs}."""
-    out = []
-    tried = got[a.name]["mesh"]
-    for b in inventory_hosts:
-        if b.name in tried:
-            rc, err = tried[b.name]
-            why = [f"login failed (exit {rc})" + (f": {err}" if err else "")] if rc else []
-        elif v_of[a.name].get("ssh_mesh") and a.name in paper and b.name in paper:
-            why = meshcheck.problems(a.name, b, paper[a.name], paper[b.name], pinned[b.name])
-        else:
-            why = []
-        if why:
-            out.append({"node": a.name, "key": "ssh.mesh", "severity": "error",
-                        "message": f"{a.name} -> {b.name}: " + "; ".join(why)})
-    return out
 
 
 def fans_out(pairs: dict[str, list[str]], head: str, via: str) -> bool:
@@ -390,7 +335,9 @@ def gather(fleet, inv, hosts, v_of, settings, deep, workdir, port, pairs, via) -
     got: dict = {}
     fan = fleet.map(lambda s: gather_fanout(s, hosts, v_of, deep, workdir, port, pairs[head],
                                             settings), "probe", only=[head])
-    if head in fan:
+    if fan.get(head) is None:     # the fan-out failed as a whole: the head logs in directly
+        fan.pop(head, None)
+    else:
         got, head_mesh = fan[head]
         got.setdefault(head, {"facts": None, "python_seen": None, "mesh": {}})["mesh"] = head_mesh
         for n, g in got.items():

@@ -84,6 +84,31 @@ def test_check_names_the_drifted_node_and_file_then_run_restores(prov, lab, caps
     assert env.read_text() == good
 
 
+def test_live_progress_names_the_step_each_node_is_in(prov, lab, capsys, monkeypatch):
+    """The live display's row for a node says which step of its batched apply it is in (the
+    markers of the apply script, read as they stream back), not just "apply"."""
+    import sys
+
+    from nodeprep import report
+    seen = []
+
+    class Recorder(report.Display):
+        def status(self, node, stage, status, message=""):
+            seen.append((node, stage, status, message))
+    monkeypatch.setattr(report.Display, "auto", staticmethod(lambda **kw: Recorder(sys.stderr)))
+    assert prov(capsys=capsys)[0] == 0
+    env = home(lab, 2) / ".deepspeed_env"
+    good = env.read_text()
+    env.write_text(good + "EXTRA=1\n")
+    seen.clear()
+    code, rep, _ = prov(capsys=capsys)
+    assert code == 0 and rep["changed"] == 1 and env.read_text() == good
+    running = [(n, m) for n, stage, st, m in seen
+               if stage == "apply" and st == "running" and m.startswith("step ")]
+    assert ("worker-2", "step 1/1: deepspeed_env: file.content ~/.deepspeed_env") in running
+    assert not [n for n, _m in running if n != "worker-2"]
+
+
 def test_user_lines_outside_the_block_survive(prov, lab, controller, capsys):
     assert prov(capsys=capsys)[0] == 0
     cfg = home(lab, 0) / ".ssh" / "config"

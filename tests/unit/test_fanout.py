@@ -16,6 +16,7 @@ from nodeprep import facts, verify
 FAKE_SSH = r"""#!/bin/sh
 # stand-in for OpenSSH: skip `-o X` options, then HOST CMD...; "down" fails like ssh does
 while [ "$1" = "-o" ]; do shift 2; done
+[ "$1" = "--" ] && shift
 host=$1; shift
 case $host in
   down) echo "ssh: connect to host down port 22: No route to host" >&2; exit 255;;
@@ -84,13 +85,16 @@ class LocalSession:
     """Session.run for the head, done by the local /bin/sh (with the fake ssh on PATH)."""
     name = "a"
 
+    def log(self, text):
+        pass
+
     def run(self, script, timeout=None, label=None, log_output=True):
         r = run_sh(script)
         return SimpleNamespace(stdout=r.stdout, rc=r.returncode, tail=lambda n=3: r.stderr)
 
 
 def test_gather_fanout_parses_reached_nodes_and_leaves_the_rest(fake_ssh, monkeypatch):
-    hosts = [SimpleNamespace(name=n) for n in ("a", "b", "down", "garbled")]
+    hosts = [SimpleNamespace(name=n, address=None) for n in ("a", "b", "down", "garbled")]
     v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
     monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user", "python_on_path"])
     got, mesh = verify.gather_fanout(LocalSession(), hosts, {h.name: v for h in hosts}, False,
@@ -109,3 +113,38 @@ def test_fans_out_only_where_the_head_alone_logs_in():
     assert not verify.fans_out(verify.mesh_pairs(names[:3], "auto"), "w0", "auto")  # full mesh
     assert not verify.fans_out(verify.mesh_pairs(names, "head"), "w0", "direct")
     assert not verify.fans_out(verify.mesh_pairs(names, "head"), "w1", "auto")     # --limit !w0
+
+
+def test_an_answer_from_a_machine_without_the_inventory_address_is_refused(fake_ssh, monkeypatch):
+    """The head dials the NAME: an answer counts only if the machine that gave it has the
+    inventory's address (here this machine: 127.0.0.1 yes, 192.0.2.7 no)."""
+    hosts = [SimpleNamespace(name="a", address="127.0.0.1"), SimpleNamespace(name="b", address="192.0.2.7")]
+    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
+    monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user", "interfaces"])
+    got, mesh = verify.gather_fanout(LocalSession(), hosts, {h.name: v for h in hosts}, False,
+                                     None, None, ["a", "b"], SimpleNamespace(command_timeout=30))
+    assert list(got) == ["a"] and mesh["a"] == (0, "")
+    assert mesh["b"][0] == 1 and "without b's address 192.0.2.7" in mesh["b"][1]
+
+
+def test_a_refusing_login_shell_fails_the_pair(fake_ssh, monkeypatch):
+    """Exit 1 before the probe starts (a nologin shell): the login does not count, as it
+    would not for pdsh; only 0 from `true` or a started probe do."""
+    (fake_ssh / "bin" / "ssh").write_text(FAKE_SSH.replace("  garbled)", "  nologin) echo 'This account is "
+                                                           "currently not available.'; exit 1;;\n  garbled)"))
+    hosts = [SimpleNamespace(name="nologin", address=None)]
+    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
+    monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user"])
+    got, mesh = verify.gather_fanout(LocalSession(), hosts, {"nologin": v}, False, None, None,
+                                     ["nologin", "other"], SimpleNamespace(command_timeout=30))
+    assert got == {} and mesh["nologin"][0] == 1 and mesh["other"] == (0, "")
+
+
+def test_a_failed_fan_out_says_so(fake_ssh, monkeypatch):
+    """No temp dir on the head (or a killed run): None, and the caller goes direct."""
+    monkeypatch.setenv("TMPDIR", str(fake_ssh / "does-not-exist"))
+    hosts = [SimpleNamespace(name="a", address=None)]
+    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
+    monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user"])
+    assert verify.gather_fanout(LocalSession(), hosts, {"a": v}, False, None, None, ["a"],
+                                SimpleNamespace(command_timeout=30)) is None
