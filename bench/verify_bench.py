@@ -431,7 +431,7 @@ def main():
         # all nodes together burn. CPU per run (medians of the timed runs) and per extra node:
         cpu_med = {k: {w: statistics.median(x[w] for x in cpu[k][1:]) for w in ("machine", "controller")}
                    for k in keys}
-        log(f"  CPU seconds per run (whole machine / controller process), medians:")
+        log("  CPU seconds per run (whole machine / controller process), medians:")
         for k in keys:
             log(f"    {k:<28} {cpu_med[k]['machine']:6.3f} / {cpu_med[k]['controller']:6.3f}")
         per_node = {k: (cpu_med[keys[i + 2]]["machine"] - cpu_med[keys[i]]["machine"]) / (NODES - SMALL)

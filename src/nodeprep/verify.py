@@ -315,6 +315,91 @@ def gather_fanout(session, hosts, v_of: dict, deep: bool, workdir, port, peers: 
     return got, mesh
 
 
+SEVERITY = {"os.kernel": "warning", "os.release": "warning", "gpu.driver": "warning",
+            "net.interfaces": "info"}
+
+
+def ifname_matches(spec: str, names: list[str]) -> bool:
+    """NCCL_SOCKET_IFNAME grammar: `^a,b` excludes, `=a,b` exact, else prefixes."""
+    names = [n for n in names if n != "lo"] if not spec.lstrip("^=").startswith("lo") else names
+    if spec.startswith("^"):
+        bad = [p for p in spec[1:].split(",") if p]
+        return any(not any(n.startswith(b.lstrip("=")) for b in bad) for n in names)
+    if spec.startswith("="):
+        return any(n in spec[1:].split(",") for n in names)
+    return any(n.startswith(p) for p in spec.split(",") if p for n in names)
+
+
+def checks_for(host, v: dict, f: dict, fp: dict, is_head: bool, workdir, port) -> list[dict]:
+    out = []
+
+    def bad(key, msg, severity="error"):
+        out.append({"node": host.name, "key": key, "message": msg, "severity": severity})
+    g = f.get("gpus") or {}
+    if g.get("error"):
+        bad("gpu", f"nvidia-smi: {g['error'][:120]}")
+    if g.get("count") and host.slots and g["count"] != host.slots:
+        bad("gpu.count", f"{g['count']} GPUs but the inventory gives it {host.slots} slots")
+    if fp.get("torch.covers_gpus") is False:
+        bad("torch.covers_gpus", "torch.cuda.get_arch_list() lacks this node's GPU capability")
+    if g.get("count") and fp.get("torch.cuda_available") is False:
+        bad("torch.cuda_available", "torch.cuda.is_available() is False on a GPU node")
+    if fp.get("python.path") is None:
+        bad("python.path", f"no venv at {v['venv_path']} (run `invoke provision`)")
+    elif fp.get("shell.noninteractive_python") != fp["python.path"]:
+        bad("shell.noninteractive_python", f"a non-interactive ssh shell finds "
+            f"{fp.get('shell.noninteractive_python') or 'no python'}, not {fp['python.path']}")
+    spec = fp.get("env.deepspeed.NCCL_SOCKET_IFNAME") or fp.get("env.shell.NCCL_SOCKET_IFNAME")
+    if spec and not ifname_matches(spec.strip("'\""), list(f.get("interfaces") or {})):
+        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} matches no interface here "
+            f"({', '.join(f.get('interfaces') or {})})")
+    if workdir and fp.get("job.workdir_exists") is False:
+        bad("job.workdir", f"{workdir} does not exist (the launchers cd into it on every node)")
+    if is_head and port and f.get(f"port_listening:{port}"):
+        bad("net.master_port", f"port {port} is already in use on the head node")
+    return out
+
+
+GPU_KEYS = ("gpu.", "torch.cuda_available", "torch.covers_gpus")
+
+
+def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
+    """GPU keys are compared among the GPU nodes only: a node the inventory marks cpu_only is
+    meant to differ there."""
+    from . import parity
+    is_gpu = lambda k: k.startswith(GPU_KEYS)
+    rest = {n: {k: v for k, v in fp.items() if not is_gpu(k)} for n, fp in fps.items()}
+    report = parity.compare(rest, SEVERITY, checks, unreachable, order=order)
+    gpu = {n: {k: v for k, v in fp.items() if is_gpu(k)} for n, fp in fps.items() if n not in cpu_only}
+    if gpu:
+        g = parity.compare(gpu, SEVERITY, (), None, order=[n for n in order if n in gpu])
+        report.drift = sorted(report.drift + g.drift,
+                              key=lambda d: (parity.SEVERITIES.index(d.severity), d.key))
+        report.compared_keys += g.compared_keys
+        report.ok = report.ok and g.ok
+    return report
+
+
+def mesh_checks(a, inventory_hosts, got: dict, v_of: dict, paper: dict, pinned: dict) -> list[dict]:
+    """One ssh.mesh error per failing pair A -> B: the real login's result where A tried one
+    (it is the stronger proof), else the on-paper reasons (when nodeprep manages the mesh).
+    PAPER: {node: meshcheck.NodeFiles}; PINNED: {node: the controller's pinned key blobs}."""
+    out = []
+    tried = got[a.name]["mesh"]
+    for b in inventory_hosts:
+        if b.name in tried:
+            rc, err = tried[b.name]
+            why = [f"login failed (exit {rc})" + (f": {err}" if err else "")] if rc else []
+        elif v_of[a.name].get("ssh_mesh") and a.name in paper and b.name in paper:
+            why = meshcheck.problems(a.name, b, paper[a.name], paper[b.name], pinned[b.name])
+        else:
+            why = []
+        if why:
+            out.append({"node": a.name, "key": "ssh.mesh", "severity": "error",
+                        "message": f"{a.name} -> {b.name}: " + "; ".join(why)})
+    return out
+
+
 def fans_out(pairs: dict[str, list[str]], head: str, via: str) -> bool:
     """Do the probes ride the head's mesh logins? Only where the head alone logs in (mesh
     head, or auto beyond 4 nodes), unless --via direct."""
