@@ -30,10 +30,13 @@ def facts(c, inventory=None, limit=None, json=False):
 
 
 @task(help={"nodes": "how many emulated nodes (worker-0 .. worker-N-1)",
-            "name": "lab name (<= 6 chars); 'local' writes inventory/local/"})
-def lab_up(c, nodes=2, name="local"):
+            "name": "lab name (<= 6 chars); 'local' writes inventory/local/",
+            "slurm": "also run a real Slurm over the nodes (slurmctld + munged here, slurmd in "
+                     "each node) for `train --launcher srun`; kept by later lab.up runs",
+            "no_slurm": "stop the lab's Slurm"})
+def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False):
     """Start (or resize) the emulated cluster: one netns, sshd and private home per node."""
-    _done(api.lab_up(int(nodes), name, _settings(c)))
+    _done(api.lab_up(int(nodes), name, _settings(c), True if slurm else (False if no_slurm else None)))
 
 
 @task(help={"name": "lab name", "purge": "also delete node homes and host keys"})

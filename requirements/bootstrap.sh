@@ -1,13 +1,15 @@
 #!/bin/sh
 # Set up everything nodeprep needs on this machine; safe to run again (does nothing then).
 #   - Debian packages: openssh-server/client (the lab's sshd), pdsh and openmpi-bin (launchers),
-#     iproute2 (the lab's namespaces), sudo/zsh/tcsh (each lab node's sudo rule and login shells)
+#     iproute2 (the lab's namespaces), sudo/zsh/tcsh (each lab node's sudo rule and login shells),
+#     slurmd/slurmctld/slurm-client/munge (`lab.up --slurm`: a real Slurm for `--launcher srun`)
 #   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
 set -eu
 cd "$(dirname "$0")/.."
 
 missing=""
-for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux sudo zsh tcsh; do
+for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux sudo zsh tcsh \
+           slurmd slurmctld slurm-client munge; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then

@@ -187,9 +187,10 @@ def train(spec=None, limit=None, launcher="deepspeed", payload="health", args=()
 # -- lab ----------------------------------------------------------------------------------------
 
 @cli
-def lab_up(nodes: int, name: str = "local", settings: Settings = Settings()) -> int:
+def lab_up(nodes: int, name: str = "local", settings: Settings = Settings(),
+           slurm: bool | None = None) -> int:
     from . import lab
-    lab.up(nodes, name=name, settings=settings)
+    lab.up(nodes, name=name, settings=settings, slurm=slurm)
 
 
 @cli

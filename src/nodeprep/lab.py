@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from . import lab_etc, lab_host, lab_local, lab_net
+from . import lab_etc, lab_host, lab_local, lab_net, lab_slurm
 from .errors import InputError, NodeprepError
 from .hostkeys import KnownHosts, host_entry
 from .lab_config import (LAB_HOME, LAB_USER, LabInfo, LabNode, bridge_address, bridge_name,
@@ -62,17 +62,25 @@ def _ours(name: str) -> dict[int, str]:
 
 
 def up(nodes: int, name: str = "local", settings: Settings = Settings(),
-       inventory_dir: Path | None = None, subnet: int | None = None, log=print) -> LabInfo:
+       inventory_dir: Path | None = None, subnet: int | None = None, log=print,
+       slurm: bool | None = None) -> LabInfo:
     """Bring lab NAME to exactly NODES running nodes (adding, removing or restarting only
-    what differs) and write its inventory."""
+    what differs) and write its inventory. SLURM: also run a real Slurm over the nodes
+    (lab_slurm); None keeps what the lab had."""
     validate_name(name)
     validate_count(nodes)
     if os.geteuid() != 0:
+        if slurm:
+            raise InputError("lab --slurm needs root (slurmd runs inside each node's namespaces)")
         return lab_local.up(nodes, name, settings, inventory_dir, log)
     lab_net.require_tools()
     t0 = time.monotonic()
     lab, bridge = _lab_dir(settings, name), bridge_name(name)
     state, running = _read_state(lab), lab_net.link_exists(bridge)
+    if slurm is None:
+        slurm = bool(state and state.get("slurm"))
+    if slurm:
+        lab_slurm.require()
     octet = subnet_for(name, subnet)
     if running and state and state["subnet"] != octet:
         if subnet is not None:
@@ -154,6 +162,13 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     if starts:
         changes.append(f"started {len(starts)} sshds")
 
+    if slurm:
+        lab_slurm.up(name, lab, octet, [(node_name(i), node_address(octet, i),
+                                         lab_net.sshd_pid(lab / node_name(i) / "sshd.pid",
+                                                          lab / node_name(i) / "sshd_config"),
+                                         lab / node_name(i)) for i in range(nodes)], changes)
+    elif lab_slurm.stop(name, lab):
+        changes.append("stopped Slurm")
     store = KnownHosts(settings.known_hosts)
     for i in range(nodes):
         if store.pin(host_entry(node_address(octet, i), 22),
@@ -165,7 +180,7 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     if lab_net.write_if_changed(inventory, inventory_text(LAB_USER, key, hostlist)):
         changes.append(f"wrote {inventory}")
     lab_net.write_if_changed(lab / STATE, json.dumps(
-        {"subnet": octet, "nodes": nodes, "inventory": str(inventory)}) + "\n")
+        {"subnet": octet, "nodes": nodes, "inventory": str(inventory), "slurm": slurm}) + "\n")
     if changes:
         log(f"lab {name}: {nodes} nodes up on 10.{octet}.0.0/24 in "
             f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(changes))})")
@@ -191,6 +206,8 @@ def down(name: str = "local", settings: Settings = Settings(), log=print,
     t0 = time.monotonic()
     lab, bridge = _lab_dir(settings, name), bridge_name(name)
     nss = list(_ours(name).values())
+    if lab_slurm.stop(name, lab):
+        log(f"lab {name}: Slurm stopped")
     if not nss and not lab_net.link_exists(bridge):
         log(f"lab {name} is not up")
     else:

@@ -33,7 +33,8 @@ ACCOUNTS = ("passwd", "group", "shadow", "gshadow")
 # Never copied from the host: the node's account state (with shadow's backups and the
 # subordinate id ranges) and what the lab writes itself.
 NODE_OWNED = {f"{a}{s}" for a in ACCOUNTS + ("subuid", "subgid") for s in ("", "-")} | {
-    ".pwd.lock", "hosts", "resolv.conf", "hostname", "shells", f"sudoers.d/{SUDOERS_NAME}"}
+    ".pwd.lock", "hosts", "resolv.conf", "hostname", "shells", f"sudoers.d/{SUDOERS_NAME}",
+    "slurm/slurm.conf", "slurm/cgroup.conf"}     # lab --slurm writes these (lab_slurm)
 
 
 def _clock(lab: Path) -> int:

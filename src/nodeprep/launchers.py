@@ -196,8 +196,9 @@ def mpirun_cmd(python, script, args, nodes, master_addr, master_port, env_names,
 
 
 def srun_cmd(python, script, args, nodes, gpus_per_node, env) -> list[str]:
-    """`srun --nodes N --nodelist L --ntasks-per-node G --kill-on-bad-exit=1
-    --export=ALL,K=V,... python -u script args`, inside an allocation; ranks read SLURM_*."""
+    """`srun --nodes N --nodelist L --ntasks-per-node G --kill-on-bad-exit=1 --label
+    --export=ALL,K=V,... python -u script args`, inside an allocation or making one; ranks read
+    SLURM_*; --label: every line says which task (rank) printed it, as pdsh names the node."""
     nodes = _check_nodes(nodes)
     if not isinstance(gpus_per_node, int) or gpus_per_node < 1:
         raise InputError(f"gpus_per_node={gpus_per_node!r}", "must be a whole number >= 1")
@@ -213,7 +214,7 @@ def srun_cmd(python, script, args, nodes, gpus_per_node, env) -> list[str]:
         exports.append(f"{key}={value}")
     # kill-on-bad-exit: one failed rank ends the step instead of leaving peers hanging
     return ["srun", "--nodes", str(len(nodes)), "--nodelist", nodeset.fold([n.name for n in nodes]),
-            "--ntasks-per-node", str(gpus_per_node), "--kill-on-bad-exit=1",
+            "--ntasks-per-node", str(gpus_per_node), "--kill-on-bad-exit=1", "--label",
             "--export=" + ",".join(exports), str(python), "-u", str(script), *map(str, args)]
 
 

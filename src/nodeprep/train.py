@@ -376,9 +376,15 @@ def run(inv, hosts, settings, launcher, payload, args=(), timeout=None, max_rest
                 print(f"{node}: {cmd}")
             if launcher == "srun" and not dry_run:
                 head = fleet.sessions[job.head.name]
-                if not head.run("command -v srun", label="srun?").ok:
+                r = head.run("command -v srun >/dev/null 2>&1 || exit 3; sinfo -h -o %D", label="srun?")
+                if r.rc == 3:
                     raise NodeprepError(f"srun not found on {job.head.name}: no Slurm here; the "
                                         "command above is what would run inside an allocation")
+                if r.rc != 0:
+                    raise NodeprepError(f"Slurm is not usable from {job.head.name}: "
+                                        f"{r.tail(1) or 'sinfo failed'}",
+                                        hint="the command above is what would run; on the lab: "
+                                             "`invoke lab.up --slurm`")
                 return job.launch(fleet)
             return 0
         return job.launch(fleet)

@@ -61,9 +61,9 @@ def _lab_session(lab_settings, lab_inventory_dir):
     labmod.down(LAB_NAME, lab_settings, log=lambda msg: None)
     holder: dict[str, LabInfo] = {}
 
-    def lab_up(nodes: int = LAB_NODES, log=lambda msg: None) -> LabInfo:
+    def lab_up(nodes: int = LAB_NODES, log=lambda msg: None, slurm: bool | None = None) -> LabInfo:
         info = labmod.up(nodes, LAB_NAME, lab_settings, inventory_dir=lab_inventory_dir,
-                         subnet=LAB_SUBNET, log=log)
+                         subnet=LAB_SUBNET, log=log, slurm=slurm)
         if "info" in holder:         # keep the session's `lab` object current
             vars(holder["info"]).update(vars(info))
         else:

@@ -84,7 +84,33 @@ def test_dry_run_and_srun_command(provisioned, lab, lab_settings, capfd):
     assert code == 0
     assert "srun --nodes 2" in out and "PYTHON_NODEPREP_JOB=" in out
     code, out = train(lab, lab_settings, capfd, "srun", "health")
-    assert code == 1 and "srun not found on worker-0" in out
+    # srun is installed (bootstrap) but this lab runs no Slurm: named, not a hang or a traceback
+    assert code == 1 and ("Slurm is not usable from worker-0" in out or "srun not found on worker-0" in out)
+
+
+@pytest.fixture
+def slurm(provisioned, lab_up):
+    """The lab with a real Slurm (slurmctld + munged on the host, slurmd in each node)."""
+    lab_up(slurm=True)
+    yield
+    lab_up(slurm=False)
+
+
+def test_srun_through_real_slurm(slurm, lab, lab_settings, lab_ssh, capfd):
+    """srun allocates worker-[0-1] from slurmctld, slurmd starts one rank on each; then a
+    failing rank ends the step on every node (--kill-on-bad-exit) and nothing is left."""
+    code, out = train(lab, lab_settings, capfd, "srun", "health", timeout=120)
+    assert code == 0, out
+    assert "health: OK world_size=2" in out
+    assert "host=worker-0" in out and "host=worker-1" in out
+    assert "0: rank 0/2 host=worker-0" in out and "1: rank 1/2 host=worker-1" in out   # --label
+    t0 = time.monotonic()
+    code, out = train(lab, lab_settings, capfd, "srun", "ddp",
+                      ["--epochs", "50", "--steps-per-epoch", "20", "--sleep-per-step", "0.2",
+                       "--fail-at-step", "5", "--fail-rank", "1", "--snapshot", "srunfail.pt"], timeout=300)
+    assert code != 0, out
+    assert time.monotonic() - t0 < 60, out
+    assert job_processes(lab_ssh, lab) == []
 
 
 def test_bad_launcher_and_payload_are_input_errors(lab, lab_settings, capfd):

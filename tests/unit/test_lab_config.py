@@ -313,3 +313,32 @@ def test_non_root_lab_refuses_per_node_access_changes(call, tmp_path):
     info = lc.LabInfo("local", [node], "alice", tmp_path / "key", tmp_path / "hosts.yml", False)
     with pytest.raises(NodeprepError, match="needs the namespace lab"):
         call(lab, info)
+
+
+def test_lab_slurm_conf_is_the_labs_own():
+    """Per-lab port and munge socket (labs side by side, a host's real Slurm untouched), the
+    nodes with their addresses, state and logs under the lab directory."""
+    from pathlib import Path
+
+    from nodeprep import lab_slurm
+    conf = lab_slurm.conf_text("t", Path("/var/lib/nodeprep/labs/t"), 207,
+                               [("worker-0", "10.207.0.10"), ("worker-1", "10.207.0.11")], 2, "vm")
+    lines = conf.splitlines()
+    assert "SlurmctldHost=vm(10.207.0.1)" in lines and "SlurmctldPort=17007" in lines
+    assert "AuthInfo=socket=/run/nodeprep-lab-t/munge.sock" in lines
+    assert "NodeName=worker-1 NodeAddr=10.207.0.11 CPUs=2 State=UNKNOWN" in lines
+    assert "SlurmdSpoolDir=/var/lib/nodeprep/labs/t/slurm/%n/spool" in lines
+    assert "ProctrackType=proctrack/linuxproc" in lines and "TaskPlugin=task/none" in lines
+    assert lab_slurm.port(208) != lab_slurm.port(207)
+
+
+def test_lab_slurm_reads_the_hosts_cgroup_v1_controllers():
+    from nodeprep import lab_slurm
+    mountinfo = (
+        "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+        "30 29 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+        "31 30 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+        "32 30 0:28 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer\n"
+        "33 30 0:29 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd\n"
+        "34 30 0:30 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
+    assert lab_slurm.cgroup_controllers(mountinfo) == ["cpu,cpuacct", "freezer"]

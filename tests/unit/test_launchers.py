@@ -147,7 +147,7 @@ def test_srun_cmd():
     argv = L.srun_cmd(PY, "t.py", ["--epochs", "1"], nodes, 4,
                       {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": 29500})
     assert argv == ["srun", "--nodes", "3", "--nodelist", "gpu[01-03]", "--ntasks-per-node", "4",
-                    "--kill-on-bad-exit=1", "--export=ALL,MASTER_ADDR=10.0.0.1,MASTER_PORT=29500",
+                    "--kill-on-bad-exit=1", "--label", "--export=ALL,MASTER_ADDR=10.0.0.1,MASTER_PORT=29500",
                     PY, "-u", "t.py", "--epochs", "1"]
     with pytest.raises(InputError, match="cannot pass through srun --export"):
         L.srun_cmd(PY, "t.py", [], nodes, 4, {"NCCL_SOCKET_IFNAME": "^docker0,lo"})
