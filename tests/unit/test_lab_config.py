@@ -342,3 +342,23 @@ def test_lab_slurm_reads_the_hosts_cgroup_v1_controllers():
         "33 30 0:29 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd\n"
         "34 30 0:30 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
     assert lab_slurm.cgroup_controllers(mountinfo) == ["cpu,cpuacct", "freezer"]
+
+
+def test_lab_slurm_never_trusts_a_stale_pid_file(tmp_path):
+    """A pid file left by a node that died may name a pid some other process has now: only a
+    process running the expected program (with the lab's path) counts, so nothing else is
+    ever signalled."""
+    import subprocess
+
+    from nodeprep import lab_slurm
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "slurmd.pid").write_text(f"{p.pid}\n")
+        assert lab_slurm._alive(tmp_path / "slurmd.pid", "slurmd") is None
+        assert lab_slurm._alive(tmp_path / "slurmd.pid", "sleep") == p.pid
+        assert lab_slurm._alive(tmp_path / "slurmd.pid", "sleep", "/var/lib/nodeprep/labs/t") is None
+        (tmp_path / "slurmd.pid").write_text("garbage")
+        assert lab_slurm._alive(tmp_path / "slurmd.pid", "sleep") is None
+    finally:
+        p.kill()
+        p.wait()
