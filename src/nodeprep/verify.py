@@ -11,7 +11,7 @@ import json
 import shlex
 
 from . import facts as factmod
-from . import hostkeys, meshcheck, pystack, torchplan
+from . import hostkeys, meshcheck, nodeset, pystack, torchplan
 from .facts import fact
 from .redact import is_secret
 from .remote import rpath
@@ -454,6 +454,7 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
         pairs = mesh_pairs(names, mesh)
         got = gather(fleet, inv, hosts, v_of, settings, deep, workdir, port, pairs, via)
         results = fleet.results
+        connected = [n for n, s in fleet.sessions.items() if n != head and s.conn is not None]
     fps, checks = {}, []
     paper = {n: meshcheck.NodeFiles({p: g["facts"].get(f"file:{p}") for p in meshcheck.FILES})
              for n, g in got.items() if v_of[n].get("ssh_mesh")}
@@ -500,4 +501,8 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
             print(f"(ssh mesh: every pair checked on paper (cluster key authorized, host key pinned), "
                   f"real logins from {names[0]} to every node; --mesh full logs in over all "
                   f"{len(names)}x{len(names)} pairs)")
+        if fans_out(pairs, head, via):
+            print(f"(probes rode {head}'s logins" + (f"; probed directly: {nodeset.fold(connected)}"
+                                                     if connected else "") +
+                  "; --via direct connects from here to every node)")
     return 0 if report.ok else 1

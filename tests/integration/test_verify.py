@@ -82,6 +82,25 @@ def test_probes_ride_the_head_logins(fleet, lab, lab_settings, capsys):
     assert "$ verify probe" in (Path(lab_settings.runs) / "latest" / "worker-1" / "probe.log").read_text()
 
 
+def test_node_the_head_cannot_log_in_to_is_probed_directly(fleet, lab, lab_settings, capsys):
+    """worker-0's known_hosts loses worker-1: its login there fails (host key unknown, never
+    auto-added), the pair is named, and worker-1's facts still come, over its own connection."""
+    kh = Path(lab.nodes[0].home) / ".ssh" / "known_hosts"
+    good = kh.read_text()
+    cut = "".join(ln for ln in good.splitlines(True) if not ln.split(" ")[0].split(",").count("worker-1"))
+    kh.write_text(cut)
+    try:
+        code = api.verify_parity(str(lab.inventory), None, False, settings=lab_settings, mesh="head")
+        out = capsys.readouterr().out
+        assert kh.read_text() == cut          # nothing was added behind the user's back
+    finally:
+        kh.write_text(good)
+    assert code == 1
+    assert "worker-0 -> worker-1: login failed (exit 255)" in out
+    assert "probes rode worker-0's logins; probed directly: worker-1" in out
+    assert "unreachable" not in out.lower() and "DRIFT" not in out   # its facts came and match
+
+
 @pytest.mark.parametrize("mesh", ["auto", "head"])   # head: the probes ride worker-0's logins
 def test_changed_and_missing_deepspeed_env_lines(fleet, lab, lab_settings, capsys, mesh):
     env = Path(lab.nodes[1].home) / ".deepspeed_env"
