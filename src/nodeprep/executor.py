@@ -171,17 +171,21 @@ class Session:
         self.runlog.node_log(self.name, self.stage).write(text)
 
     def run(self, script: str, *, timeout: float | None = None, stream: bool = False,
-            label: str | None = None, log_output: bool = True, prefix: str | None = None,
+            label: str | None = None, log_output: bool = True, prefix=None,
             on_line: Callable[[str], None] | None = None) -> CmdResult:
         """Run a POSIX sh script on the node; never raises for a non-zero exit.
 
         log_output=False for probes and applies: their output carries file contents, which
         may hold secrets (a token in ~/.deepspeed_env, the cluster key). PREFIX: the name
-        streamed lines carry (default the node's; an emulated node's alias)."""
+        streamed lines carry (default the node's; an emulated node's alias), or a function of
+        the line that returns it."""
         self.connect()
         log = self.runlog.node_log(self.name, self.stage)
         log.write(f"$ {label or script.strip().splitlines()[0][:200]}\n")
-        show = (lambda line: self.display.line(prefix or self.name, line)) if stream else None
+        if callable(prefix):          # the name depends on the line (srun --label: task -> node)
+            show = (lambda line: self.display.line(prefix(line), line)) if stream else None
+        else:
+            show = (lambda line: self.display.line(prefix or self.name, line)) if stream else None
         sink = log if log_output else io.StringIO()
         out, err = _LineSink(sink, show, on_line), _LineSink(sink, show)
         limit = max(1, int(timeout or self.settings.command_timeout))

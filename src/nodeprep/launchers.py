@@ -218,6 +218,17 @@ def srun_cmd(python, script, args, nodes, gpus_per_node, env) -> list[str]:
             "--export=" + ",".join(exports), str(python), "-u", str(script), *map(str, args)]
 
 
+def srun_line_node(line: str, names: list[str], per_node: int) -> str | None:
+    """The node that printed LINE under `srun --label --ntasks-per-node PER_NODE` over NAMES:
+    task t runs on node t // PER_NODE (srun's default block distribution); None when the line
+    carries no task label (srun's own messages)."""
+    m = re.match(r"\s*(\d+): ", line)
+    if not m or per_node < 1:
+        return None
+    i = int(m.group(1)) // per_node
+    return names[i] if i < len(names) else None
+
+
 def emulate(gpus: int, nodes: int, prefix: str = "worker-") -> dict:
     """K GPUs of one machine as M emulated nodes PREFIX0..: node k gets GPUs
     [k*K/M, (k+1)*K/M); returns slots, devices, include, cuda_visible, hostfile, names."""

@@ -263,6 +263,13 @@ class Job:
                     for n, k in zip(self.emu.names, self.emu.hostfile_slots)]
         return [launchers.NodeSlots(h.name, h.address, self.slots(h.name), h.port) for h in self.hosts]
 
+    def srun_prefix(self):
+        """srun --label starts each line with its task number; tasks go to the nodes in blocks
+        of --ntasks-per-node (srun's default distribution), so the line gets its node's name."""
+        nodes = self.nodes()
+        names, per = [n.name for n in nodes], nodes[0].slots
+        return lambda line: launchers.srun_line_node(line, names, per) or self.head.name
+
     def session_of(self, label: str) -> str:
         """The inventory node a command label runs on (emulated nodes: the one machine)."""
         return self.head.name if self.emu else label
@@ -325,9 +332,10 @@ class Job:
         for label, cmd in cmds.items():
             s = fleet.sessions[self.session_of(label)]
             s.stage = "train"
-            t = threading.Thread(target=lambda s=s, cmd=cmd, label=label: results.__setitem__(
+            prefix = self.srun_prefix() if self.launcher == "srun" else label
+            t = threading.Thread(target=lambda s=s, cmd=cmd, label=label, prefix=prefix: results.__setitem__(
                 label, s.run(cmd, stream=True, timeout=(self.timeout or 86400) + 60, label="train",
-                             prefix=label)),
+                             prefix=prefix)),
                 daemon=True)
             t.start()
             threads.append(t)

@@ -142,6 +142,15 @@ def test_mpirun_port_iface_and_names():
 
 # ---------------------------------------------------------------- srun
 
+def test_srun_labelled_lines_go_to_their_node():
+    names = ["gpu01", "gpu02", "gpu03"]
+    assert L.srun_line_node("0: rank 0", names, 4) == "gpu01"
+    assert L.srun_line_node("  7: rank 7", names, 4) == "gpu02"     # srun pads the label
+    assert L.srun_line_node("11: x", names, 4) == "gpu03"
+    assert L.srun_line_node("12: x", names, 4) is None               # more tasks than nodes
+    assert L.srun_line_node("srun: error: gpu02: task 5: Exited with exit code 1", names, 4) is None
+
+
 def test_srun_cmd():
     nodes = [L.NodeSlots(f"gpu0{i}", f"10.0.0.{i}", 4) for i in range(1, 4)]
     argv = L.srun_cmd(PY, "t.py", ["--epochs", "1"], nodes, 4,
