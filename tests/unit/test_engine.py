@@ -71,8 +71,8 @@ def test_closed_stdout_pipe_is_no_traceback():
             "@api.cli\ndef big():\n    print('x' * 100 + '\\n' * 1, end='')\n"
             "    for _ in range(20000): print('y' * 100)\n"
             "sys.exit(big())\n")
-    p = subprocess.run(f"{sys.executable} -c {__import__('shlex').quote(code)} | head -c 10; "
-                       "echo \" rc=${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash",
-                       capture_output=True, text=True, timeout=60)
+    # bash reads the pipeline from its arguments: "$0" is the interpreter, "$1" the program
+    p = subprocess.run(["/bin/bash", "-c", '"$0" -c "$1" | head -c 10; echo " rc=${PIPESTATUS[0]}"',
+                        sys.executable, code], capture_output=True, text=True, timeout=60)
     assert p.stdout.endswith(" rc=141\n"), p.stdout
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
