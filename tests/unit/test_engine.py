@@ -76,3 +76,11 @@ def test_closed_stdout_pipe_is_no_traceback():
                         sys.executable, code], capture_output=True, text=True, timeout=60)
     assert p.stdout.endswith(" rc=141\n"), p.stdout
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
+
+
+def test_bad_verify_choices_are_one_line_input_errors(capsys):
+    from nodeprep import api
+    assert api.verify_parity("local", via="bogus") == 2
+    assert capsys.readouterr().err.strip() == "error: --via 'bogus': expected auto or direct"
+    assert api.verify_parity("local", mesh="ring") == 2
+    assert capsys.readouterr().err.strip() == "error: --mesh 'ring': expected auto, full or head"
