@@ -256,7 +256,7 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
             list(pool.map(conn, targets))
         w["connect"], b["connect"] = time.perf_counter() - t0, busy_cpu() - b0
         t0, b0 = time.perf_counter(), busy_cpu()
-        got = verify.gather(fleet, inv, hosts, v_of, settings, False, None, 29500, pairs, "auto")
+        got = verify.gather(fleet, hosts, v_of, settings, False, None, 29500, pairs, "auto")
         w["probes+mesh"], b["probes+mesh"] = time.perf_counter() - t0, busy_cpu() - b0
         mesh = {n: g["mesh"] for n, g in got.items()}
         t0, b0 = time.perf_counter(), busy_cpu()

@@ -80,9 +80,9 @@ def mesh_start(peers: list[str]) -> str:
     later mesh_collect can `wait` for them while other work runs meanwhile).
     BatchMode + StrictHostKeyChecking=yes: a prompt or an unknown key counts as a failure,
     exactly what pdsh/mpirun would hit. UpdateHostKeys=no: a check writes nothing (OpenSSH
-    would otherwise add the peer's other host key types to known_hosts). curve25519: OpenSSH 9.2's default post-quantum hybrid
-    kex costs ~70 ms more per handshake, which is all this check pays for (the login itself
-    is what it proves)."""
+    would otherwise add the peer's other host key types to known_hosts). curve25519: OpenSSH
+    9.2's default post-quantum hybrid kex costs ~70 ms more per handshake, which is all this
+    check pays for (the login itself is what it proves)."""
     lines = ['_npm=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-mesh.XXXXXX") || exit 1']
     for i, p in enumerate(peers):
         q = shlex.quote(p)
@@ -406,7 +406,7 @@ def fans_out(pairs: dict[str, list[str]], head: str, via: str) -> bool:
     return via != "direct" and all(not p for n, p in pairs.items() if n != head) and bool(pairs.get(head))
 
 
-def gather(fleet, inv, hosts, v_of, settings, deep, workdir, port, pairs, via) -> dict:
+def gather(fleet, hosts, v_of, settings, deep, workdir, port, pairs, via) -> dict:
     """{node: {"facts", "python_seen", "mesh"}}. Fanned out: ONE connection from here, to the
     head, whose mesh logins carry every node's probe (N logins in all, not 2N, and the probes
     reach each node exactly as pdsh would); a node that the head cannot log in to, or whose
@@ -431,8 +431,9 @@ def gather(fleet, inv, hosts, v_of, settings, deep, workdir, port, pairs, via) -
                 fleet.sessions[n].log(f"probed through {head}'s ssh login (mesh check)\n")
     rest = [h.name for h in hosts if h.name not in got or got[h.name]["facts"] is None]
     if rest:
-        direct = fleet.map(lambda s: one(s, [] if s.name != head or head in fan else pairs[head]),
-                           "probe", only=rest)
+        # the head's own logins: done already if the fan-out ran, else now, beside its probe
+        head_peers = [] if head in fan else pairs[head]
+        direct = fleet.map(lambda s: one(s, head_peers if s.name == head else []), "probe", only=rest)
         for n, g in direct.items():
             g["mesh"] = got.get(n, {}).get("mesh") or g["mesh"]
             got[n] = g
@@ -452,7 +453,7 @@ def run(inv, hosts, settings, json_mode=False, deep=False, workdir=None, port=29
     with Fleet(hosts, settings, "verify", display) as fleet:
         names = [h.name for h in inv.hosts]
         pairs = mesh_pairs(names, mesh)
-        got = gather(fleet, inv, hosts, v_of, settings, deep, workdir, port, pairs, via)
+        got = gather(fleet, hosts, v_of, settings, deep, workdir, port, pairs, via)
         results = fleet.results
         connected = [n for n, s in fleet.sessions.items() if n != head and s.conn is not None]
     fps, checks = {}, []
