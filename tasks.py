@@ -1,18 +1,24 @@
 """nodeprep tasks: `invoke --list` shows them, `invoke --help TASK` shows each one's flags.
 
-Argument parsing only; the work is in src/nodeprep/api.py.
+Argument parsing only: each task builds its command's options object (nodeprep/commands/
+options.py) and hands it to the cli layer (nodeprep/cli/), which runs and renders it.
 """
 import shlex
 import sys
+from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from nodeprep import api
+from nodeprep import cli
+from nodeprep.commands.options import (FactsOptions, ForgetOptions, ProvisionOptions,
+                                       TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.settings import Settings
+
+HERE = str(Path(__file__).resolve().parent)
 
 
 def _settings(c, **overrides) -> Settings:
-    return Settings.from_mapping(dict(c.config.get("nodeprep", {}))).with_(**overrides)
+    return Settings.from_mapping(dict(c.config.get("nodeprep", {}))).with_(project_root=HERE, **overrides)
 
 
 def _done(code: int) -> None:
@@ -26,36 +32,49 @@ def _done(code: int) -> None:
             "json": "print the report as JSON on stdout"})
 def facts(c, inventory=None, limit=None, json=False):
     """Show each node's hostname, IP, OS, arch, kernel, python, login shell, GPUs, free disk."""
-    _done(api.facts(inventory, limit, json, _settings(c)))
+    _done(cli.facts(FactsOptions(inventory, limit, json), _settings(c)))
 
 
 @task(help={"nodes": "how many emulated nodes (worker-0 .. worker-N-1)",
             "name": "lab name (<= 6 chars); 'local' writes inventory/local/",
             "slurm": "also run a real Slurm over the nodes (slurmctld + munged here, slurmd in "
                      "each node) for `train --launcher srun`; kept by later lab.up runs",
-            "no_slurm": "stop the lab's Slurm"})
-def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False):
-    """Start (or resize) the emulated cluster: one netns, sshd and private home per node."""
-    _done(api.lab_up(int(nodes), name, _settings(c), True if slurm else (False if no_slurm else None)))
+            "no_slurm": "stop the lab's Slurm",
+            "shared_home": "one home bind-mounted into every node, as an NFS home (kept by later "
+                           "lab.up runs; changing it needs lab.down first)",
+            "private_homes": "a home of its own per node (the default)",
+            "aliases": "K more inventory nodes that reach the first K nodes' machines again "
+                       "(two inventory names, one machine)",
+            "nic_names": "comma list of interface names the nodes get in turn (eno1,eth0: "
+                         "differing NIC names; '-' for eth0 everywhere); kept by later lab.up runs",
+            "no_sudo": "comma list of node indices whose user may not sudo (this lab.up)"})
+def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False, shared_home=False,
+           private_homes=False, aliases=0, nic_names=None, no_sudo=""):
+    """Start (or resize) the emulated cluster: one netns, sshd and home per node."""
+    nics = None if nic_names is None else tuple(n for n in nic_names.split(",") if n not in ("", "-"))
+    _done(cli.lab_up(int(nodes), name, _settings(c), slurm=True if slurm else (False if no_slurm else None),
+                     shared_home=True if shared_home else (False if private_homes else None),
+                     aliases=int(aliases), nic_names=nics,
+                     no_sudo=tuple(int(i) for i in str(no_sudo).split(",") if i.strip().isdigit())))
 
 
 @task(help={"name": "lab name", "purge": "also delete node homes and host keys"})
 def lab_down(c, name="local", purge=False):
     """Stop the emulated cluster; leaves no process, namespace or mount behind."""
-    _done(api.lab_down(name, purge, _settings(c)))
+    _done(cli.lab_down(name, purge, _settings(c)))
 
 
 @task(help={"name": "lab name"})
 def lab_status(c, name="local"):
     """List the lab's nodes and whether their sshd runs."""
-    _done(api.lab_status(name, _settings(c)))
+    _done(cli.lab_status(name, _settings(c)))
 
 
 @task(help={"nodes": "node names or ranges whose pinned keys to drop",
             "inventory": "inventory (default: local)"})
 def hosts_forget(c, nodes, inventory=None):
     """Forget pinned host keys after a deliberate node reinstall (next contact re-pins)."""
-    _done(api.hosts_forget(inventory, nodes, _settings(c)))
+    _done(cli.hosts_forget(ForgetOptions(nodes, inventory), _settings(c)))
 
 
 @task(iterable=["set"],
@@ -71,7 +90,8 @@ def hosts_forget(c, nodes, inventory=None):
 def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False, json=False,
               ask_pass=False, set=None):
     """Prepare every node the same way: the roles of roles/site.yml; idempotent."""
-    _done(api.provision(inventory, limit, roles, check, diff, json, ask_pass, set, _settings(c)))
+    _done(cli.provision(ProvisionOptions(inventory, limit, roles, check, diff, json, tuple(set or ())),
+                        _settings(c), ask_pass=ask_pass))
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
@@ -93,8 +113,8 @@ def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False
 def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir=None, port=29500,
                   baseline=None, save_baseline=None, mesh="auto", collective=False, via="auto"):
     """Prove the nodes are the same where training cares; show drift grouped by value."""
-    _done(api.verify_parity(inventory, limit, json, deep, workdir, int(port) or None, baseline,
-                            save_baseline, mesh, _settings(c), collective, via))
+    _done(cli.verify_parity(VerifyOptions(inventory, limit, json, deep, workdir, int(port) or None,
+                                          baseline, save_baseline, mesh, collective, via), _settings(c)))
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
@@ -117,9 +137,9 @@ def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health",
     """Start the payload on every node; stop every rank everywhere if one fails. Payload
     arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
     args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
-    _done(api.train(inventory, limit, launcher, payload, args, int(timeout) or None,
-                    int(max_restarts), int(port), ds_launcher, not no_preflight, dry_run, _settings(c),
-                    int(emulate), emulate_network))
+    _done(cli.train(TrainOptions(inventory, limit, launcher, payload, tuple(args), int(timeout) or None,
+                                 int(max_restarts), int(port), ds_launcher, not no_preflight, dry_run,
+                                 int(emulate), emulate_network), _settings(c)))
 
 
 @task(iterable=["node"],
@@ -132,8 +152,7 @@ def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health",
 def torch_plan(c, torch, node=None, arch=None, index=None, json=False):
     """Which torch build fits a fleet (no node touched): the variant, the exact pin and index, or
     the node that blocks and how to fix it."""
-    from nodeprep import torchplan
-    _done(torchplan.cli(torch, node or [], arch, index, json))
+    _done(cli.torch_plan(TorchPlanOptions(torch, tuple(node or ()), arch, index, json)))
 
 
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
@@ -142,16 +161,16 @@ def demo(c, nodes=2, keep=True):
     second run must change nothing), verify-parity, then train: the health payload with the
     DeepSpeed launcher and the ddp payload with torchrun."""
     s = _settings(c)
-    _done(api.lab_up(int(nodes), "local", s))
-    _done(api.facts("local", None, False, s))
-    _done(api.provision("local", settings=s))
-    _done(api.provision("local", settings=s))
-    _done(api.verify_parity("local", settings=s))
-    _done(api.train("local", launcher="deepspeed", payload="health", timeout=300, settings=s))
-    _done(api.train("local", launcher="torchrun", payload="ddp", timeout=300,
-                    args=["--epochs", "2", "--steps-per-epoch", "4"], settings=s))
+    _done(cli.lab_up(int(nodes), "local", s))
+    _done(cli.facts(FactsOptions("local"), s))
+    _done(cli.provision(ProvisionOptions("local"), s))
+    _done(cli.provision(ProvisionOptions("local"), s))
+    _done(cli.verify_parity(VerifyOptions("local"), s))
+    _done(cli.train(TrainOptions("local", launcher="deepspeed", payload="health", timeout=300), s))
+    _done(cli.train(TrainOptions("local", launcher="torchrun", payload="ddp", timeout=300,
+                                 args=("--epochs", "2", "--steps-per-epoch", "4")), s))
     if not keep:
-        _done(api.lab_down("local", False, s))
+        _done(cli.lab_down("local", False, s))
 
 
 @task(help={"k": "only tests matching this expression (pytest -k)",

@@ -23,20 +23,26 @@ from nodeprep.settings import Settings  # noqa: E402
 VENV = ROOT / ".venv" / "bin"
 
 
+def bench_settings(state: Path) -> Settings:
+    """Settings with state dir STATE, rooted at this repository (its inventory/ and roles/,
+    whatever the current directory)."""
+    return Settings(state_dir=str(state), project_root=str(ROOT))
+
+
 def bench_lab(nodes: int, name: str = "bench"):
     """Bring up lab NAME with NODES nodes; state (known_hosts, runs) kept apart from the
     project's. Returns (LabInfo, Settings, env for child `invoke` processes)."""
     state = ROOT / ".nodeprep" / f"bench-{name}"
-    settings = Settings(state_dir=str(state))
-    info = lab.up(nodes, name=name, settings=settings, inventory_dir=state / "inventory",
-                  log=lambda *a: None)
+    settings = bench_settings(state)
+    info = lab.up(nodes, name=name, settings=settings,
+                  options=lab.UpOptions(inventory_dir=state / "inventory"), log=lambda *a: None)
     env = dict(os.environ, INVOKE_NODEPREP_STATE_DIR=str(state))
     return info, settings, env
 
 
 def bench_lab_down(name: str = "bench") -> None:
     state = ROOT / ".nodeprep" / f"bench-{name}"
-    lab.down(name, settings=Settings(state_dir=str(state)), log=lambda *a: None)
+    lab.down(name, settings=bench_settings(state), log=lambda *a: None)
 
 
 def timed(cmd: list[str], env=None, check=True, verify=None) -> float:

@@ -52,7 +52,7 @@ def version(tool: str) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def markers(name: str) -> tuple[str, str]:  # as nodeprep.steps writes them
+def markers(name: str) -> tuple[str, str]:  # as nodeprep.engine.steps writes them
     return (f"BEGIN nodeprep {name} (managed: edits inside this block are replaced)",
             f"END nodeprep {name}")
 

@@ -18,10 +18,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lib import ROOT, VENV, Foreign, bench_lab, bench_lab_down, save, summary
+from lib import ROOT, VENV, Foreign, bench_lab, bench_lab_down, bench_settings, save, summary
 
 from nodeprep import lab
-from nodeprep.settings import Settings
 
 ROLES = "wheelhouse,venv,torch"
 TORCH = "2.13.0+cpu"
@@ -207,9 +206,9 @@ def part2(tmp):
     out = {}
     for n in (2, 4):
         state = tmp / f"fresh-state-{n}"
-        settings = Settings(state_dir=str(state))
-        info = lab.up(n, name="bench", settings=settings, inventory_dir=state / "inventory",
-                      log=lambda *a: None)
+        settings = bench_settings(state)
+        info = lab.up(n, name="bench", settings=settings,
+                      options=lab.UpOptions(inventory_dir=state / "inventory"), log=lambda *a: None)
         env = dict(os.environ, INVOKE_NODEPREP_STATE_DIR=str(state))
         wipe(info, n)
         cmd = provision_cmd(info, tmp)
@@ -246,7 +245,7 @@ def main():
         res2 = part2(tmp)
     finally:
         try:
-            now = lab.status("bench", Settings(state_dir=str(ROOT / ".nodeprep" / "bench-bench")))
+            now = lab.status("bench", bench_settings(ROOT / ".nodeprep" / "bench-bench"))
             if now:
                 wipe(now, len(now.nodes))   # ~1 GB per node: do not leave it in the lab homes
         finally:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lib import ROOT, VENV, bench_lab, bench_lab_down, save, summary, timed
+from lib import ROOT, VENV, bench_lab, bench_lab_down, bench_settings, save, summary, timed
 
 from nodeprep.settings import Settings
 
@@ -36,8 +36,10 @@ def log(msg=""):
 def child(inv, preflight):
     """Run `train` in this process with timers around its stages; print them as JSON."""
     t_imp = time.perf_counter()
-    from nodeprep import api, executor
-    from nodeprep import train as tr
+    from nodeprep import cli
+    from nodeprep.commands import train as tr
+    from nodeprep.commands.options import TrainOptions
+    from nodeprep.engine import executor
     w, t_imp = {}, time.perf_counter() - t_imp
 
     def wrap(cls, name, key):
@@ -61,10 +63,10 @@ def child(inv, preflight):
     for m, what in (("prepare", "facts+preflight+sync"), ("launch", "run+poll+cleanup"), ("cleanup", "")):
         wrap(tr.Job, m, f"Job.{m} (wall{', ' + what if what else ''})")
     t = time.perf_counter()
-    rc = api.train(inv, None, "deepspeed", "health", (), preflight=preflight,
-                   settings=Settings(state_dir=os.environ["INVOKE_NODEPREP_STATE_DIR"]))
-    w["api.train total"] = time.perf_counter() - t
-    w["import nodeprep.api/train"] = t_imp
+    rc = cli.train(TrainOptions(inv, None, "deepspeed", "health", (), preflight=preflight),
+                   bench_settings(Path(os.environ["INVOKE_NODEPREP_STATE_DIR"])))
+    w["cli.train total"] = time.perf_counter() - t
+    w["import nodeprep.cli/commands.train/engine.executor"] = t_imp
     print("PROFILE " + json.dumps(w), file=sys.stderr, flush=True)
     sys.exit(rc)
 
@@ -83,7 +85,7 @@ def profile(inv, env, n=3):
                 raise SystemExit(f"bench: profile child failed ({r.returncode}):\n{r.stderr[-2000:]}")
             p = json.loads(line[0][8:])
             p["process wall"] = wall
-            p["outside api.train (interpreter+imports+exit)"] = wall - p["api.train total"]
+            p["outside cli.train (interpreter+imports+exit)"] = wall - p["cli.train total"]
             reps.append(p)
         out[label] = {k: statistics.median(p.get(k, 0.0) for p in reps) for k in reps[0]}
     return out

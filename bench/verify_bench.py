@@ -8,17 +8,19 @@ Setup (not timed): the lab comes up with 32 nodes; only worker-0 is provisioned 
 into every other node's home with hard links (`cp -al`, on the host fs), and a full
 `invoke provision` on all 32 nodes must then find the Python stack in place and fail nowhere.
 
-8 nodes: verify.run builds its ssh mesh from ALL inventory hosts (inv.hosts), not from the
---limit selection, so `--limit worker-[0-7]` would still check a 32-node mesh. The 8-node
-contenders therefore use an inventory file of their own listing worker-0..7 only (same vars,
-same key), with the other 24 sshds idle; that lets the 8- and 32-node runs interleave in the
-same rounds. A cross-check at the end brings the lab itself down to 8 nodes (re-provisioned,
-not timed) and times verify vs bare there, to show the trimmed inventory measures the same.
+8 nodes: verify (nodeprep.commands.verify.verify) builds its ssh mesh from ALL inventory
+hosts (inv.hosts), not from the --limit selection, so `--limit worker-[0-7]` would still check
+a 32-node mesh. The 8-node contenders therefore use an inventory file of their own listing
+worker-0..7 only (same vars, same key), with the other 24 sshds idle; that lets the 8- and
+32-node runs interleave in the same rounds. A cross-check at the end brings the lab itself
+down to 8 nodes (re-provisioned, not timed) and times verify vs bare there, to show the
+trimmed inventory measures the same.
 
 The first verify after the setup imports torch on every node (the node caches the answer in
-~/.nodeprep/torch_probe.json): it is reported apart as the cold cost. When a target is missed,
-an in-process profile times verify's stages (connect, then the probes with the mesh logins),
-each fact of the probe on one node, and the process start-up."""
+~/.nodeprep/torch_probe.<machine-id>.json): it is reported apart as the cold cost. When a target is missed,
+an in-process profile times verify's stages (connect, then the probes with the mesh logins:
+verify.Gather(...).all()), each fact of the probe (ops.checks.requests) on one node, and the
+process start-up."""
 import json
 import os
 import re
@@ -106,12 +108,14 @@ def purge_homes():
     for base in LABS.glob("worker-*/home/.nodeprep"):
         for d in ("venv", "wheelhouse"):
             shutil.rmtree(base / d, ignore_errors=True)
-        (base / "torch_probe.json").unlink(missing_ok=True)
+        for f in base.glob("torch_probe.*json"):
+            f.unlink(missing_ok=True)
 
 
 def clear_torch_cache(info):
     for node in info.nodes:
-        (node.home / ".nodeprep" / "torch_probe.json").unlink(missing_ok=True)
+        for f in (node.home / ".nodeprep").glob("torch_probe.*json"):
+            f.unlink(missing_ok=True)
 
 
 def trimmed_inventory(src: Path, n: int, dest: Path) -> Path:
@@ -138,8 +142,10 @@ def verify_ok(n):
 # `self.inline_ssh_env`, which (no class attribute of that name) is a config write, and
 # invoke's Config._modify then runs merge(), which empties and rebuilds the SHARED config's
 # dict while other threads read it: a node then fails with "No attribute or config key found
-# for 'authentication'" (or gateway, connect_kwargs, ...). A bug in src/nodeprep/executor.py;
-# the bench does not fix it, it counts it: such a run is re-run and reported as a flake.
+# for 'authentication'" (or gateway, connect_kwargs, ...). Was a bug in
+# src/nodeprep/engine/executor.py (Session.connect now gives each Connection a clone of the
+# Config); the bench still counts it rather than hide it: such a run is re-run and reported
+# as a flake.
 flakes: list[dict] = []
 attempts: dict[str, int] = {}   # runs started, per contender
 
@@ -219,19 +225,22 @@ def stage_stats(per_node: dict) -> dict:
 
 
 def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
-    """verify.run's stages in this process, on inventory INV_PATH: wall
-    time of each fleet-wide stage and per-node times; REPS repetitions, medians."""
-    from nodeprep import inventory, verify
-    from nodeprep.executor import Fleet
-    from nodeprep.report import Display
+    """verify's stages (nodeprep.commands.verify.verify) in this process, on inventory
+    INV_PATH: wall time of each fleet-wide stage; REPS repetitions, medians."""
+    from nodeprep.cli.display import Display
+    from nodeprep.commands import verify
+    from nodeprep.commands.common import select_hosts
+    from nodeprep.commands.options import VerifyOptions
+    from nodeprep.engine.executor import Fleet
+    from nodeprep.ops.mesh import fans_out, mesh_pairs
 
-    inv = inventory.load(str(inv_path))
-    hosts = inv.select(None)
+    opts = VerifyOptions(str(inv_path))          # verify-parity's defaults: port 29500, mesh/via auto
+    inv, hosts = select_hosts(opts.inventory, opts.limit, settings)
     v_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     head = hosts[0].name
     names = [h.name for h in inv.hosts]
-    pairs = verify.mesh_pairs(names, "auto")
-    fan = verify.fans_out(pairs, head, "auto")
+    pairs = mesh_pairs(names, opts.mesh)
+    fan = fans_out(pairs, head, opts.via)
     stages = ["connect", "probes+mesh", "close"]
     walls = {s: [] for s in stages + ["total in-process"]}
     busy = {s: [] for s in stages}
@@ -256,9 +265,9 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
             list(pool.map(conn, targets))
         w["connect"], b["connect"] = time.perf_counter() - t0, busy_cpu() - b0
         t0, b0 = time.perf_counter(), busy_cpu()
-        got = verify.gather(fleet, hosts, v_of, settings, False, None, 29500, pairs, "auto")
+        got = verify.Gather(fleet, hosts, v_of, opts, pairs).all()
         w["probes+mesh"], b["probes+mesh"] = time.perf_counter() - t0, busy_cpu() - b0
-        mesh = {n: g["mesh"] for n, g in got.items()}
+        mesh = {n: g.mesh for n, g in got.items()}
         t0, b0 = time.perf_counter(), busy_cpu()
         fleet.close()
         w["close"], b["close"] = time.perf_counter() - t0, busy_cpu() - b0
@@ -286,23 +295,25 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
 
 
 def probe_facts(inv_path: Path, settings: Settings, reps=3) -> dict:
-    """Each fact of verify's batched probe run alone on worker-0 (one channel each, sequential):
-    where the probe's remote time goes. Median seconds, channel round trip included."""
-    from nodeprep import facts as factmod
-    from nodeprep import inventory, verify
-    from nodeprep.executor import Fleet
-    from nodeprep.report import Display
-    inv = inventory.load(str(inv_path))
-    h = inv.select(None)[0]
+    """Each fact of verify's batched probe (ops.checks.requests, as the head asks them) run
+    alone on worker-0 (one channel each, sequential): where the probe's remote time goes.
+    Median seconds, channel round trip included."""
+    from nodeprep.cli.display import Display
+    from nodeprep.commands.common import select_hosts
+    from nodeprep.engine import facts as factmod
+    from nodeprep.engine.executor import Fleet
+    from nodeprep.ops import checks
+    inv, hosts = select_hosts(str(inv_path), None, settings)
+    h = hosts[0]
     v = {n: inv.var(h, n) for n in inv.schema}
-    reqs = verify.requests(v, False, None, 29500)
+    reqs = checks.requests(v, False, checks.Expect(None, 29500, h.address))
     fleet = Fleet([h], settings, "verify", Display.auto(to_stderr=True, quiet=True))
     s = fleet.sessions[h.name]
     s.connect()
     out = {}
     try:
-        for label, rq in [("(empty: channel round trip)", [("file", "/nonexistent")])] + \
-                         [(factmod._key(r), [r]) for r in reqs] + [("(all, batched)", reqs)]:
+        for label, rq in [("(empty: channel round trip)", [factmod.FILE("/nonexistent")])] + \
+                         [(factmod.key_of(r), [r]) for r in reqs] + [("(all, batched)", reqs)]:
             ts = []
             for _ in range(reps):
                 t0 = time.perf_counter()
@@ -318,9 +329,11 @@ def startup() -> dict:
     """Process start-up: the imports `invoke verify-parity` needs vs bare_fabric.py's."""
     py = str(VENV / "python")
     cmds = {"python: import fabric, yaml (bare_fabric.py's imports)": [py, "-c", "import fabric, yaml"],
-            "python: import tasks + nodeprep.verify/executor/parity/inventory":
+            "python: import tasks + the nodeprep modules verify-parity uses":
                 [py, "-c", "import sys; sys.path[:0] = ['src', '.']; import tasks; "
-                           "from nodeprep import verify, executor, parity, inventory, pystack"],
+                           "from nodeprep import cli, inventory; "
+                           "from nodeprep.commands import verify; from nodeprep.engine import executor; "
+                           "from nodeprep.ops import parity, pystack"],
             "invoke --help verify-parity (invoke start, task load)":
                 [str(VENV / "invoke"), "--help", "verify-parity"]}
     out = {}
@@ -397,7 +410,7 @@ def main():
             except SystemExit:
                 if len(flakes) == seen or attempt == 2:
                     raise
-        cached = sum((n.home / ".nodeprep" / "torch_probe.json").exists() for n in info.nodes)
+        cached = sum(any((n.home / ".nodeprep").glob("torch_probe.*.json")) for n in info.nodes)
         log(f"  cold: first `invoke verify-parity` on {NODES} nodes (imports torch on each) "
             f"{cold:.2f} s, exit 0; torch probe cached on {cached}/{NODES} nodes")
         if cached != NODES:
@@ -455,7 +468,8 @@ def main():
 
         # -- profile
         if force_profile or x8 > TARGET_BARE or scale > TARGET_SCALE:
-            log("\nprofile (where verify's time goes; stages run one after the other, as verify.run does):")
+            log("\nprofile (where verify's time goes; stages run one after the other, as "
+                "nodeprep.commands.verify.verify does):")
             prof = {}
             for n, inv in ((SMALL, inv8), (NODES, inv32)):
                 p = profile(inv, settings)
@@ -503,7 +517,7 @@ def main():
     by = {}
     for f in flakes:
         by[f["contender"]] = by.get(f["contender"], 0) + 1
-    log(f"\nflakes (Fabric shared-Config race in src/nodeprep/executor.py, runs redone): "
+    log(f"\nflakes (Fabric shared-Config race, see src/nodeprep/engine/executor.py; runs redone): "
         f"{len(flakes)} in {sum(attempts.values())} runs (bare_fabric.py cannot hit it: "
         "ThreadingGroup builds its Connections one after the other)" +
         "".join(f"\n  {k}: {by.get(k, 0)} of {n} runs" for k, n in attempts.items()))
@@ -521,4 +535,5 @@ def teardown():
     log("bench lab down")
 
 
-teardown() if "--teardown" in sys.argv else main()
+if __name__ == "__main__":
+    teardown() if "--teardown" in sys.argv else main()

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import re
 
-from nodeprep import ncclenv, pystack
+from nodeprep.ops import ncclenv
+from nodeprep.ops import pystack
 from nodeprep.errors import InputError
 from nodeprep.redact import is_secret
-from nodeprep.steps import FileContent
+from nodeprep.engine.steps import FileContent
+from nodeprep.engine.facts import FILE, INTERFACES, USER
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def validate(run):
-    for node, v in run.vars.items():
+def validate(prov):
+    for node, v in prov.vars.items():
         for k, val in (v["deepspeed_env"] or {}).items():
-            file, line = run.origin(node, "deepspeed_env")
+            file, line = prov.origin(node, "deepspeed_env")
             if not IDENT.match(str(k)):
                 raise InputError(f"deepspeed_env key {k!r} is not a shell identifier",
                                  hint="use letters, digits and _ only, not starting with a digit",
@@ -29,11 +31,11 @@ def validate(run):
                                  "launcher", hint="put it on one line", file=file, line=line)
 
 
-FACTS = ["interfaces", "user"]
+FACTS = [INTERFACES, USER]
 
 
 def reads(ctx):
-    return [("file", "~/.deepspeed_env")]
+    return [FILE("~/.deepspeed_env")]
 
 
 def content(env: dict[str, str]) -> str:
@@ -42,7 +44,11 @@ def content(env: dict[str, str]) -> str:
 
 def node_env(ctx) -> dict[str, str]:
     v = ctx.vars
-    env = ncclenv.node_env(v, ncclenv.run_proposal(ctx.run))
+    proposal = ncclenv.run_proposal(ctx.prov)
+    # DeepSpeed's runner exports the head's ~/.deepspeed_env to every rank: a value that
+    # differs per node stays in each node's own env file (nccl role) instead
+    own = proposal.get(ctx.name) if ncclenv.fleet_wide(proposal) else None
+    env = ncclenv.node_env(v, own)
     env.update(pystack.path_env(v, ctx.facts))   # the launcher does not forward PATH
     for k, val in (v["deepspeed_env"] or {}).items():
         env[k] = str(val).lower() if isinstance(val, bool) else str(val)

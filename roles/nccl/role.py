@@ -7,25 +7,26 @@ import fnmatch
 import re
 import shlex
 
-from nodeprep import ncclenv
+from nodeprep.ops import ncclenv
 from nodeprep.errors import InputError
-from nodeprep.steps import Check, FileBlock, Step
+from nodeprep.engine.steps import Check, FileBlock, Step
+from nodeprep.engine.facts import DIR, FILE, INTERFACES, ROUTE
 
 ALLOWED = re.compile(r"^(NCCL_|FI_|OFI_NCCL_|TORCH_NCCL_)[A-Z0-9_]*$")
 LIBS = {"nccl_home": ["libnccl.so.2"], "aws_ofi_nccl_home": ["libnccl-net*.so"],
         "libfabric_home": ["libfabric.so*"]}
 
 
-def validate(run):
-    for node, v in run.vars.items():
+def validate(prov):
+    for node, v in prov.vars.items():
         for key in LIBS:
             if v[key] and not str(v[key]).startswith("/"):
-                file, line = run.origin(node, key)
+                file, line = prov.origin(node, key)
                 raise InputError(f"{key}: {v[key]!r} is not an absolute path", hint="LD_LIBRARY_PATH "
                                  "and the DeepSpeed launcher do not expand ~ or relative paths",
                                  file=file, line=line)
         for k, val in (v["nccl_env"] or {}).items():
-            file, line = run.origin(node, "nccl_env")
+            file, line = prov.origin(node, "nccl_env")
             if k.startswith("RDMAV_"):
                 raise InputError(f"nccl_env.{k}: aws-ofi-nccl documents never setting RDMAV_* "
                                  "variables", hint="remove it", file=file, line=line)
@@ -38,16 +39,18 @@ def validate(run):
                                  file=file, line=line)
 
 
-FACTS = ["interfaces"]
+FACTS = [INTERFACES]
 
 
 def reads(ctx):
     v = ctx.vars
-    return [("dir", v[k].rstrip("/") + "/lib") for k in LIBS if v[k]] + [("file", v["env_file"])]
+    # how this node reaches the head: the interface NCCL should use (ncclenv.run_proposal)
+    return ([DIR(v[k].rstrip("/") + "/lib") for k in LIBS if v[k]] + [FILE(v["env_file"])] +
+            [ROUTE(ctx.prov.hosts[0].address)])
 
 
-def controller(run):
-    ncclenv.run_proposal(run)
+def controller(prov):
+    ncclenv.run_proposal(prov)
     return []
 
 
@@ -55,13 +58,13 @@ def lib_step(home_var: str, home: str, pattern: str) -> Step:
     libdir = home.rstrip("/") + "/lib"
 
     def check(facts):
-        entries = facts[f"dir:{libdir}"]
+        entries = facts[DIR(libdir)]
         if entries is None:
             return Check(False, f"{libdir} does not exist on this node")
         if not fnmatch.filter(entries, pattern):
             return Check(False, f"no {pattern} in {libdir}")
         return Check(True)
-    return Step(f"nccl.library {pattern} in {libdir}", [("dir", libdir)], check, None,
+    return Step(f"nccl.library {pattern} in {libdir}", [DIR(libdir)], check, None,
                 hint=f"install it there, or fix {home_var} in the inventory")
 
 
@@ -78,6 +81,6 @@ def env_block(env: dict[str, str]) -> str:
 def steps(ctx):
     v = ctx.vars
     out = [lib_step(k, v[k], pat) for k, pats in LIBS.items() if v[k] for pat in pats]
-    env = ncclenv.node_env(v, ncclenv.run_proposal(ctx.run))
+    env = ncclenv.node_env(v, ncclenv.run_proposal(ctx.prov).get(ctx.name))
     out.append(FileBlock(v["env_file"], "nccl", env_block(env), mode=0o600))
     return out

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import shlex
 
-from nodeprep.remote import rpath
-from nodeprep.steps import Check, FileBlock, Step
+from nodeprep.engine.remote import rpath
+from nodeprep.engine.steps import Check, FileBlock, Step
+from nodeprep.engine.facts import ETC_SHELLS, FILE, LOGIN_SHELL, USER
 
 NON_POSIX = ("csh", "tcsh", "fish")
 
@@ -25,23 +26,23 @@ def source_line(env_file: str) -> str:
     return f"[ -f {p} ] && . {p}\n"
 
 
-FACTS = ["login_shell", "etc_shells", "user"]
+FACTS = [LOGIN_SHELL, ETC_SHELLS, USER]
 
 
 def reads(ctx):
-    return [("file", "~/.bashrc"), ("file", "~/.zshenv")]
+    return [FILE("~/.bashrc"), FILE("~/.zshenv")]
 
 
 def steps(ctx):
     f, v = ctx.facts, ctx.vars
-    want = want_shell(v, f["login_shell"])
-    user = f["user"]["name"]
+    want = want_shell(v, f[LOGIN_SHELL])
+    user = f[USER]["name"]
     q = shlex.quote
 
     def check(facts):
-        if facts["login_shell"] == want:
+        if facts[LOGIN_SHELL] == want:
             return Check(True)
-        if want not in facts["etc_shells"]:
+        if want not in facts[ETC_SHELLS]:
             return Check(False, f"{want} is not in /etc/shells (listed: "
                                 f"{', '.join(facts['etc_shells']) or 'none'})")
         return Check(False, f"login shell is {facts['login_shell']}, want {want}")
@@ -50,12 +51,13 @@ def steps(ctx):
     action = (f"if [ \"$(id -u)\" -eq 0 ]; then usermod -s {q(want)} {q(user)}; "
               f"else sudo -n /usr/sbin/usermod -s {q(want)} {q(user)} || {{ echo 'cannot change "
               f"the login shell: not root and no passwordless sudo for usermod' >&2; exit 1; }}; fi")
-    fixable = want in f["etc_shells"]
+    fixable = want in f[ETC_SHELLS]
     hint = (f"fallback: ask an admin to run `chsh -s {want} {user}`, or for tcsh add "
             f"`if ( -x {want} ) exec {want} -l` to ~/.login")
-    out = [Step(f"user.shell {want}", ["login_shell", "etc_shells"], check,
+    out = [Step(f"user.shell {want}", [LOGIN_SHELL, ETC_SHELLS], check,
                 action if fixable else None, hint=hint if fixable else
-                f"install {want} and list it in /etc/shells, or set login_shell to a listed shell")]
+                f"install {want} and list it in /etc/shells, or set login_shell to a listed shell",
+                scope="machine")]     # /etc/passwd is the machine's
     line = source_line(v["env_file"])
     out.append(FileBlock("~/.bashrc", "env", line, where="top"))
     if os.path.basename(want) == "zsh":

@@ -8,8 +8,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from nodeprep.report import StepResult
-from nodeprep.steps import FileBlock, with_block
+from nodeprep.engine.results import StepResult
+from nodeprep.engine.steps import FileBlock, with_block
+from nodeprep.engine.facts import FILE
 
 CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
 
@@ -29,30 +30,30 @@ def entries(hosts, identity: str | None, extra: list[str] = ()) -> str:
 
 
 def reads(ctx):
-    return [("file", "~/.ssh/config")]
+    return [FILE("~/.ssh/config")]
 
 
 def steps(ctx):
     identity = CLUSTER_KEY if ctx.vars.get("ssh_mesh", True) else None
-    return [FileBlock("~/.ssh/config", "hosts", entries(ctx.run.inventory.hosts, identity), mode=0o600)]
+    return [FileBlock("~/.ssh/config", "hosts", entries(ctx.prov.inventory.hosts, identity), mode=0o600)]
 
 
-def controller(run):
-    first = run.vars[run.hosts[0].name]
+def controller(prov):
+    first = prov.vars[prov.hosts[0].name]
     if not first["ssh_config_controller"]:
         return []
     path = Path(first["controller_ssh_config"]).expanduser()
-    key = run.shared.get("controller_key") or Path(first.get("controller_key", "~/.ssh/id_ed25519")).expanduser()
-    known = f'UserKnownHostsFile "{run.settings.known_hosts}"'
+    key = prov.shared.controller_key or Path(first.get("controller_key", "~/.ssh/id_ed25519")).expanduser()
+    known = f'UserKnownHostsFile "{prov.settings.known_hosts}"'
     # Lab/inventory keys differ per host in principle; the controller key is on every node.
-    body = entries(run.inventory.hosts, str(key), [known, "StrictHostKeyChecking yes"])
+    body = entries(prov.inventory.hosts, str(key), [known, "StrictHostKeyChecking yes"])
     old = path.read_text() if path.exists() else None
-    new = with_block(old, f"hosts {run.inventory.name}", body)
-    name = f"file.block {path} [hosts {run.inventory.name}]"
+    new = with_block(old, f"hosts {prov.inventory.name}", body)
+    name = f"file.block {path} [hosts {prov.inventory.name}]"
     mode_ok = old is None or (path.stat().st_mode & 0o777) == 0o600
     if new == old and mode_ok:
         return [StepResult(name, "ok")]
-    if run.check:
+    if prov.check:
         return [StepResult(name, "changed", "would update")]
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".nodeprep.")

@@ -12,9 +12,10 @@ import subprocess
 from pathlib import Path
 
 from nodeprep.errors import NodeprepError
-from nodeprep.hostkeys import KnownHosts, host_entry
-from nodeprep.report import StepResult
-from nodeprep.steps import FileBlock, FileContent
+from nodeprep.engine.hostkeys import KnownHosts, host_entry
+from nodeprep.engine.results import StepResult
+from nodeprep.engine.steps import FileBlock, FileContent
+from nodeprep.engine.facts import FILE
 
 CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
 
@@ -43,29 +44,29 @@ def _pub(path: Path) -> str | None:
     return pub.read_text().strip() if pub.exists() else None
 
 
-def validate(run):
-    run.shared["controller_key"] = Path(next(iter(run.vars.values()))["controller_key"]).expanduser()
-    run.shared["cluster_key"] = run.settings.state / "cluster_key" / "id_ed25519"
+def validate(prov):
+    prov.shared.controller_key = Path(next(iter(prov.vars.values()))["controller_key"]).expanduser()
+    prov.shared.cluster_key = prov.settings.state / "cluster_key" / "id_ed25519"
 
 
-def controller(run):
-    results = [_keygen(run.shared["controller_key"], "nodeprep controller", run.check)]
-    if any(v["ssh_mesh"] for v in run.vars.values()):
-        results.append(_keygen(run.shared["cluster_key"], "nodeprep cluster", run.check))
+def controller(prov):
+    results = [_keygen(prov.shared.controller_key, "nodeprep controller", prov.check)]
+    if any(v["ssh_mesh"] for v in prov.vars.values()):
+        results.append(_keygen(prov.shared.cluster_key, "nodeprep cluster", prov.check))
     return results
 
 
 def reads(ctx):
-    files = [("file", "~/.ssh/authorized_keys")]
+    files = [FILE("~/.ssh/authorized_keys")]
     if ctx.vars["ssh_mesh"]:
-        files += [("file", CLUSTER_KEY), ("file", CLUSTER_KEY + ".pub"), ("file", "~/.ssh/known_hosts")]
+        files += [FILE(CLUSTER_KEY), FILE(CLUSTER_KEY + ".pub"), FILE("~/.ssh/known_hosts")]
     return files
 
 
-def known_hosts_lines(run) -> list[str]:
-    store = KnownHosts(run.settings.known_hosts)
+def known_hosts_lines(prov) -> list[str]:
+    store = KnownHosts(prov.settings.known_hosts)
     lines = []
-    for h in run.inventory.hosts:
+    for h in prov.inventory.hosts:
         keys = store.lookup(h.address, h.port)
         names = {host_entry(h.name, h.port), host_entry(h.address, h.port)}
         for ktype, key in sorted(keys.items()):
@@ -74,17 +75,17 @@ def known_hosts_lines(run) -> list[str]:
 
 
 def steps(ctx):
-    run, mesh = ctx.run, ctx.vars["ssh_mesh"]
+    prov, mesh = ctx.prov, ctx.vars["ssh_mesh"]
     # In --check mode the keys may not exist yet: plan with what there is.
-    # The key this run connects with stays authorized: rewriting the block must never lock
+    # The key this prov connects with stays authorized: rewriting the block must never lock
     # nodeprep out (e.g. after --ask-pass installed access, or when controller_key changes).
     login = _pub(Path(ctx.host.key).expanduser()) if ctx.host.key else None
-    keys = list(dict.fromkeys(k for k in (_pub(run.shared["controller_key"]), login,
-                                          _pub(run.shared["cluster_key"]) if mesh else None) if k))
+    keys = list(dict.fromkeys(k for k in (_pub(prov.shared.controller_key), login,
+                                          _pub(prov.shared.cluster_key) if mesh else None) if k))
     out = [FileBlock("~/.ssh/authorized_keys", "ssh_keys", "\n".join(keys) + "\n", mode=0o600)]
-    if mesh and run.shared["cluster_key"].exists():
-        private = run.shared["cluster_key"].read_text()
+    if mesh and prov.shared.cluster_key.exists():
+        private = prov.shared.cluster_key.read_text()
         out += [FileContent(CLUSTER_KEY, private, 0o600, secrets=[private]),
-                FileContent(CLUSTER_KEY + ".pub", _pub(run.shared["cluster_key"]) + "\n", 0o644),
-                FileBlock("~/.ssh/known_hosts", "cluster hosts", "\n".join(known_hosts_lines(run)) + "\n")]
+                FileContent(CLUSTER_KEY + ".pub", _pub(prov.shared.cluster_key) + "\n", 0o644),
+                FileBlock("~/.ssh/known_hosts", "cluster hosts", "\n".join(known_hosts_lines(prov)) + "\n")]
     return out

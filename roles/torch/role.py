@@ -1,5 +1,5 @@
 """torch: ONE torch build for the whole fleet (same torch and bundled NCCL everywhere), chosen
-from every node's driver, GPUs and CPU arch (src/nodeprep/torchplan.py), installed by the
+from every node's driver, GPUs and CPU arch (src/nodeprep/ops/torchplan.py), installed by the
 wheelhouse and venv roles, and verified on every node after install: torch.__version__,
 torch.version.cuda (None on CPU builds), and get_arch_list() covering each GPU (same major,
 equal or higher minor; PTX for newer)."""
@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import shlex
 
-from nodeprep import pystack
-from nodeprep.remote import rpath
-from nodeprep.report import StepResult
-from nodeprep.steps import Check, Step
+from nodeprep.ops import pystack
+from nodeprep.engine.remote import rpath
+from nodeprep.engine.results import StepResult
+from nodeprep.engine.facts import GPUS, OS, USER, VENV
+from nodeprep.engine.steps import Check, Step, scope_of
 
-FACTS = ["gpus", "os", "user"]
+FACTS = [GPUS, OS, USER]
 
 VERIFY = r'''
 import json, sys
@@ -41,23 +42,23 @@ if bad:
 '''
 
 
-def controller(run):
-    plan = pystack.torch_plan(run)    # raises PlanError (names the blocking node) before any change
+def controller(prov):
+    plan = pystack.torch_plan(prov)    # raises PlanError (names the blocking node) before any change
     return [StepResult(f"torch.plan {plan.requirement}", "ok", f"variant {plan.variant}")] if plan else []
 
 
 def reads(ctx):
-    return [("venv", ctx.vars["venv_path"])]
+    return [VENV(ctx.vars["venv_path"])]
 
 
 def steps(ctx):
-    plan = pystack.torch_plan(ctx.run)
+    plan = pystack.torch_plan(ctx.prov)
     if not plan:
         return []
     version = plan.requirement.split("==", 1)[1]
-    caps = sorted({d["capability"] for d in ctx.facts["gpus"]["devices"] if d.get("capability")})
+    caps = sorted({d["capability"] for d in ctx.facts[GPUS]["devices"] if d.get("capability")})
     want = {"version": version, "cuda": plan.cuda, "capabilities": caps}
-    key = f"venv:{ctx.vars['venv_path']}"
+    key = VENV(ctx.vars['venv_path'])
 
     def check(facts):
         have = facts[key]["packages"].get("torch")
@@ -65,5 +66,6 @@ def steps(ctx):
 
     py = f"{rpath(ctx.vars['venv_path'])}/bin/python"
     action = f"{py} -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))}"
-    return [Step(f"torch.verify {plan.requirement}", [("venv", ctx.vars["venv_path"])], check, action,
-                 hint="the installed torch does not match the plan; see the step output")]
+    return [Step(f"torch.verify {plan.requirement}", [VENV(ctx.vars["venv_path"])], check, action,
+                 hint="the installed torch does not match the plan; see the step output",
+                 scope=scope_of(ctx.vars["venv_path"]))]

@@ -7,33 +7,34 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from nodeprep import pystack
+from nodeprep.ops import pystack
 from nodeprep.errors import InputError
-from nodeprep.remote import rpath
-from nodeprep.steps import Check, FileBlock, Step
+from nodeprep.engine.remote import rpath
+from nodeprep.engine.steps import Check, FileBlock, Step, scope_of
+from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, USER, VENV
 
 MODES = ("auto", "no-pip", "ensurepip")
 
 
-def validate(run):
-    pystack.requirement_pins(run)
-    for node, v in run.vars.items():
+def validate(prov):
+    pystack.requirement_pins(prov)
+    for node, v in prov.vars.items():
         parts = [x for x in posixpath.normpath(v["venv_path"]).split("/") if x not in ("", "~", ".")]
         if not parts or ".." in parts:
-            file, line = run.origin(node, "venv_path")
+            file, line = prov.origin(node, "venv_path")
             raise InputError(f"venv_path: {v['venv_path']!r} must be a directory of its own (it is "
                              "replaced when broken)", hint="e.g. ~/.nodeprep/venv", file=file, line=line)
         if v["venv_bootstrap"] not in MODES:
-            file, line = run.origin(node, "venv_bootstrap")
+            file, line = prov.origin(node, "venv_bootstrap")
             raise InputError(f"venv_bootstrap: {v['venv_bootstrap']!r} is not one of {', '.join(MODES)}",
                              file=file, line=line)
 
 
-FACTS = ["python", "user", "os", "gpus"]
+FACTS = [PYTHON, USER, OS, GPUS]
 
 
 def reads(ctx):
-    return [("venv", ctx.vars["venv_path"]), ("file", ctx.vars["env_file"])]
+    return [VENV(ctx.vars["venv_path"]), FILE(ctx.vars["env_file"])]
 
 
 def create_script(python: str, venv: str, wh: str, mode: str) -> str:
@@ -50,19 +51,19 @@ def create_script(python: str, venv: str, wh: str, mode: str) -> str:
 
 
 def steps(ctx):
-    v, f, run = ctx.vars, ctx.facts, ctx.run
-    venv, key = v["venv_path"], f"venv:{v['venv_path']}"
+    v, f, prov = ctx.vars, ctx.facts, ctx.prov
+    venv, key = v["venv_path"], VENV(v['venv_path'])
     out = []
-    py = f.get("python")
-    want_py = pystack.fleet_python(run)
+    py = f.get(PYTHON)
+    want_py = pystack.fleet_python(prov)
     if py and py["version"] != want_py:
-        out.append(Step("venv.python_version", ["python"], lambda facts: Check(
+        out.append(Step("venv.python_version", [PYTHON], lambda facts: Check(
             False, f"Python {py['version']} here, {want_py} on the rest of the fleet"), None,
             hint="point `python` at the same version on every node"))
-    want_path = pystack.fleet_majority(run, lambda n, ff: pystack.venv_path(run.vars[n], ff))
+    want_path = pystack.fleet_majority(prov, lambda n, ff: pystack.venv_path(prov.vars[n], ff))
     here = pystack.venv_path(v, f)
     if here != want_path:
-        out.append(Step("venv.path", ["user"], lambda facts: Check(
+        out.append(Step("venv.path", [USER], lambda facts: Check(
             False, f"venv would be {here} here but {want_path} elsewhere"), None,
             hint="set venv_path to an absolute path that exists on every node"))
     if out:
@@ -81,10 +82,11 @@ def steps(ctx):
     replace = (f"if [ -e {rpath(venv)} ]; then [ -f {rpath(venv)}/pyvenv.cfg ] || {{ echo "
                f"'{venv} exists and is not a venv; refusing to replace it' >&2; exit 1; }}; "
                f"rm -rf {rpath(venv)}; fi; ")
-    out.append(Step(f"venv.create {venv}", [("venv", venv)], exists,
-                    replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"])))
-    pystack.wheelhouse_manifests(run)      # no-op when the wheelhouse role already did it
-    manifest = run.shared["manifests"].get(ctx.name)
+    out.append(Step(f"venv.create {venv}", [VENV(venv)], exists,
+                    replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"]),
+                    scope=scope_of(venv)))
+    pystack.wheelhouse_manifests(prov)      # no-op when the wheelhouse role already did it
+    manifest = prov.shared.manifests.get(ctx.name)
     if manifest:
         lock = manifest[1]["lock"]
 
@@ -94,9 +96,10 @@ def steps(ctx):
             return Check(not lack, f"{len(lack)} packages to install ({', '.join(lack[:4])}"
                                    f"{', ...' if len(lack) > 4 else ''})")
         wh = v["wheelhouse_dir"]
-        out.append(Step("pip.install requirements.lock", [("venv", venv)], installed,
+        out.append(Step("pip.install requirements.lock", [VENV(venv)], installed,
                         f"{rpath(venv)}/bin/python -m pip install -q --disable-pip-version-check "
-                        f"--no-index --find-links {rpath(wh)} -r {rpath(posixpath.join(wh, 'requirements.lock'))}"))
+                        f"--no-index --find-links {rpath(wh)} -r {rpath(posixpath.join(wh, 'requirements.lock'))}",
+                        scope=scope_of(venv)))
     env = pystack.path_env(v, f)["PATH"].split(":")[0]
     out.append(FileBlock(v["env_file"], "venv", f"export PATH={shlex.quote(env)}:\"$PATH\"\n", mode=0o600))
     return out
@@ -104,5 +107,5 @@ def steps(ctx):
 
 def report(ctx):
     """Each node's installed packages (pip freeze) go into the run report."""
-    e = ctx.facts.get(f"venv:{ctx.vars['venv_path']}") or {}
+    e = ctx.facts.get(VENV(ctx.vars['venv_path'])) or {}
     return {"pip_freeze": sorted(f"{n}=={ver}" for n, ver in e.get("packages", {}).items())}

@@ -6,35 +6,36 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from nodeprep import pystack
+from nodeprep.ops import pystack
 from nodeprep.errors import InputError, NodeprepError
-from nodeprep.remote import rpath
-from nodeprep.steps import Check, FileContent, Step
+from nodeprep.engine.remote import rpath
+from nodeprep.engine.steps import Check, FileContent, Step, scope_of
+from nodeprep.engine.facts import DIR, FILE, OS, PYTHON, USER
 
 SUMS = "SHA256SUMS"
 
 
-def validate(run):
-    first = next(iter(run.vars.values()))
-    pystack.requirement_pins(run)
+def validate(prov):
+    first = next(iter(prov.vars.values()))
+    pystack.requirement_pins(prov)
     for pin in first["wheel_builds"] or {}:
         if pin.split("==")[0].strip() and "==" not in pin:
-            file, line = run.origin(next(iter(run.vars)), "wheel_builds")
+            file, line = prov.origin(next(iter(prov.vars)), "wheel_builds")
             raise InputError(f"wheel_builds: {pin!r} is not pinned", hint="write name==version",
                              file=file, line=line)
 
 
-FACTS = ["os", "python", "user"]
+FACTS = [OS, PYTHON, USER]
 
 
 def reads(ctx):
     d = ctx.vars["wheelhouse_dir"]
-    return [("dir", d), ("file", posixpath.join(d, SUMS))]
+    return [DIR(d), FILE(posixpath.join(d, SUMS))]
 
 
-def controller(run):
+def controller(prov):
     """Build and download once per platform; in --check mode only from the cache."""
-    return pystack.wheelhouse_manifests(run)
+    return pystack.wheelhouse_manifests(prov)
 
 
 def _sums(text: str | None) -> dict[str, str]:
@@ -47,18 +48,18 @@ def _sums(text: str | None) -> dict[str, str]:
 
 def steps(ctx):
     d = ctx.vars["wheelhouse_dir"]
-    if ctx.name in ctx.run.shared.get("wheelhouse_errors", {}):
-        err = ctx.run.shared["wheelhouse_errors"][ctx.name]
+    if ctx.name in ctx.prov.shared.wheelhouse_errors:
+        err = ctx.prov.shared.wheelhouse_errors[ctx.name]
         return [Step("wheelhouse.download", [], lambda f: Check(False, err.splitlines()[0]), None,
                      hint="the controller could not resolve the wheels for this node's platform: "
                           + " | ".join(err.splitlines()[1:])[-300:])]
-    if ctx.name not in ctx.run.shared.get("manifests", {}):
+    if ctx.name not in ctx.prov.shared.manifests:
         return [Step("wheelhouse.sync", [], lambda f: Check(False, "would download and push the "
                                                                    "wheelhouse"), ":")]
-    local, m = ctx.run.shared["manifests"][ctx.name]
+    local, m = ctx.prov.shared.manifests[ctx.name]
     files = m["files"]
     sums_text = "".join(f"{sha}  {name}\n" for name, sha in sorted(files.items()))
-    listing_key, sums_key = f"dir:{d}", f"file:{posixpath.join(d, SUMS)}"
+    listing_key, sums_key = DIR(d), FILE(posixpath.join(d, SUMS))
 
     def missing(facts) -> list[str]:
         have = _sums((facts[sums_key] or {}).get("content"))
@@ -90,8 +91,8 @@ def steps(ctx):
               f"for f in *.whl; do grep -qF \"  $f\" .sums.new || rm -f -- \"$f\"; done && "
               f"mv -f .sums.new {SUMS}")
     return [Step(f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
-                 [("dir", d), ("file", posixpath.join(d, SUMS))], check, verify, before=upload,
-                 hint="see the node's free disk space and the run log"),
+                 [DIR(d), FILE(posixpath.join(d, SUMS))], check, verify, before=upload,
+                 hint="see the node's free disk space and the run log", scope=scope_of(d)),
             FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644)]
 
 

@@ -23,9 +23,9 @@ import subprocess
 import pytest
 
 from nodeprep import lab as labmod
-from nodeprep import lab_net
+from nodeprep.lab import net as lab_net
 from nodeprep.errors import NodeprepError
-from nodeprep.lab_config import LabInfo, LabNode
+from nodeprep.lab.config import LabInfo, LabNode
 from nodeprep.settings import Settings
 
 LAB_NAME = "t"
@@ -47,7 +47,8 @@ def _lab_prerequisites():
 @pytest.fixture(scope="session")
 def lab_settings(tmp_path_factory) -> Settings:
     base = tmp_path_factory.mktemp("lab")
-    return Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"))
+    # lock_wait: a lock a test leaks fails the next test in two minutes, not fifteen
+    return Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"), lock_wait=120)
 
 
 @pytest.fixture(scope="session")
@@ -62,8 +63,9 @@ def _lab_session(lab_settings, lab_inventory_dir):
     holder: dict[str, LabInfo] = {}
 
     def lab_up(nodes: int = LAB_NODES, log=lambda msg: None, slurm: bool | None = None) -> LabInfo:
-        info = labmod.up(nodes, LAB_NAME, lab_settings, inventory_dir=lab_inventory_dir,
-                         subnet=LAB_SUBNET, log=log, slurm=slurm)
+        options = labmod.UpOptions(inventory_dir=lab_inventory_dir, subnet=LAB_SUBNET,
+                                   slurm=slurm)
+        info = labmod.up(nodes, LAB_NAME, lab_settings, options, log=log)
         if "info" in holder:         # keep the session's `lab` object current
             vars(holder["info"]).update(vars(info))
         else:

@@ -12,15 +12,19 @@ import time
 from pathlib import Path
 
 
-from nodeprep import api, facts, inventory, lab as labmod
-from nodeprep.executor import Fleet
-from nodeprep.report import Display
+from nodeprep import cli as api
+from nodeprep.commands.options import FactsOptions
+from nodeprep.engine import facts
+from nodeprep.inventory import model as inventory
+from nodeprep import lab as labmod
+from nodeprep.engine.executor import Fleet
+from nodeprep.cli.display import Display
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_facts(lab, settings, capsys, limit=None):
-    code = api.facts(str(lab.inventory), limit, True, settings)
+    code = api.facts(FactsOptions(str(lab.inventory), limit, True), settings)
     out = capsys.readouterr()
     return code, json.loads(out.out), out.err
 
@@ -46,7 +50,7 @@ def test_facts_on_every_node(lab, lab_settings, capsys):
 
 
 def test_text_table_and_limit(lab, lab_settings, capsys):
-    assert api.facts(str(lab.inventory), "worker-[1-2]", False, lab_settings) == 0
+    assert api.facts(FactsOptions(str(lab.inventory), "worker-[1-2]"), lab_settings) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["node", "hostname", "ip"]
     assert [line.split()[0] for line in out[1:]] == ["worker-1", "worker-2"]
@@ -86,7 +90,7 @@ def test_changed_host_key_refused_others_complete(lab, lab_settings, lab_up, cap
 
 def test_first_contact_is_pinned_and_recorded(lab, lab_settings, tmp_path, capsys):
     fresh = dataclasses.replace(lab_settings, state_dir=str(tmp_path / "state"))
-    code = api.facts(str(lab.inventory), None, False, fresh)
+    code = api.facts(FactsOptions(str(lab.inventory)), fresh)
     err = capsys.readouterr().err
     assert code == 0
     assert err.count("pinned new host key") == len(lab.nodes)
@@ -94,7 +98,7 @@ def test_first_contact_is_pinned_and_recorded(lab, lab_settings, tmp_path, capsy
     assert sorted(line.split()[0] for line in pinned) == sorted(n.address for n in lab.nodes)
     # What was recorded agrees with what OpenSSH sees through the lab's own pinning.
     assert set(pinned) <= set(lab_settings.known_hosts.read_text().splitlines())
-    assert api.facts(str(lab.inventory), None, False, fresh) == 0
+    assert api.facts(FactsOptions(str(lab.inventory)), fresh) == 0
     assert "pinned new host key" not in capsys.readouterr().err
 
 
@@ -115,7 +119,7 @@ def test_wrong_key_is_auth_failure_without_retry(lab, lab_settings, tmp_path, ca
     text = (inv_dir / "hosts.yml").read_text().replace(str(lab.key), str(key))
     (inv_dir / "hosts.yml").write_text(text)
     t0 = time.monotonic()
-    code = api.facts(str(inv_dir), "worker-0", True, lab_settings)
+    code = api.facts(FactsOptions(str(inv_dir), "worker-0", True), lab_settings)
     rep = json.loads(capsys.readouterr().out)
     assert code == 1
     assert rep["nodes"]["worker-0"]["status"] == "unreachable"
@@ -125,7 +129,7 @@ def test_wrong_key_is_auth_failure_without_retry(lab, lab_settings, tmp_path, ca
 
 def _fleet(lab, settings, display=None):
     inv = inventory.load(str(lab.inventory))
-    return Fleet(inv.hosts, settings, "test", display or Display.plain(io.StringIO()))
+    return Fleet(inv.hosts, settings, "test", display or Display(io.StringIO()))
 
 
 def test_fan_out_is_bounded(lab, lab_settings):
@@ -148,7 +152,7 @@ def test_fan_out_is_bounded(lab, lab_settings):
 
 def test_one_connection_per_node_across_stages(lab, lab_settings):
     with _fleet(lab, lab_settings) as fleet:
-        first = fleet.map(lambda s: (id(s.conn.transport), facts.gather(s, ["hostname"])), "a")
+        first = fleet.map(lambda s: (id(s.conn.transport), facts.gather(s, [facts.HOSTNAME])), "a")
         second = fleet.map(lambda s: id(s.conn.transport), "b")
     assert {n: v[0] for n, v in first.items()} == second
     assert {n: v[1]["hostname"] for n, v in first.items()} == {n.name: n.name for n in lab.nodes}
@@ -156,7 +160,7 @@ def test_one_connection_per_node_across_stages(lab, lab_settings):
 
 def test_command_timeout_and_prefixed_streaming(lab, lab_settings):
     buf = io.StringIO()
-    with _fleet(lab, lab_settings, Display.plain(buf)) as fleet:
+    with _fleet(lab, lab_settings, Display(buf)) as fleet:
         res = fleet.map(lambda s: (s.run("sleep 5", timeout=1),
                                    s.run("echo one; echo two >&2; echo three", stream=True)), "t")
     slow, streamed = res["worker-0"]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from nodeprep import lab as labmod
-from nodeprep import lab_net
+from nodeprep.lab import net as lab_net
 from nodeprep.errors import NodeprepError
 
 LAB_NAME, LAB_NODES = "t", 3      # what conftest's session lab is
@@ -334,7 +334,8 @@ def test_purge_removes_node_etc(lab_settings, tmp_path):
     name, quiet = "tp", (lambda msg: None)
     labmod.down(name, lab_settings, log=quiet, purge=True)
     try:
-        info = labmod.up(1, name, lab_settings, inventory_dir=tmp_path, subnet=197, log=quiet)
+        options = labmod.UpOptions(inventory_dir=tmp_path, subnet=197)
+        info = labmod.up(1, name, lab_settings, options, log=quiet)
         etc = info.nodes[0].home.parent / "etc"
         assert (etc / "passwd").exists() and (etc / "sudoers.d" / "nodeprep-lab").exists()
     finally:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import api, lab as labmod
+from nodeprep import cli as api
+from nodeprep.commands.options import ProvisionOptions
+from nodeprep import lab as labmod
 
 ROLES = "ssh_keys,ssh_config,shell,nccl,deepspeed_env"
 
@@ -24,8 +26,8 @@ def controller(tmp_path_factory):
 def prov(lab, lab_settings, controller):
     def run(*sets, check=False, diff=False, limit=None, roles=ROLES, capsys=None):
         base = [f"controller_key={controller['key']}", f"controller_ssh_config={controller['config']}"]
-        code = api.provision(str(lab.inventory), limit, roles, check, diff, True, False,
-                             base + list(sets), lab_settings)
+        code = api.provision(ProvisionOptions(str(lab.inventory), limit, roles, check, diff, True,
+                                              tuple(base + list(sets))), lab_settings)
         out = capsys.readouterr() if capsys else None
         rep = json.loads(out.out[out.out.index("{\n"):]) if out and code != 2 else None
         return code, rep, (out.err if out else "")
@@ -89,7 +91,7 @@ def test_live_progress_names_the_step_each_node_is_in(prov, lab, capsys, monkeyp
     markers of the apply script, read as they stream back), not just "apply"."""
     import sys
 
-    from nodeprep import report
+    from nodeprep.cli import display as report
     seen = []
 
     class Recorder(report.Display):
@@ -218,6 +220,8 @@ def test_shell_change_without_root_or_sudo_fails_with_fallback(prov, lab, lab_re
     assert "chsh -s /usr/bin/zsh nodeprep" in step["message"] and "~/.login" in step["message"]
     assert "no passwordless sudo" in bad["stderr_tail"]
     assert rep["nodes"]["worker-0"]["status"] == "changed" and _shell_of(lab, 2) == "/bin/bash"
+    # the failed node's run lock is released too (the next run must not wait for it)
+    assert not (Path(lab.nodes[2].home) / ".nodeprep" / "lock").exists()
 
 
 def test_shell_not_in_etc_shells_is_refused(prov, lab, capsys):
@@ -237,8 +241,8 @@ def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settin
     code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)
     assert code == 1 and rep["nodes"]["worker-1"]["status"] == "unreachable"
     monkeypatch.setattr("sys.stdin", io.StringIO(password + "\n"))
-    code = api.provision(str(lab.inventory), None, "ssh_keys", False, False, True, True,
-                         [f"controller_key={lab.key}"], lab_settings)
+    code = api.provision(ProvisionOptions(str(lab.inventory), None, "ssh_keys", False, False, True,
+                                          (f"controller_key={lab.key}",)), lab_settings, ask_pass=True)
     out = capsys.readouterr()
     rep = json.loads(out.out)
     assert code == 0 and rep["nodes"]["worker-1"]["status"] == "changed"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nodeprep import api
+from nodeprep import cli as api
+from nodeprep.commands.options import ProvisionOptions
 
 ROLES = "wheelhouse,venv,torch,deepspeed_env"
 VENV = "/home/nodeprep/.nodeprep/venv"
@@ -21,9 +22,9 @@ def run(lab, lab_settings, tmp_path_factory):
     ctl = tmp_path_factory.mktemp("ctl")
 
     def go(*sets, inventory=None, limit=None, check=False, capsys):
-        code = api.provision(str(inventory or lab.inventory), limit, ROLES, check, False, True, False,
-                             [f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config", *sets],
-                             lab_settings)
+        code = api.provision(ProvisionOptions(str(inventory or lab.inventory), limit, ROLES, check, False, True,
+                                              (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config",
+                                               *sets)), lab_settings)
         out = capsys.readouterr()
         return code, (json.loads(out.out) if code != 2 else None), out.err
     return go
@@ -132,8 +133,8 @@ def test_venv_path_home_itself_is_refused(run, capsys):
 def test_two_roles_blocks_in_one_new_env_file(lab, lab_settings, lab_ssh, capsys):
     env = Path(lab.nodes[0].home) / ".nodeprep" / "env.sh"
     env.unlink()
-    code = api.provision(str(lab.inventory), "worker-0", "shell,nccl,venv", False, False, True, False,
-                         ["nccl_env={NCCL_DEBUG: WARN}"], lab_settings)
+    code = api.provision(ProvisionOptions(str(lab.inventory), "worker-0", "shell,nccl,venv", False, False, True,
+                                          ("nccl_env={NCCL_DEBUG: WARN}",)), lab_settings)
     rep = json.loads(capsys.readouterr().out)
     assert code == 0, rep
     text = env.read_text()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import api
+from nodeprep import cli as api
+from nodeprep.commands.options import ProvisionOptions, TrainOptions
 
 NODES = "worker-[0-1]"
 JOB_DIR = ".nodeprep/jobs/payloads"
@@ -18,13 +19,14 @@ JOB_DIR = ".nodeprep/jobs/payloads"
 def provisioned(lab, lab_settings, lab_up, tmp_path_factory):
     lab_up()
     ctl = tmp_path_factory.mktemp("ctl")
-    code = api.provision(str(lab.inventory), None, None, False, False, False, False,
-                         [f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config"], lab_settings)
+    code = api.provision(ProvisionOptions(str(lab.inventory), sets=(f"controller_key={ctl}/id",
+                                                                     f"controller_ssh_config={ctl}/config")),
+                         lab_settings)
     assert code == 0
 
 
 def train(lab, settings, capfd, launcher, payload, args=(), **kw):
-    code = api.train(str(lab.inventory), NODES, launcher, payload, list(args), settings=settings, **kw)
+    code = api.train(TrainOptions(str(lab.inventory), NODES, launcher, payload, tuple(args), **kw), settings)
     out = capfd.readouterr()
     return code, out.out + out.err
 
@@ -91,7 +93,7 @@ def test_dry_run_and_srun_command(provisioned, lab, lab_settings, capfd):
 @pytest.fixture
 def slurm(provisioned, lab_up):
     """The lab with a real Slurm (slurmctld + munged on the host, slurmd in each node)."""
-    from nodeprep import lab_slurm
+    from nodeprep.lab import slurm as lab_slurm
     if not lab_slurm.cgroup_controllers():   # runs here; a cgroup-v2-only host cannot host it
         pytest.skip("this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab")
     lab_up(slurm=True)
@@ -139,8 +141,8 @@ def test_deepspeed_openmpi_launcher(provisioned, lab, lab_settings, lab_ssh, cap
 def test_emulate_two_nodes_on_one_machine(provisioned, lab, lab_settings, lab_ssh, capfd, launcher):
     """worker-0 alone pretends to be 2 nodes (emu-0, emu-1): ssh aliases to itself checked
     against its own pinned host key, one process per emulated node (CPU), world size 2."""
-    code = api.train(str(lab.inventory), "worker-0", launcher, "health", [], timeout=120,
-                     settings=lab_settings, emulate=2)
+    code = api.train(TrainOptions(str(lab.inventory), "worker-0", launcher, "health", timeout=120, emulate=2),
+                     lab_settings)
     cap = capfd.readouterr()
     out = cap.out + cap.err
     assert code == 0, out
@@ -158,8 +160,7 @@ def test_emulate_two_nodes_on_one_machine(provisioned, lab, lab_settings, lab_ss
 def test_emulate_input_errors(provisioned, lab, lab_settings, capfd):
     code, out = train(lab, lab_settings, capfd, "deepspeed", "health", emulate=2)
     assert code == 2 and "--emulate makes ONE machine look like 2 nodes" in out and "--limit" in out
-    code = api.train(str(lab.inventory), "worker-0", "srun", "health", [], settings=lab_settings,
-                     emulate=2)
+    code = api.train(TrainOptions(str(lab.inventory), "worker-0", "srun", "health", emulate=2), lab_settings)
     out = capfd.readouterr()
     assert code == 2 and "--emulate with srun" in out.out + out.err
 
@@ -174,10 +175,10 @@ def test_torchrun_restart_after_sigkill_resumes_from_snapshot(provisioned, lab, 
     result = {}
 
     def go():
-        result["code"] = api.train(str(lab.inventory), NODES, "torchrun", "ddp",
-                                   ["--epochs", "6", "--steps-per-epoch", "5", "--sleep-per-step", "0.3",
-                                    "--snapshot", snap.name], timeout=240, max_restarts=1,
-                                   settings=lab_settings)
+        result["code"] = api.train(TrainOptions(str(lab.inventory), NODES, "torchrun", "ddp",
+                                                ("--epochs", "6", "--steps-per-epoch", "5", "--sleep-per-step",
+                                                 "0.3", "--snapshot", snap.name), timeout=240, max_restarts=1),
+                                   lab_settings)
     t = threading.Thread(target=go)
     t.start()
     deadline = time.monotonic() + 120

@@ -3,7 +3,9 @@ import io
 import json
 import subprocess
 
-from nodeprep import executor, report
+from nodeprep.engine import executor
+from nodeprep.cli.display import Display
+from nodeprep.engine import results as report
 
 
 def test_posix_wrapper_runs_under_any_shell():
@@ -55,7 +57,7 @@ def test_report_shape_and_run_dir(tmp_path):
 
 def test_plain_display_lines():
     buf = io.StringIO()
-    d = report.Display(buf)
+    d = Display(buf)
     d.start(["worker-0", "w1"])
     d.status("w1", "facts", "running")
     d.status("w1", "facts", "failed", "boom")
@@ -67,8 +69,8 @@ def test_closed_stdout_pipe_is_no_traceback():
     """`invoke verify-parity --json | head`: the reader leaves early; exit 141, no traceback."""
     import subprocess
     import sys
-    code = ("import sys; sys.path.insert(0, 'src'); from nodeprep import api\n"
-            "@api.cli\ndef big():\n    print('x' * 100 + '\\n' * 1, end='')\n"
+    code = ("import sys; sys.path.insert(0, 'src'); from nodeprep import cli\n"
+            "@cli.guarded\ndef big():\n    print('x' * 100 + '\\n' * 1, end='')\n"
             "    for _ in range(20000): print('y' * 100)\n"
             "sys.exit(big())\n")
     # bash reads the pipeline from its arguments: "$0" is the interpreter, "$1" the program
@@ -79,8 +81,9 @@ def test_closed_stdout_pipe_is_no_traceback():
 
 
 def test_bad_verify_choices_are_one_line_input_errors(capsys):
-    from nodeprep import api
-    assert api.verify_parity("local", via="bogus") == 2
+    from nodeprep import cli
+    from nodeprep.commands.options import VerifyOptions
+    assert cli.verify_parity(VerifyOptions("local", via="bogus")) == 2
     assert capsys.readouterr().err.strip() == "error: --via 'bogus': expected auto or direct"
-    assert api.verify_parity("local", mesh="ring") == 2
+    assert cli.verify_parity(VerifyOptions("local", mesh="ring")) == 2
     assert capsys.readouterr().err.strip() == "error: --mesh 'ring': expected auto, full or head"

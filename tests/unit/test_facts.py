@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import facts, gpus
+from nodeprep.engine import facts
+from nodeprep.engine.facts import gpus
 
 CASES = sorted((Path(__file__).parents[1] / "facts").glob("*/*.json"))
 
@@ -13,7 +14,7 @@ CASES = sorted((Path(__file__).parents[1] / "facts").glob("*/*.json"))
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.stem}" for c in CASES])
 def test_fact_parser(case):
     data = json.loads(case.read_text())
-    assert facts.FACTS[case.parent.name].parse(data["output"], data["rc"]) == data["expected"]
+    assert facts.ALL[case.parent.name].parse(data["output"], data["rc"]) == data["expected"]
 
 
 def test_every_fact_has_cases():
@@ -22,12 +23,12 @@ def test_every_fact_has_cases():
 
 
 def test_probe_sections_roundtrip():
-    script = facts.probe_script(["hostname", "python"], {"python": "python3; rm -rf /"}, "abc")
+    script = facts.probe_script([facts.HOSTNAME, facts.PYTHON], {"python": "python3; rm -rf /"}, "abc")
     # The inventory value is quoted into the command, never spliced as shell code.
     assert "'python3; rm -rf /'" in script
     out = "@@abc:0@@\nworker-0\n@@abc:rc=0@@\n@@abc:1@@\nMISSING\n@@abc:rc=0@@\n"
     assert facts.split_sections(out, "abc") == {"0": ("worker-0", 0), "1": ("MISSING", 0)}
-    assert facts.parse_sections("n", ["hostname", "python"], out, "abc", 0) == {
+    assert facts.parse_sections("n", [facts.HOSTNAME, facts.PYTHON], out, "abc", 0) == {
         "hostname": "worker-0", "python": None}
 
 

@@ -11,7 +11,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from nodeprep import facts, verify
+from nodeprep.engine import facts, fanout
+from nodeprep.ops import mesh as meshmod
+
+
+def gather_fanout(session, hosts, requests, peers, timeout):
+    """The head's fan-out, answers shaped {node: {"facts": ...}} as verify keeps them."""
+    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
+    got = fanout.probe_via_head(session, hosts, {h.name: requests for h in hosts},
+                                {h.name: v for h in hosts}, peers, timeout)
+    return None if got is None else ({n: {"facts": f} for n, f in got[0].items()}, got[1])
 
 FAKE_SSH = r"""#!/bin/sh
 # stand-in for OpenSSH: skip `-o X` options, then HOST CMD...; "down" fails like ssh does
@@ -45,7 +54,7 @@ def run_sh(script: str) -> subprocess.CompletedProcess:
 def test_every_answer_framed_and_logins_reported(fake_ssh):
     probes = {"a": "echo hello from $FAKE_NODE\n", "b": "echo '@@forged:n0@@'; printf 'no newline'\n",
               "down": "echo never\n"}
-    script = verify.fanout_script(["a", "b", "down", "c"], probes, 30, "tok")
+    script = fanout.fanout_script(["a", "b", "down", "c"], probes, 30, "tok")
     assert script.count("cat > ") == 3                 # one file per distinct probe
     r = run_sh(script)
     assert r.returncode == 0, r.stderr
@@ -61,7 +70,7 @@ def test_answers_do_not_outlive_a_killed_run(fake_ssh):
     """The answers carry env files: their temp dir goes on TERM (a timeout) too."""
     import signal
     import time
-    script = verify.fanout_script(["a"], {"a": "echo secret; sleep 30\n"}, 60, "tok")
+    script = fanout.fanout_script(["a"], {"a": "echo secret; sleep 30\n"}, 60, "tok")
     p = subprocess.Popen(["/bin/sh", "-c", script], stdout=subprocess.DEVNULL, start_new_session=True)
     for _ in range(100):
         if list(fake_ssh.glob("nodeprep-fan.*/o0")):
@@ -75,7 +84,7 @@ def test_answers_do_not_outlive_a_killed_run(fake_ssh):
 
 
 def test_identical_probes_are_written_once(fake_ssh):
-    script = verify.fanout_script(["a", "b"], {"a": "echo x\n", "b": "echo x\n"}, 30, "tok")
+    script = fanout.fanout_script(["a", "b"], {"a": "echo x\n", "b": "echo x\n"}, 30, "tok")
     assert script.count("cat > ") == 1
     sec = facts.split_sections(run_sh(script).stdout, "tok")
     assert sec["n0"][0] == sec["n1"][0] == "x\n"
@@ -95,11 +104,8 @@ class LocalSession:
 
 def test_gather_fanout_parses_reached_nodes_and_leaves_the_rest(fake_ssh, monkeypatch):
     hosts = [SimpleNamespace(name=n, address=None) for n in ("a", "b", "down", "garbled")]
-    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
-    monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user", "python_on_path"])
-    got, mesh = verify.gather_fanout(LocalSession(), hosts, {h.name: v for h in hosts}, False,
-                                     None, None, ["a", "b", "down", "garbled"],
-                                     SimpleNamespace(command_timeout=30))
+    reqs = [facts.USER, facts.PYTHON_ON_PATH]
+    got, mesh = gather_fanout(LocalSession(), hosts, reqs, ["a", "b", "down", "garbled"], 30)
     assert sorted(got) == ["a", "b"]                 # garbled and down: probed directly later
     assert got["b"]["facts"]["user"]["uid"] == os.getuid()
     assert mesh["a"] == (0, "") and mesh["garbled"] == (0, "")   # logged in, answer unusable
@@ -108,21 +114,19 @@ def test_gather_fanout_parses_reached_nodes_and_leaves_the_rest(fake_ssh, monkey
 
 def test_fans_out_only_where_the_head_alone_logs_in():
     names = ["w0", "w1", "w2", "w3", "w4"]
-    assert verify.fans_out(verify.mesh_pairs(names, "auto"), "w0", "auto")          # 5 > 4: head
-    assert verify.fans_out(verify.mesh_pairs(names[:3], "head"), "w0", "auto")
-    assert not verify.fans_out(verify.mesh_pairs(names[:3], "auto"), "w0", "auto")  # full mesh
-    assert not verify.fans_out(verify.mesh_pairs(names, "head"), "w0", "direct")
-    assert not verify.fans_out(verify.mesh_pairs(names, "head"), "w1", "auto")     # --limit !w0
+    assert meshmod.fans_out(meshmod.mesh_pairs(names, "auto"), "w0", "auto")          # 5 > 4: head
+    assert meshmod.fans_out(meshmod.mesh_pairs(names[:3], "head"), "w0", "auto")
+    assert not meshmod.fans_out(meshmod.mesh_pairs(names[:3], "auto"), "w0", "auto")  # full mesh
+    assert not meshmod.fans_out(meshmod.mesh_pairs(names, "head"), "w0", "direct")
+    assert not meshmod.fans_out(meshmod.mesh_pairs(names, "head"), "w1", "auto")     # --limit !w0
 
 
 def test_an_answer_from_a_machine_without_the_inventory_address_is_refused(fake_ssh, monkeypatch):
     """The head dials the NAME: an answer counts only if the machine that gave it has the
     inventory's address (here this machine: 127.0.0.1 yes, 192.0.2.7 no)."""
     hosts = [SimpleNamespace(name="a", address="127.0.0.1"), SimpleNamespace(name="b", address="192.0.2.7")]
-    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
-    monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user", "interfaces"])
-    got, mesh = verify.gather_fanout(LocalSession(), hosts, {h.name: v for h in hosts}, False,
-                                     None, None, ["a", "b"], SimpleNamespace(command_timeout=30))
+    reqs = [facts.USER, facts.INTERFACES]
+    got, mesh = gather_fanout(LocalSession(), hosts, reqs, ["a", "b"], 30)
     assert list(got) == ["a"] and mesh["a"] == (0, "")
     assert mesh["b"][0] == 1 and "without b's address 192.0.2.7" in mesh["b"][1]
 
@@ -133,10 +137,8 @@ def test_a_refusing_login_shell_fails_the_pair(fake_ssh, monkeypatch):
     (fake_ssh / "bin" / "ssh").write_text(FAKE_SSH.replace("  garbled)", "  nologin) echo 'This account is "
                                                            "currently not available.'; exit 1;;\n  garbled)"))
     hosts = [SimpleNamespace(name="nologin", address=None)]
-    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
-    monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user"])
-    got, mesh = verify.gather_fanout(LocalSession(), hosts, {"nologin": v}, False, None, None,
-                                     ["nologin", "other"], SimpleNamespace(command_timeout=30))
+    reqs = [facts.USER]
+    got, mesh = gather_fanout(LocalSession(), hosts, reqs, ["nologin", "other"], 30)
     assert got == {} and mesh["nologin"][0] == 1 and mesh["other"] == (0, "")
 
 
@@ -144,7 +146,5 @@ def test_a_failed_fan_out_says_so(fake_ssh, monkeypatch):
     """No temp dir on the head (or a killed run): None, and the caller goes direct."""
     monkeypatch.setenv("TMPDIR", str(fake_ssh / "does-not-exist"))
     hosts = [SimpleNamespace(name="a", address=None)]
-    v = {"venv_path": "~/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh", "ssh_mesh": False}
-    monkeypatch.setattr(verify, "requests", lambda _v, *_a: ["user"])
-    assert verify.gather_fanout(LocalSession(), hosts, {"a": v}, False, None, None, ["a"],
-                                SimpleNamespace(command_timeout=30)) is None
+    reqs = [facts.USER]
+    assert gather_fanout(LocalSession(), hosts, reqs, ["a"], 30) is None

@@ -4,7 +4,7 @@ import subprocess
 import paramiko
 import pytest
 
-from nodeprep import hostkeys
+from nodeprep.engine import hostkeys
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,13 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import inventory
+from nodeprep.inventory import model as inventory
 from nodeprep.errors import InputError
-from nodeprep.schema import load_schema
-from nodeprep.settings import ROOT
-from nodeprep.yamlfile import load_yaml
+from nodeprep.inventory.schema import load_schema
+from nodeprep.settings import find_project
+
+ROOT = find_project()
+from nodeprep.inventory.yamlfile import load_yaml
 
 DATA = Path(__file__).parent / "data"
 CASES = DATA / "inventories"

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nodeprep import lab_config as lc
-from nodeprep import lab_etc, lab_local, lab_net
+from nodeprep.lab import config as lc
+from nodeprep.lab import etc as lab_etc
+from nodeprep.lab import local as lab_local
+from nodeprep.lab import net as lab_net
 from nodeprep.errors import InputError, NodeprepError
+from nodeprep.settings import find_project
 
 
 def _directives(text: str) -> dict[str, str]:
@@ -97,7 +100,7 @@ def test_inventory_quotes_odd_paths():
 
 
 def test_inventory_path_default_and_given(tmp_path):
-    assert lc.inventory_path("local") == lc.ROOT / "inventory" / "local" / "hosts.yml"
+    assert lc.inventory_path("local") == find_project() / "inventory" / "local" / "hosts.yml"
     assert lc.inventory_path("t", tmp_path) == tmp_path / "hosts.yml"
 
 
@@ -320,7 +323,7 @@ def test_lab_slurm_conf_is_the_labs_own():
     nodes with their addresses, state and logs under the lab directory."""
     from pathlib import Path
 
-    from nodeprep import lab_slurm
+    from nodeprep.lab import slurm as lab_slurm
     conf = lab_slurm.conf_text("t", Path("/var/lib/nodeprep/labs/t"), 207,
                                [("worker-0", "10.207.0.10"), ("worker-1", "10.207.0.11")], 2, "vm")
     lines = conf.splitlines()
@@ -333,7 +336,7 @@ def test_lab_slurm_conf_is_the_labs_own():
 
 
 def test_lab_slurm_reads_the_hosts_cgroup_v1_controllers():
-    from nodeprep import lab_slurm
+    from nodeprep.lab import slurm as lab_slurm
     mountinfo = (
         "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
         "30 29 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
@@ -350,7 +353,7 @@ def test_lab_slurm_never_trusts_a_stale_pid_file(tmp_path):
     ever signalled."""
     import subprocess
 
-    from nodeprep import lab_slurm
+    from nodeprep.lab import slurm as lab_slurm
     p = subprocess.Popen(["sleep", "30"])
     try:
         (tmp_path / "slurmd.pid").write_text(f"{p.pid}\n")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import launchers as L
+from nodeprep.ops import launchers as L
 from nodeprep.errors import InputError
-from nodeprep.inventory import Host
-from nodeprep.payloads import BUILTIN, path as payload_path
+from nodeprep.inventory.model import Host
+from nodeprep.ops.payloads import BUILTIN, path as payload_path
 
 PY = "/home/lab/env/bin/python"
 
@@ -46,7 +46,8 @@ def test_from_hosts():
 # ---------------------------------------------------------------- deepspeed
 
 def test_deepspeed_cmd():
-    argv = L.deepspeed_cmd(PY, "train.py", ["--lr", "0.1"], two(), "10.200.0.10", 29500)
+    argv = L.deepspeed_cmd(L.Program(PY, "train.py", ["--lr", "0.1"]), two(),
+                           ("10.200.0.10", 29500))
     assert argv == ["/home/lab/env/bin/deepspeed", "-H", "{hostfile}", "--launcher", "pdsh",
                     "--master_addr", "10.200.0.10", "--master_port", "29500",
                     "train.py", "--lr", "0.1"]
@@ -55,37 +56,38 @@ def test_deepspeed_cmd():
 
 def test_deepspeed_ssh_port():
     # shared non-22 port -> --ssh_port; explicit 22 overrides; mixed ports -> clear error
-    argv = L.deepspeed_cmd(PY, "t.py", [], two(ports=(2222, 2222)), "a", 29500)
+    argv = L.deepspeed_cmd(L.Program(PY, "t.py"), two(ports=(2222, 2222)), ("a", 29500))
     assert argv[argv.index("--ssh_port") + 1] == "2222"
-    argv = L.deepspeed_cmd(PY, "t.py", [], two(), "a", 29500, ssh_port=2200)
+    argv = L.deepspeed_cmd(L.Program(PY, "t.py"), two(), ("a", 29500), ssh_port=2200)
     assert argv[argv.index("--ssh_port") + 1] == "2200"
-    assert "--ssh_port" not in L.deepspeed_cmd(PY, "t.py", [], two(ports=(2222, 2223)), "a",
-                                               29500, ssh_port=22)
+    assert "--ssh_port" not in L.deepspeed_cmd(L.Program(PY, "t.py"), two(ports=(2222, 2223)),
+                                               ("a", 29500), ssh_port=22)
     with pytest.raises(InputError, match="ports 2222, 2223"):
-        L.deepspeed_cmd(PY, "t.py", [], two(ports=(2222, 2223)), "a", 29500)
+        L.deepspeed_cmd(L.Program(PY, "t.py"), two(ports=(2222, 2223)), ("a", 29500))
 
 
 def test_deepspeed_include_and_launcher():
-    argv = L.deepspeed_cmd(PY, "t.py", [], two(2), "a", 1, launcher="openmpi",
+    argv = L.deepspeed_cmd(L.Program(PY, "t.py"), two(2), ("a", 1), launcher="openmpi",
                            include="worker-0:0@worker-1:1")
     assert argv[argv.index("--include") + 1] == "worker-0:0@worker-1:1"
     assert argv[argv.index("--launcher") + 1] == "openmpi"
     with pytest.raises(InputError, match="slot '2' on 'worker-1'"):
-        L.deepspeed_cmd(PY, "t.py", [], two(2), "a", 1, include="worker-1:2")
+        L.deepspeed_cmd(L.Program(PY, "t.py"), two(2), ("a", 1), include="worker-1:2")
     with pytest.raises(InputError, match="'worker-9'"):
-        L.deepspeed_cmd(PY, "t.py", [], two(2), "a", 1, include="worker-9:0")
+        L.deepspeed_cmd(L.Program(PY, "t.py"), two(2), ("a", 1), include="worker-9:0")
     with pytest.raises(InputError, match="unknown DeepSpeed launcher"):
-        L.deepspeed_cmd(PY, "t.py", [], two(), "a", 1, launcher="ssh")
+        L.deepspeed_cmd(L.Program(PY, "t.py"), two(), ("a", 1), launcher="ssh")
     with pytest.raises(InputError, match="master address"):
-        L.deepspeed_cmd(PY, "t.py", [], two(), "", 1)
+        L.deepspeed_cmd(L.Program(PY, "t.py"), two(), ("", 1))
 
 
 def test_quoting_of_odd_args():
     odd = ["--name", "my run", "--note", "it's \"quoted\"", "$HOME;rm -rf /"]
-    for argv in (L.deepspeed_cmd(PY, "my script.py", odd, two(), "a", 1),
-                 L.torchrun_cmd(PY, "my script.py", odd, 2, 1, "h:1", "j"),
-                 L.mpirun_cmd(PY, "my script.py", odd, two(), "a", 1, []),
-                 L.srun_cmd(PY, "my script.py", odd, two(), 1, {"A": "x y"})):
+    prog = L.Program(PY, "my script.py", odd)
+    for argv in (L.deepspeed_cmd(prog, two(), ("a", 1)),
+                 L.torchrun_cmd(prog, 2, 1, ("h:1", "j")),
+                 L.mpirun_cmd(prog, two(), ("a", 1), []),
+                 L.srun_cmd(prog, two(), 1, {"A": "x y"})):
         assert argv[-len(odd):] == odd           # argv keeps each value as one token
         assert shlex.split(L.shell(argv)) == argv  # and the shell form round-trips
     assert "'my run'" in L.shell(argv) and "'$HOME;rm -rf /'" in L.shell(argv)
@@ -94,11 +96,13 @@ def test_quoting_of_odd_args():
 # ---------------------------------------------------------------- torchrun
 
 def test_torchrun_cmd():
-    argv = L.torchrun_cmd(PY, "t.py", ["--epochs", "2"], 2, 8, "10.200.0.10:29500", "job1")
+    argv = L.torchrun_cmd(L.Program(PY, "t.py", ["--epochs", "2"]), 2, 8,
+                          ("10.200.0.10:29500", "job1"))
     assert argv == [PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8",
                     "--rdzv-backend=c10d", "--rdzv-endpoint=10.200.0.10:29500",
                     "--rdzv-id=job1", "t.py", "--epochs", "2"]
-    argv = L.torchrun_cmd(PY, "t.py", [], 2, 1, "[::1]:29500", "j", max_restarts=3, node_rank=1)
+    argv = L.torchrun_cmd(L.Program(PY, "t.py"), 2, 1, ("[::1]:29500", "j"), max_restarts=3,
+                          node_rank=1)
     assert "--max-restarts=3" in argv and "--node-rank=1" in argv
     assert argv.index("--node-rank=1") < argv.index("t.py")
 
@@ -113,14 +117,16 @@ def test_torchrun_cmd():
 def test_torchrun_rejects(kwargs, message):
     base = dict(python=PY, script="t.py", args=[], nnodes=2, nproc_per_node=1,
                 rdzv_endpoint="h:29500", rdzv_id="j")
+    k = {**base, **kwargs}
     with pytest.raises(InputError, match=message):
-        L.torchrun_cmd(**{**base, **kwargs})
+        L.torchrun_cmd(L.Program(k["python"], k["script"], k["args"]), k["nnodes"],
+                       k["nproc_per_node"], (k["rdzv_endpoint"], k["rdzv_id"]))
 
 
 # ---------------------------------------------------------------- mpirun
 
 def test_mpirun_cmd():
-    argv = L.mpirun_cmd(PY, "t.py", ["-x"], two(2), "10.200.0.10", 29500,
+    argv = L.mpirun_cmd(L.Program(PY, "t.py", ["-x"]), two(2), ("10.200.0.10", 29500),
                         ["NCCL_DEBUG", "PATH", "FI_PROVIDER"], iface="=eth0")
     assert argv == ["mpirun", "-np", "4", "-H", "worker-0:2,worker-1:2",
                     "-x", "MASTER_ADDR=10.200.0.10", "-x", "MASTER_PORT=29500",
@@ -131,13 +137,14 @@ def test_mpirun_cmd():
 
 
 def test_mpirun_port_iface_and_names():
-    argv = L.mpirun_cmd(PY, "t.py", [], two(ports=(2222, 2222)), "a", 1, [], iface="^docker0")
+    argv = L.mpirun_cmd(L.Program(PY, "t.py"), two(ports=(2222, 2222)), ("a", 1), [],
+                        iface="^docker0")
     assert shlex.join(argv).count("plm_rsh_args '-p 2222'") == 1
     assert argv[argv.index("btl_tcp_if_exclude") + 1] == "docker0,lo"
     with pytest.raises(InputError, match="ports 22, 2222"):
-        L.mpirun_cmd(PY, "t.py", [], two(ports=(22, 2222)), "a", 1, [])
+        L.mpirun_cmd(L.Program(PY, "t.py"), two(ports=(22, 2222)), ("a", 1), [])
     with pytest.raises(InputError, match="not an environment variable name"):
-        L.mpirun_cmd(PY, "t.py", [], two(), "a", 1, ["WANDB_API_KEY=secret"])
+        L.mpirun_cmd(L.Program(PY, "t.py"), two(), ("a", 1), ["WANDB_API_KEY=secret"])
 
 
 # ---------------------------------------------------------------- srun
@@ -153,15 +160,15 @@ def test_srun_labelled_lines_go_to_their_node():
 
 def test_srun_cmd():
     nodes = [L.NodeSlots(f"gpu0{i}", f"10.0.0.{i}", 4) for i in range(1, 4)]
-    argv = L.srun_cmd(PY, "t.py", ["--epochs", "1"], nodes, 4,
+    argv = L.srun_cmd(L.Program(PY, "t.py", ["--epochs", "1"]), nodes, 4,
                       {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": 29500})
     assert argv == ["srun", "--nodes", "3", "--nodelist", "gpu[01-03]", "--ntasks-per-node", "4",
                     "--kill-on-bad-exit=1", "--label", "--export=ALL,MASTER_ADDR=10.0.0.1,MASTER_PORT=29500",
                     PY, "-u", "t.py", "--epochs", "1"]
     with pytest.raises(InputError, match="cannot pass through srun --export"):
-        L.srun_cmd(PY, "t.py", [], nodes, 4, {"NCCL_SOCKET_IFNAME": "^docker0,lo"})
+        L.srun_cmd(L.Program(PY, "t.py"), nodes, 4, {"NCCL_SOCKET_IFNAME": "^docker0,lo"})
     with pytest.raises(InputError, match="gpus_per_node=0"):
-        L.srun_cmd(PY, "t.py", [], nodes, 0, {})
+        L.srun_cmd(L.Program(PY, "t.py"), nodes, 0, {})
 
 
 # ---------------------------------------------------------------- emulate
@@ -183,7 +190,7 @@ def test_emulate(gpus, nodes, include, devices, visible):
     assert e["hostfile"] == "".join(f"worker-{k} slots={gpus}\n" for k in range(nodes))
     # and the pair is accepted by the builder's own --include check
     hf_nodes = [L.NodeSlots(n, "127.0.0.1", gpus) for n in e["names"]]
-    assert L.deepspeed_cmd(PY, "t.py", [], hf_nodes, "127.0.0.1", 1, include=e["include"])
+    assert L.deepspeed_cmd(L.Program(PY, "t.py"), hf_nodes, ("127.0.0.1", 1), include=e["include"])
 
 
 def test_emulate_prefix_and_errors():
@@ -233,8 +240,8 @@ def free_port():
 
 
 def launch(python, name, args, cwd, restarts=0, env=None):
-    argv = L.torchrun_cmd(python, str(payload_path(name)), args, 1, 2,
-                          f"127.0.0.1:{free_port()}", f"test-{name}", max_restarts=restarts)
+    argv = L.torchrun_cmd(L.Program(python, str(payload_path(name)), args), 1, 2,
+                          (f"127.0.0.1:{free_port()}", f"test-{name}"), max_restarts=restarts)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NODEPREP_PG_TIMEOUT": "30", **(env or {})}
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 

@@ -7,7 +7,7 @@ import hashlib
 import hmac
 from types import SimpleNamespace
 
-from nodeprep import meshcheck as M
+from nodeprep.ops import meshcheck as M
 
 CLUSTER = "AAAAC3NzaC1lZDI1NTE5AAAAIClusterKeyBlob"
 HOSTB = "AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfB"

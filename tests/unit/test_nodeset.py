@@ -1,6 +1,6 @@
 import pytest
 
-from nodeprep.nodeset import expand, fold, split_list
+from nodeprep.inventory.nodeset import expand, fold, split_list
 
 
 @pytest.mark.parametrize("pattern, names", [

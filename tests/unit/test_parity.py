@@ -3,8 +3,9 @@ import json
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.parity import (Drift, Group, Report, against_baseline, baseline_read, compare,
-                             fingerprint_file_write, render, severity_of)
+from nodeprep.cli.parity_text import render
+from nodeprep.ops.parity import (Drift, Group, Report, against_baseline, baseline_read, compare,
+                                 fingerprint_file_write, severity_of)
 
 BASE = {"python.version": "3.11.9", "pkg.numpy": "1.26.4", "torch.version": "2.5.1+cu124",
         "kernel.release": "5.15.0-105-generic", "env.deepspeed.NCCL_DEBUG": "WARN"}

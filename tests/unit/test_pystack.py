@@ -7,9 +7,12 @@ import sys
 
 import pytest
 
-from nodeprep import roles
+from nodeprep.ops import roles
+from nodeprep.settings import find_project
+
+ROLES = find_project() / "roles"
 from nodeprep.errors import InputError
-from nodeprep.wheelhouse import Platform, read_requirements
+from nodeprep.ops.wheelhouse import Platform, read_requirements
 
 
 def test_requirements_must_be_pinned(tmp_path):
@@ -39,7 +42,7 @@ def test_platform_tags_follow_glibc():
 
 
 def _venv_role():
-    return roles.load("venv")[0].module
+    return roles.load("venv", ROLES)[0].module
 
 
 @pytest.mark.parametrize("mode,has_nopip,has_ensure", [
@@ -87,7 +90,7 @@ def test_torch_verify_script(tmp_path, installed, want, ok):
     (tmp_path / "torch").mkdir()
     v, c, a = installed
     (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH.format(version=v, cuda=c, arch=a))
-    verify = roles.load("torch")[0].module.VERIFY
+    verify = roles.load("torch", ROLES)[0].module.VERIFY
     r = subprocess.run([sys.executable, "-c", verify, json.dumps(
         {"version": want[0], "cuda": want[1], "capabilities": want[2]})],
         env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from nodeprep.errors import InputError
-from nodeprep.schema import VarSpec, check_value, load_schema
+from nodeprep.inventory.schema import VarSpec, check_value, load_schema
 
 DATA = Path(__file__).parent / "data"
 

@@ -6,12 +6,18 @@ import subprocess
 
 import pytest
 
-from nodeprep import api, ncclenv, roles, steps
+from nodeprep.commands.common import parse_sets
+from nodeprep.settings import find_project
+from nodeprep.ops import ncclenv
+from nodeprep.ops import roles
+from nodeprep.engine import steps
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.redact import Redactor, is_secret
-from nodeprep.remote import parse_file, rpath, write_script
+from nodeprep.engine.facts.files import parse_file
+from nodeprep.engine.remote import rpath, write_script
 
 B, E = steps.begin_marker("x"), steps.end_marker("x")
+ROLES = find_project() / "roles"
 
 
 @pytest.mark.parametrize("old,where,new", [
@@ -63,7 +69,7 @@ def test_write_script_is_atomic_and_quoted(tmp_path):
 
 
 def test_parse_file_reads_back_what_read_script_prints(tmp_path):
-    from nodeprep.remote import read_many_script as read
+    from nodeprep.engine.facts.files import read_many_script as read
     f = tmp_path / "c"
     f.write_text("hello\n")
     f.chmod(0o640)
@@ -77,8 +83,8 @@ def test_many_files_in_one_section(tmp_path):
     """One stat and one cat for all files: missing ones, empty ones, binary bytes, a name with
     a space, a symlink (its target is read), one over MAX_READ (mode and size, no content),
     in the order asked; a directory in the list is refused by name."""
-    from nodeprep import facts
-    from nodeprep.remote import MAX_READ
+    from nodeprep.engine import facts
+    from nodeprep.engine.facts.files import MAX_READ
     (tmp_path / "a").write_text("hello\n")
     (tmp_path / "a").chmod(0o640)
     (tmp_path / "b").write_bytes(b"\x00\xffbin")
@@ -87,7 +93,7 @@ def test_many_files_in_one_section(tmp_path):
     (tmp_path / "big").write_bytes(b"z" * (MAX_READ + 1))
     (tmp_path / "ln").symlink_to(tmp_path / "a")
     names = ["a", "missing", "b", "e", "big", "s p", "ln"]
-    reqs = [("file", str(tmp_path / n)) for n in names] + ["user"]
+    reqs = [facts.FILE(str(tmp_path / n)) for n in names] + [facts.USER]
     script = facts.probe_script(reqs, {}, "tok")
     assert script.count("@@tok:rc=") == 2          # the files share ONE section
     out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True).stdout
@@ -100,12 +106,12 @@ def test_many_files_in_one_section(tmp_path):
     assert f["big"] == {"exists": True, "mode": 0o644, "size": MAX_READ + 1, "content": None}
     assert f["ln"]["content"] == "hello\n" and f["ln"]["mode"] == 0o640
     assert got["user"]["uid"] == os.getuid()
-    only_empty = facts.probe_script([("file", str(tmp_path / "e"))], {}, "t")
+    only_empty = facts.probe_script([facts.FILE(str(tmp_path / "e"))], {}, "t")
     out = subprocess.run(["/bin/sh", "-c", only_empty], capture_output=True, text=True).stdout
-    assert facts.parse_sections("n", [("file", str(tmp_path / "e"))], out, "t", 0)[
+    assert facts.parse_sections("n", [facts.FILE(str(tmp_path / "e"))], out, "t", 0)[
         f"file:{tmp_path / 'e'}"]["content"] == ""
     (tmp_path / "d").mkdir()
-    reqs = [("file", str(tmp_path / "a")), ("file", str(tmp_path / "d"))]
+    reqs = [facts.FILE(str(tmp_path / "a")), facts.FILE(str(tmp_path / "d"))]
     out = subprocess.run(["/bin/sh", "-c", facts.probe_script(reqs, {}, "t")],
                          capture_output=True, text=True).stdout
     with pytest.raises(NodeprepError, match="d exists but is not a regular file") as e:
@@ -115,7 +121,7 @@ def test_many_files_in_one_section(tmp_path):
 
 
 def test_file_that_changed_size_while_read_is_refused():
-    from nodeprep.remote import split_files
+    from nodeprep.engine.facts.files import split_files
     # stat said 6 bytes, cat then delivered 9
     out = "F\n644:6\n@@DATA@@\n" + base64.b64encode(b"hello\nxx\n").decode()
     with pytest.raises(ValueError, match="changed size"):
@@ -154,20 +160,20 @@ def test_node_env_order_and_override():
 
 
 def test_role_selection_keeps_site_order_and_rejects_unknown():
-    assert [r.name for r in roles.load("deepspeed_env,ssh_keys")] == ["ssh_keys", "deepspeed_env"]
+    assert [r.name for r in roles.load("deepspeed_env,ssh_keys", ROLES)] == ["ssh_keys", "deepspeed_env"]
     with pytest.raises(InputError, match="unknown role 'sshkeys'"):
-        roles.load("sshkeys")
+        roles.load("sshkeys", ROLES)
 
 
 def test_set_values_are_yaml():
-    assert api.parse_sets(["a=true", "b=2", "c={X: 1}", "d=text"]) == {
+    assert parse_sets(["a=true", "b=2", "c={X: 1}", "d=text"]) == {
         "a": True, "b": 2, "c": {"X": 1}, "d": "text"}
     with pytest.raises(InputError, match="expected KEY=VALUE"):
-        api.parse_sets(["novalue"])
+        parse_sets(["novalue"])
 
 
 def _role(name):
-    return roles.load(name)[0].module
+    return roles.load(name, ROLES)[0].module
 
 
 @pytest.mark.parametrize("configured,current,want", [
@@ -198,11 +204,12 @@ def test_nccl_env_block_quotes_and_keeps_node_ld_path():
 def test_two_blocks_in_one_new_file_in_one_batch(tmp_path):
     """Two roles' blocks in the same (missing) file, applied in one batch: the second action is
     planned on top of the first, so both blocks end up in the file."""
-    from nodeprep.provision import apply_script
+    from nodeprep.commands.provision import apply_script
+    from nodeprep.engine.facts import FactValues
     path = str(tmp_path / "env.sh")
     a, b = steps.FileBlock(path, "nccl", "export A=1\n"), steps.FileBlock(path, "venv", "export B=2\n")
-    facts = {f"file:{path}": {"exists": False, "mode": None, "size": 0, "content": None}}
-    view, changes = dict(facts), []
+    facts = FactValues({f"file:{path}": {"exists": False, "mode": None, "size": 0, "content": None}})
+    view, changes = FactValues(facts), []
     for st in (a, b):
         changes.append((st, steps.action_for(st, view)))
         view.update(st.after(view))

@@ -9,9 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep import gpus, torchplan
+from nodeprep import cli as cli_mod
+from nodeprep.commands.options import TorchPlanOptions
+from nodeprep.engine.facts import gpus
+from nodeprep.ops import torchplan
 from nodeprep.errors import InputError
-from nodeprep.torchplan import NodeGPU, PlanError, choose, cli, parse_node_spec
+from nodeprep.ops.torchplan import NodeGPU, PlanError, choose, parse_node_spec
+
+
+def cli(torch, nodes, arch, index, json_mode):
+    """`invoke torch-plan` as the task calls it."""
+    return cli_mod.torch_plan(TorchPlanOptions(torch, tuple(nodes), arch, index, json_mode))
 
 CASES = sorted((Path(__file__).parents[1] / "torchplan").glob("*.json"))
 

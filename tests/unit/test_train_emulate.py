@@ -7,8 +7,12 @@ import shlex
 
 import pytest
 
-from nodeprep import inventory
-from nodeprep import train as T
+from nodeprep.inventory import model as inventory
+from nodeprep.commands import train as T
+from nodeprep.commands.options import TrainOptions
+from nodeprep.engine.events import Events
+from nodeprep.engine.facts import FactValues
+from nodeprep.ops import emulate as E
 from nodeprep.errors import InputError
 
 
@@ -22,11 +26,11 @@ def inv(tmp_path):
 
 def job(inv, launcher, gpus, m, network=False):
     hosts = inv.select("gpubox")
-    j = T.Job(inv, hosts, None, launcher, "health", ["--x", "a b"], None, 0, 29500, "pdsh", True,
-              emulate=m, emulate_network=network)
+    j = T.Job(TrainOptions(None, None, launcher, "health", ("--x", "a b"), None, 0, 29500, "pdsh", True,
+                           emulate=m, emulate_network=network), inv, hosts, Events())
     j.python, j.job_dir = "/home/ops/.nodeprep/venv/bin/python", "/home/ops/.nodeprep/jobs/payloads"
-    j.facts = {"gpubox": {"gpus": {"count": gpus}}}
-    j.emu = T.plan_emulation(hosts[0], m, gpus, launcher, network)
+    j.facts = {"gpubox": FactValues({"gpus": {"count": gpus}})}
+    j.emu = E.plan_emulation(hosts[0], m, gpus, launcher, network)
     return j
 
 
@@ -78,7 +82,7 @@ def test_network_path_option(inv):
 
 def test_alias_block_pins_the_machines_own_host_key(inv):
     host = inv.select("gpubox")[0]
-    block = T.alias_block(T.plan_emulation(host, 2, 2, "deepspeed", False), host)
+    block = E.alias_block(E.plan_emulation(host, 2, 2, "deepspeed", False), host)
     assert block.splitlines() == [
         "Host emu-0 emu-1", "    HostName 10.0.0.5", "    Port 2222",
         "    HostKeyAlias [gpubox]:2222",
@@ -87,12 +91,12 @@ def test_alias_block_pins_the_machines_own_host_key(inv):
 
 def test_refused_combinations(inv):
     with pytest.raises(InputError, match="ONE machine look like 2 nodes, but 2 nodes"):
-        T.check_emulate(2, inv.select(None), "deepspeed")
+        E.check_emulate(2, inv.select(None), "deepspeed")
     with pytest.raises(InputError, match="srun"):
-        T.check_emulate(2, inv.select("gpubox"), "srun")
+        E.check_emulate(2, inv.select("gpubox"), "srun")
     with pytest.raises(InputError, match="Open MPI gives every emulated node local ranks"):
-        T.plan_emulation(inv.select("gpubox")[0], 2, 4, "mpirun", False)
+        E.plan_emulation(inv.select("gpubox")[0], 2, 4, "mpirun", False)
     with pytest.raises(InputError, match="do not split evenly"):
-        T.plan_emulation(inv.select("gpubox")[0], 3, 4, "deepspeed", False)
+        E.plan_emulation(inv.select("gpubox")[0], 3, 4, "deepspeed", False)
     with pytest.raises(InputError, match="cannot emulate 4 nodes on 2 GPU"):
-        T.plan_emulation(inv.select("gpubox")[0], 4, 2, "torchrun", False)
+        E.plan_emulation(inv.select("gpubox")[0], 4, 2, "torchrun", False)

@@ -1,0 +1,168 @@
+"""The only layer that talks to the user: runs a command with its options, renders the result
+(text, JSON, the live table: render.py, display.py), writes errors as one line, and returns
+the exit code. Every entry point here goes through `guarded`, so a NodeprepError is one line
+on stderr with its exit code (2 = bad input, 1 = failed run), Ctrl-C is 130 and a closed
+stdout (`| head`) is 141 without a traceback, the same for every command."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+from nodeprep.cli import parity_text, render
+from nodeprep.cli.display import Display
+from nodeprep.commands import facts as facts_cmd
+from nodeprep.commands import hosts, provision as provision_cmd, torch_plan as torch_plan_cmd
+from nodeprep.commands import train as train_cmd, verify as verify_cmd
+from nodeprep.commands.options import (FactsOptions, ForgetOptions, ProvisionOptions,
+                                       TorchPlanOptions, TrainOptions, VerifyOptions)
+from nodeprep.errors import NodeprepError
+from nodeprep.settings import Settings
+
+
+def guarded(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw) -> int:
+        try:
+            return fn(*a, **kw) or 0
+        except NodeprepError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.exit_code
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:
+            if not _stdout_gone():
+                raise
+            # `invoke verify-parity --json | head`: the reader left; no traceback, and none
+            # from the interpreter's own flush of stdout at exit either.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+    return wrapper
+
+
+def _stdout_gone() -> bool:
+    """Is it OUR stdout whose reader went away (not some other pipe of the run)?"""
+    import select
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _json(data) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+@guarded
+def facts(opts: FactsOptions, settings: Settings = Settings()) -> int:
+    res = facts_cmd.facts(opts, settings, Display.auto(to_stderr=True, quiet=not opts.json))
+    if opts.json:
+        _json(res.report)
+    else:
+        print(render.facts_table(res.report))
+        render.footer(res.report)
+    return res.exit_code
+
+
+def _password(ask: bool) -> str | None:
+    """--ask-pass: asked once (from the terminal, or one line of stdin when piped), kept in
+    memory only."""
+    if not ask:
+        return None
+    if sys.stdin.isatty():
+        import getpass
+        return getpass.getpass("SSH password (first contact only): ")
+    return sys.stdin.readline().rstrip("\n")
+
+
+@guarded
+def provision(opts: ProvisionOptions, settings: Settings = Settings(), ask_pass: bool = False) -> int:
+    if ask_pass:
+        from dataclasses import replace
+        opts = replace(opts, password=_password(True))
+    res = provision_cmd.provision(opts, settings, Display.auto(to_stderr=opts.json))
+    for text in res.diffs:
+        print(text, file=sys.stderr if opts.json else sys.stdout)
+    if opts.json:
+        print(res.redact(json.dumps(res.report, indent=2, default=str)))
+    else:
+        render.provision_summary(res)
+    return res.exit_code
+
+
+@guarded
+def verify_parity(opts: VerifyOptions, settings: Settings = Settings()) -> int:
+    res = verify_cmd.verify(opts, settings, Display.auto(to_stderr=True, quiet=True))
+    if opts.json:
+        out = res.report.as_dict()
+        if res.collective is not None:
+            out["collective"] = res.collective
+        _json(out)
+    else:
+        print(parity_text.render(res.report, color=sys.stdout.isatty()).rstrip("\n"))
+        if res.collective is not None:
+            print(render.collective(res.collective))
+        for note in res.notes:
+            print(note)
+    return res.exit_code
+
+
+@guarded
+def train(opts: TrainOptions, settings: Settings = Settings()) -> int:
+    res = train_cmd.train(opts, settings, Display.auto(quiet=True))
+    render.train(res)
+    return res.exit_code
+
+
+@guarded
+def torch_plan(opts: TorchPlanOptions) -> int:
+    res = torch_plan_cmd.torch_plan(opts)
+    e = res.error
+    if opts.json:
+        _json({"ok": False, "error": {
+            "node": getattr(e, "node", None), "reason": getattr(e, "reason", e.message),
+            "fix": getattr(e, "fix", e.hint), "exit_code": e.exit_code}} if e else
+              {"ok": True, "plan": res.plan.as_dict()})
+    elif e:
+        print(f"error: {e}", file=sys.stderr)
+    else:
+        print(render.torch_plan(res.plan))
+    return res.exit_code
+
+
+@guarded
+def hosts_forget(opts: ForgetOptions, settings: Settings = Settings()) -> int:
+    """Drop the pinned host keys of some nodes (after a deliberate reinstall)."""
+    for name, n, entry in hosts.forget(opts, settings):
+        print(f"{name}: removed {n} pinned key(s) for {entry}")
+
+
+# -- lab ----------------------------------------------------------------------------------------
+
+@guarded
+def lab_up(nodes: int, name: str = "local", settings: Settings = Settings(), **shape) -> int:
+    """SHAPE: fields of lab.UpOptions (slurm, shared_home, aliases, nic_names)."""
+    from nodeprep import lab
+    lab.up(nodes, name=name, settings=settings, options=lab.UpOptions(**shape))
+
+
+@guarded
+def lab_down(name: str = "local", purge: bool = False, settings: Settings = Settings()) -> int:
+    from nodeprep import lab
+    lab.down(name, settings=settings, purge=purge)
+
+
+@guarded
+def lab_status(name: str = "local", settings: Settings = Settings()) -> int:
+    from nodeprep import lab
+    info = lab.status(name, settings=settings)
+    if info is None:
+        print(f"lab {name}: not up")
+        return 1
+    for n in info.nodes:
+        state = f"sshd pid {n.sshd_pid}" if n.sshd_pid else "DOWN"
+        print(f"{n.name:<10} {n.address}:{n.port:<6} {state}")

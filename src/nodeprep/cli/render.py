@@ -1,0 +1,115 @@
+"""Text for people: each command's result as the tables and lines the user reads. JSON is
+rendered in cli/__init__.py; nothing here decides exit codes."""
+from __future__ import annotations
+
+import sys
+
+from nodeprep.engine import facts as factmod
+from nodeprep.engine.facts import gpus
+
+
+# -- facts --------------------------------------------------------------------------------------
+def facts_table(report: dict) -> str:
+    cols = ["node", "hostname", "ip", "os", "arch", "kernel", "python", "shell", "gpus", "free"]
+    rows = []
+    for name, r in report["nodes"].items():
+        f = r.get("facts")
+        if not f:
+            rows.append([name, r["status"].upper(), r.get("message", "")] + [""] * (len(cols) - 3))
+            continue
+        py = f["python"]
+        rows.append([name, f["hostname"], factmod.primary_address(f["interfaces"]) or "-",
+                     f["os"]["release"], f["os"]["arch"], f["os"]["kernel"],
+                     f"{py['path']} {py['version']}" if py else "MISSING",
+                     f["login_shell"] or "-", gpus.summary(f["gpus"]), size(f["disk_free"])])
+    widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
+    fmt = lambda row: "  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip()
+    return "\n".join([fmt(cols)] + [fmt(r) for r in rows])
+
+
+def size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def footer(report: dict) -> None:
+    bad = {n: r for n, r in report["nodes"].items() if r["status"] in ("failed", "unreachable")}
+    for n, r in bad.items():
+        print(f"{r['status'].upper()}: {n}: {r.get('message', '')}", file=sys.stderr)
+        if r.get("stderr_tail"):
+            print("  " + r["stderr_tail"].replace("\n", "\n  "), file=sys.stderr)
+    print(f"{len(report['nodes'])} nodes, {report['failed']} failed, "
+          f"{report['unreachable']} unreachable; log: {report['run_dir']}", file=sys.stderr)
+
+
+# -- provision ----------------------------------------------------------------------------------
+def provision_summary(res) -> None:
+    report, redact, out = res.report, res.redact, sys.stdout
+    for c in res.controller:
+        if c.status != "ok":
+            print(f"controller  {c.name}: {c.status}" + (f"  {c.message}" if c.message else ""), file=out)
+    for n in res.notes:
+        print(f"note: {n}", file=out)
+    verb = "would change" if res.check else "changed"
+    width = max([len(n) for n in report["nodes"]] + [4])
+    for node, r in report["nodes"].items():
+        steps = r.get("steps", [])
+        ok = sum(s["status"] == "ok" for s in steps)
+        print(f"{node:<{width}}  {r['status']:<11} ok={ok} {verb}={r['changed']} failed={r['failed']}", file=out)
+        for s in steps:
+            if s["status"] in ("changed", "failed"):
+                print(redact(f"{'':<{width}}    {s['status']}: {s['step']}: {s['message']}"), file=out)
+        if r["status"] in ("failed", "unreachable"):
+            print(redact(f"{'':<{width}}    {r.get('message', '')}"), file=out)
+            for line in (r.get("stderr_tail") or "").splitlines():
+                print(redact(f"{'':<{width}}      | {line}"), file=out)
+    total = report["changed"]
+    if not total and not report["failed"] and not report["unreachable"]:
+        print(f"{len(report['nodes'])} nodes: nothing to change, every step already matches", file=out)
+    else:
+        print(f"{len(report['nodes'])} nodes: {verb} {total} step(s), {report['failed']} failed, "
+              f"{report['unreachable']} unreachable; log: {report['run_dir']}", file=out)
+
+
+# -- verify-parity ------------------------------------------------------------------------------
+def collective(res: dict) -> str:
+    head = f"collective all_reduce via {res['launcher']}"
+    if res.get("error"):
+        return f"{head}: FAILED: {res['error']}"
+    lines = [f"{head}: {'OK' if res['ok'] else 'FAILED'} (world size {res['world_size']}, "
+             f"{res['backend']})",
+             f"  {'bytes':>10}  {'time/call':>12}  {'algbw':>11}  {'busbw':>11}"]
+    for r in res.get("sizes", []):
+        lines.append(f"  {r['bytes']:>10}  {r['time_us']:>9.1f} us  {r['algbw_gbps']:>6.4g} GB/s  "
+                     f"{r['busbw_gbps']:>6.4g} GB/s" + ("" if r["correct"] else "  WRONG RESULT"))
+    return "\n".join(lines)
+
+
+# -- torch-plan ---------------------------------------------------------------------------------
+def torch_plan(plan) -> str:
+    lines = [f"torch {plan.torch} -> {plan.variant}" + (f" (CUDA {plan.cuda})" if plan.cuda else ""),
+             f"  pip install {plan.requirement} --index-url {plan.index_url}"]
+    if plan.arch_list:
+        lines.append("  compiled for: " + " ".join(plan.arch_list))
+    if plan.pypi_default and plan.pypi_default != plan.variant:
+        # PEP 440: a local version sorts higher, so a bare torch==X may even resolve to +cpu.
+        lines.append(f"  note: a bare torch=={plan.torch} from PyPI gives {plan.pypi_default} (or +cpu); keep the pin")
+    return "\n".join(lines + ["  not chosen:"] + [f"    {r}" for r in plan.reasons])
+
+
+# -- train --------------------------------------------------------------------------------------
+def train(res) -> None:
+    if not res.launched:
+        for node, cmd in res.commands.items():
+            print(f"{node}: {cmd}")
+        return
+    if res.failure is None:
+        print(f"train: job {res.job_id} finished on {res.where}", file=sys.stderr)
+        return
+    print(f"train: job {res.job_id} FAILED: {res.failure}; stopped every rank "
+          f"({', '.join(f'{n}: {v}' for n, v in res.stopped.items())})", file=sys.stderr)
+    for n, tail in res.tails.items():
+        print(f"--- last lines from {n}:\n{tail}", file=sys.stderr)

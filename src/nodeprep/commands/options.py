@@ -1,0 +1,89 @@
+"""One options object per command, built once from the task's flags (tasks.py) and read by
+the command. A new flag: a field here, its flag in tasks.py, and the code that uses it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodeprep.errors import InputError
+
+LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")
+
+
+@dataclass(frozen=True)
+class FactsOptions:
+    inventory: str | None = None      # name under inventory/, a path, hostfile:F, slurm:, pbs:
+    limit: str | None = None          # ranges, globs, groups; !x excludes
+    json: bool = False
+
+
+@dataclass(frozen=True)
+class ProvisionOptions:
+    inventory: str | None = None
+    limit: str | None = None
+    roles: str | None = None          # comma list (default: all of roles/site.yml)
+    check: bool = False               # change nothing; list what would change
+    diff: bool = False                # file diffs, secrets redacted
+    json: bool = False
+    sets: tuple[str, ...] = ()        # KEY=VALUE overrides (YAML values)
+    password: str | None = None       # --ask-pass: read by the cli, kept in memory only
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    inventory: str | None = None
+    limit: str | None = None
+    json: bool = False
+    deep: bool = False                # re-import torch instead of the node's cached answer
+    workdir: str | None = None        # a job directory that must exist on every node
+    port: int | None = 29500          # master port that must be free on the head (None: skip)
+    baseline: str | None = None       # compare against this fingerprint file
+    save_baseline: str | None = None
+    mesh: str = "auto"                # auto | full | head
+    collective: bool = False          # also an all_reduce across the nodes
+    via: str = "auto"                 # auto | direct
+
+    def check(self) -> None:
+        if self.mesh not in ("auto", "full", "head"):
+            raise InputError(f"--mesh {self.mesh!r}: expected auto, full or head")
+        if self.via not in ("auto", "direct"):
+            raise InputError(f"--via {self.via!r}: expected auto or direct")
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    inventory: str | None = None
+    limit: str | None = None          # the first node is the head
+    launcher: str = "deepspeed"       # one of LAUNCHERS
+    payload: str = "health"           # builtin name or a script path
+    args: tuple[str, ...] = ()        # the payload's own arguments
+    timeout: int | None = None        # seconds before every rank is stopped
+    max_restarts: int = 0             # torchrun --max-restarts
+    port: int = 29500
+    ds_launcher: str = "pdsh"         # DeepSpeed's multinode launcher: pdsh | openmpi
+    preflight: bool = True
+    dry_run: bool = False
+    emulate: int = 0                  # pretend the one selected machine is N nodes
+    emulate_network: bool = False
+
+    def check(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise InputError(f"--launcher {self.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+        if self.ds_launcher not in ("pdsh", "openmpi"):
+            raise InputError(f"--ds-launcher {self.ds_launcher!r}: expected pdsh or openmpi")
+        if self.emulate_network and not self.emulate:
+            raise InputError("--emulate-network only applies with --emulate N")
+
+
+@dataclass(frozen=True)
+class TorchPlanOptions:
+    torch: str = ""
+    nodes: tuple[str, ...] = ()       # NAME:driver=...,gpus=... specs
+    arch: str | None = None
+    index: str | None = None
+    json: bool = False
+
+
+@dataclass(frozen=True)
+class ForgetOptions:
+    nodes: str = ""                   # names or ranges
+    inventory: str | None = None

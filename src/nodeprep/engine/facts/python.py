@@ -1,0 +1,112 @@
+"""The Python environment on a node: a venv (its Python and installed packages) and the torch
+build inside it (version, CUDA, NCCL, arch list)."""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from nodeprep.engine.facts.probe import Fact
+from nodeprep.engine.remote import rpath
+
+
+def _venv_script(path: str) -> str:
+    """No interpreter start (it cost ~0.1 s of CPU per node): the Python version from
+    pyvenv.cfg and the packages from the *.dist-info directory names, which carry the
+    normalized name and exact version (PEP 376/427)."""
+    p = rpath(path)
+    return (f"[ -x {p}/bin/python ] || {{ echo MISSING; exit 0; }}; "
+            # the version line of pyvenv.cfg with sh builtins (was sed | head: two execs)
+            f"v=; while IFS= read -r l || [ -n \"$l\" ]; do case $l in version_info*=*|'version '*=*|version=*) "
+            "v=${l#*=}; break;; esac; done < " + f"{p}/pyvenv.cfg; printf '%s\\n' \"${{v:-?}}\"; "
+            f"{p}/bin/python -I -S -c '' || echo @@BROKEN@@; "
+            # parameter expansion, not basename: one fork per package cost ~25 ms a node
+            f"for d in {p}/lib/python*/site-packages/*.dist-info; do [ -d \"$d\" ] && "
+            "{ d=${d%.dist-info}; printf '%s\\n' \"${d##*/}\"; }; done")
+
+
+def parse_venv(text: str, rc: int) -> dict:
+    """{'exists', 'python' (version), 'packages': {canonical name: version}}."""
+    from packaging.utils import canonicalize_name
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines or lines[0] == "MISSING":
+        return {"exists": False, "python": None, "packages": {}}
+    if "@@BROKEN@@" in lines:
+        return {"exists": True, "python": None, "packages": {}, "error": "its python does not run"}
+    pkgs = {}
+    for ln in lines[1:]:
+        name, _, version = ln.rpartition("-")
+        if name:
+            pkgs[canonicalize_name(name)] = version
+    # virtualenv writes version_info = 3.8.10.final.0; venv writes version = 3.11.2
+    return {"exists": True, "python": ".".join(lines[0].split(".")[:3]), "packages": pkgs}
+
+
+VENV = Fact("venv", _venv_script, parse_venv)     # VENV(path): the venv at that path
+
+
+# `import torch` costs seconds of CPU, so the node caches its torch answer in
+# ~/.nodeprep/torch_probe.<machine-id>.json keyed by torch's version.py (mtime, size) and the
+# NVIDIA driver line: it runs again only when torch or the driver changed (or with deep=True).
+TORCH_PY = r'''
+import json, sys
+import torch
+cuda = torch.version.cuda
+avail = bool(cuda) and torch.cuda.is_available()
+nccl = None
+if cuda:
+    try:
+        v = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception as e:  # an unusable NCCL is a finding, not a crash of the probe
+        nccl = "error: %s" % e
+print(json.dumps({"version": torch.__version__, "cuda": cuda,
+                  "available": avail, "arch_list": torch.cuda.get_arch_list() if cuda else [],
+                  "nccl": nccl, "device_count": torch.cuda.device_count() if avail else 0}))
+'''
+
+
+@dataclass(frozen=True)
+class TorchIn:
+    """TORCH_BUILD's argument: the venv, and whether to skip the node's cached answer. Its
+    str is the venv alone, so the answer's key does not depend on `deep`."""
+    venv: str
+    deep: bool = False
+
+    def __str__(self) -> str:
+        return self.venv
+
+
+def _torch_script(arg: TorchIn) -> str:
+    """The cache is per machine (homes may be shared by machines with other drivers) and
+    written through a temp file of this process's own, then renamed: two probes at once
+    (two inventory nodes on one machine, or a shared home) never read a half-written one."""
+    v = rpath(arg.venv)
+    cache = '"$HOME/.nodeprep/torch_probe.${mid:-x}.json"'
+    # Line 1 of the cache is its key, line 2 the answer.
+    return ("mid=; [ -s /etc/machine-id ] && IFS= read -r mid < /etc/machine-id; " +
+            (f"rm -f {cache}; " if arg.deep else "") +
+            # sh builtins where they do (glob, read): this runs on every node at every verify
+            f"t=; for x in {v}/lib/python*/site-packages/torch; do [ -d \"$x\" ] && {{ t=$x; break; }}; done; "
+            "[ -n \"$t\" ] || { echo MISSING; exit 0; }; "
+            "s=$(stat -c %Y:%s \"$t/version.py\"); d=; [ -r /proc/driver/nvidia/version ] && "
+            "IFS= read -r d < /proc/driver/nvidia/version; k=\"$s $d\"; c=; a=; "
+            f"[ -f {cache} ] && {{ IFS= read -r c; while IFS= read -r l || [ -n \"$l\" ]; do a=$l; done; }} < {cache}; "
+            "if [ -n \"$c\" ] && [ \"$c\" = \"$k\" ]; then printf '%s\\n' \"$a\"; "
+            f"else mkdir -p \"$HOME/.nodeprep\" && tmp={cache[:-1]}.$$.tmp\" && {{ printf '%s\\n' \"$k\"; "
+            f"{v}/bin/python -I -c {shlex.quote(TORCH_PY)}; }} > \"$tmp\" && "
+            "tail -n 1 \"$tmp\" && mv -f \"$tmp\" " + cache + "; fi")
+
+
+def _torch_build(text: str, rc: int):
+    """torch as the venv sees it: version, cuda, nccl, is_available, arch list (None if absent)."""
+    lines = text.strip().splitlines()
+    if not lines or lines[-1] == "MISSING":
+        return None
+    for line in reversed(lines):      # import warnings may precede the JSON line
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": lines[-1][:200]}
+
+
+TORCH_BUILD = Fact("torch_build", _torch_script, _torch_build)   # TORCH_BUILD(TorchIn(venv, deep))

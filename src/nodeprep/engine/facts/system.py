@@ -1,0 +1,128 @@
+"""What a node is: host name, OS, the user and its login shell, the inventory's Python, the
+`python` a launcher's ssh shell finds, free disk, and which machine and home it is (IDENTITY)."""
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+
+from nodeprep.engine.facts.probe import Fact
+
+
+def _hostname(text, rc):
+    return text.strip()
+
+
+HOSTNAME = Fact("hostname", lambda _v: "hostname", _hostname)
+
+
+def _os(text, rc):
+    """OS release name, kernel name, kernel release, machine (CPU architecture)."""
+    lines = text.strip().splitlines()
+    system, kernel, arch = lines[-1].split()
+    return {"release": lines[0] if len(lines) > 1 else system, "kernel": kernel, "arch": arch}
+
+
+OS = Fact("os", lambda _v: ". /etc/os-release 2>/dev/null && printf '%s\\n' \"$PRETTY_NAME\"; uname -srm",
+          _os)
+
+
+def _python_script(v: dict) -> str:
+    return (f"p=$(command -v {shlex.quote(str(v.get('python') or 'python3'))}) || "
+            # -I -S: no site import, so the probe costs a third of a plain start.
+            "{ echo MISSING; exit 0; }; \"$p\" -I -S -c 'import os, sys; "
+            "print(sys.executable); print(\"%d.%d.%d\" % sys.version_info[:3]); "
+            "print(os.confstr(\"CS_GNU_LIBC_VERSION\") or \"-\")'")
+
+
+def _python(text, rc):
+    """The inventory's interpreter: resolved path, version, glibc (None when missing)."""
+    lines = text.strip().splitlines()
+    if not lines or lines[0] == "MISSING" or rc != 0:
+        return None
+    path, version, libc = lines[-3:]
+    return {"path": path, "version": version,
+            "glibc": libc.split()[-1] if libc.startswith("glibc") else None}
+
+
+PYTHON = Fact("python", _python_script, _python)   # the host var `python` names the interpreter
+
+
+def _login_shell(text, rc):
+    """Field 7 of the user's passwd entry (cut on the controller: one exec less per node)."""
+    f = text.strip().splitlines()[-1].split(":") if text.strip() else []
+    return (f[6] or None) if len(f) >= 7 else None
+
+
+LOGIN_SHELL = Fact("login_shell", lambda _v: "getent passwd \"$(id -un)\"", _login_shell)
+
+
+def _python_on_path(text, rc):
+    """What `python` a launcher's non-interactive ssh shell runs: the probe's sh inherits the
+    PATH the user's login shell set up for this very ssh command, so no second round trip."""
+    lines = [ln for ln in text.strip().splitlines() if ln.startswith("/")]
+    return lines[-1] if lines else None
+
+
+PYTHON_ON_PATH = Fact("python_on_path", lambda _v: "command -v python || true", _python_on_path)
+
+
+def _disk_free(text, rc):
+    """Free bytes on the file system holding the home directory."""
+    return int(text.strip()) * 1024
+
+
+DISK_FREE = Fact("disk_free", lambda _v: "df -Pk \"$HOME\" | awk 'NR==2 {print $4}'", _disk_free)
+
+
+def _etc_shells(text, rc):
+    """Login shells the node allows."""
+    return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("/")]
+
+
+ETC_SHELLS = Fact("etc_shells", lambda _v: "cat /etc/shells 2>/dev/null", _etc_shells)
+
+
+def _user(text, rc):
+    """Name, uid and home, from one `id` (POSIX format `uid=N(name) ...`), not two."""
+    idline, home = text.strip().splitlines()[:2]
+    m = re.match(r"uid=(\d+)(?:\(([^)]*)\))?", idline)
+    if not m:
+        raise ValueError(f"unexpected `id` output {idline[:80]!r}")
+    return {"name": m.group(2) or m.group(1), "uid": int(m.group(1)), "home": home}
+
+
+USER = Fact("user", lambda _v: "LC_ALL=C id; printf '%s\\n' \"$HOME\"", _user)
+
+
+def _identity_script(_v) -> str:
+    """The machine: /etc/machine-id (cloned images share it) plus this boot's id (machines
+    never share it). The home: a random id nodeprep leaves in ~/.nodeprep/home-id the first
+    time (created with `ln`, atomic on NFS too, so nodes sharing the home agree on the first
+    one written); st_dev of an NFS home differs per client, so dev:inode alone cannot tell."""
+    token = secrets.token_hex(8)
+    return ("m=; for f in /etc/machine-id /var/lib/dbus/machine-id; do "
+            "[ -s \"$f\" ] && { IFS= read -r m < \"$f\"; break; }; done; "
+            "b=; [ -r /proc/sys/kernel/random/boot_id ] && IFS= read -r b < /proc/sys/kernel/random/boot_id; "
+            "printf 'machine %s %s\\n' \"${m:--}\" \"${b:--}\"; "
+            "f=\"$HOME/.nodeprep/home-id\"; "
+            "if [ ! -s \"$f\" ]; then mkdir -p \"$HOME/.nodeprep\" && "
+            f"t=\"$HOME/.nodeprep/.home-id.{token}\" && printf '%s\\n' {token} > \"$t\" && "
+            "{ ln \"$t\" \"$f\" 2>/dev/null; rm -f \"$t\"; }; fi; "
+            "h=; [ -s \"$f\" ] && IFS= read -r h < \"$f\"; printf 'home %s\\n' \"${h:--}\"")
+
+
+def _identity(text, rc):
+    """{'machine': machine-id:boot-id (None unless both are known), 'home': the home's id
+    or None}. None: the node is taken as alone in its group."""
+    out = {"machine": None, "home": None}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[0] == "machine" and "-" not in (f[1], f[2]):   # cloned images share an id
+            out["machine"] = f"{f[1]}:{f[2]}"
+        elif len(f) == 2 and f[0] == "home" and f[1] != "-":
+            out["home"] = f[1]
+    return out
+
+
+IDENTITY = Fact("identity", _identity_script, _identity)

@@ -1,0 +1,150 @@
+"""The project-managed known_hosts: pin on first contact, refuse a changed key.
+
+Fabric's Connection installs paramiko's AutoAddPolicy and loads no known_hosts at all, so
+every Connection the engine opens gets this store's keys and `PinningPolicy` instead.
+A first contact is recorded in the file (never silently accepted in memory only); a key
+that differs from the recorded one makes paramiko raise BadHostKeyException, which the
+executor turns into a per-node failure naming both fingerprints and the fix.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import paramiko
+
+from nodeprep.errors import NodeprepError
+
+_lock = threading.Lock()
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def host_entry(address: str, port: int) -> str:
+    """The name OpenSSH and paramiko use for a host in known_hosts."""
+    return address if int(port) == 22 else f"[{address}]:{port}"
+
+
+class HostKeyChanged(NodeprepError):
+    pass
+
+
+class UnknownHostKey(NodeprepError):
+    pass
+
+
+class KnownHosts:
+    """A known_hosts file shared by threads and processes (flock + a process lock)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    @contextmanager
+    def _locked(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _lock, open(str(self.path) + ".lock", "a") as lockf:
+            fcntl.flock(lockf, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lockf, fcntl.LOCK_UN)
+
+    def load(self) -> paramiko.HostKeys:
+        keys = paramiko.HostKeys()
+        if self.path.exists():
+            keys.load(str(self.path))
+        return keys
+
+    def lookup(self, address: str, port: int = 22) -> dict[str, paramiko.PKey]:
+        found = self.load().lookup(host_entry(address, port))
+        return dict(found) if found else {}
+
+    def record(self, name: str, key: paramiko.PKey) -> bool:
+        """Append NAME's key unless already there; True when a line was added."""
+        with self._locked():
+            keys = self.load()
+            current = keys.lookup(name)
+            if current and current.get(key.get_name()) == key:
+                return False
+            if current and key.get_name() in current:
+                raise HostKeyChanged(
+                    f"{name}: a different {key.get_name()} key is already pinned; refusing to add")
+            with open(self.path, "a") as fh:
+                fh.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+            os.chmod(self.path, 0o600)
+            return True
+
+    def pin(self, name: str, key: paramiko.PKey) -> bool:
+        """Make KEY the only pinned key for NAME (for hosts whose key we made ourselves).
+
+        True when the file changed."""
+        with self._locked():
+            lines = self.path.read_text().splitlines() if self.path.exists() else []
+            wanted = f"{name} {key.get_name()} {key.get_base64()}"
+            kept = [ln for ln in lines if not _names_match(ln, name)]
+            if wanted in lines and len(kept) == len(lines) - 1:
+                return False
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("\n".join(kept + [wanted]) + "\n")
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+            return True
+
+    def forget(self, name: str) -> int:
+        """Drop every line for NAME; returns how many were removed."""
+        with self._locked():
+            if not self.path.exists():
+                return 0
+            lines = self.path.read_text().splitlines()
+            kept = [ln for ln in lines if not _names_match(ln, name)]
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(ln + "\n" for ln in kept))
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+            return len(lines) - len(kept)
+
+
+def _names_match(line: str, name: str) -> bool:
+    fields = line.split()
+    return bool(fields) and name in fields[0].split(",")
+
+
+class PinningPolicy(paramiko.MissingHostKeyPolicy):
+    """First contact: record the key in the project known_hosts (trust on first use, written
+    down), or refuse when `allow_new` is off. Changed keys never reach this policy: paramiko
+    raises BadHostKeyException for them before asking it."""
+
+    def __init__(self, store: KnownHosts, allow_new: bool = True, on_pin=None):
+        self.store = store
+        self.allow_new = allow_new
+        self.on_pin = on_pin
+
+    def missing_host_key(self, client, hostname, key):
+        if not self.allow_new:
+            raise UnknownHostKey(
+                f"{hostname}: host key {fingerprint(key)} is not pinned in {self.store.path} and "
+                "first-contact pinning is off",
+                hint="check the fingerprint on the node, then run with pinning allowed "
+                     "(nodeprep.pin_new_host_keys: true) or add it to the known_hosts file")
+        self.store.record(hostname, key)
+        if self.on_pin:
+            self.on_pin(hostname, key)
+
+
+def attach(client: paramiko.SSHClient, store: KnownHosts, allow_new: bool = True,
+           on_pin=None) -> None:
+    """Give a paramiko client (e.g. a Fabric Connection's) the pinned keys and our policy."""
+    keys = client.get_host_keys()
+    keys.clear()
+    for name, entry in store.load().items():
+        for ktype, key in entry.items():
+            keys.add(name, ktype, key)
+    client.set_missing_host_key_policy(PinningPolicy(store, allow_new, on_pin))

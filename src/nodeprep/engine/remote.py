@@ -1,0 +1,64 @@
+"""Remote file primitives as POSIX sh snippets: quoting node paths, and replacing a file
+atomically (temp file with the final mode in the same directory, then rename), so an
+interrupted run never leaves a truncated authorized_keys or ssh config. Reading files is
+the FILE fact (engine/facts/files.py)."""
+from __future__ import annotations
+
+import base64
+import shlex
+
+
+def rpath(path: str) -> str:
+    """Quote a node path for sh; `~/x` becomes "$HOME"/'x' so the node's home is used."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def write_script(path: str, content: str, mode: int) -> str:
+    """Replace PATH with CONTENT atomically, creating its directory (0700) if needed."""
+    p = rpath(path)
+    blob = base64.b64encode(content.encode("utf-8", "surrogateescape")).decode()
+    return (f"f={p}; d=$(dirname \"$f\"); [ -d \"$d\" ] || mkdir -p -m 700 \"$d\"; "
+            f"t=$(mktemp \"$d/.nodeprep.XXXXXX\") && "
+            f"printf %s {blob} | base64 -d > \"$t\" && chmod {mode:o} \"$t\" && "
+            f"mv -f \"$t\" \"$f\" || {{ rm -f \"$t\"; exit 1; }}")
+
+
+# Every remote command of a run carries RUN_VAR=<run id> in its environment (Session.run), so a
+# later run can stop exactly the commands a killed run left behind (engine/locks.py).
+RUN_VAR = "NODEPREP_RUN"
+
+_STOP_TAGGED = r'''
+# dash's builtin kill rejects `--` and errors went to /dev/null, so use procps kill, and
+# select process groups with `ps -e -o pgid=` (ps -g means session).
+tag="$1"; pgs=""
+for p in /proc/[0-9]*; do
+  [ "${p#/proc/}" = "$$" ] && continue
+  if { tr '\0' '\n' < "$p/environ"; } 2>/dev/null | grep -qxF "$tag"; then
+    pg=$(ps -o pgid= -p "${p#/proc/}" 2>/dev/null | tr -d ' ')
+    [ -n "$pg" ] && pgs="$pgs $pg"
+  fi
+done
+pgs=$(echo $pgs | tr ' ' '\n' | sort -u)
+[ -z "$pgs" ] && { echo "stopped 0"; exit 0; }
+alive() { ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ {n++} END {exit !n}'; }
+for pg in $pgs; do /bin/kill -s TERM -- "-$pg" 2>/dev/null; done
+i=0
+while [ $i -lt 50 ]; do
+  left=0
+  for pg in $pgs; do alive "$pg" && left=1; done
+  [ $left -eq 0 ] && break
+  sleep 0.1; i=$((i+1))
+done
+for pg in $pgs; do alive "$pg" && /bin/kill -s KILL -- "-$pg" 2>/dev/null; done
+echo "stopped $(echo $pgs | wc -w) process group(s)"
+'''
+
+
+def stop_tagged_script(var: str, value: str) -> str:
+    """sh that stops (TERM, then KILL after 5 s) every process group holding a process whose
+    environment has VAR=VALUE, and says how many: never a broad `pkill -f`."""
+    return f"set -- {shlex.quote(f'{var}={value}')}\n" + _STOP_TAGGED

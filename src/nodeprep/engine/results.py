@@ -1,0 +1,120 @@
+"""Per-node results and the run directory (a log per node per stage + report.json). How they
+are shown is the cli's business (nodeprep/cli/)."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Worse statuses win when a node reports several.
+_RANK = {"ok": 0, "skipped": 0, "changed": 1, "failed": 2, "unreachable": 3}
+
+
+@dataclass
+class StepResult:
+    name: str
+    status: str          # ok | changed | failed | skipped
+    message: str = ""
+
+    def as_dict(self) -> dict:
+        return {"step": self.name, "status": self.status, "message": self.message}
+
+
+@dataclass
+class NodeResult:
+    node: str
+    status: str = "ok"
+    message: str = ""
+    stderr_tail: str = ""
+    steps: list[StepResult] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+
+    @property
+    def changed(self) -> int:
+        return sum(s.status == "changed" for s in self.steps)
+
+    @property
+    def failed(self) -> int:
+        n = sum(s.status == "failed" for s in self.steps)
+        return n or int(self.status == "failed")
+
+    def mark(self, status: str, message: str = "", stderr_tail: str = "") -> None:
+        if _RANK[status] >= _RANK[self.status]:
+            self.status = status
+            self.message = message or self.message
+            self.stderr_tail = stderr_tail or self.stderr_tail
+
+    def add_step(self, step: StepResult, stderr_tail: str = "") -> None:
+        self.steps.append(step)
+        if step.status in ("changed", "failed"):
+            self.mark(step.status, f"{step.name}: {step.message}" if step.status == "failed" else "",
+                      stderr_tail)
+
+    def as_dict(self) -> dict:
+        d = {"status": self.status, "changed": self.changed, "failed": self.failed}
+        if self.message:
+            d["message"] = self.message
+        if self.stderr_tail:
+            d["stderr_tail"] = self.stderr_tail
+        if self.steps:
+            d["steps"] = [s.as_dict() for s in self.steps]
+        if self.data:
+            d.update(self.data)
+        return d
+
+
+def summarize(results: dict[str, NodeResult]) -> dict:
+    return {
+        "nodes": {n: r.as_dict() for n, r in results.items()},
+        "changed": sum(r.changed for r in results.values()),
+        "failed": sum(r.status == "failed" for r in results.values()),
+        "unreachable": sum(r.status == "unreachable" for r in results.values()),
+    }
+
+
+class RunLog:
+    """`<runs>/<stamp>-<task>/<node>/<stage>.log` and `report.json`; `<runs>/latest` points
+    at the newest run."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._files: dict[tuple[str, str], object] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, runs: Path, task: str) -> "RunLog":
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = runs / f"{stamp}-{task}-{os.getpid()}"
+        path.mkdir(parents=True, exist_ok=True)
+        latest = runs / "latest"
+        try:
+            tmp = runs / f".latest-{os.getpid()}"
+            tmp.symlink_to(path.name)
+            os.replace(tmp, latest)
+        except OSError:
+            pass
+        return cls(path)
+
+    def node_log(self, node: str, stage: str):
+        key = (node, stage)
+        with self._lock:
+            fh = self._files.get(key)
+            if fh is None:
+                d = self.path / node
+                d.mkdir(exist_ok=True)
+                fh = self._files[key] = open(d / f"{stage}.log", "a", buffering=1)
+            return fh
+
+    def write_report(self, results: dict[str, NodeResult], **extra) -> dict:
+        report = summarize(results)
+        report.update(extra)
+        report["run_dir"] = str(self.path)
+        (self.path / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        with self._lock:
+            for fh in self._files.values():
+                fh.close()
+            self._files.clear()
+        return report

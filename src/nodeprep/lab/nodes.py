@@ -1,0 +1,139 @@
+"""Operations on one node of a running lab, for tests and deliberate tampering: run a
+command inside it, stop or restart it, give it a new host key, let it take a password,
+take the lab key out of its authorized_keys. The package (__init__.py) exports them all.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from nodeprep.errors import InputError, NodeprepError
+
+from . import host, local, net
+from .config import PASSWORD_FLAG, LabInfo, LabNode
+
+HOST_KEY = "ssh_host_ed25519_key"
+
+
+def node_shell(info: LabInfo, index: int, command: str) -> subprocess.CompletedProcess:
+    """Run COMMAND (a shell string) as root inside node INDEX: its network, mounts (home,
+    /etc) and hostname. For tests and deliberate tampering."""
+    node = info.nodes[index]
+    if not info.rootful:
+        return subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True)
+    pid = _live_pid(node)
+    if pid is None:
+        raise NodeprepError(f"lab {info.name} {node.name}: sshd is not running",
+                            hint="restart_node() or `invoke lab.up` brings it back")
+    return subprocess.run(["nsenter", "-t", str(pid), "-m", "-u", "-n", "--", "/bin/sh", "-c",
+                           command], capture_output=True, text=True, cwd="/")
+
+
+def _live_pid(node: LabNode) -> int | None:
+    # The pid file first: a LabInfo kept across a down/up or restart holds stale pids. The
+    # remembered pid covers the moment after a start before sshd has written the file.
+    nd = node.home.parent
+    pid = net.sshd_pid(nd / "sshd.pid", nd / "sshd_config")
+    if pid is None and node.sshd_pid and net.alive(node.sshd_pid) and \
+            str(nd / "sshd_config") in " ".join(net.cmdline(node.sshd_pid)):
+        pid = node.sshd_pid
+    return pid
+
+
+def stop_node(info: LabInfo, index: int) -> None:
+    """Take a node down: every process in it (sshd and all sessions) is killed; its
+    address stays, so connections are refused rather than timing out."""
+    node = info.nodes[index]
+    if not info.rootful:
+        return local.stop_node(node)
+    pids = net.netns_pids([node.netns])[node.netns]
+    net.kill_wait(pids)
+    node.sshd_pid = None
+
+
+def restart_node(info: LabInfo, index: int) -> None:
+    """Stop node INDEX (if it runs) and start it again: its sshd rereads its config."""
+    node = info.nodes[index]
+    stop_node(info, index)
+    if not info.rootful:
+        return local.start_node(info, node)
+    targets = host.start(info.name, [node])
+    net.wait_banners(targets)
+    node.sshd_pid = targets[0][3].pid     # ip netns exec/unshare/sh all exec: same pid
+
+
+def regenerate_host_key(info: LabInfo, index: int) -> None:
+    """A new host key for one node, as after a reinstall, deliberately NOT pinned: clients
+    holding the old pin must refuse the node (the next up() pins the new key)."""
+    node_dir = info.nodes[index].home.parent if info.rootful else local.node_dir(info, index)
+    for suffix in ("", ".pub"):
+        Path(f"{node_dir / HOST_KEY}{suffix}").unlink(missing_ok=True)
+    net.keygen([node_dir / HOST_KEY])
+    restart_node(info, index)
+
+
+def _rootful_dir(info: LabInfo, index: int, what: str) -> Path:
+    if not info.rootful:
+        raise NodeprepError(f"lab {info.name}: {what} needs the namespace lab (run as root)",
+                            hint="the non-root lab's nodes share your user, home and /etc")
+    return info.nodes[index].home.parent
+
+
+# Runs "$2..." with the node's own /etc (directory "$1") bound over /etc, in a mount namespace
+# of its own: the account tools then edit that node's passwd/shadow, taking the same lock
+# files as a usermod inside the node, whether or not the node runs. (`--prefix` would do
+# for usermod, but Debian 12's chpasswd lists it in --help and then rejects it.)
+_WITH_ETC = 'mount --bind "$1" /etc && shift && exec "$@"'
+
+
+def _accounts(nd: Path, argv: list[str], stdin: str | None = None) -> None:
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh",
+                           "-c", _WITH_ETC, "sh", str(nd / "etc"), *argv], input=stdin,
+                          capture_output=True, text=True, cwd="/")
+    if proc.returncode:
+        raise NodeprepError(f"{argv[0]} for {nd.name} failed: "
+                            f"{(proc.stderr or proc.stdout).strip()}")
+
+
+def _sshd_config(info: LabInfo, index: int) -> bool:
+    node = info.nodes[index]
+    return net.write_if_changed(node.home.parent / "sshd_config", host.node_sshd_config(node))
+
+
+def enable_password(info: LabInfo, index: int, password: str) -> None:
+    """Let node INDEX, and no other, take password logins for the lab user (as for a first
+    contact with --ask-pass): PASSWORD's hash goes into that node's /etc/shadow only, and
+    its sshd (listening on that node's address only) gets `PasswordAuthentication yes` and
+    is restarted. Key logins keep working. Kept across down/up until disable_password."""
+    nd = _rootful_dir(info, index, "password login")
+    if not isinstance(password, str) or not password or any(c in password for c in "\r\n\0"):
+        raise InputError("lab password must be a non-empty single line")
+    # chpasswd reads `user:password` lines from stdin: the password is in no argv. With a
+    # crypt method given it hashes by itself, without PAM.
+    _accounts(nd, ["chpasswd", "--crypt-method", "SHA512"], f"{info.user}:{password}\n")
+    (nd / PASSWORD_FLAG).touch()
+    _sshd_config(info, index)
+    restart_node(info, index)
+
+
+def disable_password(info: LabInfo, index: int) -> None:
+    """Undo enable_password: the lab user's password field back to `*` (no password, not
+    locked, as the lab makes it), password logins off; restarts the node only when its
+    sshd took passwords."""
+    nd = _rootful_dir(info, index, "password login")
+    _accounts(nd, ["usermod", "--password", "*", info.user])
+    (nd / PASSWORD_FLAG).unlink(missing_ok=True)
+    if _sshd_config(info, index):
+        restart_node(info, index)
+
+
+def remove_authorized_key(info: LabInfo, index: int) -> None:
+    """Empty node INDEX's ~/.ssh/authorized_keys (same file, owner and mode), as on a node
+    that was never given the lab key: only a password gets in. up() appends the key again."""
+    nd = _rootful_dir(info, index, "removing the lab key")
+    path = nd / "home" / ".ssh" / "authorized_keys"
+    if path.is_symlink():                   # root must not truncate what a link points to
+        path.unlink()
+    elif path.exists():
+        with open(path, "r+") as fh:
+            fh.truncate(0)

@@ -1,0 +1,76 @@
+"""A training job's files and processes on the nodes: the payload (a builtin or the user's
+script with its directory), the sync that pushes only what differs, and the cleanup that stops
+exactly the job's processes on a node.
+
+Every process of a job carries PYTHON_NODEPREP_JOB=<id> in its environment (DeepSpeed's runner
+forwards PYTHON* variables to every rank, mpirun gets -x, torchrun inherits it), so cleanup
+kills the process groups of exactly those processes on every node: never a broad `pkill -f`.
+"""
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import shlex
+from pathlib import Path
+
+from nodeprep.engine.remote import stop_tagged_script
+from nodeprep.errors import InputError
+from nodeprep.ops import payloads
+
+JOB_VAR = "PYTHON_NODEPREP_JOB"
+SKIP = {".git", "__pycache__", ".venv", ".nodeprep", "node_modules"}
+
+def resolve_payload(payload: str) -> tuple[Path, Path]:
+    """(local directory to sync, script inside it) for a builtin name or a path."""
+    if payload in payloads.BUILTIN:
+        script = Path(payloads.BUILTIN[payload])
+        return script.parent, script
+    p = Path(payload).expanduser()
+    if not p.is_file():
+        raise InputError(f"--payload {payload!r}: not a builtin ({', '.join(payloads.BUILTIN)}) "
+                         "and not a file", hint="give a script path or health/ddp")
+    return p.resolve().parent, p.resolve()
+
+
+def local_files(root: Path, only: Path | None = None) -> dict[str, Path]:
+    if only is not None and only.parent == Path(payloads.__file__).parent:
+        return {only.name: only}    # a builtin: just its own script
+    files = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not any(part in SKIP for part in p.relative_to(root).parts):
+            files[str(p.relative_to(root))] = p
+            if len(files) > 2000:
+                raise InputError(f"{root} holds more than 2000 files to sync",
+                                 hint="put the training script in a directory of its own")
+    return files
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def sync(session, files: dict[str, Path], job_dir: str) -> int:
+    """Push only the files whose sha256 differs on the node; returns how many were pushed."""
+    names = " ".join(shlex.quote(n) for n in files)
+    r = session.run(f"mkdir -p {shlex.quote(job_dir)} && cd {shlex.quote(job_dir)} && "
+                    f"sha256sum -- {names} 2>/dev/null; true", label="job sums", log_output=False)
+    have = {}
+    for line in r.stdout.splitlines():
+        sha, _, name = line.partition("  ")
+        have[name] = sha
+    pushed = 0
+    sftp = session.conn.sftp()
+    for name, path in files.items():
+        if have.get(name) == _sha(path):
+            continue
+        dest = posixpath.join(job_dir, name)
+        session.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}", label="mkdir")
+        sftp.put(str(path), dest + ".part")
+        sftp.posix_rename(dest + ".part", dest)
+        pushed += 1
+    return pushed
+
+
+def cleanup_script(job_id: str) -> str:
+    """sh that stops every process group holding a process of JOB_ID on this node."""
+    return stop_tagged_script(JOB_VAR, job_id)
