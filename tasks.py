@@ -10,7 +10,7 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 from nodeprep import cli
-from nodeprep.commands.options import (FactsOptions, ForgetOptions, ProvisionOptions,
+from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOptions, ProvisionOptions,
                                        TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.settings import Settings
 
@@ -75,6 +75,19 @@ def lab_status(c, name="local"):
 def hosts_forget(c, nodes, inventory=None):
     """Forget pinned host keys after a deliberate node reinstall (next contact re-pins)."""
     _done(cli.hosts_forget(ForgetOptions(nodes, inventory), _settings(c)))
+
+
+@task(name="inventory",
+      help={"inventory": "inventory name, path or PREFIX:ARG (hostfile:, ini:, pbs:, slurm:, "
+                         "sshconfig:, yaml:); default: nodeprep.default_inventory",
+            "list": "every host with address, port, user, connection, groups (the default)",
+            "graph": "the group tree",
+            "host": "every variable of one host with the file:line it came from",
+            "json": "print as JSON"})
+def inventory_(c, inventory=None, list=False, graph=False, host=None, json=False):
+    """Show what nodeprep reads from an inventory (Ansible INI/YAML, native YAML, hostfiles,
+    nodefiles, Slurm lists, ~/.ssh/config) without contacting any node."""
+    _done(cli.inventory(InventoryOptions(inventory, list, graph, host, json), _settings(c)))
 
 
 @task(iterable=["set"],
@@ -190,4 +203,4 @@ lab.add_task(lab_down, "down")
 lab.add_task(lab_status, "status")
 hosts = Collection("hosts")
 hosts.add_task(hosts_forget, "forget")
-ns = Collection(facts, provision, verify_parity, train, torch_plan, demo, test, lab, hosts)
+ns = Collection(facts, inventory_, provision, verify_parity, train, torch_plan, demo, test, lab, hosts)

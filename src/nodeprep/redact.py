@@ -1,12 +1,12 @@
 """Secret-looking values never reach a log, a diff or a report.
 
-A variable whose NAME contains KEY, TOKEN, SECRET or PASSWORD (PASSWD, CREDENTIAL too) is a
+A variable whose NAME contains KEY, TOKEN, SECRET or PASS (PASSWORD, ansible_ssh_pass; CREDENTIAL too) is a
 secret; its VALUE is replaced wherever text is shown. Public-key material is not a secret."""
 from __future__ import annotations
 
 import re
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL", re.I)
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|CREDENTIAL", re.I)
 MASK = "<redacted>"
 
 

@@ -37,7 +37,7 @@ def test_missing_named_inventory(monkeypatch):
     with pytest.raises(InputError) as err:
         inventory.load("nosuch")
     assert str(err.value) == ("inventory 'nosuch' not found: looked for "
-                              "inventory/nosuch/hosts.yml (create it, or use `invoke lab.up` "
+                              "inventory/nosuch (create it, or use `invoke lab.up` "
                               "for the local lab)")
 
 
@@ -133,7 +133,9 @@ def test_pbs_nodefile_counts_slots(monkeypatch):
     monkeypatch.setenv("PBS_NODEFILE", str(path))
     for spec in ("pbs:", f"pbs:{path}", str(path)):
         inv = load(spec)
-        assert [(h.name, h.slots) for h in inv.hosts] == [("gpu02", 3), ("gpu01", 2)]
+        # the repeats count CPU slots: a GPU node still runs one process per GPU
+        assert [(h.name, h.slots, h.vars["cpu_slots"]) for h in inv.hosts] == [
+            ("gpu02", None, 3), ("gpu01", None, 2)]
 
 
 def test_slurm(monkeypatch):
@@ -217,3 +219,15 @@ def test_yaml_lines_and_merge_keys(tmp_path):
     assert data["node"] == {"port": 2222, "user": "a"} and data["node"].line == 6
     with pytest.raises(InputError, match="y.yml: file not found"):
         load_yaml(tmp_path / "y.yml")
+
+
+def test_ansible_semantics_warn_and_merge_where_ansible_does():
+    # An unexpected key in a group is skipped with a warning (Ansible warns too), with a hint.
+    inv = load(CASES / "ansible_bad_key")
+    assert [h.name for h in inv.hosts] == ["gpu01"]
+    assert any("hosts.yml:4: key 'chidren' in group 'all' is skipped" in w
+               and "did you mean 'children'?" in w for w in inv.warnings)
+    # A host listed in two groups with variables in both: the later one wins, as in Ansible.
+    inv = load(CASES / "ansible_vars_twice")
+    assert inv.host("gpu01").port == 2222 and inv.host("gpu01").groups == ("a", "b")
+    assert inv.host("gpu01").origin["port"].endswith("hosts.yml:8")

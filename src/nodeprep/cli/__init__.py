@@ -10,12 +10,13 @@ import json
 import os
 import sys
 
-from nodeprep.cli import parity_text, render
+from nodeprep.cli import inventory_text, parity_text, render
 from nodeprep.cli.display import Display
 from nodeprep.commands import facts as facts_cmd
-from nodeprep.commands import hosts, provision as provision_cmd, torch_plan as torch_plan_cmd
+from nodeprep.commands import hosts, inventory as inventory_cmd, provision as provision_cmd
+from nodeprep.commands import torch_plan as torch_plan_cmd
 from nodeprep.commands import train as train_cmd, verify as verify_cmd
-from nodeprep.commands.options import (FactsOptions, ForgetOptions, ProvisionOptions,
+from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOptions, ProvisionOptions,
                                        TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.errors import NodeprepError
 from nodeprep.settings import Settings
@@ -132,6 +133,24 @@ def torch_plan(opts: TorchPlanOptions) -> int:
     else:
         print(render.torch_plan(res.plan))
     return res.exit_code
+
+
+@guarded
+def inventory(opts: InventoryOptions, settings: Settings = Settings()) -> int:
+    """What nodeprep read from an inventory; no node is contacted."""
+    view = inventory_cmd.inventory(opts, settings)
+    if opts.json:
+        _json(view.as_dict() if not opts.graph else view.as_dict()["groups"])
+        return 0
+    for text in view.inventory.warnings:
+        print(f"warning: {text}", file=sys.stderr)
+    if opts.host:
+        print(inventory_text.host(view))
+    elif opts.graph:
+        print(inventory_text.graph(view))
+    else:
+        print(inventory_text.hosts(view))
+    return 0
 
 
 @guarded

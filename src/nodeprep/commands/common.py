@@ -15,14 +15,44 @@ def select_hosts(spec: str | None, limit: str | None, settings: Settings, extra_
                root=settings.project)
     hosts = inv.select(limit)
     for h in hosts:
+        unsupported = reach_problem(h)
+        if unsupported:
+            file, line = _where(h.origin.get(unsupported[0], ""))
+            raise InputError(f"host {h.name}: {unsupported[1]}",
+                             hint=f"leave it out with --limit '!{h.name}', or reach it directly",
+                             file=file, line=line)
         # A missing key file would otherwise surface per node as a confusing auth failure.
         if h.key and not Path(h.key).expanduser().is_file():
-            where = h.origin.get("key", "")
-            file, _, line = where.rpartition(":")
+            file, line = _where(h.origin.get("key", ""))
             raise InputError(f"host {h.name}: key file {h.key} does not exist",
                              hint="fix `key:` or create the key (ssh-keygen -t ed25519)",
-                             file=file or None, line=int(line) if line.isdigit() else None)
+                             file=file, line=line)
     return inv, hosts
+
+
+def _where(origin: str) -> tuple[str | None, int | None]:
+    file, _, line = origin.rpartition(":")
+    return (file or None, int(line)) if line.isdigit() else (origin or None, None)
+
+
+_SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")
+
+
+def reach_problem(h) -> tuple[str, str] | None:
+    """(variable, why) when nodeprep cannot reach host H the way its inventory says: a
+    connection other than ssh (local included: not supported yet), or a jump host."""
+    if h.connection != "ssh":
+        return "connection", (f"connection '{h.connection}' is not supported: nodeprep reaches "
+                              "every node over ssh (ansible_connection=local included, for now)")
+    for name in ("proxyjump", "proxycommand", *_SSH_ARGS):
+        value = str(h.extra.get(name) or "")
+        if name.startswith("proxy") and value and value.lower() != "none":
+            return name, f"{name} {value} in the ssh config: jump hosts are not supported yet"
+        words = value.replace("=", " ").split()
+        if not name.startswith("proxy") and any(
+                w.lower() in ("proxyjump", "proxycommand") or w.startswith("-J") for w in words):
+            return name, f"{name} asks for a jump host ({value}): not supported yet"
+    return None
 
 
 def parse_sets(items) -> dict:

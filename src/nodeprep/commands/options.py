@@ -84,6 +84,15 @@ class TorchPlanOptions:
 
 
 @dataclass(frozen=True)
+class InventoryOptions:
+    inventory: str | None = None
+    list: bool = False                # the default view
+    graph: bool = False
+    host: str | None = None
+    json: bool = False
+
+
+@dataclass(frozen=True)
 class ForgetOptions:
     nodes: str = ""                   # names or ranges
     inventory: str | None = None

@@ -146,7 +146,7 @@ class Job:
         if name in self.shares:
             return len(self.shares[name])
         h = next(h for h in self.hosts if h.name == name)
-        return h.slots or self.facts[name][factmod.GPUS]["count"] or 1
+        return h.slots or self.facts[name][factmod.GPUS]["count"] or h.vars.get("cpu_slots") or 1
 
     def master_addr(self) -> str:
         return self.head.address

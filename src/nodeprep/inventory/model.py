@@ -1,12 +1,8 @@
 """The inventory: which nodes exist, how to reach them, and each node's variables.
 
-`load(spec)` accepts:
-  NAME             inventory/NAME/hosts.yml (or hosts.yaml) under the project root
-  DIR, FILE.yml    a directory holding hosts.yml, or the YAML file itself
-  hostfile:PATH    a DeepSpeed/MPI hostfile (`worker-1 slots=8` per line)
-  slurm:[LIST]     a Slurm node list; without LIST, $SLURM_JOB_NODELIST
-  pbs:[PATH]       a PBS nodefile (a name per slot); without PATH, $PBS_NODEFILE
-A plain file that is not YAML is read as a hostfile if it says `slots=`, else as PBS.
+`load(spec)` reads the inventory (inventory.reader says which forms and how they are told
+apart) and validates every variable against the schema; the first problem raises
+InputError naming file and line.
 
 The native YAML format:
 
@@ -17,35 +13,31 @@ The native YAML format:
     groups:
       gpus: {hosts: [gpu01, "worker-[2-3]"], vars: {cpu_only: false}}
 
-An Ansible YAML inventory loads as is: top-level groups (usually `all:`), each with
-optional hosts: (name: vars or null; `node[01:04]` ranges too), children: (nested groups)
-and vars:. ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file and
-ansible_python_interpreter mean address, port, user, key and python; other ansible_*
-variables are ignored. Beside the YAML file, group_vars/<group>.yml (or
-group_vars/<group>/*.yml) and host_vars/<host>.yml are read too; `all` is every host.
+Ansible inventories (YAML or INI, a file or a directory of them) load with Ansible's
+semantics: host keys as Ansible parses them (inventory.addresses), ansible_host,
+ansible_port, ansible_user, ansible_ssh_private_key_file, ansible_python_interpreter and
+ansible_connection mean address, port, user, key, python and connection; every other
+variable is kept (Host.extra), shown by `invoke inventory --host`, and not used; one that
+looks like a misspelt nodeprep variable gets a warning. group_vars/ and host_vars/ beside
+the inventory are read as Ansible reads them.
 
 Precedence, low to high: role defaults < inventory-wide vars (and group `all`) < group
-vars (groups in order of appearance) < group_vars files (same order, `all` first) <
-the host's entry < host_vars files < extra vars from the command line. explain() shows
-the chain for one variable. Everything is validated against the schema before load()
-returns; the first problem raises InputError naming file and line.
+vars < group_vars files (`all` first) < the host's entry < host_vars files < extra vars
+from the command line. Groups are ordered as written in a native inventory and as Ansible
+orders them in an Ansible one (parents before children, then ansible_group_priority, then
+name). explain() shows the chain for one variable.
 """
 from __future__ import annotations
 
 import fnmatch
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodeprep.inventory import sources
+from nodeprep.inventory import ansible, reader, sources
 from nodeprep.inventory import nodeset
 from nodeprep.errors import InputError
 from nodeprep.inventory.schema import VarSpec, load_schema
 from nodeprep.settings import find_project
-from nodeprep.inventory.yamlfile import LineDict, display, load_yaml
-
-_NOT_FOUND_HINT = "create it, or use `invoke lab.up` for the local lab"
 
 
 @dataclass
@@ -59,6 +51,8 @@ class Host:
     vars: dict                       # merged; role defaults not included
     origin: dict[str, str]           # variable -> "file:line" or "cli"
     slots: int | None
+    connection: str = "ssh"          # ssh, local, or what an Ansible inventory said
+    extra: dict = field(default_factory=dict)   # variables nodeprep does not use (Ansible's)
 
 
 @dataclass
@@ -70,6 +64,10 @@ class Inventory:
     schema: dict[str, VarSpec] = field(default_factory=dict, repr=False)
     # host -> [(scope, {var: (value, origin)})], low to high precedence, for explain()
     layers: dict[str, list] = field(default_factory=dict, repr=False)
+    children: dict[str, list[str]] = field(default_factory=dict)   # group -> child groups
+    direct: dict[str, list[str]] = field(default_factory=dict)     # group -> its own hosts
+    warnings: list[str] = field(default_factory=list)
+    kind: str = "native"             # the format read: native, ansible-ini, hostfile, ...
 
     def host(self, name: str) -> Host:
         for host in self.hosts:
@@ -81,6 +79,9 @@ class Inventory:
 
     def select(self, limit: str | None) -> list[Host]:
         """Hosts matching a comma list of node patterns, globs or groups; `!x` excludes."""
+        if not self.hosts:
+            raise InputError(f"inventory '{self.name}' has no hosts",
+                             "`invoke inventory --graph` shows what was read")
         if not limit or not limit.strip():
             return list(self.hosts)
         terms = nodeset.split_top(limit)
@@ -149,109 +150,70 @@ def load(spec: str | None, extra_vars: dict | None = None, default: str = "local
     """
     root = root or find_project()
     schema = schema if schema is not None else load_schema([root])
-    src = _read(spec or default, schema, root)
+    src = reader.read(spec or default, schema, root)
     cli = {}
     for key, value in (extra_vars or {}).items():
-        checked = sources.check_var(key, value, schema, None, None, "extra variable")
+        checked = sources.check_var(key, value, schema, None, None)
         if checked:
             cli[checked[0]] = (checked[1], "cli")
     return _build(src, cli, schema)
 
 
-def _read(spec: str, schema, root: Path) -> sources.Source:
-    kind, colon, arg = spec.partition(":")
-    if colon and kind in ("hostfile", "pbs", "slurm"):
-        if kind == "slurm":
-            nodelist = arg or os.environ.get("SLURM_JOB_NODELIST", "")
-            if not nodelist:
-                raise InputError("slurm: needs $SLURM_JOB_NODELIST",
-                                 "run inside a Slurm allocation, or give the list: "
-                                 "slurm:gpu[01-04]")
-            src = sources.Source(spec, None, Path.cwd())
-            sources.read_slurm(src, nodelist)
-            return src
-        if kind == "pbs" and not arg:
-            arg = os.environ.get("PBS_NODEFILE", "")
-            if not arg:
-                raise InputError("pbs: needs $PBS_NODEFILE",
-                                 "run inside a PBS job, or give the file: pbs:PATH")
-        return _read_plain(spec, Path(arg).expanduser(), kind, schema)
-    path = Path(spec).expanduser()
-    named = re.fullmatch(r"\w[\w.-]*", spec) and not spec.endswith((".yml", ".yaml"))
-    if named and (root / "inventory" / spec).is_dir():
-        path = root / "inventory" / spec
-    if path.is_dir():
-        for file in (path / "hosts.yml", path / "hosts.yaml"):
-            if file.is_file():
-                return _read_yaml(spec, file, schema)
-        raise InputError(f"inventory '{spec}' not found: looked for "
-                         f"{display(path / 'hosts.yml')}", _NOT_FOUND_HINT)
-    if path.is_file():
-        if path.suffix in (".yml", ".yaml"):
-            return _read_yaml(spec, path, schema)
-        return _read_plain(spec, path, None, schema)
-    if named:
-        raise InputError(f"inventory '{spec}' not found: looked for "
-                         f"{display(root / 'inventory' / spec / 'hosts.yml')}", _NOT_FOUND_HINT)
-    raise InputError(f"inventory '{spec}' not found", "give an inventory name, a directory, "
-                     "a hosts.yml, or hostfile:PATH, slurm:, pbs:")
-
-
-def _read_plain(spec: str, path: Path, kind: str | None, schema) -> sources.Source:
-    if not path.is_file():
-        raise InputError("file not found", "check the path",
-                         display(path))
-    if kind is None:
-        text = path.read_text(encoding="utf-8", errors="replace")
-        kind = "hostfile" if "slots=" in text else "pbs"
-    src = sources.Source(spec, path, path.parent)
-    if kind == "hostfile":
-        sources.read_hostfile(src, path, schema)
-    else:
-        sources.read_pbs(src, path)
-    return src
-
-
-def _read_yaml(spec: str, path: Path, schema) -> sources.Source:
-    data = load_yaml(path)
-    src = sources.Source(spec, path, path.parent)
-    file = display(path)
-    if data is None:
-        raise InputError("the inventory is empty", "add a hosts: section", file, 1)
-    if not isinstance(data, LineDict):
-        raise InputError("the top level must be a mapping", "start with `hosts:`, or "
-                         "Ansible's `all:`", file, getattr(data, "line", 1))
-    if any(key in data for key in sources.NATIVE_KEYS):
-        sources.read_native(src, data, schema)
-    else:
-        sources.read_ansible(src, data, schema)
-    if not src.hosts:
-        raise InputError("the inventory has no hosts", "add hosts under `hosts:`", file,
-                         data.line)
-    sources.read_side_files(src, path.parent, schema)
-    return src
-
-
 def _build(src: sources.Source, cli: dict, schema) -> Inventory:
+    direct = {g: list(names) for g, names in src.groups.items()}
+    members = {g: _members(src, g, set()) for g in src.groups}
+    grouped = {n for g, names in members.items() if g != "ungrouped" for n in names}
+    ungrouped = [n for n in src.hosts if n not in grouped]
+    if src.ansible:
+        order = ansible.group_order(src)
+        direct["ungrouped"] = ungrouped
+        members["ungrouped"] = ungrouped
     hosts, layers = [], {}
     for name in src.hosts:
-        member = [group for group, names in src.groups.items() if name in names]
+        member = [g for g in members if name in members[g] and g != "ungrouped"]
+        if src.ansible:
+            member = sorted(member + (["ungrouped"] if name in ungrouped else []),
+                            key=lambda g: order[g])
         chain = [("inventory", src.wide)]
         chain += [(f"group {g}", src.group_vars.get(g, {})) for g in member]
         chain += [(f"group_vars {g}", src.group_files.get(g, {})) for g in ["all", *member]]
         chain += [("host", src.entry_vars.get(name, {})),
                   ("host_vars", src.host_files.get(name, {})), ("cli", cli)]
         layers[name] = [(scope, layer) for scope, layer in chain if layer]
-        merged, origin = {}, {}
-        for _, layer in layers[name]:
-            for var, (value, where) in layer.items():
-                merged[var], origin[var] = value, where
-        key, user = merged.get("key"), merged.get("user")
-        hosts.append(Host(
-            name=name, address=str(merged.get("address") or name),
-            port=merged.get("port", schema["port"].default),
-            user=None if user is None else str(user),
-            key=str(src.base / Path(key).expanduser()) if key else None,
-            groups=tuple(member), vars=merged, origin=origin, slots=merged.get("slots")))
-    groups = {**src.groups, "all": list(src.hosts)}
-    return Inventory(src.name, src.path, hosts, groups, schema, layers)
+        hosts.append(_host(name, layers[name], member, src, schema))
+    groups = {**members, "all": list(src.hosts)}
+    children = {g: list(src.children.get(g, [])) for g in groups}
+    tops = [g for g in groups if g != "all" and not any(g in k for k in src.children.values())]
+    children["all"] = [g for g in [*src.children.get("all", []), *tops]
+                       if g != "all" and (g != "ungrouped" or ungrouped or "ungrouped" in src.groups)]
+    children["all"] = list(dict.fromkeys(children["all"]))
+    return Inventory(src.name, src.path, hosts, groups, schema, layers, children=children,
+                     direct=direct, warnings=list(src.warnings), kind=src.kind)
+
+
+def _host(name: str, layers: list, member: list[str], src: sources.Source, schema) -> Host:
+    merged, origin = {}, {}
+    for _, layer in layers:
+        for var, (value, where) in layer.items():
+            merged[var], origin[var] = value, where
+    known = {k: v for k, v in merged.items() if k in schema}
+    extra = {k: v for k, v in merged.items() if k not in schema}
+    key, user = known.get("key"), known.get("user")
+    return Host(
+        name=name, address=str(known.get("address") or name),
+        port=known.get("port", schema["port"].default),
+        user=None if user is None else str(user),
+        key=str(src.base / Path(key).expanduser()) if key else None,
+        groups=tuple(g for g in member if g != "ungrouped"), vars=known, origin=origin,
+        slots=known.get("slots"), connection=str(known.get("connection") or "ssh"),
+        extra=extra)
+
+
+def _members(src: sources.Source, group: str, seen: set) -> list[str]:
+    """A group's hosts, its children's included; SEEN stops a group containing itself."""
+    seen.add(group)
+    names = list(src.groups.get(group, []))
+    for child in src.children.get(group, []):
+        if child not in seen:
+            names.extend(n for n in _members(src, child, seen) if n not in names)
+    return names

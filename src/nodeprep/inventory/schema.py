@@ -20,8 +20,8 @@ CORE = Path(__file__).with_name("defaults.yml")
 
 # Core variables whose default is null still feed typed Host fields, so they get a kind
 # that a null default cannot express.
-_NULL_KINDS = {"address": "str", "user": "str", "key": "str", "slots": "int"}
-_BOUNDS = {"port": (1, 65535), "slots": (1, None)}
+_NULL_KINDS = {"address": "str", "user": "str", "key": "str", "slots": "int", "cpu_slots": "int"}
+_BOUNDS = {"port": (1, 65535), "slots": (1, None), "cpu_slots": (1, None)}
 _WORDS = {"bool": "true or false", "int": "a whole number", "float": "a number",
           "str": "a string", "list": "a list", "dict": "a mapping"}
 _BOOL_WORDS = {"yes", "no", "true", "false", "on", "off", "y", "n"}

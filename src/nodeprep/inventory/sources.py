@@ -7,7 +7,6 @@ by inventory.py, from the layers kept apart here.
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,13 +20,18 @@ Schema = dict[str, VarSpec]
 
 NATIVE_KEYS = ("vars", "hosts", "groups")
 GROUP_KEYS = ("hosts", "children", "vars")
-# Ansible's connection variables that mean the same as a core variable; other ansible_*
-# keys (become, ssh args, ...) have no nodeprep meaning and are ignored, so an Ansible
-# inventory loads unchanged.
-ANSIBLE_NAMES = {"ansible_host": "address", "ansible_port": "port", "ansible_user": "user",
+# Ansible's connection variables that mean the same as a core variable. Other variables
+# of an Ansible inventory (ansible_become, playbook variables) are kept, shown by
+# `invoke inventory --host`, and not used.
+ANSIBLE_NAMES = {"ansible_host": "address", "ansible_ssh_host": "address",
+                 "ansible_port": "port", "ansible_ssh_port": "port",
+                 "ansible_user": "user", "ansible_ssh_user": "user",
                  "ansible_ssh_private_key_file": "key",
-                 "ansible_python_interpreter": "python"}
-_HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)$")
+                 "ansible_python_interpreter": "python", "ansible_connection": "connection"}
+# ansible_connection values: the ones that mean ssh, and local. Others are kept as written
+# and refused when a command selects the host (commands.common).
+_CONNECTIONS = {"ssh": "ssh", "smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh",
+                "local": "local"}
 
 
 @dataclass
@@ -35,14 +39,62 @@ class Source:
     name: str
     path: Path | None
     base: Path                                                   # where relative keys start
+    ansible: bool = False                                        # Ansible semantics apply
+    kind: str = "native"                                         # what was read, for the user
     hosts: dict[str, str] = field(default_factory=dict)          # host -> "file:line", in order
     entry_vars: dict[str, Vars] = field(default_factory=dict)    # vars on the host's entry
-    groups: dict[str, list[str]] = field(default_factory=dict)   # in order of appearance
+    groups: dict[str, list[str]] = field(default_factory=dict)   # direct hosts, in order
     children: dict[str, list[str]] = field(default_factory=dict)
     wide: Vars = field(default_factory=dict)                     # `vars:` and group `all`
     group_vars: dict[str, Vars] = field(default_factory=dict)
     group_files: dict[str, Vars] = field(default_factory=dict)
     host_files: dict[str, Vars] = field(default_factory=dict)
+    group_lines: dict[str, str] = field(default_factory=dict)    # group -> where defined
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def add_host(self, name: str, where: str, group: str | None, entry: Vars) -> None:
+        """Ansible's add_host: a host may be listed again (in another group, another file);
+        its variables accumulate, the later value of a variable winning."""
+        self.hosts.setdefault(name, where)
+        if entry:
+            self.entry_vars.setdefault(name, {}).update(entry)
+        if group and group != "all":
+            members = self.add_group(group, where)
+            if name not in members:
+                members.append(name)
+
+    def add_group(self, group: str, where: str) -> list[str]:
+        self.group_lines.setdefault(group, where)
+        return self.groups.setdefault(group, [])
+
+    def add_child(self, parent: str, child: str, where: str) -> None:
+        self.add_group(child, where)
+        if parent != "all":
+            self.add_group(parent, where)
+        kids = self.children.setdefault(parent, [])
+        if child not in kids:
+            kids.append(child)
+
+    def merge(self, other: "Source") -> None:
+        """Add a later source of one inventory directory (its values win, as in Ansible)."""
+        self.ansible = self.ansible or other.ansible
+        for name, where in other.hosts.items():
+            self.add_host(name, where, None, other.entry_vars.get(name, {}))
+        for group, names in other.groups.items():
+            members = self.add_group(group, other.group_lines.get(group, ""))
+            members.extend(n for n in names if n not in members)
+        for parent, kids in other.children.items():
+            for kid in kids:
+                self.add_child(parent, kid, other.group_lines.get(kid, ""))
+        self.wide.update(other.wide)
+        for group, layer in other.group_vars.items():
+            self.group_vars.setdefault(group, {}).update(layer)
+        for text in other.warnings:
+            self.warn(text)
 
 
 def suggest(word, choices, fallback: str) -> str:
@@ -51,17 +103,31 @@ def suggest(word, choices, fallback: str) -> str:
 
 
 def check_var(key, value, schema: Schema, file: str | None, line: int | None,
-              label: str = "variable"):
-    """(name, value) with Ansible names mapped and digit strings made numbers, or None."""
+              src: Source | None = None):
+    """(name, value) with Ansible names mapped and digit strings made numbers, or None for
+    a variable that is ignored. With an Ansible-format SRC a variable nodeprep does not know
+    is kept as written (a near-miss of a nodeprep variable gets a warning); otherwise it is
+    an error. Without FILE the value came from the command line (an "extra variable")."""
+    key, label = str(key), "variable" if file else "extra variable"
     name = ANSIBLE_NAMES.get(key, key)
-    if isinstance(name, str) and name.startswith("ansible_"):
+    if name == "connection" and key.startswith("ansible_") and isinstance(value, str):
+        value = _CONNECTIONS.get(value.strip(), value.strip())
+    ansible = src is not None and src.ansible
+    if name.startswith("ansible_") and not ansible:
         return None
     spec = schema.get(name)
     if spec is None:
-        raise InputError(f"unknown {label} '{key}'",
-                         suggest(key, schema, "variables are defined in "
-                                 "src/nodeprep/defaults.yml and roles/*/defaults.yml"),
-                         file, line)
+        if not ansible:
+            raise InputError(f"unknown {label} '{key}'",
+                             suggest(key, schema, "variables are defined in "
+                                     "src/nodeprep/inventory/defaults.yml and roles/*/defaults.yml"),
+                             file, line)
+        close = difflib.get_close_matches(key, list(schema), n=1, cutoff=0.8)
+        if close and not key.startswith("ansible_"):
+            where = f"{file}:{line}: " if line else (f"{file}: " if file else "")
+            src.warn(f"{where}variable '{key}' is not a nodeprep variable and is ignored; "
+                     f"did you mean '{close[0]}'?")
+        return key, value
     reason = check_value(spec, value)
     if reason:
         raise InputError(f"{label} '{key}': {reason}", f"{name} is documented at "
@@ -69,7 +135,8 @@ def check_var(key, value, schema: Schema, file: str | None, line: int | None,
     return name, normalize(spec, value)
 
 
-def read_vars(data, schema: Schema, file: str, line: int | None = None) -> Vars:
+def read_vars(data, schema: Schema, file: str, line: int | None = None,
+              src: Source | None = None) -> Vars:
     if data is None:
         return {}
     if not isinstance(data, LineDict):
@@ -78,7 +145,7 @@ def read_vars(data, schema: Schema, file: str, line: int | None = None) -> Vars:
                          getattr(data, "line", line))
     out: Vars = {}
     for key, value in data.items():
-        checked = check_var(key, value, schema, data.file, data.line_of(key))
+        checked = check_var(key, value, schema, data.file, data.line_of(key), src=src)
         if checked:
             out[checked[0]] = (checked[1], f"{data.file}:{data.line_of(key)}")
     return out
@@ -101,9 +168,8 @@ def _expand(pattern, file: str, line: int) -> list[str]:
                          "node[01:04]", file, line) from None
 
 
-def _add_hosts(src: Source, hosts, schema: Schema, file: str, line: int, shared: bool):
-    """Hosts of one `hosts:` mapping. `shared`: Ansible layout, where one host may be
-    listed under several groups, but its vars may only be given in one place."""
+def _add_hosts(src: Source, hosts, schema: Schema, file: str, line: int):
+    """Hosts of one native `hosts:` mapping: each defined once, its vars in one place."""
     added: list[str] = []
     hosts = _mapping(hosts, "hosts", "`hosts: {node1: {port: 22}, node[2-4]: null}`",
                      file, line)
@@ -111,7 +177,7 @@ def _add_hosts(src: Source, hosts, schema: Schema, file: str, line: int, shared:
         at = hosts.line_of(pattern)
         entry_vars = read_vars(body, schema, file, at)
         for name in _expand(pattern, file, at):
-            if name in added or (name in src.hosts and not shared):
+            if name in added or name in src.hosts:
                 first = src.hosts[name].rsplit(":", 1)[1]
                 raise InputError(f"host '{name}' is defined twice (first at line {first})",
                                  "define each host once; check overlapping ranges", file, at)
@@ -134,7 +200,7 @@ def read_native(src: Source, data: LineDict, schema: Schema):
                              suggest(key, NATIVE_KEYS, "the top-level keys are hosts:, "
                                      "groups: and vars:"), file, data.line_of(key))
     src.wide.update(read_vars(data.get("vars"), schema, file, data.line_of("vars")))
-    _add_hosts(src, data.get("hosts"), schema, file, data.line_of("hosts"), shared=False)
+    _add_hosts(src, data.get("hosts"), schema, file, data.line_of("hosts"))
     groups = _mapping(data.get("groups"), "groups", "`groups: {gpus: {hosts: [gpu01]}}`",
                       file, data.line_of("groups"))
     for group, body in groups.items():
@@ -170,130 +236,59 @@ def read_native(src: Source, data: LineDict, schema: Schema):
         src.group_vars.setdefault(group, {}).update(group_vars)
 
 
-def read_ansible(src: Source, data: LineDict, schema: Schema):
-    for group, body in data.items():
-        if group not in ("all", "ungrouped") and difflib.get_close_matches(
-                str(group), NATIVE_KEYS, n=1, cutoff=0.8):
-            raise InputError(f"unknown top-level key '{group}'",
-                             suggest(group, NATIVE_KEYS, ""), data.file, data.line_of(group))
-        _walk_group(src, str(group), body, schema, data.file, data.line_of(group))
-    for group in src.groups:
-        src.groups[group] = _members(src, group, set())
+VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 
 
-def _walk_group(src: Source, group: str, body, schema: Schema, file: str, line: int):
-    body = _mapping(body, f"group '{group}'", "`all: {hosts: {...}, children: {...}, "
-                    "vars: {...}}`, or use the top-level keys hosts:, groups:, vars:",
-                    file, line)
-    for key in body:
-        if key not in GROUP_KEYS:
-            raise InputError(f"unknown key '{key}' in group '{group}'",
-                             suggest(key, GROUP_KEYS, "a group has hosts:, children: and vars:"),
-                             file, body.line_of(key))
-    group_vars = read_vars(body.get("vars"), schema, file, body.line_of("vars"))
-    if group == "all":
-        src.wide.update(group_vars)
-    else:
-        src.group_vars.setdefault(group, {}).update(group_vars)
-        src.groups.setdefault(group, [])
-    added = _add_hosts(src, body.get("hosts"), schema, file, body.line_of("hosts"), shared=True)
-    if group != "all":
-        src.groups[group].extend(added)
-    children = _mapping(body.get("children"), f"children of '{group}'",
-                        "`children: {gpus: {hosts: {...}}}`", file, body.line_of("children"))
-    for child, child_body in children.items():
-        src.children.setdefault(group, []).append(str(child))
-        _walk_group(src, str(child), child_body, schema, file, children.line_of(child))
+def _dir_files(folder: Path) -> list[Path]:
+    """Files under a vars directory in Ansible's order: sorted, recursively, hidden and
+    `~` backups skipped, each with no extension or .yml, .yaml, .json."""
+    out: list[Path] = []
+    for child in sorted(folder.iterdir()):
+        if child.name.startswith(".") or child.name.endswith("~"):
+            continue
+        if child.is_dir() and not child.suffix:
+            out.extend(_dir_files(child))
+        elif child.is_file() and child.suffix in VARS_EXTENSIONS:
+            out.append(child)
+    return out
 
 
-def _members(src: Source, group: str, seen: set) -> list[str]:
-    """A group's hosts, its children's included; `seen` stops a group containing itself."""
-    seen.add(group)
-    names = list(src.groups.get(group, []))
-    for child in src.children.get(group, []):
-        if child not in seen:
-            names.extend(n for n in _members(src, child, seen) if n not in names)
-    return names
+def vars_files(folder: Path, name: str) -> list[Path]:
+    """Ansible's lookup of NAME in group_vars/ or host_vars/: the first of NAME, NAME.yml,
+    NAME.yaml, NAME.json that exists (a directory: every file under it)."""
+    for ext in VARS_EXTENSIONS:
+        path = folder / f"{name}{ext}"
+        if path.is_dir():
+            return _dir_files(path)
+        if path.exists():
+            return [path]
+    return []
 
 
 def read_side_files(src: Source, directory: Path, schema: Schema):
-    """group_vars/<group>.yml (or group_vars/<group>/*.yml) and host_vars/<host>.yml."""
-    for folder, known, target in (("group_vars", [*src.groups, "all"], src.group_files),
+    """group_vars/<group> and host_vars/<host> beside the inventory (see vars_files). An
+    entry for a name the inventory does not have is an error in a native inventory and a
+    warning in an Ansible one (Ansible never looks at it)."""
+    for folder, known, target in (("group_vars", ["all", *src.groups, "ungrouped"], src.group_files),
                                   ("host_vars", list(src.hosts), src.host_files)):
-        for entry in sorted((directory / folder).glob("*")):
-            if entry.is_dir():
-                files = sorted(p for p in entry.iterdir() if p.suffix in (".yml", ".yaml"))
-                name = entry.name
-            elif entry.suffix in (".yml", ".yaml"):
-                files, name = [entry], entry.stem
-            else:
-                continue
-            if name not in known:
-                what = "group" if folder == "group_vars" else "host"
-                raise InputError(f"no {what} '{name}' in the inventory",
-                                 suggest(name, known, "rename the file or remove it"),
-                                 display(entry))
-            for path in files:
+        where = directory / folder
+        if not where.is_dir():
+            continue
+        for name in known:
+            for path in vars_files(where, name):
                 target.setdefault(name, {}).update(
-                    read_vars(load_yaml(path), schema, display(path), 1))
-
-
-def read_hostfile(src: Source, path: Path, schema: Schema):
-    """DeepSpeed/MPI hostfile: `worker-1 slots=8` per line."""
-    file = display(path)
-    for number, text in _lines(path):
-        match = _HOSTFILE_LINE.match(text)
-        if not match:
-            raise InputError(f"not a hostfile line: '{text}'",
-                             "write `HOST slots=N`, e.g. `worker-1 slots=8`", file, number)
-        name, slots = match.groups()
-        if name in src.hosts:
-            raise InputError(f"host '{name}' is listed twice (first at "
-                             f"{src.hosts[name]})", "list each host once", file, number)
-        checked = check_var("slots", slots, schema, file, number)
-        src.hosts[name] = f"{file}:{number}"
-        src.entry_vars[name] = {"slots": (checked[1], f"{file}:{number}")}
-    if not src.hosts:
-        raise InputError("no hosts in the hostfile", "add lines like `worker-1 slots=8`", file)
-
-
-def read_pbs(src: Source, path: Path):
-    """PBS nodefile: one line per slot, so a node's name repeats once per slot."""
-    file = display(path)
-    for number, text in _lines(path):
-        if len(text.split()) != 1:
-            raise InputError(f"not a PBS nodefile line: '{text}'",
-                             "write one host name per line, repeated once per slot",
-                             file, number)
-        src.hosts.setdefault(text, f"{file}:{number}")
-        slots = src.entry_vars.setdefault(text, {}).get("slots", (0, ""))[0] + 1
-        src.entry_vars[text]["slots"] = (slots, src.hosts[text])
-    if not src.hosts:
-        raise InputError("no hosts in the PBS nodefile", "is $PBS_NODEFILE the right file?",
-                         file)
-
-
-def read_slurm(src: Source, nodelist: str):
-    try:
-        names = nodeset.split_list(nodelist)
-    except ValueError as exc:
-        raise InputError(f"bad Slurm node list '{nodelist}': {exc}",
-                         "it looks like gpu[01-04,07],cpu1") from None
-    for name in names:
-        if name in src.hosts:
-            raise InputError(f"host '{name}' is listed twice in the Slurm node list "
-                             f"'{nodelist}'", "list each host once")
-        src.hosts[name] = "slurm"
-    if not src.hosts:
-        raise InputError("the Slurm node list is empty", "is this a Slurm allocation?")
-
-
-def _lines(path: Path):
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", "check the path", display(path)) from None
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if line:
-            yield number, line
+                    read_vars(load_yaml(path), schema, display(path), 1, src))
+        names = set(known)
+        for entry in sorted(where.iterdir()):
+            stem = entry.name[:len(entry.name) - len(entry.suffix)] if entry.suffix in VARS_EXTENSIONS else None
+            if entry.name in names or stem in names or entry.name.startswith(".") or not (
+                    entry.is_dir() or stem is not None):
+                continue
+            what = "group" if folder == "group_vars" else "host"
+            if src.ansible:
+                src.warn(f"{display(entry)}: no {what} '{stem or entry.name}' in the "
+                         "inventory; ignored, as Ansible does")
+                continue
+            raise InputError(f"no {what} '{stem or entry.name}' in the inventory",
+                             suggest(stem or entry.name, known, "rename the file or remove it"),
+                             display(entry))

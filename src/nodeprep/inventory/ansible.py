@@ -1,0 +1,126 @@
+"""Ansible's inventory semantics, shared by the YAML reader here and the INI reader (ini.py):
+groups as Ansible's yaml plugin walks them, host keys with ports and ranges
+(addresses.py), and the order in which group variables apply (group_order)."""
+from __future__ import annotations
+
+from nodeprep.errors import InputError
+from nodeprep.inventory import addresses
+from nodeprep.inventory.sources import GROUP_KEYS, Schema, Source, Vars, read_vars, suggest
+from nodeprep.inventory.yamlfile import LineDict
+
+
+def read_ansible(src: Source, data: LineDict, schema: Schema):
+    """An Ansible YAML inventory, read as Ansible's yaml plugin reads it."""
+    src.ansible, src.kind = True, "ansible-yaml"
+    if "plugin" in data:
+        raise InputError("this is the configuration of an Ansible inventory plugin, not an "
+                         "inventory", "nodeprep reads static inventories: write one with "
+                         "`ansible-inventory -i FILE --list -y > hosts.yml`",
+                         data.file, data.line_of("plugin"))
+    for group, body in data.items():
+        _walk_group(src, str(group), body, schema, data.file, data.line_of(group))
+
+
+def _section(body: LineDict, key: str, group: str):
+    """A group's hosts:/children:/vars: as a mapping (a bare string is one key)."""
+    value = body.get(key)
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        one = LineDict({str(value): None})
+        one.file, one.line = body.file, body.line_of(key)
+        one.lines[str(value)] = body.line_of(key)
+        return one
+    if value is not None and not isinstance(value, LineDict):
+        raise InputError(f"the {key} of group '{group}' must be a mapping",
+                         f"write `{key}: {{name: ...}}`", body.file, body.line_of(key))
+    return value
+
+
+def _walk_group(src: Source, group: str, body, schema: Schema, file: str, line: int):
+    where = f"{file}:{line}"
+    if body is not None and not isinstance(body, LineDict):
+        src.warn(f"{where}: '{group}' is not a group (a mapping of hosts:, children:, "
+                 f"vars:) and is skipped, as Ansible does")
+        return
+    if group != "all":
+        src.add_group(group, where)
+    if body is None:
+        return
+    sections = {key: _section(body, key, group) for key in GROUP_KEYS if key in body}
+    for key in body:
+        if key not in GROUP_KEYS:
+            hint = suggest(key, GROUP_KEYS, "a group has hosts:, children: and vars:")
+            src.warn(f"{file}:{body.line_of(key)}: key '{key}' in group '{group}' is skipped, "
+                     f"as Ansible does ({hint})")
+    for section in body:                  # in file order, as Ansible adds them
+        if section == "vars":
+            group_vars = read_vars(sections["vars"], schema, file, body.line_of("vars"), src)
+            (src.wide if group == "all" else src.group_vars.setdefault(group, {})).update(group_vars)
+        elif section == "children":
+            children = sections["children"] or {}
+            for child, child_body in children.items():
+                _walk_group(src, str(child), child_body, schema, file, children.line_of(child))
+                src.add_child(group, str(child), f"{file}:{children.line_of(child)}")
+        elif section == "hosts":
+            _group_hosts(src, group, sections["hosts"] or {}, schema, file)
+
+
+def _group_hosts(src: Source, group: str, hosts: LineDict, schema: Schema, file: str):
+    for key, host_body in hosts.items():
+        at = hosts.line_of(key)
+        if host_body is not None and not isinstance(host_body, LineDict):
+            raise InputError(f"host '{key}' in group '{group}': its variables must be a "
+                             "mapping", "write `name: {var: value}` or `name:` alone", file, at)
+        entry = host_entry(str(key), read_vars(host_body, schema, file, at, src), file, at)
+        for name in entry[0]:
+            src.add_host(name, f"{file}:{at}", group, entry[1])
+
+
+def host_entry(key: str, entry: Vars, file: str, line: int) -> tuple[list[str], Vars]:
+    """The names of an Ansible host key and their entry variables (a `:PORT` in the key
+    gives `port`, which a port variable on the entry overrides)."""
+    try:
+        names, port = addresses.host_pattern(key)
+    except addresses.RangeError as exc:
+        raise InputError(f"bad host range {exc}", "Ansible ranges look like web[01:50], "
+                         "web[01:50:2] or db-[a:f]", file, line) from None
+    if port is not None:
+        if not 1 <= port <= 65535:
+            raise InputError(f"host '{key}': port {port} is not 1..65535", "fix the port",
+                             file, line)
+        entry = {"port": (port, f"{file}:{line}"), **entry}
+    return names, entry
+
+
+def group_order(src: Source) -> dict[str, tuple]:
+    """Ansible's sort key of every group: (depth, priority, name); `all` has depth 0, a
+    group without a parent depth 1, a child one more than its deepest parent."""
+    parents: dict[str, list[str]] = {}
+    for parent, kids in src.children.items():
+        for kid in kids:
+            parents.setdefault(kid, []).append(parent)
+    depth: dict[str, int] = {"all": 0}
+
+    def depth_of(group: str, path: tuple) -> int:
+        if group in path:
+            raise InputError(f"group '{group}' is its own ancestor ({' -> '.join(path + (group,))})",
+                             "remove one of the children: entries",
+                             *_split(src.group_lines.get(group, "")))
+        if group not in depth:
+            ups = [p for p in parents.get(group, []) if p != group]
+            depth[group] = 1 + max([depth_of(p, path + (group,)) for p in ups] or [0])
+        return depth[group]
+
+    out = {"all": (0, 1, "all")}
+    for group in [*src.groups, "ungrouped"]:
+        prio = (src.group_vars.get(group, {}).get("ansible_group_priority") or (1,))[0]
+        try:
+            prio = int(prio)
+        except (TypeError, ValueError):
+            prio = 1
+        out[group] = (depth_of(group, ()), prio, group)
+    return out
+
+
+def _split(where: str) -> tuple:
+    file, _, line = where.rpartition(":")
+    return (file, int(line)) if line.isdigit() else (where or None, None)

@@ -1,0 +1,66 @@
+"""`sshconfig:[PATTERN]`: the aliases of ~/.ssh/config as nodes.
+
+Every name on a `Host` line without a wildcard or `!` becomes a node (in file order; with
+PATTERN, only names matching that glob), resolved by paramiko's SSHConfig exactly as ssh
+would resolve it (first value wins, `Host *` defaults apply): HostName is the address, and
+Port, User and IdentityFile are taken when the config sets them. A ProxyJump or
+ProxyCommand is kept and named when a command selects the node (nodeprep connects directly).
+"""
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+import paramiko
+
+from nodeprep.errors import InputError
+from nodeprep.inventory.sources import Schema, Source, check_var
+from nodeprep.inventory.yamlfile import display
+
+PROXY_KEYS = ("proxyjump", "proxycommand")
+
+
+def _aliases(lines: list[str]) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for number, raw in enumerate(lines, 1):
+        words = raw.strip().replace("=", " ", 1).split()
+        if len(words) < 2 or words[0].lower() != "host":
+            continue
+        for name in words[1:]:
+            name = name.strip('"')
+            if not any(c in name for c in "*?!") and name not in [n for n, _ in out]:
+                out.append((name, number))
+    return out
+
+
+def read_sshconfig(src: Source, pattern: str | None, schema: Schema,
+                   path: Path | None = None) -> None:
+    src.kind = "sshconfig"
+    path = path or Path.home() / ".ssh" / "config"
+    file = display(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        config = paramiko.SSHConfig.from_text(text)
+    except FileNotFoundError:
+        raise InputError("no ssh config", "write Host entries in ~/.ssh/config first", file) from None
+    except (OSError, UnicodeDecodeError, paramiko.ssh_exception.ConfigParseError) as exc:
+        raise InputError(f"cannot read the ssh config: {exc}", "check the file", file) from None
+    for name, number in _aliases(text.splitlines()):
+        if pattern and not fnmatch.fnmatchcase(name, pattern):
+            continue
+        found = config.lookup(name)
+        entry = {}
+        for key, var in (("hostname", "address"), ("port", "port"), ("user", "user")):
+            if key in found and not (key == "hostname" and found[key] == name):
+                var_name, value = check_var(var, found[key], schema, file, number)
+                entry[var_name] = (value, f"{file}:{number}")
+        if found.get("identityfile"):
+            entry["key"] = (str(Path(found["identityfile"][0]).expanduser()), f"{file}:{number}")
+        for key in PROXY_KEYS:
+            if key in found:
+                entry[key] = (found[key], f"{file}:{number}")
+        src.hosts[name] = f"{file}:{number}"
+        src.entry_vars[name] = entry
+    if not src.hosts:
+        raise InputError(f"no Host entry{' matches ' + repr(pattern) if pattern else ''} in the "
+                         "ssh config", "sshconfig:PATTERN takes a glob such as 'gpu*'", file)
