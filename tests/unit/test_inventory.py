@@ -231,3 +231,31 @@ def test_ansible_semantics_warn_and_merge_where_ansible_does():
     inv = load(CASES / "ansible_vars_twice")
     assert inv.host("gpu01").port == 2222 and inv.host("gpu01").groups == ("a", "b")
     assert inv.host("gpu01").origin["port"].endswith("hosts.yml:8")
+
+
+def test_hosts_nodeprep_cannot_reach_are_named_when_selected(tmp_path, monkeypatch):
+    from nodeprep.commands.common import select_hosts
+    from nodeprep.settings import Settings
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hosts.ini").write_text(
+        "[gpus]\ngpu01 ansible_host=10.0.0.1\n"
+        "gpu02 ansible_ssh_common_args='-o ProxyJump=bastion'\n"
+        "localhost ansible_connection=local\nwin1 ansible_connection=winrm\n"
+        "[gpus:vars]\nadress=10.0.0.9\n")
+    logged = []
+
+    class Events:
+        def log(self, text):
+            logged.append(text)
+
+    settings = Settings(project_root=str(ROOT))
+    inv, hosts = select_hosts("hosts.ini", "gpu01", settings, events=Events())
+    assert [h.name for h in hosts] == ["gpu01"] and hosts[0].address == "10.0.0.1"
+    assert logged == ["warning: hosts.ini:7: variable 'adress' is not a nodeprep variable and "
+                      "is ignored; did you mean 'address'?"]
+    for name, message in (("gpu02", r"^hosts.ini:3: host gpu02: ansible_ssh_common_args asks for a jump host"),
+                          ("localhost", r"^hosts.ini:4: host localhost: connection 'local' is not supported"),
+                          ("win1", r"^hosts.ini:5: host win1: connection 'winrm' is not supported")):
+        with pytest.raises(InputError, match=message) as err:
+            select_hosts("hosts.ini", name, settings)
+        assert err.value.exit_code == 2 and f"--limit '!{name}'" in str(err.value)

@@ -29,7 +29,7 @@ def parse(outputs: list[str]) -> dict | None:
 def collective(opts: TrainOptions, settings: Settings, events: Events) -> dict:
     """OPTS: the train options of the allreduce job (payload allreduce). Returns {'ok',
     'launcher', 'exit', 'world_size', 'backend', 'sizes': [...], 'error'}."""
-    inv, hosts = select_hosts(opts.inventory, opts.limit, settings)
+    inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     out = {"ok": False, "launcher": opts.launcher}
     try:
         job = Job(opts, inv, hosts, events)

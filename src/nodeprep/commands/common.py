@@ -8,11 +8,15 @@ from nodeprep.inventory import load
 from nodeprep.settings import Settings
 
 
-def select_hosts(spec: str | None, limit: str | None, settings: Settings, extra_vars=None):
-    """(inventory, selected hosts); InputError (with file:line) for a bad inventory or a
-    missing key file, before any node is touched."""
+def select_hosts(spec: str | None, limit: str | None, settings: Settings, extra_vars=None,
+                 events=None):
+    """(inventory, selected hosts); InputError (with file:line) for a bad inventory, a
+    missing key file or a host nodeprep cannot reach, before any node is touched. The
+    inventory's warnings go to EVENTS."""
     inv = load(spec, extra_vars=extra_vars, default=settings.default_inventory,
                root=settings.project)
+    for text in inv.warnings if events is not None else ():
+        events.log(f"warning: {text}")
     hosts = inv.select(limit)
     for h in hosts:
         unsupported = reach_problem(h)

@@ -22,7 +22,7 @@ class FactsResult:
 
 
 def facts(opts: FactsOptions, settings: Settings, events: Events) -> FactsResult:
-    inv, hosts = select_hosts(opts.inventory, opts.limit, settings)
+    inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     with Fleet(hosts, settings, "facts", events) as fleet:
         values = fleet.map(lambda s: factmod.gather(s, factmod.NODE_FACTS, s.host.vars), "facts")
         for node, v in values.items():

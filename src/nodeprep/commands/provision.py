@@ -265,7 +265,7 @@ def _locks(fleet, prov: rolemod.Provisioning) -> Locks:
 
 
 def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> ProvisionResult:
-    inv, hosts = select_hosts(opts.inventory, opts.limit, settings, parse_sets(opts.sets))
+    inv, hosts = select_hosts(opts.inventory, opts.limit, settings, parse_sets(opts.sets), events)
     roles = rolemod.load(opts.roles, settings.roles_dir)
     prov = rolemod.Provisioning(inv, hosts, settings, opts.check, events=events)
     prov.vars = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}

@@ -324,7 +324,7 @@ def _check_slurm(fleet, job: Job) -> None:
 def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult:
     """The srun command is shown before it runs (events.note), as --dry-run shows every one."""
     opts.check()
-    inv, hosts = select_hosts(opts.inventory, opts.limit, settings)
+    inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     job = Job(opts, inv, hosts, events)
     with Fleet(hosts, settings, "train", events) as fleet:
         job.prepare(fleet)

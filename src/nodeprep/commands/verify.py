@@ -160,7 +160,7 @@ def _notes(names: list[str], opts: VerifyOptions, fanned: bool, head: str, direc
 
 def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyResult:
     opts.check()
-    inv, hosts = select_hosts(opts.inventory, opts.limit, settings)
+    inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     v_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     head, names = hosts[0].name, [h.name for h in inv.hosts]
     pairs = mesh_pairs(names, opts.mesh)
