@@ -4,6 +4,8 @@
 #     iproute2 (the lab's namespaces), sudo/zsh/tcsh (each lab node's sudo rule and login shells),
 #     slurmd/slurmctld/slurm-client/munge (`lab.up --slurm`: a real Slurm for `--launcher srun`)
 #   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
+#   - .venv-ansible/ with requirements/ansible.txt: the reference ansible-inventory that the
+#     differential inventory test compares nodeprep against (test-only, kept out of .venv/)
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -35,3 +37,14 @@ fi
 # src/ on the venv's path: `import nodeprep` works from tasks.py, tests and bench alike.
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$(pwd)/src" > "$site/nodeprep-src.pth"
+
+# The reference Ansible, in a venv of its own (reinstalled only when ansible.txt changes).
+if [ ! -x .venv-ansible/bin/python ]; then
+    "$python" -m venv .venv-ansible
+fi
+want=$(sha256sum < requirements/ansible.txt | cut -d' ' -f1)
+if [ ! -x .venv-ansible/bin/ansible-inventory ] || \
+   [ "$(cat .venv-ansible/.requirements.sha256 2>/dev/null)" != "$want" ]; then
+    .venv-ansible/bin/python -m pip install -q --disable-pip-version-check -r requirements/ansible.txt
+    echo "$want" > .venv-ansible/.requirements.sha256
+fi

@@ -228,6 +228,11 @@ def test_ansible_semantics_warn_and_merge_where_ansible_does():
     assert any("hosts.yml:4: key 'chidren' in group 'all' is skipped" in w
                and "did you mean 'children'?" in w for w in inv.warnings)
     # A host listed in two groups with variables in both: the later one wins, as in Ansible.
+    # A backwards range gives no host, as in Ansible, but never silently.
+    inv = load(CASES / "ansible_bad_range")
+    assert inv.hosts == [] and inv.groups["gpus"] == []
+    assert [w.split('/')[-1] for w in inv.warnings] == [
+        "hosts.yml:5: 'gpu[04:01]' expands to no host (the range goes backwards)"]
     inv = load(CASES / "ansible_vars_twice")
     assert inv.host("gpu01").port == 2222 and inv.host("gpu01").groups == ("a", "b")
     assert inv.host("gpu01").origin["port"].endswith("hosts.yml:8")

@@ -99,9 +99,6 @@ def expand(pattern: str) -> list[str]:
             numbers = range(int(begin), int(end) + 1, step)
         except ValueError:
             raise RangeError(f"'{pattern}': a range is numbers or single letters") from None
-        if not numbers:
-            # Ansible expands it to no host at all: a typo nobody wants to go unnoticed
-            raise RangeError(f"'{pattern}': the range goes backwards ({begin} > {end})")
         items = [str(n).zfill(width) for n in numbers]
     out: list[str] = []
     for item in items:

@@ -70,25 +70,30 @@ def _group_hosts(src: Source, group: str, hosts: LineDict, schema: Schema, file:
         if host_body is not None and not isinstance(host_body, LineDict):
             raise InputError(f"host '{key}' in group '{group}': its variables must be a "
                              "mapping", "write `name: {var: value}` or `name:` alone", file, at)
-        entry = host_entry(str(key), read_vars(host_body, schema, file, at, src), file, at)
-        for name in entry[0]:
-            src.add_host(name, f"{file}:{at}", group, entry[1])
+        if not isinstance(key, str):
+            raise InputError(f"host name {key!r} in group '{group}' is not a string",
+                             f"quote it: \"{key}\":", file, at)
+        add_hosts(src, key, read_vars(host_body, schema, file, at, src), group, (file, at))
 
 
-def host_entry(key: str, entry: Vars, file: str, line: int) -> tuple[list[str], Vars]:
-    """The names of an Ansible host key and their entry variables (a `:PORT` in the key
-    gives `port`, which a port variable on the entry overrides)."""
+def add_hosts(src: Source, key: str, entry: Vars, group: str, where: tuple[str, int]) -> None:
+    """Add the hosts of an Ansible host KEY to GROUP with their ENTRY variables. A `:PORT`
+    in the key counts where a host is first defined only (a port variable always wins), as
+    in Ansible; a range that expands to no host is a warning (Ansible says nothing)."""
+    file, line = where
     try:
         names, port = addresses.host_pattern(key)
     except addresses.RangeError as exc:
         raise InputError(f"bad host range {exc}", "Ansible ranges look like web[01:50], "
                          "web[01:50:2] or db-[a:f]", file, line) from None
-    if port is not None:
-        if not 1 <= port <= 65535:
-            raise InputError(f"host '{key}': port {port} is not 1..65535", "fix the port",
-                             file, line)
-        entry = {"port": (port, f"{file}:{line}"), **entry}
-    return names, entry
+    if port is not None and not 1 <= port <= 65535:
+        raise InputError(f"host '{key}': port {port} is not 1..65535", "fix the port", file, line)
+    if not names:
+        src.warn(f"{file}:{line}: '{key}' expands to no host (the range goes backwards)")
+    for name in names:
+        if port is not None and name not in src.hosts and name not in src.outer_hosts:
+            src.key_ports[name] = (port, f"{file}:{line}")
+        src.add_host(name, f"{file}:{line}", group, entry)
 
 
 def group_order(src: Source) -> dict[str, tuple]:

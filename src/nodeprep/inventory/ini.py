@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 
 from nodeprep.errors import InputError
-from nodeprep.inventory.ansible import host_entry
+from nodeprep.inventory.ansible import add_hosts
 from nodeprep.inventory.sources import Schema, Source, check_var
 from nodeprep.inventory.yamlfile import display
 
@@ -67,7 +67,7 @@ def read_ini(src: Source, path: Path, schema: Schema) -> None:
             if state not in ("hosts", "children", "vars"):
                 raise InputError(f"section [{group}:{state}] has unknown type '{state}'",
                                  "the types are :vars and :children", file, number)
-            known = group in src.groups or group in ("all", "ungrouped")
+            known = group in src.groups or group in src.outer_groups or group in ("all", "ungrouped")
             if not known and state == "vars":
                 pending.setdefault(group, ("vars", number, []))
             elif not known:
@@ -96,7 +96,7 @@ def read_ini(src: Source, path: Path, schema: Schema) -> None:
                 raise InputError(f"expected a group name in [{group}:children], got '{line}'",
                                  _HINT, file, number)
             child = match.group(1)
-            if child in src.groups or child in ("all", "ungrouped"):
+            if child in src.groups or child in src.outer_groups or child in ("all", "ungrouped"):
                 src.add_child(group, child, where)
             else:
                 pending.setdefault(child, ("children", number, []))[2].append(group)
@@ -139,6 +139,4 @@ def _host_line(src: Source, group: str, line: str, schema: Schema, file: str, nu
     if key.endswith(":"):
         raise InputError(f"host '{key}' ends in ':'", "a ':' in a host key gives a port: "
                          "host:2222", file, number)
-    names, entry = host_entry(key, entry, file, number)
-    for name in names:
-        src.add_host(name, f"{file}:{number}", group, entry)
+    add_hosts(src, key, entry, group, (file, number))

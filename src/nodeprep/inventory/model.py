@@ -177,7 +177,10 @@ def _build(src: sources.Source, cli: dict, schema) -> Inventory:
         chain = [("inventory", src.wide)]
         chain += [(f"group {g}", src.group_vars.get(g, {})) for g in member]
         chain += [(f"group_vars {g}", src.group_files.get(g, {})) for g in ["all", *member]]
-        chain += [("host", src.entry_vars.get(name, {})),
+        entry = src.entry_vars.get(name, {})
+        if name in src.key_ports:              # `host:PORT`: under the entry's own port
+            entry = {"port": src.key_ports[name], **entry}
+        chain += [("host", entry),
                   ("host_vars", src.host_files.get(name, {})), ("cli", cli)]
         layers[name] = [(scope, layer) for scope, layer in chain if layer]
         hosts.append(_host(name, layers[name], member, src, schema))

@@ -86,25 +86,34 @@ def _prefixed(spec: str, kind: str, arg: str, schema) -> sources.Source:
 
 
 def read_dir(spec: str, path: Path, schema) -> sources.Source:
+    """Every source under PATH in name order (subdirectories too), each seeing the groups
+    and hosts the ones before it defined, as in Ansible; group_vars/ and host_vars/ of
+    PATH itself only (Ansible does not read them in a subdirectory source)."""
     src = sources.Source(spec, path, path)
-    found = False
+    kinds = _read_tree(src, path, schema)
+    if not kinds:
+        raise InputError(f"no inventory file in {display(path)}", "add a hosts.yml or an "
+                         "Ansible inventory (INI or YAML)")
+    src.kind = kinds[0] if len(kinds) == 1 else "directory"
+    sources.read_side_files(src, path, schema)
+    return src
+
+
+def _read_tree(into: sources.Source, path: Path, schema) -> list[str]:
+    kinds = []
     for entry in sorted(path.iterdir()):
         name = entry.name
         if name.startswith(".") or name in _IGNORED_NAMES or name.endswith(_IGNORED_EXTS):
             continue
         if entry.is_dir():
-            src.merge(read_dir(spec, entry, schema))
-        else:
-            part = sources.Source(spec, entry, path)
-            read_file(part, entry, schema, alone=False)
-            src.merge(part)
-            src.kind = part.kind if not found else "directory"
-        found = True
-    if not found:
-        raise InputError(f"no inventory file in {display(path)}", "add a hosts.yml or an "
-                         "Ansible inventory (INI or YAML)")
-    sources.read_side_files(src, path, schema)
-    return src
+            kinds += _read_tree(into, entry, schema)
+            continue
+        part = sources.Source(into.name, entry, path, outer_groups=set(into.groups),
+                              outer_hosts=set(into.hosts))
+        read_file(part, entry, schema, alone=False)
+        into.merge(part)
+        kinds.append(part.kind)
+    return kinds
 
 
 def read_file(src: sources.Source, path: Path, schema, alone: bool) -> None:

@@ -50,7 +50,11 @@ class Source:
     group_files: dict[str, Vars] = field(default_factory=dict)
     host_files: dict[str, Vars] = field(default_factory=dict)
     group_lines: dict[str, str] = field(default_factory=dict)    # group -> where defined
+    key_ports: dict[str, tuple] = field(default_factory=dict)    # host -> port of `host:PORT`
     warnings: list[str] = field(default_factory=list)
+    # what earlier files of the same directory defined (one Ansible inventory, read in turns)
+    outer_groups: set = field(default_factory=set)
+    outer_hosts: set = field(default_factory=set)
 
     def warn(self, text: str) -> None:
         if text not in self.warnings:
@@ -83,6 +87,8 @@ class Source:
         """Add a later source of one inventory directory (its values win, as in Ansible)."""
         self.ansible = self.ansible or other.ansible
         for name, where in other.hosts.items():
+            if name in other.key_ports and name not in self.hosts:
+                self.key_ports[name] = other.key_ports[name]
             self.add_host(name, where, None, other.entry_vars.get(name, {}))
         for group, names in other.groups.items():
             members = self.add_group(group, other.group_lines.get(group, ""))

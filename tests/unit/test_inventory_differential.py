@@ -1,0 +1,209 @@
+"""nodeprep reads Ansible inventories exactly as Ansible does: a differential test.
+
+Every entry of tests/inventories/ (one inventory file, or one inventory directory: several
+sources side by side plus group_vars/ and host_vars/) is read by the reference
+`ansible-inventory --list` (requirements/ansible.txt, installed into .venv-ansible/ by
+requirements/bootstrap.sh) and by `invoke inventory --list --json`, and both results are
+reduced to the same view:
+
+  hosts:  {name: (address, port, user)}  address = ansible_host or the name, port =
+          int(ansible_port) or 22, user = ansible_user or None
+  groups: {group: sorted hosts in it, directly or through its children}, every group but
+          `all`; a group with no host at all is left out on both sides, because
+          ansible-inventory --list omits groups without hosts and children (and lists an
+          empty group only as a name among its parent's children)
+
+An entry Ansible refuses must be refused by nodeprep: exit code 2 and no traceback.
+Entries named bad_* are the ones Ansible refuses (test_corpus_names_match_ansible checks it).
+
+Ansible runs with unparsed sources made fatal, only the yaml and ini plugins enabled, an
+empty config file and a fresh temporary directory as home, local temp and working directory
+(so nothing from the machine or the repo leaks in, and nothing is cached between runs).
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "inventories"
+ANSIBLE_INVENTORY = ROOT / ".venv-ansible" / "bin" / "ansible-inventory"
+INVOKE = ROOT / ".venv" / "bin" / "invoke"
+NOT_ENTRIES = {"README.md"}
+ENTRIES = sorted(p.name for p in CORPUS.iterdir()
+                 if p.name not in NOT_ENTRIES and not p.name.startswith("."))
+TIMEOUT = 120
+
+
+@dataclass
+class Run:
+    argv: list[str]
+    rc: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return (f"$ {' '.join(self.argv)}\nexit code {self.rc}\n"
+                f"--- stderr ---\n{self.stderr.strip()}\n--- stdout (start) ---\n{self.stdout[:2000]}")
+
+
+def require_ansible() -> None:
+    if not os.access(ANSIBLE_INVENTORY, os.X_OK):
+        pytest.fail(f"{ANSIBLE_INVENTORY.relative_to(ROOT)} is missing: the reference Ansible "
+                    f"is not installed; run `sh requirements/bootstrap.sh`", pytrace=False)
+
+
+def run_ansible(entry: str) -> Run:
+    with tempfile.TemporaryDirectory(prefix="nodeprep-ansible-") as tmp:
+        config = Path(tmp) / "ansible.cfg"
+        config.write_text("")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+        env.update(ANSIBLE_CONFIG=str(config), ANSIBLE_HOME=tmp, ANSIBLE_LOCAL_TEMP=tmp,
+                   ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
+                   ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
+                   ANSIBLE_INVENTORY_ENABLED="yaml,ini", ANSIBLE_NOCOLOR="1")
+        argv = [str(ANSIBLE_INVENTORY), "-i", str(CORPUS / entry), "--list"]
+        # cwd is the empty temp dir: ansible-inventory would read group_vars/ and host_vars/
+        # (and ansible.cfg) from its working directory too
+        r = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True,
+                           timeout=TIMEOUT)
+    return Run(argv, r.returncode, r.stdout, r.stderr)
+
+
+def run_nodeprep(entry: str) -> Run:
+    argv = [str(INVOKE), "inventory", "--inventory", f"tests/inventories/{entry}", "--list",
+            "--json"]
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    return Run(argv, r.returncode, r.stdout, r.stderr)
+
+
+RUNNERS = {"ansible": run_ansible, "nodeprep": run_nodeprep}
+
+
+class Runs:
+    """Each (tool, entry) run once per test session, all of them started at once."""
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self._pool = pool
+        self._futures = {}
+
+    def start(self, tool: str, entry: str):
+        key = (tool, entry)
+        if key not in self._futures:
+            self._futures[key] = self._pool.submit(RUNNERS[tool], entry)
+        return self._futures[key]
+
+    def get(self, tool: str, entry: str) -> Run:
+        return self.start(tool, entry).result()
+
+
+@pytest.fixture(scope="module")
+def runs(request):
+    tools = {"test_reads_like_ansible": ("ansible", "nodeprep"),
+             "test_corpus_names_match_ansible": ("ansible",)}
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        r = Runs(pool)
+        # start every run the selected tests will need, so they overlap
+        for item in request.session.items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            for tool in tools.get(getattr(item, "originalname", ""), ()):
+                if "entry" in params and (tool != "ansible" or os.access(ANSIBLE_INVENTORY, os.X_OK)):
+                    r.start(tool, params["entry"])
+        yield r
+        pool.shutdown(cancel_futures=True)
+
+
+def _members(groups: dict[str, dict], name: str, seen: frozenset = frozenset()) -> set[str]:
+    body = groups.get(name) or {}
+    hosts = set(body.get("hosts") or ())
+    for child in body.get("children") or ():
+        if child not in seen:
+            hosts |= _members(groups, child, seen | {name})
+    return hosts
+
+
+def _view(hosts: dict[str, tuple], groups: dict[str, dict]) -> dict:
+    members = {g: sorted(_members(groups, g)) for g in groups if g != "all"}
+    return {"hosts": dict(sorted(hosts.items())),
+            "groups": {g: m for g, m in sorted(members.items()) if m}}
+
+
+def ansible_view(out: dict) -> dict:
+    hostvars = out["_meta"]["hostvars"]
+    groups = {name: body for name, body in out.items() if name != "_meta"}
+    names = set(hostvars).union(*(_members(groups, g) for g in groups))
+    hosts = {}
+    for name in names:
+        hv = hostvars.get(name, {})
+        address = hv.get("ansible_host")
+        port = hv.get("ansible_port")
+        user = hv.get("ansible_user")
+        hosts[name] = (name if address is None else str(address),
+                       22 if port is None else int(port),
+                       None if user is None else str(user))
+    return _view(hosts, groups)
+
+
+def nodeprep_view(out: dict) -> dict:
+    hosts = {name: (h["address"], h["port"], h["user"]) for name, h in out["hosts"].items()}
+    return _view(hosts, out["groups"])
+
+
+def render(view: dict) -> list[str]:
+    lines = [f"host {name}: address={a} port={p} user={u}"
+             for name, (a, p, u) in view["hosts"].items()]
+    lines += [f"group {g}: {' '.join(m)}" for g, m in view["groups"].items()]
+    return lines
+
+
+def test_reference_ansible_is_installed():
+    require_ansible()
+
+
+def test_corpus_has_at_least_40_entries():
+    assert len(ENTRIES) >= 40, ENTRIES
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_corpus_names_match_ansible(entry, runs):
+    """bad_* entries are the ones Ansible refuses, and only those."""
+    require_ansible()
+    ans = runs.get("ansible", entry)
+    assert "Traceback" not in ans.stderr, ans.describe()
+    if entry.startswith("bad_"):
+        assert ans.rc != 0, "Ansible accepts this bad_ entry:\n" + ans.describe()
+    else:
+        assert ans.rc == 0, "Ansible refuses this entry:\n" + ans.describe()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_reads_like_ansible(entry, runs):
+    require_ansible()
+    ans, ours = runs.get("ansible", entry), runs.get("nodeprep", entry)
+    assert "Traceback" not in ours.stderr, ours.describe()
+    if ans.rc != 0:
+        assert ours.rc == 2, ("Ansible refuses this inventory; nodeprep must too (exit code 2)\n"
+                              f"Ansible said:\n{ans.stderr.strip()}\n\nnodeprep:\n{ours.describe()}")
+        return
+    assert ours.rc == 0, "Ansible reads this inventory; nodeprep refuses it:\n" + ours.describe()
+    try:
+        theirs_view = ansible_view(json.loads(ans.stdout))
+    except (ValueError, KeyError) as e:
+        pytest.fail(f"unreadable ansible-inventory output ({e}):\n{ans.describe()}")
+    try:
+        ours_view = nodeprep_view(json.loads(ours.stdout))
+    except (ValueError, KeyError, TypeError) as e:
+        pytest.fail(f"nodeprep's JSON does not follow the contract ({e}):\n{ours.describe()}")
+    if ours_view != theirs_view:
+        diff = difflib.unified_diff(render(theirs_view), render(ours_view),
+                                    "ansible-inventory", "nodeprep", lineterm="")
+        pytest.fail(f"{entry}: nodeprep reads it differently from Ansible\n" + "\n".join(diff),
+                    pytrace=False)
