@@ -354,8 +354,13 @@ def test_lab_slurm_never_trusts_a_stale_pid_file(tmp_path):
     import subprocess
 
     from nodeprep.lab import slurm as lab_slurm
+    import time
     p = subprocess.Popen(["sleep", "30"])
     try:
+        # Popen returns between fork and exec: until exec the child's cmdline is ours
+        deadline = time.monotonic() + 10
+        while b"sleep" not in Path(f"/proc/{p.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         (tmp_path / "slurmd.pid").write_text(f"{p.pid}\n")
         assert lab_slurm._alive(tmp_path / "slurmd.pid", "slurmd") is None
         assert lab_slurm._alive(tmp_path / "slurmd.pid", "sleep") == p.pid
