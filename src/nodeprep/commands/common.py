@@ -19,7 +19,7 @@ def select_hosts(spec: str | None, limit: str | None, settings: Settings, extra_
         events.log(f"warning: {text}")
     hosts = inv.select(limit)
     for h in hosts:
-        unsupported = reach_problem(h)
+        unsupported = reach_problem(h, alone=len(hosts) == 1)
         if unsupported:
             file, line = _where(h.origin.get(unsupported[0], ""))
             raise InputError(f"host {h.name}: {unsupported[1]}",
@@ -42,12 +42,18 @@ def _where(origin: str) -> tuple[str | None, int | None]:
 _SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")
 
 
-def reach_problem(h) -> tuple[str, str] | None:
+def reach_problem(h, alone: bool) -> tuple[str, str] | None:
     """(variable, why) when nodeprep cannot reach host H the way its inventory says: a
-    connection other than ssh (local included: not supported yet), or a jump host."""
-    if h.connection != "ssh":
+    connection other than ssh or local, a local node among others (they would have to reach
+    it by an address the inventory does not give), or a jump host."""
+    if h.connection == "local" and not alone:
+        return "connection", ("connection local (the controller itself) in a run with other "
+                              "nodes: they reach each other over ssh, and an address for it is "
+                              "missing; give it ansible_host=ADDRESS and ssh, or run it alone "
+                              f"with --limit {h.name}")
+    if h.connection not in ("ssh", "local"):
         return "connection", (f"connection '{h.connection}' is not supported: nodeprep reaches "
-                              "every node over ssh (ansible_connection=local included, for now)")
+                              "a node over ssh, or runs on the controller for local")
     for name in ("proxyjump", "proxycommand", *_SSH_ARGS):
         value = str(h.extra.get(name) or "")
         if name.startswith("proxy") and value and value.lower() != "none":

@@ -24,6 +24,7 @@ from invoke.exceptions import CommandTimedOut
 from nodeprep.engine import hostkeys
 from nodeprep.errors import NodeprepError
 from nodeprep.engine.events import Events
+from nodeprep.engine.local import LocalConnection
 from nodeprep.engine.remote import RUN_VAR
 from nodeprep.engine.results import NodeResult, RunLog
 from nodeprep.settings import Settings
@@ -122,6 +123,9 @@ class Session:
         if self.conn is not None and self.conn.is_connected:
             return
         h, s = self.host, self.settings
+        if getattr(h, "connection", "ssh") == "local":      # the controller itself, no ssh
+            self.conn = LocalConnection()
+            return
         kwargs: dict[str, Any] = {}
         if h.key:
             kwargs.update(key_filename=[str(Path(h.key).expanduser())])
