@@ -135,3 +135,19 @@ def test_ssh_config_host_entries_become_nodes(tmp_path):
     assert list(src.hosts) == ["gpu1", "gpu2"]
     with pytest.raises(InputError, match="no Host entry matches 'cpu"):
         read_sshconfig(Source("x", None, tmp_path), "cpu*", SCHEMA, path=config)
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("hosts.ini", b"[g]\na\x00b\n", r"^hosts.ini:2: control character #x00"),
+    ("hosts.yml", b"all:\n  hosts:\n    a\x1bb:\n", r"^hosts.yml:3: control character #x1b"),
+    ("hostfile", b"n1 slots=2\nn2\x07 slots=2\n", r"^hostfile:2: control character #x07"),
+])
+def test_control_characters_are_refused_with_their_line(tmp_path, name, data, message):
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(InputError, match=message):
+        inventory.load(str(tmp_path / name), schema=SCHEMA)
+
+
+def test_crlf_line_ends_are_fine(tmp_path):
+    got, _ = load(tmp_path, "n1 slots=2\r\nn2 slots=3\r\n")
+    assert got == [("n1", 2, None, None, 22), ("n2", 3, None, None, 22)]

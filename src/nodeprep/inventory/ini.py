@@ -43,12 +43,23 @@ def literal(text: str):
         return text
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def read_text(path: Path) -> list[str]:
+    """The file's lines; a control character (a NUL, an escape) is refused with its line."""
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read: {exc}", "check the file's permissions and encoding",
                          display(path)) from None
+    for number, line in enumerate(lines, 1):
+        bad = _CONTROL.search(line.rstrip("\r"))
+        if bad:
+            raise InputError(f"control character #x{ord(bad.group()):02x} in the file",
+                             "remove it (an inventory holds printable text only)",
+                             display(path), number)
+    return [line.rstrip("\r") for line in lines]
 
 
 def read_ini(src: Source, path: Path, schema: Schema) -> None:

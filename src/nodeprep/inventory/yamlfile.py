@@ -102,9 +102,10 @@ def load_yaml(path: Path | str):
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read: {exc}", "check the file's permissions and encoding",
                          shown) from None
-    loader = _Loader(text)
-    loader.display_name = shown
+    loader = None
     try:
+        loader = _Loader(text)           # the reader refuses control characters here already
+        loader.display_name = shown
         return loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -116,7 +117,13 @@ def load_yaml(path: Path | str):
                          "check indentation, a missing ':' or quotes around values "
                          "with ':', '#', '[' or '{'",
                          shown, mark.line + 1 if mark else None) from None
+    except yaml.reader.ReaderError as exc:
+        line = text[:exc.position].count("\n") + 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise InputError(f"control character #x{char:02x} in the file",
+                         "remove it (a YAML file holds printable text only)", shown, line) from None
     except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}", "check the file's syntax", shown) from None
+        raise InputError(f"invalid YAML: {exc}".splitlines()[0], "check the file's syntax", shown) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
