@@ -5,6 +5,7 @@ from pathlib import Path
 
 from nodeprep.errors import InputError
 from nodeprep.inventory import load
+from nodeprep.inventory.sources import split_origin
 from nodeprep.settings import Settings
 
 
@@ -21,22 +22,17 @@ def select_hosts(spec: str | None, limit: str | None, settings: Settings, extra_
     for h in hosts:
         unsupported = reach_problem(h, alone=len(hosts) == 1)
         if unsupported:
-            file, line = _where(h.origin.get(unsupported[0], ""))
+            file, line = split_origin(h.origin.get(unsupported[0], ""))
             raise InputError(f"host {h.name}: {unsupported[1]}",
                              hint=f"leave it out with --limit '!{h.name}', or reach it directly",
                              file=file, line=line)
         # A missing key file would otherwise surface per node as a confusing auth failure.
         if h.key and not Path(h.key).expanduser().is_file():
-            file, line = _where(h.origin.get("key", ""))
+            file, line = split_origin(h.origin.get("key", ""))
             raise InputError(f"host {h.name}: key file {h.key} does not exist",
                              hint="fix `key:` or create the key (ssh-keygen -t ed25519)",
                              file=file, line=line)
     return inv, hosts
-
-
-def _where(origin: str) -> tuple[str | None, int | None]:
-    file, _, line = origin.rpartition(":")
-    return (file or None, int(line)) if line.isdigit() else (origin or None, None)
 
 
 _SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from nodeprep.errors import InputError
 from nodeprep.inventory import addresses
-from nodeprep.inventory.sources import GROUP_KEYS, Schema, Source, Vars, read_vars, suggest
+from nodeprep.inventory.sources import (GROUP_KEYS, Schema, Source, Vars, read_vars,
+                                       split_origin, suggest)
 from nodeprep.inventory.yamlfile import LineDict
 
 
@@ -109,7 +110,7 @@ def group_order(src: Source) -> dict[str, tuple]:
         if group in path:
             raise InputError(f"group '{group}' is its own ancestor ({' -> '.join(path + (group,))})",
                              "remove one of the children: entries",
-                             *_split(src.group_lines.get(group, "")))
+                             *split_origin(src.group_lines.get(group, "")))
         if group not in depth:
             ups = [p for p in parents.get(group, []) if p != group]
             depth[group] = 1 + max([depth_of(p, path + (group,)) for p in ups] or [0])
@@ -124,8 +125,3 @@ def group_order(src: Source) -> dict[str, tuple]:
             prio = 1
         out[group] = (depth_of(group, ()), prio, group)
     return out
-
-
-def _split(where: str) -> tuple:
-    file, _, line = where.rpartition(":")
-    return (file, int(line)) if line.isdigit() else (where or None, None)

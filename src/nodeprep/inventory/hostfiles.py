@@ -48,6 +48,7 @@ def sniff(path: Path) -> str:
     that looks like broken YAML); see above."""
     file, kinds = display(path), {}
     for number, line in _lines(path):
+        kinds.setdefault("any", number)
         tokens = line.split()
         if line.startswith("["):
             return "ini"
@@ -67,7 +68,7 @@ def sniff(path: Path) -> str:
                          "hostfile but port N in an Ansible INI inventory",
                          "say which: --inventory hostfile:PATH or --inventory ini:PATH",
                          file, kinds["colon"])
-    if not any(True for _ in _lines(path)):
+    if "any" not in kinds:
         raise InputError("no hosts in the file", "add one host per line", file)
     return "nodefile"
 

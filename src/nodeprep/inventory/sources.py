@@ -103,6 +103,12 @@ class Source:
             self.warn(text)
 
 
+def split_origin(where: str) -> tuple[str | None, int | None]:
+    """(file, line) of an origin "file:line"; (None, None) for "cli", "slurm" and the like."""
+    file, _, line = where.rpartition(":")
+    return ((file or None), int(line)) if line.isdigit() else (None, None)
+
+
 def suggest(word, choices, fallback: str) -> str:
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
     return f"did you mean '{close[0]}'?" if close else fallback

@@ -20,6 +20,7 @@ from types import ModuleType
 
 from nodeprep.engine.events import Events
 from nodeprep.errors import InputError
+from nodeprep.inventory.sources import split_origin
 from nodeprep.inventory.yamlfile import load_yaml
 from nodeprep.ops.topology import Topology
 
@@ -55,9 +56,7 @@ class Provisioning:
 
     def origin(self, node: str, var: str) -> tuple[str | None, int | None]:
         """(file, line) where VAR was set for NODE, for one-line input errors."""
-        where = self.inventory.host(node).origin.get(var, "")
-        file, _, line = where.rpartition(":")
-        return (file or None), (int(line) if line.isdigit() else None)
+        return split_origin(self.inventory.host(node).origin.get(var, ""))
 
 
 @dataclass
