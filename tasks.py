@@ -11,7 +11,7 @@ from invoke import Collection, Exit, task
 
 from nodeprep import cli
 from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOptions, ProvisionOptions,
-                                       TorchPlanOptions, TrainOptions, VerifyOptions)
+                                       RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.settings import Settings
 
 HERE = str(Path(__file__).resolve().parent)
@@ -143,16 +143,49 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
             "emulate": "pretend the one selected machine is N nodes (ssh aliases emu-0.., its GPUs "
                        "split between them)",
             "emulate_network": "with --emulate: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (traffic over "
-                               "the network path)"})
+                               "the network path)",
+            "hang_timeout": "seconds without output or heartbeat from any rank before every rank's "
+                            "Python stack is dumped and the job stopped (default: off)",
+            "ranks": "show only these ranks' lines, e.g. 0 or 0,3 (every rank is still logged)",
+            "detach": "start the job and return: it runs on without this terminal "
+                      "(train.status, train.logs, train.stop)",
+            "kill_stale": "stop earlier nodeprep jobs still running on the nodes before launching"})
 def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=0,
           max_restarts=0, port=29500, ds_launcher="pdsh", no_preflight=False, dry_run=False,
-          emulate=0, emulate_network=False):
-    """Start the payload on every node; stop every rank everywhere if one fails. Payload
-    arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
+          emulate=0, emulate_network=False, hang_timeout=0, ranks=None, detach=False, kill_stale=False):
+    """Start the payload on every node; stop every rank everywhere if one fails (or hangs, with
+    --hang-timeout). Payload arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
     args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
+    shown = None
+    if ranks is not None:
+        try:
+            shown = tuple(int(r) for r in str(ranks).split(",") if r.strip())
+        except ValueError:
+            raise Exit(f"error: --ranks {ranks!r}: expected rank numbers, e.g. 0 or 0,3", code=2)
     _done(cli.train(TrainOptions(inventory, limit, launcher, payload, tuple(args), int(timeout) or None,
                                  int(max_restarts), int(port), ds_launcher, not no_preflight, dry_run,
-                                 int(emulate), emulate_network), _settings(c)))
+                                 int(emulate), emulate_network, float(hang_timeout) or None, shown,
+                                 detach, kill_stale), _settings(c)))
+
+
+@task(positional=["run"], help={"run": "run id (default: the newest)", "json": "print the status as JSON"})
+def train_status(c, run=None, json=False):
+    """A training run's state per node: ranks alive, last line, elapsed; checked against the nodes."""
+    _done(cli.train_status(RunsOptions(run, json=json), _settings(c)))
+
+
+@task(positional=["run"], help={"run": "run id (default: the newest)", "node": "only this node's logs",
+            "rank": "only this rank's logs", "follow": "keep printing until the run ends"})
+def train_logs(c, run=None, node=None, rank=None, follow=False):
+    """A training run's logs: per node and rank, launcher output, stack dumps."""
+    _done(cli.train_logs(RunsOptions(run, node, int(rank) if rank is not None else None, follow),
+                         _settings(c)))
+
+
+@task(positional=["run"], help={"run": "run id (required)"})
+def train_stop(c, run=None):
+    """Stop a (detached) training run: every rank on every node."""
+    _done(cli.train_stop(RunsOptions(run), _settings(c)))
 
 
 @task(iterable=["node"],
@@ -203,4 +236,9 @@ lab.add_task(lab_down, "down")
 lab.add_task(lab_status, "status")
 hosts = Collection("hosts")
 hosts.add_task(hosts_forget, "forget")
-ns = Collection(facts, inventory_, provision, verify_parity, train, torch_plan, demo, test, lab, hosts)
+train_ns = Collection("train")
+train_ns.add_task(train, "run", default=True)
+train_ns.add_task(train_status, "status")
+train_ns.add_task(train_logs, "logs")
+train_ns.add_task(train_stop, "stop")
+ns = Collection(facts, inventory_, provision, verify_parity, torch_plan, demo, test, lab, hosts, train_ns)

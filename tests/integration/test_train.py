@@ -108,8 +108,8 @@ def test_srun_through_real_slurm(slurm, lab, lab_settings, lab_ssh, capfd):
     assert code == 0, out
     assert "health: OK world_size=2" in out
     assert "host=worker-0" in out and "host=worker-1" in out
-    # --label: each line names its task, and nodeprep prefixes it with that task's node
-    assert "[worker-0] 0: rank 0/2 host=worker-0" in out and "[worker-1] 1: rank 1/2 host=worker-1" in out
+    # each line under its node and global rank (srun's block layout: task t on node t // per)
+    assert "[worker-0 r0] rank 0/2 host=worker-0" in out and "[worker-1 r1] rank 1/2 host=worker-1" in out
     t0 = time.monotonic()
     code, out = train(lab, lab_settings, capfd, "srun", "ddp",
                       ["--epochs", "50", "--steps-per-epoch", "20", "--sleep-per-step", "0.2",

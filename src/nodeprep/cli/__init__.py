@@ -9,16 +9,18 @@ import functools
 import json
 import os
 import sys
+import time
 
-from nodeprep.cli import inventory_text, parity_text, render
+from nodeprep.cli import detached, inventory_text, parity_text, render
 from nodeprep.cli.display import Display
 from nodeprep.commands import facts as facts_cmd
 from nodeprep.commands import hosts, inventory as inventory_cmd, provision as provision_cmd
 from nodeprep.commands import torch_plan as torch_plan_cmd
-from nodeprep.commands import train as train_cmd, verify as verify_cmd
+from nodeprep.commands import runs as runs_cmd, train as train_cmd, verify as verify_cmd
 from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOptions, ProvisionOptions,
-                                       TorchPlanOptions, TrainOptions, VerifyOptions)
+                                       RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.errors import NodeprepError
+from nodeprep.ops import bundle
 from nodeprep.settings import Settings
 
 
@@ -115,8 +117,42 @@ def verify_parity(opts: VerifyOptions, settings: Settings = Settings()) -> int:
 @guarded
 def train(opts: TrainOptions, settings: Settings = Settings()) -> int:
     res = train_cmd.train(opts, settings, Display.auto(quiet=True))
+    if res.detached:
+        detached.start(res.run_dir, settings)
     render.train(res)
     return res.exit_code
+
+
+@guarded
+def train_status(opts: RunsOptions, settings: Settings = Settings()) -> int:
+    st = runs_cmd.status(opts, settings, Display.auto(to_stderr=True, quiet=True))
+    if opts.json:
+        _json(st.__dict__)
+    else:
+        render.train_status(st)
+    return st.exit_code
+
+
+@guarded
+def train_stop(opts: RunsOptions, settings: Settings = Settings()) -> int:
+    res = runs_cmd.stop(opts, settings, Display.auto(to_stderr=True, quiet=True))
+    render.train_stop(res)
+    return res.exit_code
+
+
+@guarded
+def train_logs(opts: RunsOptions, settings: Settings = Settings()) -> int:
+    path = bundle.find(settings.runs, opts.run)
+    offsets: dict = {}
+    while True:
+        for label, line in runs_cmd.log_lines(path, opts.node, opts.rank, offsets):
+            print(f"[{label}] {line}", flush=opts.follow)
+        if not opts.follow or runs_cmd.finished(path):
+            break
+        time.sleep(0.5)
+    for label, line in runs_cmd.log_lines(path, opts.node, opts.rank, offsets):
+        print(f"[{label}] {line}")      # what came after the last poll
+    return 0
 
 
 @guarded

@@ -106,10 +106,60 @@ def train(res) -> None:
         for node, cmd in res.commands.items():
             print(f"{node}: {cmd}")
         return
-    if res.failure is None:
-        print(f"train: job {res.job_id} finished on {res.where}", file=sys.stderr)
+    err = sys.stderr
+    if res.detached:
+        print(f"train: job {res.job_id} started detached on {res.where}; run id {res.job_id}\n"
+              f"  invoke train.status {res.job_id}   invoke train.logs {res.job_id} -f   "
+              f"invoke train.stop {res.job_id}", file=err)
         return
-    print(f"train: job {res.job_id} FAILED: {res.failure}; stopped every rank "
-          f"({', '.join(f'{n}: {v}' for n, v in res.stopped.items())})", file=sys.stderr)
-    for n, tail in res.tails.items():
-        print(f"--- last lines from {n}:\n{tail}", file=sys.stderr)
+    o = res.outcome
+    if o.failure is None:
+        print(f"train: job {res.job_id} finished on {res.where}", file=err)
+    else:
+        # root cause first: the first failing node and rank, how it ended, its last lines
+        print(f"train: job {res.job_id} FAILED: {o.failure}", file=err)
+        for who, lines in o.tails.items():
+            print(f"--- last lines from {who}:", file=err)
+            for line in lines[-10:]:
+                print(f"    {line}", file=err)
+        for line in o.others[:8]:
+            print(f"  then: {line}", file=err)
+        if o.stopped:
+            print(f"  stopped by nodeprep: {', '.join(sorted(o.stopped)[:16])}"
+                  + (" ..." if len(o.stopped) > 16 else ""), file=err)
+        if o.stop_seconds is not None:
+            print(f"  every rank gone {o.stop_seconds:.1f}s after the first failure", file=err)
+    print(_leftover_line(o), file=err)
+    print(f"  logs: {res.run_dir} (invoke train.logs {res.job_id})", file=err)
+
+
+def _leftover_line(o) -> str:
+    if not o.leftovers:
+        return f"  0 processes left on {o.checked} node(s)"
+    return ("  LEFT RUNNING: " + "; ".join(f"{n}: {len(ps)} process(es) ({ps[0]['args'][:60]})"
+                                           for n, ps in o.leftovers.items()))
+
+
+def train_status(st) -> None:
+    print(f"run {st.job_id}: {st.state}  {st.launcher} on {st.where}, {st.elapsed:.0f}s"
+          + ("" if st.supervisor or st.state in ("finished", "failed", "stopped") else
+             "  (no supervisor running)"))
+    if st.failure:
+        print(f"  failure: {st.failure}")
+    nodes = sorted(set(st.nodes) | set(st.processes) | set(st.unreachable))
+    width = max([len(n) for n in nodes] + [4])
+    for n in nodes:
+        info = st.nodes.get(n, {})
+        now = len(st.processes.get(n, [])) if n in st.processes else "?"
+        line = (f"  {n:<{width}}  ranks {info.get('alive', 0)}/{info.get('ranks', 0)} alive  "
+                f"processes now: {now}")
+        if n in st.unreachable:
+            line += f"  unreachable: {st.unreachable[n]}"
+        print(line + (f"  last: {info['last'][:80]}" if info.get("last") else ""))
+    print(f"  logs: {st.path}")
+
+
+def train_stop(res) -> None:
+    print(f"run {res.job_id}: {res.how}" + (f" ({res.state})" if res.state else ""))
+    for n, v in res.stopped.items():
+        print(f"  {n}: {v}")

@@ -64,14 +64,30 @@ class TrainOptions:
     dry_run: bool = False
     emulate: int = 0                  # pretend the one selected machine is N nodes
     emulate_network: bool = False
+    hang_timeout: float | None = None  # no rank output or heartbeat for S s: dump stacks, stop
+    ranks: tuple[int, ...] | None = None  # show only these ranks' lines (all are logged)
+    detach: bool = False              # run on in the background; train.status/logs/stop
+    kill_stale: bool = False          # stop earlier nodeprep jobs still running on the nodes
 
     def check(self) -> None:
+        if self.hang_timeout is not None and self.hang_timeout <= 0:
+            raise InputError(f"--hang-timeout {self.hang_timeout!r}: expected seconds > 0")
         if self.launcher not in LAUNCHERS:
             raise InputError(f"--launcher {self.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
         if self.ds_launcher not in ("pdsh", "openmpi"):
             raise InputError(f"--ds-launcher {self.ds_launcher!r}: expected pdsh or openmpi")
         if self.emulate_network and not self.emulate:
             raise InputError("--emulate-network only applies with --emulate N")
+
+
+@dataclass(frozen=True)
+class RunsOptions:
+    """train.status / train.logs / train.stop."""
+    run: str | None = None            # job id (or a unique prefix); default the newest
+    node: str | None = None
+    rank: int | None = None
+    follow: bool = False
+    json: bool = False
 
 
 @dataclass(frozen=True)

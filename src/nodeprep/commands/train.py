@@ -1,23 +1,24 @@
-"""`invoke train`: sync the job directory to the same absolute path on every node, preflight
-what makes launches hang, start the payload with the chosen launcher, stream node-prefixed
-output, and stop every rank on every node when one fails, on --timeout, or on Ctrl-C
-(ops/jobs.py: how a job's processes are found and stopped)."""
+"""`invoke train`: sync the job directory (and the rank wrapper and watcher) to the same absolute
+path on every node, preflight what makes launches hang (earlier jobs still running included),
+and build each launcher's command around the rank wrapper; commands/supervise.py runs and
+watches it (ops/jobs.py: how a job's processes are found and stopped)."""
 from __future__ import annotations
 
 import posixpath
 import secrets
 import shlex
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.executor import Fleet
+from nodeprep.engine.results import RunLog
 from nodeprep.errors import InputError, NodeprepError
-from nodeprep.ops import emulate, jobs, launchers, pystack
+from nodeprep.commands.supervise import Outcome, RunSpec, redacted_env
+from nodeprep.ops import bundle as bundlemod, emulate, jobs, launchers, pystack
 from nodeprep.ops.jobs import JOB_VAR
 from nodeprep.ops.mesh import mesh_script, parse_mesh
 from nodeprep.inventory.nodeset import fold
@@ -29,17 +30,22 @@ from nodeprep.settings import Settings
 class TrainResult:
     job_id: str
     where: str                                   # "2 node(s)", "2 emulated node(s) on worker-0"
-    failure: str | None = None                   # why the job was stopped
-    stopped: dict = field(default_factory=dict)  # node -> what the cleanup did
-    tails: dict = field(default_factory=dict)    # failed rank's label -> its last lines
+    outcome: Outcome = field(default_factory=Outcome)
     commands: dict = field(default_factory=dict)  # --dry-run and srun: node -> its command
     launched: bool = True
+    run_dir: str = ""
+    detached: bool = False                       # the supervisor runs on in the background
+
+    @property
+    def failure(self) -> str | None:
+        return self.outcome.failure
 
     @property
     def exit_code(self) -> int:
-        if self.failure is None:
+        if self.outcome.failure is None and not self.outcome.leftovers:
             return 0
-        return 130 if self.failure == "interrupted" else 1
+        return 130 if self.outcome.state == "stopped" and (self.outcome.root or {}).get("kind") == \
+            "interrupted" else 1
 
 
 class Job:
@@ -60,8 +66,9 @@ class Job:
 
     # -- stages ------------------------------------------------------------------------------
     def _probe(self, s):
-        reqs = [factmod.USER, factmod.GPUS, factmod.INTERFACES, factmod.IDENTITY,
-                factmod.VENV(self.vars[s.name]["venv_path"])]
+        venv = self.vars[s.name]["venv_path"]
+        reqs = [factmod.USER, factmod.GPUS, factmod.INTERFACES, factmod.IDENTITY, factmod.VENV(venv),
+                factmod.TORCH_BUILD(factmod.TorchIn(venv)), jobs.JOB_PROCESSES, jobs.GPU_APPS]
         if s.name == self.head.name:
             reqs.append(factmod.PORT_LISTENING(self.opts.port))
         return factmod.gather(s, reqs, self.vars[s.name])
@@ -70,6 +77,7 @@ class Job:
         """Each node's interpreter and job directory. torchrun starts each node's own; the
         other launchers start the head node's on every node, so they must all be the same."""
         self.pythons = {n: pystack.venv_path(self.vars[n], got[n]) + "/bin/python" for n in names}
+        self.homes = {n: got[n][factmod.USER]["home"] for n in names}
         self.job_dirs = {n: posixpath.join(got[n][factmod.USER]["home"], ".nodeprep", "jobs", self.root.name)
                          for n in names}
         head = self.head.name
@@ -108,19 +116,47 @@ class Job:
             self.events.note(self.head.name, self.emu.describe())
         if opts.preflight and opts.launcher in ("deepspeed", "mpirun"):
             problems += self._preflight_mesh(fleet, names)
+        topo = self.topo = Topology.of(got, names)
+        self.shares = gpu_shares(topo, names, {n: got[n][factmod.GPUS]["count"] for n in names})
+        problems += self._share_problems(topo)
         if problems and opts.preflight:
             raise NodeprepError("preflight failed:\n  " + "\n  ".join(problems),
                                 hint="fix these, or --no-preflight to launch anyway")
+        self._stale(fleet, topo)
         # once per home: nodes sharing one (NFS) see the same job directory
-        topo = Topology.of(got, names)
-        self.shares = gpu_shares(topo, names, {n: got[n][factmod.GPUS]["count"] for n in names})
-        problems += self._share_problems(topo)
         homes = [ns[0] for ns in topo.homes.values()]
-        pushed = fleet.map(lambda s: jobs.sync(s, self.files, self.job_dirs[s.name]), "sync", only=homes)
+        pushed = fleet.map(lambda s: jobs.sync(s, self.files, self.job_dirs[s.name]) +
+                           jobs.sync(s, jobs.agent_files(), jobs.agent_dir(self.homes[s.name])),
+                           "sync", only=homes)
         self._fail_if_nodes_failed(fleet)
         self.events.note(self.head.name, f"job {self.id}: {sum(pushed.values())} file(s) pushed to "
                                          f"{self.job_dir} on {len(names)} node(s)" +
                          (f" ({len(homes)} home(s))" if len(homes) < len(names) else ""))
+
+    def _stale(self, fleet, topo) -> None:
+        """Processes of earlier nodeprep jobs (and, on GPU nodes, any process holding a GPU)
+        refuse the launch; --kill-stale stops the earlier jobs (never other processes)."""
+        found, gpu = {}, []
+        for ns in topo.machines.values():
+            n = ns[0]
+            for job, procs in jobs.stale(self.facts[n][jobs.JOB_PROCESSES], self.id).items():
+                found.setdefault(job, {})[n] = procs
+            gpu += [f"{n}: pid {p['pid']} {p['name']} holds {p['memory']} of GPU memory"
+                    for p in self.facts[n][jobs.GPU_APPS]]
+        if found and self.opts.kill_stale:
+            for job, where in found.items():
+                fleet.map(lambda s: s.run(jobs.cleanup_script(job), timeout=30, label="kill stale"),
+                          "kill stale", only=list(where))
+                self.events.note(self.head.name, f"stopped earlier job {job} on {fold(list(where))}")
+            return
+        lines = [f"{n}: job {job} still runs pid {p['pid']}: {p['args'][:120]}"
+                 for job, where in found.items() for n, procs in where.items() for p in procs[:3]]
+        if found or gpu:
+            raise NodeprepError("processes of an earlier job are still running:\n  " +
+                                "\n  ".join(lines + gpu),
+                                hint="stop them with `invoke train.stop RUN`, or pass --kill-stale to "
+                                     "stop earlier nodeprep jobs before this launch" if found else
+                                     "stop the processes holding the GPUs")
 
     def _share_problems(self, topo) -> list[str]:
         """Nodes that are one machine: their slots must fit in their share of its GPUs, and
@@ -172,7 +208,10 @@ class Job:
         """What the ranks run: the head node's interpreter, or NODE's own (torchrun)."""
         script = self.script.name if self.script.parent == self.root else str(self.script.relative_to(self.root))
         python = self.pythons.get(node, self.python) if node else self.python
-        return launchers.Program(python, script, list(self.opts.args))
+        home = self.homes.get(node, self.homes[self.head.name]) if node else self.homes[self.head.name]
+        # the rank wrapper (payloads/rank.py) runs the script and records how the rank ends
+        rank = posixpath.join(jobs.agent_dir(home), "rank.py")
+        return launchers.Program(python, rank, [script, *self.opts.args])
 
     def _env(self) -> str:
         env = (f"export {JOB_VAR}={self.id} MASTER_ADDR={shlex.quote(self.master_addr())} "
@@ -250,62 +289,41 @@ class Job:
             return {self.head.name: cd + self._env() + shlex.join(argv)}
         raise InputError(f"--launcher {launcher}: not runnable here")
 
-    # -- running -----------------------------------------------------------------------------
-    def cleanup(self, fleet) -> dict[str, str]:
-        # All nodes at once (a new channel beside the running one); a node that cannot be
-        # reached is marked by the fleet and named in the report.
-        script = jobs.cleanup_script(self.id)
-        out = fleet.map(lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop")
-        return {n: out.get(n, "cleanup failed: " + fleet.results[n].message) for n in fleet.sessions}
+    # -- what the supervisor gets ------------------------------------------------------------
+    def layout(self) -> list[list] | None:
+        """[[label, ranks], ...] in global rank order: DeepSpeed (hostfile order, included
+        slots), mpirun (-map-by slot) and srun (block) number the ranks node by node; torchrun's
+        rendezvous picks the order, so its ranks say their node (NODEPREP_NODE)."""
+        if self.opts.launcher == "torchrun":
+            return None
+        if self.emu:
+            counts = [len(d) for d in self.emu.devices] if self.emu.devices else [self.emu.per_node] * len(self.emu.names)
+            return [[n, c] for n, c in zip(self.emu.names, counts)]
+        return [[n.name, len(self.shares[n.name]) if n.name in self.shares else n.slots] for n in self.nodes()]
 
-    def _start(self, fleet) -> list[threading.Thread]:
-        threads = []
-        for label, cmd in self.commands().items():
-            s = fleet.sessions[self.session_of(label)]
-            s.stage = "train"
-            prefix = self.srun_prefix() if self.opts.launcher == "srun" else label
-
-            def one(s=s, cmd=cmd, label=label, prefix=prefix):
-                self.results[label] = s.run(cmd, stream=prefix, timeout=(self.opts.timeout or 86400) + 60,
-                                            label="train")
-            t = threading.Thread(target=one, daemon=True)
-            t.start()
-            threads.append(t)
-        return threads
-
-    def _failed(self) -> str | None:
-        bad = [n for n, r in list(self.results.items()) if r.rc != 0]
-        return f"{', '.join(bad)} exited {self.results[bad[0]].rc}" if bad else None
-
-    def _watch(self, threads) -> str | None:
-        """Until every rank ended (None), one failed, the timeout passed or Ctrl-C (the reason)."""
-        deadline = time.monotonic() + self.opts.timeout if self.opts.timeout else None
-        try:
-            while any(t.is_alive() for t in threads):
-                reason = self._failed()
-                if reason:
-                    return reason
-                if deadline and time.monotonic() > deadline:
-                    return f"--timeout {self.opts.timeout}s reached"
-                time.sleep(0.1)
-        except KeyboardInterrupt:
-            return "interrupted"
-        return self._failed()
+    def spec(self, settings) -> RunSpec:
+        cmds = self.commands()
+        if self.opts.launcher == "torchrun":
+            cmds = {label: f"export NODEPREP_NODE={shlex.quote(label)}; " + cmd for label, cmd in cmds.items()}
+        names = [h.name for h in self.hosts]
+        machines = [ns[0] for ns in self.topo.machines.values()] if not self.emu else [self.head.name]
+        versions = {n: {k: (self.facts[n].get(factmod.TORCH_BUILD(factmod.TorchIn(self.vars[n]["venv_path"])))
+                            or {}).get(k) for k in ("version", "cuda", "nccl")} for n in names}
+        env = {JOB_VAR: self.id, "MASTER_ADDR": self.master_addr(), "MASTER_PORT": self.opts.port,
+               **(self.vars[self.head.name].get("deepspeed_env") or {}),
+               **(self.vars[self.head.name].get("nccl_env") or {})}
+        return RunSpec(self.id, self.opts.launcher, self.where(), self.opts.inventory, self.opts.limit, names,
+                       {label: [self.session_of(label), cmd] for label, cmd in cmds.items()},
+                       {m: [self.pythons[m], jobs.agent_dir(self.homes[m])] for m in machines},
+                       self.layout(), names=sorted(set(names) | set(self.emu.names if self.emu else [])),
+                       restarts=self.opts.launcher == "torchrun" and self.opts.max_restarts > 0,
+                       hang_timeout=self.opts.hang_timeout, timeout=self.opts.timeout,
+                       ranks_shown=list(self.opts.ranks) if self.opts.ranks is not None else None,
+                       versions=versions, env=redacted_env(env))
 
     def where(self) -> str:
         return (f"{len(self.emu.names)} emulated node(s) on {self.head.name}" if self.emu
                 else f"{len(self.hosts)} node(s)")
-
-    def launch(self, fleet) -> TrainResult:
-        threads = self._start(fleet)
-        reason = self._watch(threads)
-        stopped = self.cleanup(fleet)
-        for t in threads:
-            t.join(timeout=15)
-        if reason is None:
-            return TrainResult(self.id, self.where())
-        tails = {n: r.tail(15) for n, r in self.results.items() if r.rc != 0 and r.tail()}
-        return TrainResult(self.id, self.where(), reason, stopped, tails)
 
 
 def _check_slurm(fleet, job: Job) -> None:
@@ -321,21 +339,38 @@ def _check_slurm(fleet, job: Job) -> None:
                                  "`invoke lab.up --slurm`")
 
 
+def supervise(spec: RunSpec, fleet, events: Events, run_dir) -> Outcome:
+    """Run and watch a prepared job to its end (attached, or in the detached supervisor)."""
+    from nodeprep.commands.supervise import Supervisor
+    bundle = bundlemod.Bundle(run_dir)
+    sup = Supervisor(spec, fleet, events, bundle)
+    try:
+        return sup.run()
+    finally:
+        bundle.close()
+
+
 def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult:
-    """The srun command is shown before it runs (events.note), as --dry-run shows every one."""
+    """The srun command is shown before it runs (events.note), as --dry-run shows every one.
+    --detach: prepare here, then the cli starts the supervisor in the background."""
     opts.check()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     job = Job(opts, inv, hosts, events)
-    with Fleet(hosts, settings, "train", events) as fleet:
+    run_dir = bundlemod.run_path(settings.runs, job.id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with Fleet(hosts, settings, "train", events, runlog=RunLog(run_dir)) as fleet:
         job.prepare(fleet)
         if opts.dry_run:
-            return TrainResult(job.id, job.where(), commands=job.commands(), launched=False)
+            return TrainResult(job.id, job.where(), commands=job.commands(), launched=False, run_dir=str(run_dir))
+        spec = job.spec(settings)
+        cmds = {label: cmd for label, (_node, cmd) in spec.commands.items()}
         if opts.launcher == "srun":
-            cmds = job.commands()
             for node, cmd in cmds.items():
                 events.note(node, cmd)
             _check_slurm(fleet, job)
-            result = job.launch(fleet)
-            result.commands = cmds
-            return result
-        return job.launch(fleet)
+        if opts.detach:
+            bundlemod.Bundle(run_dir).write_json("job.json", asdict(spec))
+            return TrainResult(job.id, job.where(), commands=cmds, run_dir=str(run_dir), detached=True)
+        outcome = supervise(spec, fleet, events, run_dir)
+        return TrainResult(job.id, job.where(), outcome, cmds if opts.launcher == "srun" else {},
+                           run_dir=str(run_dir))

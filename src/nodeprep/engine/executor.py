@@ -98,6 +98,11 @@ class _LineSink:
             self.show(line)
 
     def flush(self):
+        # Invoke flushes after every chunk it writes: a partial line stays buffered here
+        self.log.flush()
+
+    def finish(self):
+        """The command ended: its last line, even without a newline."""
         self.log.flush()
         if self.buf:
             self._line(self.buf)
@@ -212,8 +217,8 @@ class Session:
             res = CmdResult(124, e.result.stdout, e.result.stderr + f"\n(timed out after "
                             f"{limit}s; connection hung)", timed_out=True)
         finally:
-            out.flush()
-            err.flush()
+            out.finish()
+            err.finish()
         if not log_output:
             log.write(f"[{len(res.stdout)} bytes of output not logged]\n")
         log.write(f"[exit {res.rc}]\n")

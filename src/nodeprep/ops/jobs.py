@@ -13,6 +13,7 @@ import posixpath
 import shlex
 from pathlib import Path
 
+from nodeprep.engine.facts.probe import Fact
 from nodeprep.engine.remote import stop_tagged_script
 from nodeprep.errors import InputError
 from nodeprep.ops import payloads
@@ -74,3 +75,70 @@ def sync(session, files: dict[str, Path], job_dir: str) -> int:
 def cleanup_script(job_id: str) -> str:
     """sh that stops every process group holding a process of JOB_ID on this node."""
     return stop_tagged_script(JOB_VAR, job_id)
+
+
+# -- the processes of nodeprep jobs on a node ---------------------------------------------------
+# Every process of a job carries JOB_VAR in its environment: before a launch, those of EARLIER
+# jobs are stale (a half-dead job still holding GPUs); after a run, those of THIS job are left
+# over. One /proc scan lists them all: pid, job id, state, command line.
+_PROCS = r'''
+myns=$(readlink /proc/self/ns/net 2>/dev/null)
+for p in /proc/[0-9]*; do
+  pid=${p#/proc/}; [ "$pid" = "$$" ] && continue
+  job=$( { tr '\0' '\n' < "$p/environ"; } 2>/dev/null | sed -n 's/^PYTHON_NODEPREP_JOB=//p' | head -n 1)
+  [ -z "$job" ] && continue
+  # this node's own: one network namespace (the lab's nodes share one process table)
+  [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$myns" ] || continue
+  st=$(cut -d')' -f2 "$p/stat" 2>/dev/null | cut -d' ' -f2)
+  [ "$st" = Z ] && continue
+  args=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null | cut -c1-200)
+  printf '%s\t%s\t%s\n' "$pid" "$job" "$args"
+done
+'''
+
+
+def _procs(text: str, rc: int) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        pid, _, rest = line.partition("\t")
+        job, _, args = rest.partition("\t")
+        if pid.isdigit() and job:
+            out.append({"pid": int(pid), "job": job, "args": args.strip()})
+    return out
+
+
+JOB_PROCESSES = Fact("job_processes", lambda _v: _PROCS, _procs)
+
+
+def _gpu_apps(text: str, rc: int) -> list[dict]:
+    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader`."""
+    out = []
+    for line in text.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            out.append({"pid": int(parts[0]), "name": parts[1], "memory": parts[2]})
+    return out
+
+
+# processes holding a GPU (none where there is no nvidia-smi)
+GPU_APPS = Fact("gpu_apps", lambda _v: "command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi "
+                "--query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null; true",
+                _gpu_apps)
+
+
+def stale(procs: list[dict], job_id: str) -> dict[str, list[dict]]:
+    """Processes of earlier jobs, by job id."""
+    out: dict[str, list[dict]] = {}
+    for p in procs:
+        if p["job"] != job_id:
+            out.setdefault(p["job"], []).append(p)
+    return out
+
+
+# -- the node-side agent: rank wrapper and watcher (payloads/rank.py, payloads/watch.py) ----------
+def agent_files() -> dict[str, Path]:
+    return {"rank.py": payloads.RANK, "watch.py": payloads.WATCH}
+
+
+def agent_dir(home: str) -> str:
+    return posixpath.join(home, ".nodeprep", "agent")

@@ -1,4 +1,5 @@
-"""Built-in training payloads: standalone scripts that run on the nodes, not modules of nodeprep.
+"""Built-in training payloads and the job agent: standalone scripts that run on the nodes, not
+modules of nodeprep.
 
 They import only the standard library and torch, because they run in the nodes' provisioned
 venv where nodeprep is not installed; `invoke train` copies the file and launches it by path.
@@ -19,3 +20,9 @@ BUILTIN: dict[str, Path] = {
 def path(name: str) -> Path:
     """The script file of the builtin payload NAME; KeyError if there is none."""
     return BUILTIN[name]
+
+
+# The job agent (not payloads): every launcher starts RANK around the payload, and one WATCH
+# per machine reports the ranks' starts, exits and output to the controller.
+RANK = _HERE / "rank.py"
+WATCH = _HERE / "watch.py"

@@ -7,6 +7,7 @@ not share a filesystem. --fail-at-step / --sleep-per-step exist for failure and 
 Standalone on purpose: stdlib + torch only, nodeprep is not installed on the nodes.
 """
 import argparse
+import contextlib
 import datetime
 import os
 import sys
@@ -46,9 +47,40 @@ def parse_args():
     p.add_argument("--snapshot", default="snapshot.pt")
     p.add_argument("--fail-at-step", type=int, default=0, help="global step (1-based) to crash at")
     p.add_argument("--fail-rank", type=int, default=0)
+    p.add_argument("--fail-signal", type=int, default=0,
+                   help="at --fail-at-step, kill yourself with this signal (9: SIGKILL) instead of exit 1")
+    p.add_argument("--hang-at-step", type=int, default=0,
+                   help="global step at which --fail-rank blocks forever (the others wait in a collective)")
+    p.add_argument("--no-sync", action="store_true",
+                   help="no gradient all-reduce per step (ranks compute alone until the epoch's end)")
     p.add_argument("--sleep-per-step", type=float, default=0.0)
     p.add_argument("--log-every", type=int, default=0, help="0: first and last step of an epoch")
     return p.parse_args()
+
+
+def inject_fault(args, rank, step):
+    """--fail-at-step (exit 1, or --fail-signal) and --hang-at-step, for the failure tests."""
+    if step == args.fail_at_step:
+        say(f"rank {rank} failing on purpose at step {step}")
+        if args.fail_signal:
+            os.kill(os.getpid(), args.fail_signal)
+        os._exit(1)               # like a crash: no cleanup, peers must notice
+    if step == args.hang_at_step:
+        say(f"rank {rank} hanging on purpose at step {step}")
+        while True:
+            time.sleep(1)
+
+
+def beat():
+    """Tell nodeprep this rank is making progress (its --hang-timeout watches output and this)."""
+    path = os.environ.get("NODEPREP_HEARTBEAT")
+    if path:
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            open(path, "a").close()
+        except OSError:
+            pass
 
 
 def save_atomic(obj, path):
@@ -126,12 +158,13 @@ def main():
         sampler.set_epoch(epoch)         # a different shuffle per epoch, same on every rank
         for i, (xb, yb) in enumerate(loader):
             step += 1
-            if step == args.fail_at_step and rank == args.fail_rank and first_attempt:
-                say(f"rank {rank} failing on purpose at step {step}")
-                os._exit(1)               # like a crash: no cleanup, peers must notice
+            if rank == args.fail_rank and first_attempt:
+                inject_fault(args, rank, step)
+            beat()
             opt.zero_grad()
-            loss = loss_fn(ddp(xb.to(device)), yb.to(device))
-            loss.backward()
+            with ddp.no_sync() if args.no_sync else contextlib.nullcontext():
+                loss = loss_fn(ddp(xb.to(device)), yb.to(device))
+                loss.backward()
             opt.step()
             last = i == len(loader) - 1
             if (args.log_every and step % args.log_every == 0) or \

@@ -1,0 +1,138 @@
+"""`train.status`, `train.logs`, `train.stop`: training runs as the controller's run directory
+records them (ops/bundle.py), checked against the nodes (the job's processes on each)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeprep.commands.common import select_hosts
+from nodeprep.commands.options import RunsOptions
+from nodeprep.engine import facts as factmod
+from nodeprep.engine.events import Events
+from nodeprep.engine.executor import Fleet
+from nodeprep.engine.results import RunLog
+from nodeprep.errors import InputError
+from nodeprep.ops import bundle as bundlemod, jobs
+from nodeprep.settings import Settings
+
+
+def supervisor_alive(state: dict) -> bool:
+    pid = state.get("pid")
+    if not pid or state.get("state") in bundlemod.FINAL:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+@dataclass
+class RunStatus:
+    job_id: str
+    path: str
+    state: str                                   # running | finished | failed | stopped | orphaned
+    launcher: str = ""
+    where: str = ""
+    elapsed: float = 0.0
+    nodes: dict = field(default_factory=dict)    # node -> {alive, ranks, last}
+    processes: dict = field(default_factory=dict)  # node -> processes of the job now (checked)
+    unreachable: dict = field(default_factory=dict)
+    failure: str | None = None
+    supervisor: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+
+def _job_hosts(spec: dict, settings: Settings, events: Events):
+    _inv, hosts = select_hosts(spec.get("inventory"), spec.get("limit"), settings, events=events)
+    return [h for h in hosts if h.name in spec.get("nodes", [])]
+
+
+def _processes(spec: dict, path: Path, settings: Settings, events: Events) -> tuple[dict, dict]:
+    hosts = _job_hosts(spec, settings, events)
+    with Fleet(hosts, settings, "train-status", events, runlog=RunLog(path / "status")) as fleet:
+        got = fleet.map(lambda s: factmod.gather(s, [jobs.JOB_PROCESSES]), "check")
+        bad = {n: r.message for n, r in fleet.results.items() if r.status in ("failed", "unreachable")}
+    return ({n: [p for p in v[jobs.JOB_PROCESSES] if p["job"] == spec["job_id"]] for n, v in got.items()}, bad)
+
+
+def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
+    path = bundlemod.find(settings.runs, opts.run)
+    spec = bundlemod.read_json(path / "job.json")
+    state = bundlemod.read_json(path / "state.json")
+    st = RunStatus(spec.get("job_id", path.name), str(path), state.get("state", "starting"),
+                   spec.get("launcher", ""), spec.get("where", ""))
+    st.supervisor = supervisor_alive(state)
+    st.elapsed = (state.get("updated", time.time()) if not st.supervisor else time.time()) - \
+        state.get("started", time.time())
+    st.nodes = state.get("nodes", {})
+    st.failure = (state.get("outcome") or {}).get("failure")
+    st.processes, st.unreachable = _processes(spec, path, settings, events)
+    if st.state not in bundlemod.FINAL and not st.supervisor:
+        # the supervisor is gone (killed, machine rebooted): what the nodes say is the truth
+        st.state = "orphaned" if any(st.processes.values()) else "ended (unsupervised)"
+    return st
+
+
+@dataclass
+class StopResult:
+    job_id: str
+    how: str                      # "asked the supervisor", "stopped on the nodes"
+    stopped: dict = field(default_factory=dict)
+    state: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+
+def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60.0) -> StopResult:
+    if not opts.run:
+        raise InputError("train.stop needs the run id", hint="`invoke train.status` lists the newest run")
+    path = bundlemod.find(settings.runs, opts.run)
+    spec = bundlemod.read_json(path / "job.json")
+    state = bundlemod.read_json(path / "state.json")
+    if supervisor_alive(state):
+        os.kill(int(state["pid"]), signal.SIGTERM)   # it stops every rank, then writes its result
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            now = bundlemod.read_json(path / "state.json")
+            if now.get("state") in bundlemod.FINAL:
+                return StopResult(spec["job_id"], "the supervisor stopped the job", state=now["state"])
+            time.sleep(0.3)
+    hosts = _job_hosts(spec, settings, events)
+    script = jobs.cleanup_script(spec["job_id"])
+    with Fleet(hosts, settings, "train-stop", events, runlog=RunLog(path / "stop")) as fleet:
+        out = fleet.map(lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop")
+        out.update({n: "unreachable: " + r.message for n, r in fleet.results.items()
+                    if r.status in ("failed", "unreachable")})
+    return StopResult(spec["job_id"], "stopped on the nodes", out, state.get("state", ""))
+
+
+def log_lines(path: Path, node: str | None, rank: int | None, offsets: dict) -> list[tuple[str, str]]:
+    """New lines of the run's logs since OFFSETS (updated): (file label, line)."""
+    out = []
+    for f in bundlemod.log_files(path, node, rank):
+        key = str(f)
+        try:
+            with open(f, "rb") as fh:
+                fh.seek(offsets.get(key, 0))
+                data = fh.read()
+        except OSError:
+            continue
+        complete = data[:data.rfind(b"\n") + 1]
+        offsets[key] = offsets.get(key, 0) + len(complete)
+        label = f"{f.parent.name} {f.stem}" if f.stem.startswith("r") else f.parent.name
+        out += [(label, ln) for ln in complete.decode("utf-8", "replace").splitlines()]
+    return out
+
+
+def finished(path: Path) -> bool:
+    state = bundlemod.read_json(path / "state.json")
+    return state.get("state") in bundlemod.FINAL or not supervisor_alive(state)

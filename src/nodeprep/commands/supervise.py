@@ -1,0 +1,326 @@
+"""Running a prepared job (commands/train.py prepares it) and watching it to the end, attached
+to the terminal or as a detached supervisor (`train --detach`, cli/detached.py): the same code.
+
+1. One rank watch per machine (payloads/watch.py over ssh; ops/rankwatch decides).
+2. Each launcher command starts under `setsid` on its node, output to the node's run
+   directory: the job does not depend on the controller's ssh session staying open.
+3. Until every launcher ended: on the first abnormal event, on --hang-timeout (after dumping
+   every rank's stack), on --timeout, Ctrl-C or `train.stop`: stop every rank on every node
+   (TERM, KILL after 5 s), collect the last exits, stop the watchers.
+4. Check every node for processes of the job left behind, write the bundle (ops/bundle.py).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from nodeprep.engine import facts as factmod
+from nodeprep.engine.events import Events
+from nodeprep.engine.remote import stop_tagged_script
+from nodeprep.ops import bundle as bundlemod, jobs
+from nodeprep.ops.jobs import JOB_VAR
+from nodeprep.ops.rankwatch import RankWatch, describe_rc
+from nodeprep.redact import MASK, is_secret
+
+WATCH_VAR = "NODEPREP_WATCH"
+STACK_WAIT = 3.0
+
+
+@dataclass
+class RunSpec:
+    """Everything the supervisor needs, saved as job.json: a detached supervisor reads it."""
+    job_id: str
+    launcher: str
+    where: str
+    inventory: str | None
+    limit: str | None
+    nodes: list[str]                              # inventory nodes of the job
+    commands: dict[str, list[str]]                # launcher label -> [node it runs on, command]
+    watchers: dict[str, list[str]]                # machine's node -> [python, agent dir]
+    layout: list[list] | None                     # [[label, ranks], ...] in rank order; None: torchrun
+    names: list[str] = field(default_factory=list)  # labels (emulated names included)
+    restarts: bool = False
+    hang_timeout: float | None = None
+    timeout: float | None = None
+    ranks_shown: list[int] | None = None
+    versions: dict = field(default_factory=dict)  # node -> torch / NCCL versions
+    env: dict = field(default_factory=dict)       # what the launchers export (redacted)
+
+    def label_of(self, rank: int, rec: dict) -> str:
+        if rec.get("node"):
+            return rec["node"]
+        if self.layout:
+            n = 0
+            for label, count in self.layout:
+                n += int(count)
+                if rank < n:
+                    return label
+        return rec.get("host") or "?"
+
+    @classmethod
+    def load(cls, data: dict) -> "RunSpec":
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Outcome:
+    failure: str | None = None                    # the root cause, one line
+    root: dict | None = None
+    others: list[str] = field(default_factory=list)    # later failures (consequences)
+    stopped: list[str] = field(default_factory=list)   # ranks nodeprep stopped
+    tails: dict = field(default_factory=dict)          # who -> last lines
+    culprit: str = ""                                  # hang: what the stacks say
+    leftovers: dict = field(default_factory=dict)      # node -> processes of the job left
+    checked: int = 0                                   # nodes checked for leftovers
+    stop_seconds: float | None = None
+    ranks: dict = field(default_factory=dict)          # "worker-1 r3" -> how it ended
+    state: str = "finished"
+
+
+def launch_script(job_id: str, index: int, command: str) -> str:
+    """sh: start COMMAND detached (setsid, own session, output to the run directory), tagged
+    with the job id, its exit status written when it ends."""
+    blob = base64.b64encode(command.encode()).decode()
+    base = f'"$d/launcher-{index}"'
+    return (f'd="$HOME/.nodeprep/runs/{job_id}"; mkdir -p "$d/ranks" || exit 1\n'
+            f"printf %s {blob} | base64 -d > {base}.sh || exit 1\n"
+            f"rm -f {base}.rc; cd \"$HOME\"\n"
+            f"env -u NODEPREP_RUN {JOB_VAR}={job_id} setsid /bin/sh -c "
+            "'/bin/sh \"$1.sh\" > \"$1.out\" 2>&1 < /dev/null; echo $? > \"$1.rc.part\"; "
+            "mv -f \"$1.rc.part\" \"$1.rc\"' sh " + base + " < /dev/null > /dev/null 2>&1 &\n"
+            "echo started\n")
+
+
+def watch_script(job_id: str, python: str, agent: str, launchers: list[int]) -> str:
+    args = " ".join(f"--launcher {i}" for i in launchers)
+    return (f'mkdir -p "$HOME/.nodeprep/runs/{job_id}/ranks"; export {WATCH_VAR}={job_id}; '
+            f"exec {shlex.quote(python)} -u {shlex.quote(agent + '/watch.py')} {job_id} {args}")
+
+
+class Supervisor:
+    def __init__(self, spec: RunSpec, fleet, events: Events, bundle: bundlemod.Bundle):
+        self.spec, self.fleet, self.events, self.bundle = spec, fleet, events, bundle
+        self.lock = threading.Lock()
+        self.stop_requested: str | None = None      # set by train.stop (SIGTERM) or Ctrl-C
+        self.ended: set[str] = set()                # machines whose watcher said goodbye
+        self.started = time.time()
+        self.watch = RankWatch(list(spec.watchers), list(spec.commands),
+                               spec.label_of, names=spec.names,
+                               restarts=spec.restarts, hang_timeout=spec.hang_timeout)
+
+    # -- watchers ----------------------------------------------------------------------------
+    def _launchers_on(self, machine: str) -> list[int]:
+        return [i for i, (node, _cmd) in enumerate(self.spec.commands.values()) if node == machine]
+
+    def _on_tick(self, machine: str, line: str) -> None:
+        try:
+            tick = json.loads(line)
+        except ValueError:
+            return
+        with self.lock:
+            lines = self.watch.feed(machine, tick)
+            if tick.get("end"):
+                self.ended.add(machine)
+        for prefix, src, text in lines:
+            self.bundle.line(prefix, src, text)
+            if src != "stack" and self._shown(prefix, src):
+                self.events.line(prefix, text)
+
+    def _shown(self, prefix: str, src: str) -> bool:
+        if self.spec.ranks_shown is None or src == "launcher":
+            return True
+        return bundlemod.split_prefix(prefix)[1] in self.spec.ranks_shown
+
+    def _start_watchers(self) -> list[threading.Thread]:
+        threads = []
+        for machine, (python, agent) in self.spec.watchers.items():
+            s = self.fleet.sessions[machine]
+            script = watch_script(self.spec.job_id, python, agent, self._launchers_on(machine))
+
+            def one(s=s, machine=machine, script=script):
+                r = s.run(script, timeout=(self.spec.timeout or 7 * 86400) + 600, label="rank watch",
+                          log_output=False, on_line=lambda ln: self._on_tick(machine, ln))
+                if machine not in self.ended:
+                    with self.lock:
+                        self.watch.lost(machine, f"its ssh session ended, exit {r.rc}")
+            t = threading.Thread(target=one, daemon=True)
+            t.start()
+            threads.append(t)
+        return threads
+
+    # -- launch, stop ------------------------------------------------------------------------
+    def _launch(self) -> None:
+        for i, (label, (node, cmd)) in enumerate(self.spec.commands.items()):
+            r = self.fleet.sessions[node].run(launch_script(self.spec.job_id, i, cmd), timeout=60,
+                                              label=f"start {label}")
+            if r.rc != 0:
+                with self.lock:
+                    self.watch.launcher_rc[label] = r.rc
+                    self.watch.fail("launcher", f"{label}: could not start the launcher: {r.tail(3)}")
+
+    def _stop_all(self) -> dict[str, str]:
+        with self.lock:
+            self.watch.stopping()
+        script = jobs.cleanup_script(self.spec.job_id)
+        out = self.fleet.map(lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop",
+                             only=[n for n in self.spec.nodes if n not in self.watch.lost_nodes])
+        return out
+
+    def _dump_stacks(self) -> None:
+        """Every rank's child gets the faulthandler signal (rank.py); the dumps come back
+        through the watchers as r<R>.stack lines."""
+        with self.lock:
+            pids = [r for r in self.watch.alive()]
+        sig = "RTMIN+4"
+        script = (f"for p in $(cat \"$HOME/.nodeprep/runs/{self.spec.job_id}\"/ranks/*.start 2>/dev/null "
+                  "| sed -n 's/.*\"child\": \\([0-9]*\\).*/\\1/p'); do "
+                  f"/bin/kill -s {sig} $p 2>/dev/null; done; true")
+        self.fleet.map(lambda s: s.run(script, timeout=20, label="dump stacks"), "stacks",
+                       only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes])
+        if pids:
+            time.sleep(STACK_WAIT)
+
+    def _culprit(self) -> tuple[list[int], str]:
+        from nodeprep.ops import stacks
+        with self.lock:
+            texts = {r.rank: "\n".join(self.watch.stacks.get(r.rank, [])) for r in self.watch.alive()}
+        frames = {}
+        for rank, text in texts.items():
+            dumps = stacks.parse(text)
+            main = stacks.main_thread(dumps[-1]) if dumps else None
+            frames[rank] = main.frames if main else None
+        return stacks.culprits(frames)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _verdict(self, deadline: float | None) -> str | None:
+        with self.lock:
+            for m in self.watch.silent():
+                self.watch.lost(m, f"no heartbeat for {self.watch.node_timeout:.0f}s")
+            if self.watch.failures:
+                return "failed"
+            if self.watch.done():
+                return "finished"
+            if self.watch.hung():
+                return "hang"
+        if self.stop_requested:
+            return self.stop_requested
+        if deadline and time.monotonic() > deadline:
+            return "timeout"
+        return None
+
+    def _wait(self) -> str:
+        deadline = time.monotonic() + self.spec.timeout if self.spec.timeout else None
+        last_state = 0.0
+        while True:
+            verdict = self._verdict(deadline)
+            if verdict:
+                return verdict
+            if time.monotonic() - last_state > 1:
+                self.write_state("running")
+                last_state = time.monotonic()
+            time.sleep(0.1)
+
+    def run(self) -> Outcome:
+        self.bundle.write_json("job.json", asdict(self.spec))
+        threads = self._start_watchers()
+        self._launch()
+        try:
+            verdict = self._wait()
+        except KeyboardInterrupt:
+            verdict = "interrupted"
+        if verdict == "hang":
+            self._dump_stacks()
+            ranks, why = self._culprit()
+            with self.lock:
+                who = ", ".join(self.watch.rank_name(r, "?") for r in ranks) or "job"
+                self.watch.fail("hang", f"no rank wrote output or a heartbeat for "
+                                        f"{self.spec.hang_timeout:g}s; stacks: {why}")
+                self.watch.failures[-1].who = who
+        elif verdict == "timeout":
+            self.watch.fail("timeout", f"--timeout {self.spec.timeout:g}s reached")
+        elif verdict in ("interrupted", "stopped"):
+            self.watch.fail(verdict, "interrupted (Ctrl-C)" if verdict == "interrupted"
+                            else "stopped by `invoke train.stop`")
+        if verdict != "finished":
+            self._stop_all()
+            self._drain(3.0)
+        self._end_watchers(threads)
+        return self._finish(verdict)
+
+    def _drain(self, seconds: float) -> None:
+        """Let the watchers report the ranks' last exits."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            with self.lock:
+                if not self.watch.alive():
+                    return
+            time.sleep(0.1)
+
+    def _end_watchers(self, threads) -> None:
+        self.fleet.map(lambda s: s.run(f'touch "$HOME/.nodeprep/runs/{self.spec.job_id}/watch.stop"',
+                                       timeout=20, label="end watch"), "end watch",
+                       only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes])
+        for t in threads:
+            t.join(timeout=5)
+        if any(t.is_alive() for t in threads):
+            script = stop_tagged_script(WATCH_VAR, self.spec.job_id)
+            self.fleet.map(lambda s: s.run(script, timeout=30, label="stop watch"), "stop watch",
+                           only=list(self.spec.watchers))
+
+    def _leftovers(self) -> tuple[dict, int]:
+        nodes = [n for n in self.spec.nodes if n not in self.watch.lost_nodes]
+        got = self.fleet.map(lambda s: factmod.gather(s, [jobs.JOB_PROCESSES]), "leftovers", only=nodes)
+        left = {n: [p for p in v[jobs.JOB_PROCESSES] if p["job"] == self.spec.job_id]
+                for n, v in got.items()}
+        return {n: ps for n, ps in left.items() if ps}, len(got)
+
+    def _finish(self, verdict: str) -> Outcome:
+        w = self.watch
+        out = Outcome(state="finished" if verdict == "finished" else
+                      ("stopped" if verdict in ("stopped", "interrupted") else "failed"))
+        out.leftovers, out.checked = self._leftovers()
+        with self.lock:
+            out.ranks = {r.name + (f" (attempt {r.attempt})" if r.attempt > 1 else ""):
+                         {"how": r.how, "rc": r.rc, "oom": r.oom, "start": r.start, "end": r.end,
+                          "status": describe_rc(r.rc, r.oom) if r.rc is not None else r.how}
+                         for r in sorted(w.ranks.values(), key=lambda r: (r.rank, r.attempt))}
+            root = w.root_cause()
+            if root is not None:
+                out.failure, out.root = root.line, asdict(root)
+                out.others = [f.line for f in sorted(w.failures, key=lambda f: f.t) if f is not root]
+                out.stopped = [r.name for r in w.ranks.values() if r.how == "stopped"]
+                for who in [root.who] + [f.who for f in w.failures if f is not root]:
+                    if who in w.tails and who not in out.tails:
+                        out.tails[who] = list(w.tails[who])
+                out.stop_seconds = w.stop_seconds()
+        self.bundle.write_json("exits.json", out.ranks)
+        self.write_state(out.state, out)
+        return out
+
+    def write_state(self, state: str, outcome: Outcome | None = None) -> None:
+        with self.lock:
+            per_node: dict[str, dict] = {}
+            for r in self.watch.ranks.values():
+                d = per_node.setdefault(r.label, {"alive": 0, "ranks": 0, "last": ""})
+                d["ranks"] += 1
+                d["alive"] += r.end is None
+                tail = self.watch.tails.get(r.name)
+                if tail:
+                    d["last"] = tail[-1]
+            lost = sorted(self.watch.lost_nodes)
+        data = {"job_id": self.spec.job_id, "state": state, "started": self.started,
+                "updated": time.time(), "nodes": per_node, "lost": lost,
+                "pid": os.getpid()}
+        if outcome is not None:
+            data["outcome"] = asdict(outcome)
+        self.bundle.write_json("state.json", data)
+
+
+def redacted_env(env: dict) -> dict:
+    return {k: MASK if is_secret(k) else str(v) for k, v in env.items()}

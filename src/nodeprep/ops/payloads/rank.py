@@ -1,0 +1,184 @@
+"""nodeprep's rank wrapper: every launcher starts `python -u rank.py SCRIPT ARGS...` instead of
+the training script, on every node. Standalone (stdlib only): it runs in the nodes' venv.
+
+The wrapper is the rank's parent, so it learns how the rank ended (exit status or signal,
+an OOM kill from the cgroup's counters or the kernel log where readable) and records it:
+
+  ~/.nodeprep/runs/<job>/ranks/<R>.<attempt>.start   {rank, pid, child, machine, ...}
+  ~/.nodeprep/runs/<job>/ranks/<R>.<attempt>.exit    {rc, signal, oom, end}
+  ~/.nodeprep/runs/<job>/rank-<R>.out / .err         the rank's stdout / stderr (appended)
+  ~/.nodeprep/runs/<job>/rank-<R>.stack              Python stacks dumped on STACK_SIGNAL
+
+The node's watcher (watch.py) reads these and streams them to the controller. The child runs
+the script as __main__ with faulthandler registered on STACK_SIGNAL, so a hung rank's stack
+can be dumped without ptrace. The wrapper forwards TERM/INT/HUP/USR1/USR2 to the child and
+ends the way the child ended (same status, same signal), so launchers see no difference; a
+restart by torchrun starts a new wrapper: attempt + 1.
+"""
+import faulthandler
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+
+JOB_VAR = "PYTHON_NODEPREP_JOB"
+STACK_SIGNAL = signal.SIGRTMIN + 4      # rarely used; SIGUSR1/2 belong to the user (Slurm, ...)
+FORWARD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def rank_env():
+    """(rank, local rank) from whichever launcher started us; (None, None) if none says."""
+    for names in (("RANK", "LOCAL_RANK"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                  ("SLURM_PROCID", "SLURM_LOCALID"), ("PMI_RANK", "MPI_LOCALRANKID")):
+        if names[0] in os.environ:
+            return int(os.environ[names[0]]), int(os.environ.get(names[1], "0") or 0)
+    return None, None
+
+
+def run_dir(job):
+    return os.path.join(os.path.expanduser("~"), ".nodeprep", "runs", job)
+
+
+def machine_key():
+    """This machine (boot id) and network namespace: the watcher on the same node has the same
+    key, while a shared (NFS) home also holds the records of other machines."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = os.uname().nodename
+    try:
+        netns = os.readlink("/proc/self/ns/net")
+    except OSError:
+        netns = ""
+    return f"{boot}/{netns}"
+
+
+def write_json(path, obj):
+    tmp = f"{path}.{os.getpid()}.part"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def oom_kills():
+    """The oom_kill counter of this process's cgroup (v2), or None where unreadable."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next(ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::"))
+        with open(f"/sys/fs/cgroup{path}/memory.events") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, StopIteration, ValueError):
+        pass
+    return None
+
+
+def oom_in_kernel_log(pid):
+    """True if the kernel log says the OOM killer killed PID (None: log not readable)."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return any(f"Killed process {pid} " in ln or f"Killed process {pid}," in ln
+               for ln in out.stdout.splitlines()[-200:])
+
+
+def child_env(d, rank):
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               NODEPREP_STACK_FILE=os.path.join(d, f"rank-{rank}.stack"),
+               NODEPREP_HEARTBEAT=os.path.join(d, f"rank-{rank}.beat"))
+    if os.path.exists("/dev/nvidiactl"):
+        # PyTorch's NCCL flight recorder: on a collective timeout each rank dumps its last
+        # collectives next to the stacks (both names: TORCH_FR_* from 2.7 on)
+        trace = os.path.join(d, "nccl_trace_rank_")
+        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+        env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+        env.setdefault("TORCH_FR_DUMP_TEMP_FILE", trace)
+        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", trace)
+    return env
+
+
+def attempt_of(ranks, rank):
+    n = sum(1 for f in os.listdir(ranks) if f.startswith(f"{rank}.") and f.endswith(".start"))
+    return n + 1
+
+
+def script_first(argv):
+    """DeepSpeed's launch.py puts --local_rank=N right after what it thinks is the script
+    (this wrapper): move it behind the real script, where the script expects it."""
+    lead = []
+    while argv and (argv[0].startswith("--local_rank") or argv[0].startswith("--local-rank")):
+        take = 1 if "=" in argv[0] else 2
+        lead, argv = lead + argv[:take], argv[take:]
+    return argv + lead
+
+
+def wrap(argv):
+    argv = script_first(argv)
+    job = os.environ.get(JOB_VAR)
+    rank, local = rank_env()
+    if not job or rank is None:          # not under nodeprep: just be the script
+        os.execv(sys.executable, [sys.executable, "-u", *argv])
+    d = run_dir(job)
+    ranks = os.path.join(d, "ranks")
+    os.makedirs(ranks, exist_ok=True)
+    attempt = attempt_of(ranks, rank)
+    base = os.path.join(ranks, f"{rank}.{attempt}")
+    oom0 = oom_kills()
+    with open(os.path.join(d, f"rank-{rank}.out"), "ab") as out, \
+            open(os.path.join(d, f"rank-{rank}.err"), "ab") as err:
+        child = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), "--exec", *argv],
+                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                 env=child_env(d, rank))
+    for sig in FORWARD:
+        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    write_json(base + ".start", {"rank": rank, "local_rank": local, "attempt": attempt,
+                                 "pid": os.getpid(), "child": child.pid, "machine": machine_key(),
+                                 "node": os.environ.get("NODEPREP_NODE"),
+                                 "host": os.uname().nodename, "start": time.time()})
+    while True:
+        try:
+            _, status = os.waitpid(child.pid, 0)
+            break
+        except InterruptedError:
+            continue
+    rc = os.waitstatus_to_exitcode(status)
+    oom = None
+    if rc == -signal.SIGKILL:
+        oom1 = oom_kills()
+        oom = (oom1 > oom0) if oom0 is not None and oom1 is not None else oom_in_kernel_log(child.pid)
+    write_json(base + ".exit", {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom,
+                                "end": time.time()})
+    if rc < 0:                           # end the way the child ended: the same signal
+        signal.signal(-rc, signal.SIG_DFL)
+        os.kill(os.getpid(), -rc)
+        time.sleep(1)
+        sys.exit(128 - rc)
+    sys.exit(rc)
+
+
+def run_script(argv):
+    """Child mode: the script as __main__ (as `python SCRIPT` would), stacks dumpable."""
+    stack = os.environ.get("NODEPREP_STACK_FILE")
+    if stack:
+        faulthandler.register(STACK_SIGNAL, file=open(stack, "a"), all_threads=True, chain=False)
+    script = argv[0]
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: rank.py SCRIPT [ARGS...]")
+    if sys.argv[1] == "--exec":
+        run_script(sys.argv[2:])
+    else:
+        wrap(sys.argv[1:])

@@ -1,0 +1,233 @@
+"""What a job's rank watchers (payloads/watch.py, one per machine) report, and what nodeprep
+decides from it: pure state, no ssh, so every decision is unit-tested with recorded ticks.
+
+- every rank (attempt) with its node, start, end, exit status or signal, OOM kill;
+- the first abnormal event (a rank's bad exit or disappearance, a node that stops answering,
+  a launcher that fails) -> the job must stop (Slurm's --kill-on-bad-exit, for every launcher);
+  under torchrun with --max-restarts a rank's exit is the agent's to handle: only the agent's
+  own failure counts;
+- a hang: no rank wrote a line or touched its heartbeat for --hang-timeout seconds;
+- the summary, root cause first: the earliest failure by the nodes' clocks (rank and node events
+  before launcher ones, which are usually consequences), then the other failures, then the
+  ranks nodeprep stopped.
+"""
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+TAIL = 15
+
+
+def describe_rc(rc: int | None, oom: bool | None = None) -> str:
+    if rc is None:
+        return "status unknown"
+    if rc >= 0:
+        return f"exited with status {rc}"
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = f"signal {-rc}"
+    if oom:
+        return f"was killed by the kernel's OOM killer ({name})"
+    return f"was killed by {name}"
+
+
+@dataclass
+class Rank:
+    rank: int
+    attempt: int
+    label: str                      # node (or emulated node) it runs on
+    start: float
+    end: float | None = None
+    rc: int | None = None
+    oom: bool | None = None
+    how: str = "running"            # running | ok | failed | stopped | restarted | vanished
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} r{self.rank}"
+
+
+@dataclass
+class Failure:
+    t: float                        # the node's clock (node loss: the last tick seen)
+    kind: str                       # rank | node | launcher | hang | timeout | interrupted | stopped
+    who: str                        # "worker-1 r3", "worker-1", a launcher label
+    what: str
+    rank: int | None = None
+    prio: int = 0                   # 0 rank/node, 1 launcher (usually a consequence)
+
+    @property
+    def line(self) -> str:
+        return f"{self.who} {self.what}" if self.who else self.what
+
+
+@dataclass
+class RankWatch:
+    machines: list[str]                           # the nodes whose watchers report
+    launchers: list[str]                          # labels of the launcher commands (index i: "L:i")
+    layout: Callable[[int, dict], str]            # (rank, start record) -> its node label
+    names: list[str] = field(default_factory=list)  # node names a launcher may prefix lines with
+    restarts: bool = False                        # torchrun --max-restarts > 0
+    hang_timeout: float | None = None
+    node_timeout: float = 6.0
+    started: float = field(default_factory=time.time)
+
+    def __post_init__(self):
+        self.ranks: dict[tuple[int, int], Rank] = {}
+        self.failures: list[Failure] = []
+        self.tails: dict[str, deque] = {}
+        self.last_tick = {m: time.monotonic() for m in self.machines}
+        self.lost_nodes: set[str] = set()
+        self.launcher_rc: dict[str, int] = {}
+        self.progress = time.monotonic()
+        self.stop_t: float | None = None         # wall time nodeprep started stopping the job
+        self.stacks: dict[int, list[str]] = {}
+
+    # -- input ------------------------------------------------------------------------------
+    def feed(self, machine: str, tick: dict) -> list[tuple[str, str, str]]:
+        """One tick from MACHINE's watcher -> output lines (prefix, source, text)."""
+        self.last_tick[machine] = time.monotonic()
+        out = []
+        for ev in tick.get("ev", []):
+            kind = ev.get("k")
+            if kind == "line":
+                out += self._line(machine, ev)
+            elif kind == "start":
+                self._start(ev)
+            elif kind == "exit":
+                self._exit(ev)
+            elif kind == "vanished":
+                self._vanished(ev)
+            elif kind == "beat":
+                self.progress = time.monotonic()
+            elif kind == "launcher":
+                self._launcher(ev)
+        return out
+
+    def _line(self, machine: str, ev: dict) -> list[tuple[str, str, str]]:
+        src, text = ev["src"], ev["text"]
+        if src.startswith("L:"):
+            i = src[2:]
+            label = self.launchers[int(i)] if i.isdigit() and int(i) < len(self.launchers) else i
+            prefix, text = self._launcher_prefix(label, text)
+            self.tails.setdefault(label, deque(maxlen=TAIL)).append(text)
+            return [(prefix, "launcher", text)]
+        m = re.match(r"r(\d+)\.(out|err|stack)$", src)
+        if not m:
+            return []
+        rank = int(m.group(1))
+        if m.group(2) == "stack":
+            self.stacks.setdefault(rank, []).append(text)
+            return [(self.rank_name(rank, machine), "stack", text)]
+        self.progress = time.monotonic()
+        name = self.rank_name(rank, machine)
+        self.tails.setdefault(name, deque(maxlen=TAIL)).append(text)
+        return [(name, m.group(2), text)]
+
+    def _launcher_prefix(self, label: str, text: str) -> tuple[str, str]:
+        # pdsh (DeepSpeed's runner) and srun --label prefix what they relay: keep ONE prefix
+        m = re.match(r"([A-Za-z0-9_.\-]+): (.*)$", text)
+        if m and m.group(1) in self.names:
+            return m.group(1), m.group(2)
+        m = re.match(r"\s*\d+: (.*)$", text)
+        if m and label == "srun":
+            return label, m.group(1)
+        return label, text
+
+    def rank_name(self, rank: int, machine: str) -> str:
+        for r in self.ranks.values():
+            if r.rank == rank:
+                return r.name
+        return f"{machine} r{rank}"
+
+    def _start(self, ev: dict) -> None:
+        rank, attempt = int(ev["rank"]), int(ev.get("attempt", 1))
+        label = self.layout(rank, ev)
+        self.ranks[(rank, attempt)] = Rank(rank, attempt, label, float(ev.get("start", time.time())))
+        self.progress = time.monotonic()
+
+    def _exit(self, ev: dict) -> None:
+        r = self.ranks.get((int(ev["rank"]), int(ev.get("attempt", 1))))
+        if r is None:
+            return
+        r.end, r.rc, r.oom = float(ev.get("end", time.time())), int(ev["rc"]), ev.get("oom")
+        if r.rc == 0:
+            r.how = "ok"
+        elif self.stop_t is not None and r.end >= self.stop_t - 0.5:
+            r.how = "stopped"
+        elif self.restarts:
+            r.how = "restarted"       # torchrun's agent restarts the workers: not a failure yet
+        else:
+            r.how = "failed"
+            self.failures.append(Failure(r.end, "rank", r.name, describe_rc(r.rc, r.oom), r.rank))
+
+    def _vanished(self, ev: dict) -> None:
+        r = self.ranks.get((int(ev["rank"]), int(ev.get("attempt", 1))))
+        if r is None or r.end is not None:
+            return
+        r.end, r.how = float(ev.get("end", time.time())), "vanished"
+        if self.stop_t is not None and r.end >= self.stop_t - 0.5:
+            r.how = "stopped"
+        elif not self.restarts:
+            self.failures.append(Failure(r.end, "rank", r.name, "vanished without an exit status "
+                                         "(its wrapper was killed, e.g. SIGKILL)", r.rank))
+
+    def _launcher(self, ev: dict) -> None:
+        i, rc = str(ev["label"]), int(ev["rc"])
+        label = self.launchers[int(i)] if i.isdigit() and int(i) < len(self.launchers) else i
+        self.launcher_rc[label] = rc
+        if rc != 0 and self.stop_t is None:
+            self.failures.append(Failure(float(ev.get("end", time.time())), "launcher", label,
+                                         f"(the launcher) exited with status {rc}", prio=1))
+
+    def lost(self, machine: str, why: str) -> None:
+        """MACHINE's watcher ended or went silent while the job ran."""
+        if machine in self.lost_nodes or self.stop_t is not None:
+            return
+        self.lost_nodes.add(machine)
+        seen = time.time() - (time.monotonic() - self.last_tick.get(machine, time.monotonic()))
+        self.failures.append(Failure(seen, "node", machine, f"stopped answering ({why})"))
+
+    def fail(self, kind: str, what: str) -> None:
+        """A failure the controller decides: hang, timeout, interrupted, stopped."""
+        self.failures.append(Failure(time.time(), kind, "", what, prio=2))
+
+    def stopping(self) -> None:
+        if self.stop_t is None:
+            self.stop_t = time.time()
+
+    # -- decisions --------------------------------------------------------------------------
+    def silent(self) -> list[str]:
+        """Machines whose watcher sent nothing for node_timeout seconds."""
+        now = time.monotonic()
+        return [m for m, t in self.last_tick.items()
+                if m not in self.lost_nodes and now - t > self.node_timeout]
+
+    def hung(self) -> bool:
+        return bool(self.hang_timeout) and time.monotonic() - self.progress > self.hang_timeout
+
+    def done(self) -> bool:
+        return len(self.launcher_rc) == len(self.launchers) and not self.failures
+
+    def alive(self) -> list[Rank]:
+        return [r for r in self.ranks.values() if r.end is None]
+
+    # -- summary ----------------------------------------------------------------------------
+    def root_cause(self) -> Failure | None:
+        if not self.failures:
+            return None
+        return min(self.failures, key=lambda f: (f.prio, f.t))
+
+    def stop_seconds(self) -> float | None:
+        """From the root cause to the last rank gone (the nodes' clocks)."""
+        root = self.root_cause()
+        ends = [r.end for r in self.ranks.values() if r.end is not None]
+        if root is None or not ends or root.kind in ("timeout", "interrupted", "stopped"):
+            return None
+        return max(0.0, max(ends) - root.t)

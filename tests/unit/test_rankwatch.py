@@ -1,0 +1,151 @@
+"""The decisions of the rank watch (ops/rankwatch.py) from recorded watcher ticks: which event
+stops the job, which is its root cause, what is a consequence, one prefix per line."""
+from __future__ import annotations
+
+import signal
+import time
+
+from nodeprep.commands.supervise import RunSpec, launch_script, watch_script
+from nodeprep.ops.rankwatch import RankWatch, describe_rc
+
+LAYOUT = [["worker-0", 2], ["worker-1", 2]]
+
+
+def spec(layout=LAYOUT) -> RunSpec:
+    return RunSpec("J1", "deepspeed", "2 node(s)", None, None, ["worker-0", "worker-1"],
+                   {"worker-0": ["worker-0", "true"]}, {}, layout)
+
+
+def watch(restarts=False, hang=None, layout=LAYOUT) -> RankWatch:
+    return RankWatch(["worker-0", "worker-1"], ["worker-0"], spec(layout).label_of,
+                     names=["worker-0", "worker-1"], restarts=restarts, hang_timeout=hang)
+
+
+def start(rank, t=100.0, attempt=1, node=None):
+    return {"k": "start", "rank": rank, "attempt": attempt, "start": t, "pid": 10 + rank, "node": node}
+
+
+def end(rank, rc, t, attempt=1, oom=None):
+    return {"k": "exit", "rank": rank, "attempt": attempt, "rc": rc, "end": t, "oom": oom}
+
+
+def test_layout_maps_global_ranks_to_nodes_in_hostfile_order():
+    s = spec()
+    assert [s.label_of(r, {}) for r in range(4)] == ["worker-0", "worker-0", "worker-1", "worker-1"]
+    # torchrun: the rendezvous orders the nodes, each rank says its node
+    assert spec(None).label_of(3, {"node": "worker-0"}) == "worker-0"
+
+
+def test_first_bad_exit_is_the_root_cause_and_later_ones_are_consequences():
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), start(1)]})
+    w.feed("worker-1", {"ev": [start(2), start(3)]})
+    assert w.failures == [] and len(w.alive()) == 4
+    # worker-0 reports a consequence (gloo error) that happened AFTER worker-1's rank died,
+    # and its tick arrives first: the nodes' clocks decide, not the arrival order
+    w.feed("worker-0", {"ev": [end(0, 1, 105.0)]})
+    w.feed("worker-1", {"ev": [end(3, 1, 104.2)]})
+    root = w.root_cause()
+    assert root.who == "worker-1 r3" and root.what == "exited with status 1" and root.rank == 3
+    assert [f.who for f in w.failures if f is not root] == ["worker-0 r0"]
+
+
+def test_ranks_ended_by_nodeprep_are_stopped_not_failed():
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), start(1)]})
+    w.feed("worker-1", {"ev": [start(2), start(3), end(2, -signal.SIGKILL, 101.0)]})
+    w.stopping()
+    now = time.time()
+    w.feed("worker-0", {"ev": [end(0, -signal.SIGTERM, now + 0.2), end(1, -signal.SIGTERM, now + 0.3)]})
+    assert len(w.failures) == 1 and w.failures[0].what == "was killed by SIGKILL"
+    assert {r.name: r.how for r in w.ranks.values()} == {"worker-0 r0": "stopped", "worker-0 r1": "stopped",
+                                                        "worker-1 r2": "failed", "worker-1 r3": "running"}
+
+
+def test_oom_kill_and_vanished_wrapper_are_named():
+    assert describe_rc(-9, oom=True) == "was killed by the kernel's OOM killer (SIGKILL)"
+    assert describe_rc(-15) == "was killed by SIGTERM" and describe_rc(3) == "exited with status 3"
+    w = watch()
+    w.feed("worker-1", {"ev": [start(2), {"k": "vanished", "rank": 2, "attempt": 1, "end": 103.0}]})
+    assert w.root_cause().who == "worker-1 r2" and "vanished" in w.root_cause().what
+
+
+def test_torchrun_restarts_are_not_failures_but_the_agent_giving_up_is():
+    w = watch(restarts=True, layout=None)
+    w.feed("worker-1", {"ev": [start(1, node="worker-1"), end(1, -9, 103.0)]})
+    w.feed("worker-1", {"ev": [start(1, attempt=2, node="worker-1")]})
+    assert w.failures == [] and {r.how for r in w.ranks.values()} == {"restarted", "running"}
+    w.feed("worker-1", {"ev": [{"k": "launcher", "label": "0", "rc": 1, "end": 120.0}]})
+    assert w.root_cause().kind == "launcher"
+
+
+def test_a_rank_failure_beats_the_launcher_failure_it_causes():
+    w = watch()
+    w.feed("worker-1", {"ev": [start(2), end(2, 1, 110.0)]})
+    w.feed("worker-0", {"ev": [{"k": "launcher", "label": "0", "rc": 1, "end": 109.0}]})
+    assert w.root_cause().who == "worker-1 r2"
+
+
+def test_node_loss_and_silence():
+    w = watch()
+    w.node_timeout = 0.05
+    w.feed("worker-0", {"ev": []})
+    time.sleep(0.1)
+    assert set(w.silent()) == {"worker-0", "worker-1"}
+    w.lost("worker-1", "its ssh session ended")
+    assert w.root_cause().line == "worker-1 stopped answering (its ssh session ended)"
+    w.lost("worker-1", "again")
+    assert len(w.failures) == 1
+
+
+def test_done_only_when_every_launcher_ended_cleanly():
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), end(0, 0, 101.0)]})
+    assert not w.done()
+    w.feed("worker-0", {"ev": [{"k": "launcher", "label": "0", "rc": 0}]})
+    assert w.done() and w.root_cause() is None
+
+
+def test_one_prefix_per_line_for_pdsh_relayed_and_rank_lines():
+    w = watch()
+    w.feed("worker-1", {"ev": [start(2)]})
+    lines = w.feed("worker-0", {"ev": [
+        {"k": "line", "src": "L:0", "text": "worker-1: [INFO] launch.py: nnodes=2"},
+        {"k": "line", "src": "L:0", "text": "plain launcher line"},
+        {"k": "line", "src": "L:0", "text": "notanode: x"},
+    ]})
+    lines += w.feed("worker-1", {"ev": [{"k": "line", "src": "r2.out", "text": "rank 2 step 1"},
+                                        {"k": "line", "src": "r2.stack", "text": '  File "x.py", line 3'}]})
+    assert lines == [("worker-1", "launcher", "[INFO] launch.py: nnodes=2"),
+                     ("worker-0", "launcher", "plain launcher line"), ("worker-0", "launcher", "notanode: x"), ("worker-1 r2", "out", "rank 2 step 1"),
+                     ("worker-1 r2", "stack", '  File "x.py", line 3')]
+    assert w.stacks[2] == ['  File "x.py", line 3']
+
+
+def test_hang_needs_silence_from_every_rank():
+    w = watch(hang=0.2)
+    w.feed("worker-0", {"ev": [start(0)]})
+    assert not w.hung()
+    time.sleep(0.15)
+    w.feed("worker-0", {"ev": [{"k": "beat", "rank": 0, "t": 1.0}]})
+    time.sleep(0.1)
+    assert not w.hung()
+    time.sleep(0.15)
+    assert w.hung()
+    assert not watch(hang=None).hung()
+
+
+def test_stop_seconds_from_root_cause_to_last_rank_gone():
+    w = watch()
+    w.feed("worker-1", {"ev": [start(2), start(3), end(2, 1, 100.0)]})
+    w.stopping()
+    w.feed("worker-1", {"ev": [end(3, -15, 102.5)]})
+    assert w.stop_seconds() == 2.5
+
+
+def test_node_scripts_quote_and_tag():
+    s = launch_script("J1", 0, "cd /x && echo 'a b'")
+    assert "setsid" in s and "PYTHON_NODEPREP_JOB=J1" in s and "env -u NODEPREP_RUN" in s
+    assert "cd /x" not in s           # the command travels base64-encoded, never re-parsed
+    w = watch_script("J1", "/home/u/venv bin/python", "/home/u/.nodeprep/agent", [0, 2])
+    assert "'/home/u/venv bin/python'" in w and "--launcher 0 --launcher 2" in w
