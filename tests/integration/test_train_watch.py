@@ -17,7 +17,7 @@ import pytest
 
 from nodeprep import cli as api
 from nodeprep import lab as labmod
-from nodeprep.commands.options import ProvisionOptions, RunsOptions, TrainOptions
+from nodeprep.commands.options import ProvisionOptions, TrainOptions
 from nodeprep.ops import bundle
 
 NODES = "worker-[0-1]"

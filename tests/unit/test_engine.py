@@ -22,7 +22,9 @@ def test_line_sink_prefixes_complete_lines_and_logs_everything():
     sink.write("a\nb")
     sink.write("c\n")
     sink.write("tail")
-    sink.flush()
+    sink.flush()                 # Invoke flushes after every chunk: a partial line waits
+    assert shown == ["a", "bc"]
+    sink.finish()                # the command ended
     assert shown == ["a", "bc", "tail"]
     assert log.getvalue() == "a\nbc\ntail"
 

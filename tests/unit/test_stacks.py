@@ -96,13 +96,13 @@ def test_a_stack_cut_at_100_frames_keeps_the_current_thread_as_main():
 
 def test_more_than_100_threads_leave_the_main_thread_out():
     """Threads are written newest first and cut at 100, so the main thread is the one lost;
-    no thread is current or at <module>: the first is taken."""
+    no thread is current or at <module>: the last is taken (the main thread is written last)."""
     [dump] = parse(text("rank-many-threads.stack"))
     assert text("rank-many-threads.stack").endswith("\n\n...\n")
     assert len(dump) == 100 and not any(t.current for t in dump)
     assert len({t.ident for t in dump}) == 100
     assert all([str(f) for f in t.frames] == ["threads.py:12 in idle"] for t in dump)
-    assert main_thread(dump) is dump[0]
+    assert main_thread(dump) is dump[-1]
 
 
 def test_crlf_reads_the_same():

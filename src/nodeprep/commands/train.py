@@ -63,6 +63,7 @@ class Job:
         self.shares: dict[str, list[int]] = {}    # node -> its GPUs on a machine it shares
         self.pythons: dict[str, str] = {}         # node -> its venv's python
         self.job_dirs: dict[str, str] = {}        # node -> its job directory
+        self.homes: dict[str, str] = {}           # node -> its home
 
     # -- stages ------------------------------------------------------------------------------
     def _probe(self, s):
@@ -208,7 +209,9 @@ class Job:
         """What the ranks run: the head node's interpreter, or NODE's own (torchrun)."""
         script = self.script.name if self.script.parent == self.root else str(self.script.relative_to(self.root))
         python = self.pythons.get(node, self.python) if node else self.python
-        home = self.homes.get(node, self.homes[self.head.name]) if node else self.homes[self.head.name]
+        # the node's home (job dirs are <home>/.nodeprep/jobs/<name>)
+        home = self.homes.get(node or self.head.name) or posixpath.dirname(posixpath.dirname(
+            posixpath.dirname(self.job_dirs.get(node, self.job_dir) if node else self.job_dir)))
         # the rank wrapper (payloads/rank.py) runs the script and records how the rank ends
         rank = posixpath.join(jobs.agent_dir(home), "rank.py")
         return launchers.Program(python, rank, [script, *self.opts.args])

@@ -108,11 +108,12 @@ def _frame_line(line: str, thread: Thread | None) -> bool:
 
 def main_thread(dump: list[Thread]) -> Thread | None:
     """The interpreter's main thread: the one whose outermost frame is a module's top level;
-    else the current one (its outer frames may be cut off at 100); else the first."""
+    else the current one (its outer frames may be cut off at 100); else the last (faulthandler
+    writes the main thread last, and past 100 threads no thread is marked current)."""
     for t in dump:
         if t.frames and t.frames[-1].func == "<module>":
             return t
-    return next((t for t in dump if t.current), dump[0] if dump else None)
+    return next((t for t in dump if t.current), dump[-1] if dump else None)
 
 
 def in_library(frame: Frame) -> bool:
