@@ -60,8 +60,10 @@ def child(inv, preflight):
     wrap(executor.Fleet, "map", lambda a, k: f"map {a[2] if len(a) > 2 else k['stage']} (wall)")
     wrap(executor.Fleet, "__init__", "Fleet init")
     wrap(executor.Fleet, "close", "Fleet close")
-    for m, what in (("prepare", "facts+preflight+sync"), ("launch", "run+poll+cleanup"), ("cleanup", "")):
-        wrap(tr.Job, m, f"Job.{m} (wall{', ' + what if what else ''})")
+    from nodeprep.commands import supervise as sv
+    wrap(tr.Job, "prepare", "Job.prepare (wall, facts+preflight+sync)")
+    wrap(sv.Supervisor, "run", "Supervisor.run (wall, watch+launch+poll+leftover check)")
+    wrap(sv.Supervisor, "_stop_all", "Supervisor._stop_all (wall)")
     t = time.perf_counter()
     rc = cli.train(TrainOptions(inv, None, "deepspeed", "health", (), preflight=preflight),
                    bench_settings(Path(os.environ["INVOKE_NODEPREP_STATE_DIR"])))

@@ -149,8 +149,8 @@ def test_emulate_two_nodes_on_one_machine(provisioned, lab, lab_settings, lab_ss
     assert "health: OK world_size=2" in out
     assert "rank 0/2 host=worker-0" in out and "rank 1/2 host=worker-0" in out
     assert "emulating 2 nodes on worker-0" in out
-    if launcher == "torchrun":      # one torchrun per emulated node, output prefixed by alias
-        assert "[emu-0]" in out and "[emu-1]" in out
+    if launcher == "torchrun":      # one torchrun per emulated node, output prefixed by alias and rank
+        assert "[emu-0 r" in out and "[emu-1 r" in out
     config = (Path(lab.nodes[0].home) / ".ssh" / "config").read_text()
     assert "# BEGIN nodeprep emulated nodes" in config and "Host emu-0 emu-1" in config
     assert "HostKeyAlias worker-0" in config and "StrictHostKeyChecking no" not in config
@@ -195,14 +195,15 @@ def test_torchrun_restart_after_sigkill_resumes_from_snapshot(provisioned, lab, 
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if "ddp.py" in cmd and "torch.distributed.run" not in cmd and state != "Z":
+        # the rank itself: rank.py --exec ddp.py (its wrapper records how it ends)
+        if "--exec ddp.py" in cmd and "torch.distributed.run" not in cmd and state != "Z":
             ranks.append(int(pid))
     assert len(ranks) == 1, ranks
     os.kill(ranks[0], signal.SIGKILL)
     t.join(300)
     out = capfd.readouterr()
     text = out.out + out.err
-    worker1 = "\n".join(ln for ln in text.splitlines() if ln.startswith("[worker-1]")
+    worker1 = "\n".join(ln for ln in text.splitlines() if ln.startswith("[worker-1")
                          and "socket.cpp" not in ln)
     assert result.get("code") == 0, worker1[-4000:] + "\n...\n" + text[-1500:]
     assert "resumed from epoch" in text and "ddp: done epochs=6" in text

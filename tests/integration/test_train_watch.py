@@ -173,8 +173,14 @@ def test_detached_run_survives_its_controller_and_is_stopped_from_another_shell(
     st = invoke(lab_settings, "train.status", job)
     assert st.returncode == 0 and f"run {job}: running" in st.stdout, st.stdout + st.stderr
     assert re.search(r"worker-1\s+ranks 1/1 alive", st.stdout), st.stdout
-    logs = invoke(lab_settings, "train.logs", job, "--rank", "1")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        logs = invoke(lab_settings, "train.logs", job, "--rank", "1")
+        if "[worker-1 r1] rank 1 epoch 0 step 1" in logs.stdout:
+            break
+        time.sleep(2)
     assert "[worker-1 r1] rank 1 epoch 0 step 1" in logs.stdout, logs.stdout + logs.stderr
+    assert "[worker-0 r0]" not in logs.stdout
     stop = invoke(lab_settings, "train.stop", job)
     assert stop.returncode == 0 and "the supervisor stopped the job" in stop.stdout, stop.stdout + stop.stderr
     st = invoke(lab_settings, "train.status", job)

@@ -239,9 +239,11 @@ class Supervisor:
             ranks, why = self._culprit()
             with self.lock:
                 who = ", ".join(self.watch.rank_name(r, "?") for r in ranks) or "job"
-                self.watch.fail("hang", f"no rank wrote output or a heartbeat for "
+                self.watch.fail("hang", f"hung: no rank wrote output or a heartbeat for "
                                         f"{self.spec.hang_timeout:g}s; stacks: {why}")
                 self.watch.failures[-1].who = who
+                # the clock of a hang starts at the last sign of progress
+                self.watch.failures[-1].t = time.time() - (time.monotonic() - self.watch.progress)
         elif verdict == "timeout":
             self.watch.fail("timeout", f"--timeout {self.spec.timeout:g}s reached")
         elif verdict in ("interrupted", "stopped"):

@@ -10,6 +10,7 @@ import shlex
 import time
 from dataclasses import asdict, dataclass, field
 
+from nodeprep.commands import preflight
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
 from nodeprep.engine import facts as factmod
@@ -18,9 +19,8 @@ from nodeprep.engine.executor import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.commands.supervise import Outcome, RunSpec, redacted_env
-from nodeprep.ops import bundle as bundlemod, emulate, jobs, launchers, pystack
+from nodeprep.ops import bundle as bundlemod, contract, emulate, jobs, launchers, pystack
 from nodeprep.ops.jobs import JOB_VAR
-from nodeprep.ops.mesh import mesh_script, parse_mesh
 from nodeprep.inventory.nodeset import fold
 from nodeprep.ops.topology import Topology, gpu_shares
 from nodeprep.settings import Settings
@@ -70,8 +70,11 @@ class Job:
         venv = self.vars[s.name]["venv_path"]
         reqs = [factmod.USER, factmod.GPUS, factmod.INTERFACES, factmod.IDENTITY, factmod.VENV(venv),
                 factmod.TORCH_BUILD(factmod.TorchIn(venv)), jobs.JOB_PROCESSES, jobs.GPU_APPS]
+        reqs.append(contract.PROGRAMS)
         if s.name == self.head.name:
             reqs.append(factmod.PORT_LISTENING(self.opts.port))
+            if self.opts.launcher == "deepspeed":
+                reqs += [factmod.FILE("~/.deepspeed_env"), factmod.FILE(self.vars[s.name]["env_file"])]
         return factmod.gather(s, reqs, self.vars[s.name])
 
     def _paths(self, got: dict, names: list[str]) -> list[str]:
@@ -91,13 +94,6 @@ class Job:
                     "or --launcher torchrun, which starts each node's own"]
         return []
 
-    def _preflight_mesh(self, fleet, names: list[str]) -> list[str]:
-        head = fleet.sessions[self.head.name]
-        peers = self.emu.names if self.emu else names
-        mesh = parse_mesh(head.run(mesh_script(peers), timeout=60, label="preflight mesh").stdout)
-        return [f"{self.head.name} -> {p}: ssh fails (exit {rc}) {err}".rstrip()
-                for p, (rc, err) in sorted(mesh.items()) if rc != 0]
-
     def prepare(self, fleet) -> None:
         """Facts, job dir sync and preflight; raises NodeprepError listing what blocks."""
         names, opts = [h.name for h in self.hosts], self.opts
@@ -115,15 +111,19 @@ class Job:
             fleet.map(lambda s: emulate.write_aliases(s, self.emu, self.head), "emulate")
             self._fail_if_nodes_failed(fleet)
             self.events.note(self.head.name, self.emu.describe())
-        if opts.preflight and opts.launcher in ("deepspeed", "mpirun"):
-            problems += self._preflight_mesh(fleet, names)
         topo = self.topo = Topology.of(got, names)
+        if opts.preflight:
+            problems += preflight.contract_problems(self, got, names)
+            if not problems:
+                problems += preflight.port_problems(self, fleet, names)
+        if opts.preflight and opts.launcher in ("deepspeed", "mpirun"):
+            problems += preflight.mesh_problems(self, fleet, names)
         self.shares = gpu_shares(topo, names, {n: got[n][factmod.GPUS]["count"] for n in names})
         problems += self._share_problems(topo)
         if problems and opts.preflight:
             raise NodeprepError("preflight failed:\n  " + "\n  ".join(problems),
                                 hint="fix these, or --no-preflight to launch anyway")
-        self._stale(fleet, topo)
+        preflight.stale(self, fleet, topo)
         # once per home: nodes sharing one (NFS) see the same job directory
         homes = [ns[0] for ns in topo.homes.values()]
         pushed = fleet.map(lambda s: jobs.sync(s, self.files, self.job_dirs[s.name]) +
@@ -133,31 +133,6 @@ class Job:
         self.events.note(self.head.name, f"job {self.id}: {sum(pushed.values())} file(s) pushed to "
                                          f"{self.job_dir} on {len(names)} node(s)" +
                          (f" ({len(homes)} home(s))" if len(homes) < len(names) else ""))
-
-    def _stale(self, fleet, topo) -> None:
-        """Processes of earlier nodeprep jobs (and, on GPU nodes, any process holding a GPU)
-        refuse the launch; --kill-stale stops the earlier jobs (never other processes)."""
-        found, gpu = {}, []
-        for ns in topo.machines.values():
-            n = ns[0]
-            for job, procs in jobs.stale(self.facts[n][jobs.JOB_PROCESSES], self.id).items():
-                found.setdefault(job, {})[n] = procs
-            gpu += [f"{n}: pid {p['pid']} {p['name']} holds {p['memory']} of GPU memory"
-                    for p in self.facts[n][jobs.GPU_APPS]]
-        if found and self.opts.kill_stale:
-            for job, where in found.items():
-                fleet.map(lambda s: s.run(jobs.cleanup_script(job), timeout=30, label="kill stale"),
-                          "kill stale", only=list(where))
-                self.events.note(self.head.name, f"stopped earlier job {job} on {fold(list(where))}")
-            return
-        lines = [f"{n}: job {job} still runs pid {p['pid']}: {p['args'][:120]}"
-                 for job, where in found.items() for n, procs in where.items() for p in procs[:3]]
-        if found or gpu:
-            raise NodeprepError("processes of an earlier job are still running:\n  " +
-                                "\n  ".join(lines + gpu),
-                                hint="stop them with `invoke train.stop RUN`, or pass --kill-stale to "
-                                     "stop earlier nodeprep jobs before this launch" if found else
-                                     "stop the processes holding the GPUs")
 
     def _share_problems(self, topo) -> list[str]:
         """Nodes that are one machine: their slots must fit in their share of its GPUs, and

@@ -81,6 +81,7 @@ class RunLog:
 
     def __init__(self, path: Path):
         self.path = path
+        path.mkdir(parents=True, exist_ok=True)
         self._files: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
 

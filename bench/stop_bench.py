@@ -1,0 +1,93 @@
+"""How fast a failure stops a job: the time from the failure to the last rank gone, for each
+launcher and each failure, medians of RUNS runs on a 2-node lab (the integration matrix of
+tests/integration/test_train_watch.py, timed). The clock is the nodes' own (the rank wrapper
+records each rank's end; one machine here, so no skew):
+  exit     a rank exits 1 at step 3, no collective after it (ddp --no-sync)
+  sigkill  a rank is killed with SIGKILL at step 3
+  node     worker-1 stops (lab stop_node: sshd and every process in it killed); measured from
+           the last heartbeat of its watcher
+  hang     a rank blocks forever at step 4, --hang-timeout 10; measured from the last output
+           or heartbeat of any rank
+Targets (issue 15): at most 10 s for exits and node loss, hang-timeout + 10 s for hangs.
+Also the whole `invoke train` wall time per case. Usage: bench/stop_bench.py [RUNS=3] [CASES]"""
+import json
+import statistics
+import sys
+import threading
+import time
+import uuid
+
+from lib import bench_lab, bench_lab_down, save
+
+from nodeprep import cli, lab as labmod
+from nodeprep.commands.options import ProvisionOptions, TrainOptions
+from nodeprep.ops import bundle
+
+LAUNCHERS = {"deepspeed-pdsh": ("deepspeed", "pdsh"), "deepspeed-openmpi": ("deepspeed", "openmpi"),
+             "torchrun": ("torchrun", "pdsh"), "mpirun": ("mpirun", "pdsh")}
+LONG = ["--epochs", "100", "--steps-per-epoch", "40", "--sleep-per-step", "0.1"]
+CASES = {"exit": ["--no-sync", "--fail-at-step", "3", "--fail-rank", "1"],
+         "sigkill": ["--fail-at-step", "3", "--fail-rank", "1", "--fail-signal", "9"],
+         "hang": ["--hang-at-step", "4", "--fail-rank", "1"],
+         "node": []}
+args = [a for a in sys.argv[1:]]
+runs = int(args[0]) if args else 3
+cases = args[1].split(",") if len(args) > 1 else list(CASES)
+
+
+def one(info, settings, launcher, ds, case) -> tuple[float, float, str]:
+    opts = TrainOptions(str(info.inventory), "worker-[0-1]", launcher, "ddp",
+                        tuple(LONG + CASES[case] + ["--snapshot", f"b-{uuid.uuid4().hex[:8]}.pt"]),
+                        timeout=240, ds_launcher=ds, hang_timeout=10 if case == "hang" else None)
+    t0 = time.monotonic()
+    if case == "node":
+        killer = threading.Thread(target=stop_worker_1, args=(info, settings))
+        killer.start()
+    code = cli.train(opts, settings)
+    wall = time.monotonic() - t0
+    if case == "node":
+        killer.join()
+        labmod.up(len(info.nodes), name=info.name, settings=settings,
+                  options=labmod.UpOptions(inventory_dir=info.inventory.parent), log=lambda *a: None)
+    state = json.loads((bundle.runs_of(settings.runs)[-1] / "state.json").read_text())
+    out = state.get("outcome") or {}
+    if code != 1 or out.get("stop_seconds") is None:
+        raise SystemExit(f"{launcher}/{ds} {case}: exit {code}, {out.get('failure')}")
+    return out["stop_seconds"], wall, out["failure"]
+
+
+def stop_worker_1(info, settings):
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        runs_ = bundle.runs_of(settings.runs)
+        if runs_ and (runs_[-1] / "nodes" / "worker-1" / "r1.out").exists() and \
+                time.time() - runs_[-1].stat().st_mtime < 60:
+            break
+        time.sleep(0.3)
+    time.sleep(2)
+    labmod.stop_node(info, 1)
+
+
+def main():
+    info, settings, _env = bench_lab(2, "stop")
+    try:
+        assert cli.provision(ProvisionOptions(str(info.inventory)), settings) == 0
+        results = []
+        for case in cases:
+            for name, (launcher, ds) in LAUNCHERS.items():
+                got = [one(info, settings, launcher, ds, case) for _ in range(runs)]
+                stop = [g[0] for g in got]
+                wall = [g[1] for g in got]
+                r = {"launcher": name, "case": case, "stop_median": statistics.median(stop),
+                     "stop_runs": stop, "wall_median": statistics.median(wall), "root_cause": got[0][2]}
+                results.append(r)
+                print(f"{case:<8} {name:<18} failure -> last rank gone: median {r['stop_median']:5.1f} s "
+                      f"(runs {' '.join(f'{x:.1f}' for x in stop)}); train wall {r['wall_median']:5.1f} s; "
+                      f"{got[0][2][:70]}", flush=True)
+        save("stop", results)
+    finally:
+        bench_lab_down("stop")
+
+
+if __name__ == "__main__":
+    main()
