@@ -112,10 +112,14 @@ def test_srun_through_real_slurm(slurm, lab, lab_settings, lab_ssh, capfd):
     assert "[worker-0 r0] rank 0/2 host=worker-0" in out and "[worker-1 r1] rank 1/2 host=worker-1" in out
     t0 = time.monotonic()
     code, out = train(lab, lab_settings, capfd, "srun", "ddp",
-                      ["--epochs", "50", "--steps-per-epoch", "20", "--sleep-per-step", "0.2",
-                       "--fail-at-step", "5", "--fail-rank", "1", "--snapshot", "srunfail.pt"], timeout=300)
+                      ["--epochs", "50", "--steps-per-epoch", "20", "--sleep-per-step", "0.2", "--no-sync",
+                       "--fail-at-step", "5", "--fail-rank", "1", "--snapshot", f"srunfail-{time.time()}.pt"],
+                      timeout=300)
     assert code != 0, out
     assert time.monotonic() - t0 < 60, out
+    # root cause first: the rank that failed (by the nodes' clocks), not srun's own report
+    assert "FAILED: worker-1 r1 exited with status 1" in out, out
+    assert "0 processes left on 2 node(s)" in out
     assert job_processes(lab_ssh, lab) == []
 
 

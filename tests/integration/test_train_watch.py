@@ -188,6 +188,29 @@ def test_detached_run_survives_its_controller_and_is_stopped_from_another_shell(
     assert leftovers(lab_ssh, lab) == []
 
 
+def test_a_job_whose_supervisor_died_runs_on_and_is_stopped_on_the_nodes(provisioned, lab, lab_settings,
+                                                                         lab_ssh):
+    import os
+    import signal
+    p = subprocess.run([str(Path(sys.executable).parent / "invoke"), "train", "--inventory", str(lab.inventory),
+                        "--limit", NODES, "--launcher", "deepspeed", "--payload", "ddp", "--detach", "--",
+                        *LONG, "--snapshot", f"w-{uuid.uuid4().hex[:8]}.pt"],
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
+                       env={"INVOKE_NODEPREP_STATE_DIR": lab_settings.state_dir, "PATH": "/usr/bin:/bin",
+                            "HOME": str(Path.home())})
+    assert p.returncode == 0, p.stdout + p.stderr
+    job = re.search(r"run id (\S+)", p.stderr + p.stdout).group(1)
+    state = last_run(lab_settings) / "state.json"
+    os.kill(json.loads(state.read_text())["pid"], signal.SIGKILL)      # the controller side is gone
+    time.sleep(3)
+    assert leftovers(lab_ssh, lab), "the job must not depend on its supervisor"
+    st = invoke(lab_settings, "train.status", job)
+    assert f"run {job}: orphaned" in st.stdout, st.stdout + st.stderr
+    stop = invoke(lab_settings, "train.stop", job)
+    assert stop.returncode == 0 and "stopped on the nodes" in stop.stdout, stop.stdout + stop.stderr
+    assert leftovers(lab_ssh, lab) == []
+
+
 def test_stale_job_refuses_the_launch_until_kill_stale(provisioned, lab, lab_settings, lab_ssh, capfd):
     # a job that outlived its controller: ranks still running, no supervisor
     lab_ssh(1, "PYTHON_NODEPREP_JOB=old-job setsid sleep 300 < /dev/null > /dev/null 2>&1 &")

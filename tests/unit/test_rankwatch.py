@@ -149,3 +149,22 @@ def test_node_scripts_quote_and_tag():
     assert "cd /x" not in s           # the command travels base64-encoded, never re-parsed
     w = watch_script("J1", "/home/u/venv bin/python", "/home/u/.nodeprep/agent", [0, 2])
     assert "'/home/u/venv bin/python'" in w and "--launcher 0 --launcher 2" in w
+
+
+def test_srun_task_labels_are_taken_off_launcher_lines():
+    w = RankWatch(["worker-0"], ["worker-0"], spec().label_of, names=["worker-0"], task_labels=True)
+    lines = w.feed("worker-0", {"ev": [{"k": "line", "src": "L:0", "text": "1: srun: error: task 1 exited"}]})
+    assert lines == [("worker-0", "launcher", "srun: error: task 1 exited")]
+
+
+def test_job_process_and_gpu_app_parsers_on_real_formats():
+    from nodeprep.ops import jobs
+    procs = jobs.JOB_PROCESSES.parse("4242\t20261123-abc\t/v/bin/python -u rank.py ddp.py \n"
+                                     "bad line\n77\tother\tsleep 300\n", 0)
+    assert [p["pid"] for p in procs] == [4242, 77]
+    assert jobs.stale(procs, "20261123-abc") == {"other": [{"pid": 77, "job": "other", "args": "sleep 300"}]}
+    # nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
+    apps = jobs.GPU_APPS.parse("12345, /usr/bin/python3, 40536 MiB\n678, python, 512 MiB\n", 0)
+    assert apps == [{"pid": 12345, "name": "/usr/bin/python3", "memory": "40536 MiB"},
+                    {"pid": 678, "name": "python", "memory": "512 MiB"}]
+    assert jobs.GPU_APPS.parse("", 0) == []

@@ -48,6 +48,7 @@ class RunSpec:
     hang_timeout: float | None = None
     timeout: float | None = None
     ranks_shown: list[int] | None = None
+    machine_of: dict = field(default_factory=dict)  # node -> the node whose watcher covers its machine
     versions: dict = field(default_factory=dict)  # node -> torch / NCCL versions
     env: dict = field(default_factory=dict)       # what the launchers export (redacted)
 
@@ -112,11 +113,14 @@ class Supervisor:
         self.started = time.time()
         self.watch = RankWatch(list(spec.watchers), list(spec.commands),
                                spec.label_of, names=spec.names,
-                               restarts=spec.restarts, hang_timeout=spec.hang_timeout)
+                               restarts=spec.restarts, hang_timeout=spec.hang_timeout,
+                               task_labels=spec.launcher == "srun")
 
     # -- watchers ----------------------------------------------------------------------------
     def _launchers_on(self, machine: str) -> list[int]:
-        return [i for i, (node, _cmd) in enumerate(self.spec.commands.values()) if node == machine]
+        """Launchers on MACHINE's watcher's machine (two inventory nodes can be one machine)."""
+        return [i for i, (node, _cmd) in enumerate(self.spec.commands.values())
+                if self.spec.machine_of.get(node, node) == machine]
 
     def _on_tick(self, machine: str, line: str) -> None:
         try:

@@ -285,6 +285,7 @@ class Job:
             cmds = {label: f"export NODEPREP_NODE={shlex.quote(label)}; " + cmd for label, cmd in cmds.items()}
         names = [h.name for h in self.hosts]
         machines = [ns[0] for ns in self.topo.machines.values()] if not self.emu else [self.head.name]
+        machine_of = {n: ns[0] for ns in self.topo.machines.values() for n in ns}
         versions = {n: {k: (self.facts[n].get(factmod.TORCH_BUILD(factmod.TorchIn(self.vars[n]["venv_path"])))
                             or {}).get(k) for k in ("version", "cuda", "nccl")} for n in names}
         env = {JOB_VAR: self.id, "MASTER_ADDR": self.master_addr(), "MASTER_PORT": self.opts.port,
@@ -297,7 +298,7 @@ class Job:
                        restarts=self.opts.launcher == "torchrun" and self.opts.max_restarts > 0,
                        hang_timeout=self.opts.hang_timeout, timeout=self.opts.timeout,
                        ranks_shown=list(self.opts.ranks) if self.opts.ranks is not None else None,
-                       versions=versions, env=redacted_env(env))
+                       machine_of=machine_of, versions=versions, env=redacted_env(env))
 
     def where(self) -> str:
         return (f"{len(self.emu.names)} emulated node(s) on {self.head.name}" if self.emu

@@ -74,6 +74,7 @@ class RankWatch:
     layout: Callable[[int, dict], str]            # (rank, start record) -> its node label
     names: list[str] = field(default_factory=list)  # node names a launcher may prefix lines with
     restarts: bool = False                        # torchrun --max-restarts > 0
+    task_labels: bool = False                     # srun --label: launcher lines start "N: "
     hang_timeout: float | None = None
     node_timeout: float = 6.0
     started: float = field(default_factory=time.time)
@@ -136,7 +137,7 @@ class RankWatch:
         if m and m.group(1) in self.names:
             return m.group(1), m.group(2)
         m = re.match(r"\s*\d+: (.*)$", text)
-        if m and label == "srun":
+        if m and self.task_labels:
             return label, m.group(1)
         return label, text
 
