@@ -41,7 +41,7 @@ def one(info, settings, launcher, ds, case) -> tuple[float, float, str]:
                         timeout=240, ds_launcher=ds, hang_timeout=10 if case == "hang" else None)
     t0 = time.monotonic()
     if case == "node":
-        killer = threading.Thread(target=stop_worker_1, args=(info, settings))
+        killer = threading.Thread(target=stop_worker_1, args=(info, settings, set(bundle.runs_of(settings.runs))))
         killer.start()
     code = cli.train(opts, settings)
     wall = time.monotonic() - t0
@@ -56,12 +56,11 @@ def one(info, settings, launcher, ds, case) -> tuple[float, float, str]:
     return out["stop_seconds"], wall, out["failure"]
 
 
-def stop_worker_1(info, settings):
+def stop_worker_1(info, settings, before):
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        runs_ = bundle.runs_of(settings.runs)
-        if runs_ and (runs_[-1] / "nodes" / "worker-1" / "r1.out").exists() and \
-                time.time() - runs_[-1].stat().st_mtime < 60:
+    while time.monotonic() < deadline:       # this run's rank 1 has written a line
+        runs_ = [r for r in bundle.runs_of(settings.runs) if r not in before]
+        if runs_ and (runs_[-1] / "nodes" / "worker-1" / "r1.out").exists():
             break
         time.sleep(0.3)
     time.sleep(2)

@@ -168,3 +168,17 @@ def test_job_process_and_gpu_app_parsers_on_real_formats():
     assert apps == [{"pid": 12345, "name": "/usr/bin/python3", "memory": "40536 MiB"},
                     {"pid": 678, "name": "python", "memory": "512 MiB"}]
     assert jobs.GPU_APPS.parse("", 0) == []
+
+
+def test_a_plain_exit_status_is_a_failure_even_when_it_arrives_after_the_stop():
+    """srun's --kill-on-bad-exit (or the launcher) may stop the others first; the rank that
+    exited 1 BEFORE is still the root cause, whatever order the records arrive in."""
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), start(1)]})
+    w.feed("worker-1", {"ev": [start(2), start(3)]})
+    now = time.time()
+    w.feed("worker-0", {"ev": [end(0, -signal.SIGTERM, now - 0.3)]})     # srun's kill, seen first
+    w.stopping()
+    w.feed("worker-1", {"ev": [end(3, 1, now - 0.4), end(2, -signal.SIGTERM, now + 0.1)]})
+    assert w.root_cause().who == "worker-1 r3" and w.root_cause().what == "exited with status 1"
+    assert w.ranks[(2, 1)].how == "stopped" and w.ranks[(0, 1)].how == "failed"

@@ -76,7 +76,7 @@ class RankWatch:
     restarts: bool = False                        # torchrun --max-restarts > 0
     task_labels: bool = False                     # srun --label: launcher lines start "N: "
     hang_timeout: float | None = None
-    node_timeout: float = 6.0
+    node_timeout: float = 8.0
     started: float = field(default_factory=time.time)
 
     def __post_init__(self):
@@ -160,7 +160,7 @@ class RankWatch:
         r.end, r.rc, r.oom = float(ev.get("end", time.time())), int(ev["rc"]), ev.get("oom")
         if r.rc == 0:
             r.how = "ok"
-        elif self.stop_t is not None and r.end >= self.stop_t - 0.5:
+        elif self._by_our_stop(r.rc, r.end):
             r.how = "stopped"
         elif self.restarts:
             r.how = "restarted"       # torchrun's agent restarts the workers: not a failure yet
@@ -168,12 +168,19 @@ class RankWatch:
             r.how = "failed"
             self.failures.append(Failure(r.end, "rank", r.name, describe_rc(r.rc, r.oom), r.rank))
 
+    def _by_our_stop(self, rc: int, end: float) -> bool:
+        """An end nodeprep's stop explains: TERM/KILL (or a shell's 143/137 for them) after
+        the stop began. A plain exit status, or SIGSEGV/SIGABRT, is the rank's own doing."""
+        ours = rc in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT, 128 + signal.SIGTERM,
+                      128 + signal.SIGKILL)
+        return ours and self.stop_t is not None and end >= self.stop_t - 0.2
+
     def _vanished(self, ev: dict) -> None:
         r = self.ranks.get((int(ev["rank"]), int(ev.get("attempt", 1))))
         if r is None or r.end is not None:
             return
         r.end, r.how = float(ev.get("end", time.time())), "vanished"
-        if self.stop_t is not None and r.end >= self.stop_t - 0.5:
+        if self._by_our_stop(-signal.SIGKILL, r.end):
             r.how = "stopped"
         elif not self.restarts:
             self.failures.append(Failure(r.end, "rank", r.name, "vanished without an exit status "
