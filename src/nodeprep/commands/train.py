@@ -240,10 +240,15 @@ class Job:
         write = f"printf %s {shlex.quote(launchers.hostfile(nodes))} > hostfile && "
         if opts.ds_launcher == "openmpi":
             # DeepSpeed's openmpi runner passes no master address to the ranks (launch.py
-            # does that for pdsh); it -x exports what .deepspeed_env files hold, read from
-            # ~ and then from the cwd, so the job directory's own file adds them
+            # does that for pdsh); it -x exports what its env file holds. DS_ENV_FILE names
+            # that file (an absolute path wins over ~ and the cwd in its os.path.join): the
+            # user's ~/.deepspeed_env plus the master address, in this run's directory, so
+            # nothing is left in the job directory for a later pdsh run to pick up.
             dse = f"MASTER_ADDR={self.master_addr()}\nMASTER_PORT={opts.port}\n"
-            write += f"printf %s {shlex.quote(dse)} > .deepspeed_env && "
+            env_file = f'"$HOME/.nodeprep/runs/{self.id}/deepspeed_env"'
+            write += (f"mkdir -p \"$HOME/.nodeprep/runs/{self.id}\" && {{ [ -f \"$HOME/.deepspeed_env\" ] && "
+                      f"sed -e '$a\\' \"$HOME/.deepspeed_env\"; printf %s {shlex.quote(dse)}; }} > {env_file} && "
+                      f"export DS_ENV_FILE={env_file} && ")
         return {self.head.name: cd + write + self._env() + shlex.join(argv)}
 
     def commands(self) -> dict[str, str]:
