@@ -83,12 +83,13 @@ def cleanup_script(job_id: str) -> str:
 # over. One /proc scan lists them all: pid, job id, state, command line.
 _PROCS = r'''
 myns=$(readlink /proc/self/ns/net 2>/dev/null)
-for p in /proc/[0-9]*; do
-  pid=${p#/proc/}; [ "$pid" = "$$" ] && continue
-  job=$( { tr '\0' '\n' < "$p/environ"; } 2>/dev/null | sed -n 's/^PYTHON_NODEPREP_JOB=//p' | head -n 1)
-  [ -z "$job" ] && continue
+# one grep over every environ (a fork per process cost 0.4 s on a busy machine)
+for f in $(grep -lz '^PYTHON_NODEPREP_JOB=' /proc/[0-9]*/environ 2>/dev/null); do
+  p=${f%/environ}; pid=${p#/proc/}; [ "$pid" = "$$" ] && continue
   # this node's own: one network namespace (the lab's nodes share one process table)
   [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$myns" ] || continue
+  job=$(tr '\0' '\n' < "$p/environ" 2>/dev/null | sed -n 's/^PYTHON_NODEPREP_JOB=//p' | head -n 1)
+  [ -z "$job" ] && continue
   st=$(cut -d')' -f2 "$p/stat" 2>/dev/null | cut -d' ' -f2)
   [ "$st" = Z ] && continue
   args=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null | cut -c1-200)
