@@ -182,8 +182,18 @@ def test_detached_run_survives_its_controller_and_is_stopped_from_another_shell(
         time.sleep(2)
     assert "[worker-1 r1] rank 1 epoch 0 step 1" in logs.stdout, logs.stdout + logs.stderr
     assert "[worker-0 r0]" not in logs.stdout
+    follow = subprocess.Popen([str(Path(sys.executable).parent / "invoke"), "train.logs", job, "-f", "--node",
+                               "worker-0"], cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env={"INVOKE_NODEPREP_STATE_DIR": lab_settings.state_dir, "PATH": "/usr/bin:/bin",
+                                   "HOME": str(Path.home())})
+    time.sleep(3)
+    assert follow.poll() is None, "train.logs -f must keep following a running job"
     stop = invoke(lab_settings, "train.stop", job)
     assert stop.returncode == 0 and "the supervisor stopped the job" in stop.stdout, stop.stdout + stop.stderr
+    followed, _ = follow.communicate(timeout=30)          # -f ends with the run
+    assert follow.returncode == 0 and "[worker-0 r0] rank 0 epoch 0 step 1" in followed, followed
+    assert "[worker-1" not in followed
     st = invoke(lab_settings, "train.status", job)
     assert f"run {job}: stopped" in st.stdout and "processes now: 0" in st.stdout, st.stdout
     assert leftovers(lab_ssh, lab) == []
