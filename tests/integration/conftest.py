@@ -129,3 +129,17 @@ def lab_ssh(lab_ssh_argv):
         return subprocess.run(lab_ssh_argv(node, command), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
     return run
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab, lab_settings, lab_up, tmp_path_factory):
+    """The lab, provisioned once per module (controller key and ssh config kept apart from
+    the real ones): what the train tests start from."""
+    from nodeprep import cli as api
+    from nodeprep.commands.options import ProvisionOptions
+    lab_up()
+    ctl = tmp_path_factory.mktemp("ctl")
+    code = api.provision(ProvisionOptions(str(lab.inventory), sets=(f"controller_key={ctl}/id",
+                                                                     f"controller_ssh_config={ctl}/config")),
+                         lab_settings)
+    assert code == 0

@@ -9,20 +9,10 @@ from pathlib import Path
 import pytest
 
 from nodeprep import cli as api
-from nodeprep.commands.options import ProvisionOptions, TrainOptions
+from nodeprep.commands.options import TrainOptions
 
 NODES = "worker-[0-1]"
 JOB_DIR = ".nodeprep/jobs/payloads"
-
-
-@pytest.fixture(scope="module")
-def provisioned(lab, lab_settings, lab_up, tmp_path_factory):
-    lab_up()
-    ctl = tmp_path_factory.mktemp("ctl")
-    code = api.provision(ProvisionOptions(str(lab.inventory), sets=(f"controller_key={ctl}/id",
-                                                                     f"controller_ssh_config={ctl}/config")),
-                         lab_settings)
-    assert code == 0
 
 
 def train(lab, settings, capfd, launcher, payload, args=(), **kw):

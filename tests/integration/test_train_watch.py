@@ -17,7 +17,7 @@ import pytest
 
 from nodeprep import cli as api
 from nodeprep import lab as labmod
-from nodeprep.commands.options import ProvisionOptions, TrainOptions
+from nodeprep.commands.options import TrainOptions
 from nodeprep.ops import bundle
 
 NODES = "worker-[0-1]"
@@ -25,16 +25,6 @@ LONG = ["--epochs", "100", "--steps-per-epoch", "40", "--sleep-per-step", "0.1"]
 # (launcher, DeepSpeed's multinode launcher)
 LAUNCHERS = [("deepspeed", "pdsh"), ("deepspeed", "openmpi"), ("torchrun", "pdsh"), ("mpirun", "pdsh")]
 IDS = ["deepspeed-pdsh", "deepspeed-openmpi", "torchrun", "mpirun"]
-
-
-@pytest.fixture(scope="module")
-def provisioned(lab, lab_settings, lab_up, tmp_path_factory):
-    lab_up()
-    ctl = tmp_path_factory.mktemp("ctl")
-    code = api.provision(ProvisionOptions(str(lab.inventory), sets=(f"controller_key={ctl}/id",
-                                                                     f"controller_ssh_config={ctl}/config")),
-                         lab_settings)
-    assert code == 0
 
 
 def train(lab, settings, capfd, launcher, args, ds="pdsh", **kw):

@@ -49,7 +49,7 @@ def test_listen_and_connect_scripts_really_meet(tmp_path):
     s.close()
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     (tmp_path / ".nodeprep").mkdir()
-    r = subprocess.run(["sh", "-c", contract.listen_script(port, 5)], capture_output=True, text=True, env=env)
+    r = subprocess.run(["sh", "-c", contract.listen_script("python3", port, 5)], capture_output=True, text=True, env=env)
     assert "ready" in r.stdout
     pid = next(ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("pid "))
     c = subprocess.run(["sh", "-c", contract.connect_script("python3", "127.0.0.1", port)],

@@ -29,7 +29,7 @@ def port_problems(job, fleet, names: list[str]) -> list[str]:
     others = [ns[0] for ns in job.topo.machines.values() if job.head.name not in ns]
     if not others or job.emu or job.opts.launcher == "srun":
         return []
-    r = fleet.sessions[job.head.name].run(contract.listen_script(job.opts.port), timeout=30,
+    r = fleet.sessions[job.head.name].run(contract.listen_script(job.pythons[job.head.name], job.opts.port), timeout=30,
                                            label="listen on the master port")
     if "ready" not in r.stdout:
         return [f"{job.head.name}: cannot listen on port {job.opts.port}: {r.stdout.strip()[-200:]}"]

@@ -76,7 +76,6 @@ class Outcome:
     others: list[str] = field(default_factory=list)    # later failures (consequences)
     stopped: list[str] = field(default_factory=list)   # ranks nodeprep stopped
     tails: dict = field(default_factory=dict)          # who -> last lines
-    culprit: str = ""                                  # hang: what the stacks say
     leftovers: dict = field(default_factory=dict)      # node -> processes of the job left
     checked: int = 0                                   # nodes checked for leftovers
     stop_seconds: float | None = None
@@ -180,14 +179,14 @@ class Supervisor:
         """Every rank's child gets the faulthandler signal (rank.py); the dumps come back
         through the watchers as r<R>.stack lines."""
         with self.lock:
-            pids = [r for r in self.watch.alive()]
+            any_alive = bool(self.watch.alive())
         sig = "RTMIN+4"
         script = (f"for p in $(cat \"$HOME/.nodeprep/runs/{self.spec.job_id}\"/ranks/*.start 2>/dev/null "
                   "| sed -n 's/.*\"child\": \\([0-9]*\\).*/\\1/p'); do "
                   f"/bin/kill -s {sig} $p 2>/dev/null; done; true")
         self.fleet.map(lambda s: s.run(script, timeout=20, label="dump stacks"), "stacks",
                        only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes])
-        if pids:
+        if any_alive:
             time.sleep(STACK_WAIT)
 
     def _culprit(self) -> tuple[list[int], str]:

@@ -52,7 +52,7 @@ def missing_programs(launcher: str, ds_launcher: str, have: dict[str, set], head
     return out
 
 
-def listen_script(port: int, seconds: int = 15) -> str:
+def listen_script(python: str, port: int, seconds: int = 15) -> str:
     """sh: listen on PORT for SECONDS in the background (accepting and closing); says
     'pid N' and 'ready' (stop it with `kill N` once the nodes have connected)."""
     py = ("import socket,sys,time\n"
@@ -63,7 +63,7 @@ def listen_script(port: int, seconds: int = 15) -> str:
           "while time.time()<end:\n"
           "    try: s.accept()[0].close()\n"
           "    except OSError: pass\n")
-    return (f"setsid python3 -c {shlex.quote(py)} > \"$HOME/.nodeprep/listen.$$\" 2>&1 < /dev/null & "
+    return (f"setsid {shlex.quote(python)} -c {shlex.quote(py)} > \"$HOME/.nodeprep/listen.$$\" 2>&1 < /dev/null & "
             "echo \"pid $!\"; i=0; while [ $i -lt 50 ]; do grep -q ready \"$HOME/.nodeprep/listen.$$\" 2>/dev/null && break; "
             "sleep 0.1; i=$((i+1)); done; cat \"$HOME/.nodeprep/listen.$$\"; rm -f \"$HOME/.nodeprep/listen.$$\"")
 

@@ -81,6 +81,7 @@ class RankWatch:
 
     def __post_init__(self):
         self.ranks: dict[tuple[int, int], Rank] = {}
+        self.rank_names: dict[int, str] = {}     # rank -> "worker-1 r3" (per output line: no scan)
         self.failures: list[Failure] = []
         self.tails: dict[str, deque] = {}
         self.last_tick = {m: time.monotonic() for m in self.machines}
@@ -142,15 +143,13 @@ class RankWatch:
         return label, text
 
     def rank_name(self, rank: int, machine: str) -> str:
-        for r in self.ranks.values():
-            if r.rank == rank:
-                return r.name
-        return f"{machine} r{rank}"
+        return self.rank_names.get(rank) or f"{machine} r{rank}"
 
     def _start(self, ev: dict) -> None:
         rank, attempt = int(ev["rank"]), int(ev.get("attempt", 1))
         label = self.layout(rank, ev)
-        self.ranks[(rank, attempt)] = Rank(rank, attempt, label, float(ev.get("start", time.time())))
+        r = self.ranks[(rank, attempt)] = Rank(rank, attempt, label, float(ev.get("start", time.time())))
+        self.rank_names[rank] = r.name
         self.progress = time.monotonic()
 
     def _exit(self, ev: dict) -> None:
