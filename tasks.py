@@ -150,35 +150,51 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
             "detach": "start the job and return: it runs on without this terminal "
                       "(train.status, train.logs, train.stop)",
             "kill_stale": "stop earlier nodeprep jobs still running on the nodes before launching"})
-def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=0,
-          max_restarts=0, port=29500, ds_launcher="pdsh", no_preflight=False, dry_run=False,
-          emulate=0, emulate_network=False, hang_timeout=0, ranks=None, detach=False, kill_stale=False):
+def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=None,
+          max_restarts=None, port=None, ds_launcher="pdsh", no_preflight=False, dry_run=False,
+          emulate=None, emulate_network=False, hang_timeout=None, ranks=None, detach=False, kill_stale=False):
     """Start the payload on every node; stop every rank everywhere if one fails (or hangs, with
     --hang-timeout). Payload arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
     args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
     shown = None
     if ranks is not None:
-        try:
-            shown = tuple(int(r) for r in str(ranks).split(",") if r.strip())
-        except ValueError:
-            raise Exit(f"error: --ranks {ranks!r}: expected rank numbers, e.g. 0 or 0,3", code=2)
-    _done(cli.train(TrainOptions(inventory, limit, launcher, payload, tuple(args), int(timeout) or None,
-                                 int(max_restarts), int(port), ds_launcher, not no_preflight, dry_run,
-                                 int(emulate), emulate_network, float(hang_timeout) or None, shown,
+        shown = tuple(_number("--ranks", r, int) for r in str(ranks).split(",") if r.strip())
+    _done(cli.train(TrainOptions(inventory, limit, launcher, payload, tuple(args),
+                                 _number("--timeout", timeout, int) or None,
+                                 _number("--max-restarts", max_restarts, int) or 0,
+                                 _number("--port", port, int) or 29500, ds_launcher, not no_preflight, dry_run,
+                                 _number("--emulate", emulate, int) or 0, emulate_network,
+                                 _number("--hang-timeout", hang_timeout, float) or None, shown,
                                  detach, kill_stale), _settings(c)))
 
 
-@task(positional=["run"], help={"run": "run id (default: the newest)", "json": "print the status as JSON"})
+def _number(flag: str, value, kind):
+    """A numeric flag's value (flags default to None so Invoke hands over the text): a bad
+    one is a one-line error, exit 2, not Invoke's traceback."""
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise Exit(f"error: {flag} {value!r}: expected a {'whole ' if kind is int else ''}number", code=2)
+
+
+def _run_id(run):
+    """RUN as the user typed it; `last` (or `latest`) is the newest run."""
+    return None if run in ("last", "latest") else run
+
+
+@task(positional=["run"], help={"run": "run id, or `last` for the newest", "json": "print the status as JSON"})
 def train_status(c, run=None, json=False):
     """A training run's state per node: ranks alive, last line, elapsed; checked against the nodes."""
-    _done(cli.train_status(RunsOptions(run, json=json), _settings(c)))
+    _done(cli.train_status(RunsOptions(_run_id(run), json=json), _settings(c)))
 
 
-@task(positional=["run"], help={"run": "run id (default: the newest)", "node": "only this node's logs",
+@task(positional=["run"], help={"run": "run id, or `last` for the newest", "node": "only this node's logs",
             "rank": "only this rank's logs", "follow": "keep printing until the run ends"})
 def train_logs(c, run=None, node=None, rank=None, follow=False):
     """A training run's logs: per node and rank, launcher output, stack dumps."""
-    _done(cli.train_logs(RunsOptions(run, node, int(rank) if rank is not None else None, follow),
+    _done(cli.train_logs(RunsOptions(_run_id(run), node, _number("--rank", rank, int), follow),
                          _settings(c)))
 
 

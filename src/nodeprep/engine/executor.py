@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
 import secrets
 import socket
 import time
@@ -28,6 +29,11 @@ from nodeprep.engine.local import LocalConnection
 from nodeprep.engine.remote import RUN_VAR
 from nodeprep.engine.results import NodeResult, RunLog
 from nodeprep.settings import Settings
+
+# paramiko's transport thread logs a failed handshake (a node that is down) with a traceback;
+# with no handler configured, Python's last-resort handler printed it on stderr. The engine
+# reports the node as unreachable itself, in one line.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 # Errors worth a retry: the node may still be booting or sshd briefly overloaded. Auth and
 # host-key errors are never retried: trying again cannot fix them.
