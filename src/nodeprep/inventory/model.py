@@ -33,7 +33,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodeprep.inventory import ansible, reader, sources
+from nodeprep.inventory import ansible, fields, reader, sources
 from nodeprep.inventory import nodeset
 from nodeprep.errors import InputError
 from nodeprep.inventory.schema import VarSpec, load_schema
@@ -141,12 +141,15 @@ class Inventory:
 
 
 def load(spec: str | None, extra_vars: dict | None = None, default: str = "local",
-         schema: dict[str, VarSpec] | None = None, root: Path | None = None) -> Inventory:
+         schema: dict[str, VarSpec] | None = None, root: Path | None = None,
+         check_fields: bool = True) -> Inventory:
     """Read and validate an inventory (see the module docstring for `spec`).
 
     extra_vars are command-line values; give them already parsed as YAML scalars, so
     that `true` and `8` arrive as a bool and an int. `schema` defaults to the project's.
     ROOT: the project (inventory/NAME, roles/*/defaults.yml); default settings.find_project().
+    CHECK_FIELDS: refuse unsafe names, addresses, users and values (inventory.fields); only a
+    test comparing the parse with Ansible's turns it off.
     """
     root = root or find_project()
     schema = schema if schema is not None else load_schema([root])
@@ -156,10 +159,10 @@ def load(spec: str | None, extra_vars: dict | None = None, default: str = "local
         checked = sources.check_var(key, value, schema, None, None)
         if checked:
             cli[checked[0]] = (checked[1], "cli")
-    return _build(src, cli, schema)
+    return _build(src, cli, schema, check_fields)
 
 
-def _build(src: sources.Source, cli: dict, schema) -> Inventory:
+def _build(src: sources.Source, cli: dict, schema, check_fields: bool = True) -> Inventory:
     direct = {g: list(names) for g, names in src.groups.items()}
     members = {g: _members(src, g, set()) for g in src.groups}
     grouped = {n for g, names in members.items() if g != "ungrouped" for n in names}
@@ -184,6 +187,8 @@ def _build(src: sources.Source, cli: dict, schema) -> Inventory:
                   ("host_vars", src.host_files.get(name, {})), ("cli", cli)]
         layers[name] = [(scope, layer) for scope, layer in chain if layer]
         hosts.append(_host(name, layers[name], member, src, schema))
+        if check_fields:
+            fields.check_host(hosts[-1], src.hosts[name])
     groups = {**members, "all": list(src.hosts)}
     children = {g: list(src.children.get(g, [])) for g in groups}
     tops = [g for g in groups if g != "all" and not any(g in k for k in src.children.values())]
