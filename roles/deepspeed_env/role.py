@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from nodeprep.ops import ncclenv
+from nodeprep.ops import dsenv, ncclenv
 from nodeprep.ops import pystack
-from nodeprep.errors import InputError
+from nodeprep.errors import InputError, NodeprepError
 from nodeprep.redact import is_secret
 from nodeprep.engine.steps import FileContent
 from nodeprep.engine.facts import FILE, INTERFACES, USER
@@ -17,8 +17,8 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def validate(prov):
     for node, v in prov.vars.items():
+        file, line = prov.origin(node, "deepspeed_env")
         for k, val in (v["deepspeed_env"] or {}).items():
-            file, line = prov.origin(node, "deepspeed_env")
             if not IDENT.match(str(k)):
                 raise InputError(f"deepspeed_env key {k!r} is not a shell identifier",
                                  hint="use letters, digits and _ only, not starting with a digit",
@@ -29,6 +29,25 @@ def validate(prov):
             if "\n" in str(val) or "\r" in str(val) or "\0" in str(val):
                 raise InputError(f"deepspeed_env.{k}: multi-line values break the DeepSpeed "
                                  "launcher", hint="put it on one line", file=file, line=line)
+        for var, label, value in _feeds(v):
+            live = dsenv.pdsh_live(value)
+            if live:
+                raise InputError(
+                    f"{label}: the value contains {', '.join(repr(c) for c in live)}, which "
+                    f"DeepSpeed's pdsh launcher leaves to the remote shell (it goes into "
+                    f"~/.deepspeed_env, and DeepSpeed 0.19.8 runs {dsenv.PDSH_EXPORT})",
+                    hint="write the value out literally without those characters",
+                    file=prov.origin(node, var)[0], line=prov.origin(node, var)[1])
+
+
+def _feeds(v: dict):
+    """(variable, label, text) of every inventory value that ends up in ~/.deepspeed_env."""
+    for var in ("deepspeed_env", "nccl_env"):
+        for k, val in (v[var] or {}).items():
+            yield var, f"{var}.{k}", str(val)
+    for var in ("nccl_home", "aws_ofi_nccl_home", "libfabric_home", "venv_path"):
+        if v.get(var):
+            yield var, var, str(v[var])
 
 
 FACTS = [INTERFACES, USER]
@@ -57,5 +76,11 @@ def node_env(ctx) -> dict[str, str]:
 
 def steps(ctx):
     env = node_env(ctx)
+    for k, val in env.items():      # values computed from facts too (interface names, home)
+        if dsenv.pdsh_live(val) or "\n" in val or "\r" in val:
+            raise NodeprepError(f"~/.deepspeed_env: the value of {k} computed for this node "
+                                f"contains characters DeepSpeed's pdsh launcher would run "
+                                f"({dsenv.PDSH_EXPORT}); nothing written",
+                                "set it literally in deepspeed_env or nccl_env")
     hidden = [val for k, val in env.items() if is_secret(k)]
     return [FileContent("~/.deepspeed_env", content(env), 0o600, secrets=hidden)]

@@ -4,13 +4,32 @@ ssh shells (what pdsh and mpirun start): a block at the TOP of ~/.bashrc, before
 from __future__ import annotations
 
 import os
+import re
 import shlex
 
+from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Check, FileBlock, Step
 from nodeprep.engine.facts import ETC_SHELLS, FILE, LOGIN_SHELL, USER
 
 NON_POSIX = ("csh", "tcsh", "fish")
+
+
+def validate(prov):
+    for node, v in prov.vars.items():
+        want = v["login_shell"]
+        if not want:
+            continue
+        file, line = prov.origin(node, "login_shell")
+        if not re.fullmatch(r"/[A-Za-z0-9_@+=:,./-]*", str(want)):
+            raise InputError(f"login_shell: {str(want)[:60]!r} is not an absolute path of a shell",
+                             hint="e.g. /bin/bash, as listed in the node's /etc/shells",
+                             file=file, line=line)
+        if os.path.basename(want) in NON_POSIX:
+            raise InputError(f"login_shell: {want} is not a POSIX shell: pdsh, mpirun and "
+                             f"DeepSpeed send `export K=V; ...` to the login shell, and the env "
+                             f"file {v['env_file']} is sh syntax", hint="use /bin/bash, /bin/zsh "
+                             "or /bin/sh", file=file, line=line)
 
 
 def want_shell(v: dict, current: str | None) -> str:

@@ -1,12 +1,21 @@
 """ssh_config: a managed `Host <node>` block in ~/.ssh/config on every node (reaching the other
 nodes with the cluster key) and on the controller (reaching the nodes with the controller key,
 checking host keys against the project known_hosts). Content outside the block is kept byte
-for byte; the file is 0600 and replaced atomically."""
+for byte; the file is 0600 and replaced atomically.
+
+On the controller each inventory has a block of its own (`hosts <inventory>`); an alias that
+another inventory's block or the user's own entries define with another address is refused
+before anything changes, naming both places (ops/sshblocks), unless the inventory sets
+`ssh_alias_prefix`. Every value is written as one ssh_config word (sshblocks.word)."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
+
+from nodeprep.errors import InputError
+from nodeprep.ops import sshblocks
 
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import FileBlock, with_block
@@ -15,18 +24,72 @@ from nodeprep.engine.facts import FILE
 CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
 
 
-def entries(hosts, identity: str | None, extra: list[str] = ()) -> str:
+def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = "") -> str:
     out = []
+    word = sshblocks.word
     for h in hosts:
-        out.append(f"Host {h.name}")
-        out.append(f"    HostName {h.address}")
-        out.append(f"    Port {h.port}")
+        out.append(f"Host {prefix}{h.name}")
+        out.append(f"    HostName {word(h.address)}")
+        out.append(f"    Port {int(h.port)}")
         if h.user:
-            out.append(f"    User {h.user}")
+            out.append(f"    User {word(h.user)}")
         if identity:
-            out += [f"    IdentityFile {identity}", "    IdentitiesOnly yes"]
+            out += [f"    IdentityFile {word(identity)}", "    IdentitiesOnly yes"]
         out += [f"    {x}" for x in extra]
     return "\n".join(out) + "\n"
+
+
+def validate(prov):
+    first = prov.hosts[0].name
+    prefix = str(prov.vars[first]["ssh_alias_prefix"] or "")
+    if prefix and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", prefix):
+        raise InputError(f"ssh_alias_prefix: {prefix[:40]!r} is not the start of a host name",
+                         "use letters, digits, '.', '_' and '-', e.g. lab-",
+                         *prov.origin(first, "ssh_alias_prefix"))
+    for var in ("controller_key", "controller_ssh_config", "key"):
+        for node, v in prov.vars.items():
+            if v.get(var) and ('"' in str(v[var])):
+                raise InputError(f"{var}: a path with '\"' cannot be written into an ssh config",
+                                 "rename the file", *prov.origin(node, var))
+    if prov.vars[first]["ssh_config_controller"]:
+        path = _controller_file(prov)
+        if not str(prov.vars[first]["controller_ssh_config"]).strip() or path.is_dir():
+            raise InputError(f"controller_ssh_config: {str(path)[:80]!r} is not a file path",
+                             "e.g. ~/.ssh/config", *prov.origin(first, "controller_ssh_config"))
+        _refuse_conflicts(prov)
+
+
+def _block_name(prov) -> str:
+    """The inventory's block on the controller: its name for inventory/NAME, else its path."""
+    inv = prov.inventory
+    if inv.path is None:
+        return inv.name
+    path = Path(inv.path).resolve()
+    if path.parent == (Path(prov.settings.project) / "inventory").resolve():
+        return path.name
+    return str(path)
+
+
+def _controller_file(prov) -> Path:
+    return Path(prov.vars[prov.hosts[0].name]["controller_ssh_config"]).expanduser()
+
+
+def _refuse_conflicts(prov) -> None:
+    path = _controller_file(prov)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}", "check its permissions") from None
+    prefix = str(prov.vars[prov.hosts[0].name]["ssh_alias_prefix"] or "")
+    inv = prov.inventory
+    wanted = [(prefix + h.name, h.address, int(h.port), h.origin.get("address") or str(inv.path or inv.name))
+              for h in inv.hosts]
+    found = sshblocks.conflicts(wanted, text, str(path), _block_name(prov))
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise InputError(found[0] + more, "two inventories name their nodes alike: set "
+                         "ssh_alias_prefix in this one (e.g. ssh_alias_prefix: lab-), or remove "
+                         "the other entry")
 
 
 def reads(ctx):
@@ -42,14 +105,17 @@ def controller(prov):
     first = prov.vars[prov.hosts[0].name]
     if not first["ssh_config_controller"]:
         return []
-    path = Path(first["controller_ssh_config"]).expanduser()
+    path = _controller_file(prov)
     key = prov.shared.controller_key or Path(first.get("controller_key", "~/.ssh/id_ed25519")).expanduser()
-    known = f'UserKnownHostsFile "{prov.settings.known_hosts}"'
+    known = f"UserKnownHostsFile {sshblocks.word(str(prov.settings.known_hosts))}"
     # Lab/inventory keys differ per host in principle; the controller key is on every node.
-    body = entries(prov.inventory.hosts, str(key), [known, "StrictHostKeyChecking yes"])
+    _refuse_conflicts(prov)      # again: the file may have changed since validate
+    prefix = str(first["ssh_alias_prefix"] or "")
+    body = entries(prov.inventory.hosts, str(key), [known, "StrictHostKeyChecking yes"], prefix)
     old = path.read_text() if path.exists() else None
-    new = with_block(old, f"hosts {prov.inventory.name}", body)
-    name = f"file.block {path} [hosts {prov.inventory.name}]"
+    block = f"hosts {_block_name(prov)}"
+    new = with_block(old, block, body)
+    name = f"file.block {path} [{block}]"
     mode_ok = old is None or (path.stat().st_mode & 0o777) == 0o600
     if new == old and mode_ok:
         return [StepResult(name, "ok")]

@@ -6,8 +6,12 @@ equal or higher minor; PTX for newer)."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
+from packaging.version import InvalidVersion, Version
+
+from nodeprep.errors import InputError
 from nodeprep.ops import pystack
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.results import StepResult
@@ -40,6 +44,26 @@ for cap in want["capabilities"]:
 if bad:
     sys.exit("; ".join(bad))
 '''
+
+
+_INDEX = re.compile(r"(https?|file)://[A-Za-z0-9_.~:/?#\[\]@!&'()*+,;=%{}-]+")
+
+
+def validate(prov):
+    """torch_version a release number, torch_index a URL (or pip-config): both reach pip's
+    argv and the node's requirements.lock."""
+    for node, v in prov.vars.items():
+        version, index = v.get("torch_version"), v.get("torch_index")
+        if version is not None:
+            try:
+                Version(str(version))
+            except InvalidVersion:
+                raise InputError(f"torch_version: {str(version)[:40]!r} is not a version number",
+                                 "e.g. \"2.13.0\" (quoted)", *prov.origin(node, "torch_version")) from None
+        if index and index != "pip-config" and not _INDEX.fullmatch(str(index)):
+            raise InputError(f"torch_index: {str(index)[:60]!r} is not an http(s):// or file:// URL",
+                             "e.g. https://download.pytorch.org/whl/{variant}, or pip-config",
+                             *prov.origin(node, "torch_index"))
 
 
 def controller(prov):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from nodeprep.ops import pystack
+from nodeprep.ops import dsenv, pystack
 from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Check, FileBlock, Step, scope_of
@@ -24,6 +24,15 @@ def validate(prov):
             file, line = prov.origin(node, "venv_path")
             raise InputError(f"venv_path: {v['venv_path']!r} must be a directory of its own (it is "
                              "replaced when broken)", hint="e.g. ~/.nodeprep/venv", file=file, line=line)
+        venv = str(v["venv_path"])
+        plain = venv[2:] if venv.startswith("~/") else venv
+        if not dsenv.pdsh_plain(plain):
+            file, line = prov.origin(node, "venv_path")
+            bad = sorted({c for c in plain if not dsenv.pdsh_plain(c)})
+            raise InputError(f"venv_path: contains {', '.join(repr(c) for c in bad)}; DeepSpeed's "
+                             f"pdsh launcher runs the venv's python in its remote command without "
+                             f"quotes ({dsenv.PDSH_COMMAND})", hint="use letters, digits and "
+                             "_@%+=:,./- (and a leading ~/) only", file=file, line=line)
         if v["venv_bootstrap"] not in MODES:
             file, line = prov.origin(node, "venv_bootstrap")
             raise InputError(f"venv_bootstrap: {v['venv_bootstrap']!r} is not one of {', '.join(MODES)}",
@@ -79,8 +88,9 @@ def steps(ctx):
         return Check(False, "missing" if not e["exists"] else "no pip" if e["python"] else
                      "broken (its python does not run)")
     # Only ever delete a directory that is a venv (has pyvenv.cfg), never a user's directory.
+    refuse = shlex.quote(f"{venv} exists and is not a venv; refusing to replace it")
     replace = (f"if [ -e {rpath(venv)} ]; then [ -f {rpath(venv)}/pyvenv.cfg ] || {{ echo "
-               f"'{venv} exists and is not a venv; refusing to replace it' >&2; exit 1; }}; "
+               f"{refuse} >&2; exit 1; }}; "
                f"rm -rf {rpath(venv)}; fi; ")
     out.append(Step(f"venv.create {venv}", [VENV(venv)], exists,
                     replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"]),

@@ -225,10 +225,10 @@ def test_shell_change_without_root_or_sudo_fails_with_fallback(prov, lab, lab_re
 
 
 def test_shell_not_in_etc_shells_is_refused(prov, lab, capsys):
-    code, rep, _ = prov("login_shell=/usr/bin/fish", roles="shell", capsys=capsys)
+    code, rep, _ = prov("login_shell=/usr/bin/ksh93", roles="shell", capsys=capsys)
     assert code == 1
     msgs = [s["message"] for r in rep["nodes"].values() for s in r["steps"] if s["status"] == "failed"]
-    assert len(msgs) == 3 and all("/usr/bin/fish is not in /etc/shells" in m for m in msgs)
+    assert len(msgs) == 3 and all("/usr/bin/ksh93 is not in /etc/shells" in m for m in msgs)
 
 
 def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settings, lab_restore,

@@ -147,7 +147,7 @@ def nics(base):
     info = labmod.up(2, "tnic", settings, labmod.UpOptions(inventory_dir=base / "nicinv", subnet=195,
                                                            nic_names=("eno1", "eth0")),
                      log=lambda msg: None)
-    yield info, settings, (f"controller_key={base}/ctl/id", f"controller_ssh_config={base}/ctl/config")
+    yield info, settings, (f"controller_key={base}/nicctl/id", f"controller_ssh_config={base}/nicctl/config")
     labmod.down("tnic", settings, log=lambda msg: None)
 
 

@@ -264,13 +264,21 @@ def _locks(fleet, prov: rolemod.Provisioning) -> Locks:
     return Locks(fleet, out, Owner.me(fleet.run_id))
 
 
-def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> ProvisionResult:
+def validated(opts: ProvisionOptions, settings: Settings, events: Events):
+    """(roles, prov): the inventory read and every role's `validate` passed; InputError
+    otherwise, and no node touched yet."""
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, parse_sets(opts.sets), events)
     roles = rolemod.load(opts.roles, settings.roles_dir)
     prov = rolemod.Provisioning(inv, hosts, settings, opts.check, events=events)
     prov.vars = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     for role in roles:
-        role.call("validate", prov)          # InputError here: nothing touched yet
+        role.call("validate", prov)
+    return roles, prov
+
+
+def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> ProvisionResult:
+    roles, prov = validated(opts, settings, events)
+    inv, hosts = prov.inventory, prov.hosts
     order = [h.name for h in hosts]
     with Fleet(hosts, settings, "provision", events, password=opts.password) as fleet:
         prov.facts = fleet.map(lambda s: _probe(s, roles, prov), "facts")

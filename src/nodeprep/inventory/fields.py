@@ -115,6 +115,8 @@ def _texts(value):
 
 
 def split_where(where: str) -> tuple[str | None, int | None]:
+    if where == "cli":
+        return "--set", None
     file, _, line = (where or "").rpartition(":")
     if line.isdigit() and file:
         return file, int(line)
@@ -127,6 +129,9 @@ def check_host(host, where: str) -> None:
     problem = name_problem(host.name)
     if problem:
         raise InputError(problem, _ALIAS_HINT, *split_where(where))
+    if host.vars.get("address") == "":
+        raise InputError(f"host {host.name}: address is empty", "remove the line to use the "
+                         "host's name, or give an address", *split_where(host.origin["address"]))
     for var, why in (("address", address_problem(host.address)),
                      ("user", host.user is not None and user_problem(host.user)),
                      ("port", _port_problem(host.port))):

@@ -102,6 +102,27 @@ def _key_problem(key: str, launcher: str) -> str | None:
             f"digit); rename it or delete the line")
 
 
+# Where the pdsh runner hands the values to a shell (multinode_runner.py, 0.19.8)
+PDSH_EXPORT = "multinode_runner.py:102-104: export K=\"V\"; in the remote command"
+PDSH_COMMAND = "multinode_runner.py:109: cd <job dir>; <sys.executable> -u ..., unquoted"
+_PLAIN = re.compile(r"[\w@%+=:,./-]*")
+
+
+def pdsh_live(value: str) -> list[str]:
+    """The characters of VALUE that the pdsh runner's export leaves to the remote shell: it
+    double-quotes a value with any character outside [\\w@%+=:,./-], and inside double quotes
+    " $ ` \\ are still live."""
+    val = value.strip()
+    if not _QUOTED.search(val):
+        return []
+    return sorted({c for c in val if c in _LIVE_IN_QUOTES})
+
+
+def pdsh_plain(word: str) -> bool:
+    """Can WORD go unquoted into the pdsh runner's remote command (the python and job dir)?"""
+    return bool(_PLAIN.fullmatch(word))
+
+
 def _chars(chars: list[str]) -> str:
     return ", ".join(repr(c) for c in chars)
 

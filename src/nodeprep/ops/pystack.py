@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from nodeprep.errors import NodeprepError
+from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops.roles import UNSET
 
 if TYPE_CHECKING:
@@ -85,11 +85,23 @@ def requirement_pins(prov) -> list[str]:
         from pathlib import Path
 
         from nodeprep.ops.wheelhouse import read_requirements
-        first = next(iter(prov.vars.values()))
+        node, first = next(iter(prov.vars.items()))
         root = prov.settings.project
         base = Path(prov.inventory.path).parent if prov.inventory.path else root
-        paths = [Path(p).expanduser() for p in first["python_requirements"]]
+        try:
+            paths = [Path(p).expanduser() for p in first["python_requirements"]]
+        except RuntimeError:          # `~name/...` of a user this machine does not have
+            raise InputError("python_requirements: a `~user/` path of an unknown user",
+                             "write the path out, or ~/ for your own home",
+                             *prov.origin(node, "python_requirements")) from None
         paths = [p if p.is_absolute() else (base / p if (base / p).exists() else root / p) for p in paths]
+        for given, path in zip(first["python_requirements"], paths):
+            if not path.is_file():
+                node = next(iter(prov.vars))
+                raise InputError(f"python_requirements: {str(given)[:80]!r} is not a file (looked "
+                                 f"for {str(path)[:120]})", "give requirements files, relative "
+                                 "to the inventory or the nodeprep checkout",
+                                 *prov.origin(node, "python_requirements"))
         prov.shared.pins = read_requirements(paths)
     return prov.shared.pins
 

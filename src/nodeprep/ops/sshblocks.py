@@ -1,0 +1,105 @@
+"""The controller's ssh config: one managed `hosts <inventory>` block per inventory, and the
+Host aliases that other inventories' blocks or the user's own entries already define.
+
+ssh takes the FIRST value it finds for an option, so two blocks that both say `Host worker-1`
+send `ssh worker-1` (and every launcher using the alias) to whichever comes first, silently.
+`conflicts()` finds every alias this inventory would write that is already defined elsewhere in
+the file with another HostName or Port, so provision can refuse it naming both places (or the
+inventory sets `ssh_alias_prefix`). Aliases are read as `inventory.sshconfig` reads them: the
+literal names of `Host` lines, resolved with paramiko's SSHConfig (first value wins, `Host *`
+defaults apply), one block at a time.
+
+`word()` writes a value as one ssh_config argument: ssh expands %-tokens in HostName,
+IdentityFile and UserKnownHostsFile, so '%' is doubled; a value with whitespace is
+double-quoted; '"' cannot be written at all (ssh_config has no escape for it).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import paramiko
+
+BEGIN = re.compile(r"# BEGIN nodeprep hosts (.+) \(managed: edits inside this block are replaced\)")
+END = "# END nodeprep hosts "
+
+
+def word(value: str) -> str:
+    if '"' in value or "\n" in value or "\r" in value:
+        raise ValueError(f"{value!r} cannot be written into an ssh config (it has '\"' or a newline)")
+    value = value.replace("%", "%%")
+    return f'"{value}"' if re.search(r"\s", value) else value
+
+
+@dataclass(frozen=True)
+class Defined:
+    alias: str
+    hostname: str | None     # None: the entry sets no HostName of its own
+    port: int | None
+    where: str               # FILE:LINE, and the block's inventory if it is one
+
+
+def _segments(lines: list[str]) -> dict[str | None, list[tuple[int, str]]]:
+    """Lines by managed block (its inventory name), the user's own under None."""
+    out: dict[str | None, list[tuple[int, str]]] = {None: []}
+    current = None
+    for number, line in enumerate(lines, 1):
+        text = line.rstrip("\r\n")
+        m = BEGIN.fullmatch(text)
+        if m and current is None:
+            current = m.group(1)
+            out.setdefault(current, [])
+            continue
+        if current is not None and text == END + current:
+            current = None
+            continue
+        out.setdefault(current, []).append((number, line))
+    return out
+
+
+def _aliases(numbered: list[tuple[int, str]]) -> list[tuple[str, int]]:
+    out = []
+    for number, raw in numbered:
+        words = raw.strip().replace("=", " ", 1).split()
+        if len(words) >= 2 and words[0].lower() == "host":
+            out += [(w.strip('"'), number) for w in words[1:]
+                    if not any(c in w for c in "*?!")]
+    return out
+
+
+def defined(text: str, file: str, own: str) -> dict[str, list[Defined]]:
+    """alias -> where TEXT (the file FILE) defines it, outside the managed block OWN."""
+    found: dict[str, list[Defined]] = {}
+    for block, numbered in _segments(text.splitlines()).items():
+        if block == own:
+            continue
+        try:
+            config = paramiko.SSHConfig.from_text("\n".join(line.rstrip("\r\n") for _, line in numbered))
+        except Exception:           # paramiko's parse errors vary by version: an unreadable
+            continue                # entry defines nothing ssh could use either
+        label = f" (the block of inventory '{block}')" if block else ""
+        for alias, number in _aliases(numbered):
+            try:
+                got = config.lookup(alias)
+                port = int(got["port"]) if "port" in got else None
+            except Exception:       # a Match it cannot evaluate here, a bad Port
+                continue
+            hostname = got.get("hostname")
+            found.setdefault(alias, []).append(Defined(
+                alias, None if hostname in (None, alias) else hostname, port,
+                f"{file}:{number}{label}"))
+    return found
+
+
+def conflicts(wanted: list[tuple[str, str, int, str]], text: str, file: str, own: str) -> list[str]:
+    """For each (alias, address, port, where it is defined) of WANTED already defined in TEXT
+    outside block OWN with another HostName or Port: one sentence naming both places."""
+    known = defined(text, file, own)
+    out = []
+    for alias, address, port, where in wanted:
+        for d in known.get(alias, []):
+            if d.hostname not in (None, address) or d.port not in (None, port):
+                there = f"{d.hostname or alias}:{d.port or 22}"
+                out.append(f"Host {alias} is already defined at {d.where} as {there}; this "
+                           f"inventory ('{own}', {where}) has it at {address}:{port}")
+    return out
