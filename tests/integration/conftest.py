@@ -134,12 +134,13 @@ def lab_ssh(lab_ssh_argv):
 @pytest.fixture(scope="module")
 def provisioned(lab, lab_settings, lab_up, tmp_path_factory):
     """The lab, provisioned once per module (controller key and ssh config kept apart from
-    the real ones): what the train tests start from."""
+    the real ones): what the train tests start from. Its value: those --set overrides (a
+    later provision with them changes nothing)."""
     from nodeprep import cli as api
     from nodeprep.commands.options import ProvisionOptions
     lab_up()
     ctl = tmp_path_factory.mktemp("ctl")
-    code = api.provision(ProvisionOptions(str(lab.inventory), sets=(f"controller_key={ctl}/id",
-                                                                     f"controller_ssh_config={ctl}/config")),
-                         lab_settings)
+    sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
+    code = api.provision(ProvisionOptions(str(lab.inventory), sets=sets), lab_settings)
     assert code == 0
+    return sets

@@ -1,17 +1,23 @@
 """The only layer that talks to the user: runs a command with its options, renders the result
 (text, JSON, the live table: render.py, display.py), writes errors as one line, and returns
 the exit code. Every entry point here goes through `guarded`, so a NodeprepError is one line
-on stderr with its exit code (2 = bad input, 1 = failed run), Ctrl-C is 130 and a closed
-stdout (`| head`) is 141 without a traceback, the same for every command."""
+on stderr with its exit code (2 = bad input, 1 = failed run) and Ctrl-C is 130, the same for
+every command.
+
+A closed stdout (`| head -1`, a pager quit early) or stderr is no error and no traceback, for
+every task and for Invoke's own output (`--list`, `--help`): importing this package guards
+both (stdio.py), so the command goes on with its output discarded and exits with the code it
+would have had (not 141: provision still changed the nodes, a training run still ran to its
+end, and `set -o pipefail` scripts should see that result). Only `train.logs --follow`, which
+shows and changes nothing, stops following once stdout's reader is gone."""
 from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 import time
 
-from nodeprep.cli import detached, inventory_text, parity_text, render
+from nodeprep.cli import detached, inventory_text, parity_text, render, stdio
 from nodeprep.cli.display import Display
 from nodeprep.commands import facts as facts_cmd
 from nodeprep.commands import hosts, inventory as inventory_cmd, provision as provision_cmd
@@ -22,6 +28,8 @@ from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOpt
 from nodeprep.errors import NodeprepError
 from nodeprep.ops import bundle
 from nodeprep.settings import Settings
+
+stdio.install()
 
 
 def guarded(fn):
@@ -35,25 +43,7 @@ def guarded(fn):
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
-        except BrokenPipeError:
-            if not _stdout_gone():
-                raise
-            # `invoke verify-parity --json | head`: the reader left; no traceback, and none
-            # from the interpreter's own flush of stdout at exit either.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 141
     return wrapper
-
-
-def _stdout_gone() -> bool:
-    """Is it OUR stdout whose reader went away (not some other pipe of the run)?"""
-    import select
-    try:
-        p = select.poll()
-        p.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in p.poll(0))
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _json(data) -> None:
@@ -147,7 +137,7 @@ def train_logs(opts: RunsOptions, settings: Settings = Settings()) -> int:
     while True:
         for label, line in runs_cmd.log_lines(path, opts.node, opts.rank, offsets):
             print(f"[{label}] {line}", flush=opts.follow)
-        if not opts.follow or runs_cmd.finished(path):
+        if not opts.follow or runs_cmd.finished(path) or stdio.stdout_lost():
             break
         time.sleep(0.5)
     for label, line in runs_cmd.log_lines(path, opts.node, opts.rank, offsets):
