@@ -30,24 +30,22 @@ def validate(prov):
                 raise InputError(f"deepspeed_env.{k}: multi-line values break the DeepSpeed "
                                  "launcher", hint="put it on one line", file=file, line=line)
         for var, label, value in _feeds(v):
-            live = dsenv.pdsh_live(value)
-            if live:
-                raise InputError(
-                    f"{label}: the value contains {', '.join(repr(c) for c in live)}, which "
-                    f"DeepSpeed's pdsh launcher leaves to the remote shell (it goes into "
-                    f"~/.deepspeed_env, and DeepSpeed 0.19.8 runs {dsenv.PDSH_EXPORT})",
-                    hint="write the value out literally without those characters",
-                    file=prov.origin(node, var)[0], line=prov.origin(node, var)[1])
+            problems = dsenv.value_problems(value, "pdsh")
+            if problems:
+                raise InputError(f"{label}: {problems[0]} (it goes into ~/.deepspeed_env, which "
+                                 f"DeepSpeed 0.19.8's pdsh launcher runs as {dsenv.PDSH_EXPORT})",
+                                 file=prov.origin(node, var)[0], line=prov.origin(node, var)[1])
 
 
 def _feeds(v: dict):
-    """(variable, label, text) of every inventory value that ends up in ~/.deepspeed_env."""
+    """(variable, label, text) of every inventory value that ends up in ~/.deepspeed_env as
+    written; venv_path's `~/` becomes the node's home first, so only the rest is checked."""
     for var in ("deepspeed_env", "nccl_env"):
         for k, val in (v[var] or {}).items():
-            yield var, f"{var}.{k}", str(val)
+            yield var, f"{var}.{k}", str(val).lower() if isinstance(val, bool) else str(val)
     for var in ("nccl_home", "aws_ofi_nccl_home", "libfabric_home", "venv_path"):
-        if v.get(var):
-            yield var, var, str(v[var])
+        text = str(v.get(var) or "")
+        yield var, var, text[2:] if text.startswith("~/") else text
 
 
 FACTS = [INTERFACES, USER]

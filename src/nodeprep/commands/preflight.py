@@ -7,7 +7,7 @@ from __future__ import annotations
 from nodeprep.engine import facts as factmod
 from nodeprep.errors import NodeprepError
 from nodeprep.inventory.nodeset import fold
-from nodeprep.ops import contract, jobs
+from nodeprep.ops import contract, dsenv, jobs
 from nodeprep.ops.mesh import mesh_script, parse_mesh
 
 
@@ -21,6 +21,12 @@ def contract_problems(job, got: dict, names: list[str]) -> list[str]:
             head, got[head].get(factmod.FILE("~/.deepspeed_env")),
             got[head].get(factmod.FILE(job.vars[head]["env_file"])), opts.ds_launcher,
             got[head][factmod.GPUS]["count"])
+    if opts.launcher == "deepspeed" and opts.ds_launcher == "pdsh":
+        for what, word in (("the venv's python", job.python), ("the job directory", job.job_dir)):
+            if not dsenv.pdsh_plain(word):
+                problems.append(f"{head}: {what} {word!r} has characters DeepSpeed's pdsh launcher "
+                                f"cannot carry ({dsenv.PDSH_COMMAND}); use a venv_path and a "
+                                f"payload directory named with letters, digits and _@%+=:,./- only")
     return problems
 
 

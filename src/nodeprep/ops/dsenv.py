@@ -127,7 +127,7 @@ def _chars(chars: list[str]) -> str:
     return ", ".join(repr(c) for c in chars)
 
 
-def _value_problems(raw: str, launcher: str) -> list[str]:
+def value_problems(raw: str, launcher: str) -> list[str]:
     """What the launcher does to the value (never echoed: it may be a secret)."""
     out = []
     val = raw.strip()
@@ -169,7 +169,7 @@ def parse(text: str, path: str, launcher: str = "pdsh") -> EnvFile:
         if bad_key:
             out.problems.append(where + bad_key)
         else:
-            out.problems.extend(where + p for p in _value_problems(raw_val, launcher))
+            out.problems.extend(where + p for p in value_problems(raw_val, launcher))
         if key in seen:
             out.problems.append(f"{where}{key!r} was already set on line {seen[key]} and this "
                                 f"later value wins; keep only one of the two lines")
