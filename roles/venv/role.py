@@ -32,7 +32,7 @@ def validate(prov):
             raise InputError(f"venv_path: contains {', '.join(repr(c) for c in bad)}; DeepSpeed's "
                              f"pdsh launcher runs the venv's python in its remote command without "
                              f"quotes ({dsenv.PDSH_COMMAND})", hint="use letters, digits and "
-                             "_@%+=:,./- (and a leading ~/) only", file=file, line=line)
+                             "_@+=:,./- (and a leading ~/) only", file=file, line=line)
         if v["venv_bootstrap"] not in MODES:
             file, line = prov.origin(node, "venv_bootstrap")
             raise InputError(f"venv_bootstrap: {v['venv_bootstrap']!r} is not one of {', '.join(MODES)}",

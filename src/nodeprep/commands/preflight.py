@@ -26,7 +26,7 @@ def contract_problems(job, got: dict, names: list[str]) -> list[str]:
             if not dsenv.pdsh_plain(word):
                 problems.append(f"{head}: {what} {word!r} has characters DeepSpeed's pdsh launcher "
                                 f"cannot carry ({dsenv.PDSH_COMMAND}); use a venv_path and a "
-                                f"payload directory named with letters, digits and _@%+=:,./- only")
+                                f"payload directory named with letters, digits and _@+=:,./- only")
     return problems
 
 

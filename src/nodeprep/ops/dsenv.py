@@ -105,7 +105,7 @@ def _key_problem(key: str, launcher: str) -> str | None:
 # Where the pdsh runner hands the values to a shell (multinode_runner.py, 0.19.8)
 PDSH_EXPORT = "multinode_runner.py:102-104: export K=\"V\"; in the remote command"
 PDSH_COMMAND = "multinode_runner.py:109: cd <job dir>; <sys.executable> -u ..., unquoted"
-_PLAIN = re.compile(r"[\w@%+=:,./-]*")
+_PLAIN = re.compile(r"[\w@+=:,./-]*")      # no '%': pdsh substitutes %h %u %n %% (pdsh(1))
 
 
 def pdsh_live(value: str) -> list[str]:
@@ -119,7 +119,8 @@ def pdsh_live(value: str) -> list[str]:
 
 
 def pdsh_plain(word: str) -> bool:
-    """Can WORD go unquoted into the pdsh runner's remote command (the python and job dir)?"""
+    """Can WORD go unquoted into the pdsh runner's remote command (the python and job dir),
+    and through pdsh's own %-substitution, unchanged?"""
     return bool(_PLAIN.fullmatch(word))
 
 
@@ -144,6 +145,10 @@ def value_problems(raw: str, launcher: str) -> list[str]:
         out.append(f"the value contains {_chars(live)}, which the remote shell still interprets "
                    f"inside the double quotes of the pdsh launcher's export K=\"V\"; write the "
                    f"value out literally without them")
+    if launcher == "pdsh" and "%" in val:
+        out.append("the value contains '%', and pdsh replaces %h, %u, %n and %% in the command it "
+                   "runs (DeepSpeed relies on that for --node_rank=%n; pdsh(1)), so the ranks would get "
+                   "another value; write it without '%'")
     if launcher == "pdsh" and (val.startswith("~") or ":~" in val):
         out.append("'~' in the value is not expanded, the pdsh launcher double-quotes it; "
                    "write the full path")
