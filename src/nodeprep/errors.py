@@ -19,8 +19,19 @@ class NodeprepError(Exception):
         return self.message + (f" ({self.hint})" if self.hint else "")
 
 
+# line breaks and other control characters, as they are shown inside a one-line message
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f, 0x85]} | {
+    0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(text: str) -> str:
+    """TEXT with its control characters escaped: a value quoted in a message (a name with a
+    newline in it, a NUL) cannot break the message's single line."""
+    return text.translate(_ESCAPES)
+
+
 class InputError(NodeprepError):
-    """Bad input: the message is `FILE:LINE: what is wrong (what to do)`."""
+    """Bad input: the message is `FILE:LINE: what is wrong (what to do)`, always one line."""
 
     exit_code = 2
 
@@ -29,6 +40,6 @@ class InputError(NodeprepError):
         where = ""
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "
-        super().__init__(where + message, hint)
+        super().__init__(one_line(where + message), hint and one_line(hint))
         self.file = file
         self.line = line

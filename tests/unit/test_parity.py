@@ -307,7 +307,7 @@ def test_baseline_unreachable_node_is_not_reported_as_removed(tmp_path):
      "version 99"),
     ('{"format": "nodeprep-fingerprint", "version": 1, "fingerprints": {"w": 3}}', None,
      "must map node"),
-    (b"\xff\xfe\x00bad", None, "cannot read"),
+    (b"\xff\xfe\x00bad", 1, "byte 0xff at column 1 is not UTF-8 text"),
 ])
 def test_bad_baseline_file_is_input_error(tmp_path, content, line, words):
     path = tmp_path / "base.json"

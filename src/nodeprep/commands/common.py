@@ -71,6 +71,9 @@ def parse_sets(items) -> dict:
             raise InputError(f"--set {item!r}: expected KEY=VALUE")
         try:
             out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+        # PyYAML lets Python's own errors through for a value that does not fit its tag
+        # (`!!int`, a date 2001-13-45, > 4300 digits) and for deep nesting
+        except (yaml.YAMLError, ValueError, IndexError, KeyError, AttributeError, TypeError,
+                RecursionError):
             raise InputError(f"--set {key}: value is not valid YAML: {raw!r}") from None
     return out

@@ -17,8 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import paramiko
+from paramiko.hostkeys import InvalidHostKey
 
-from nodeprep.errors import NodeprepError
+from nodeprep.errors import InputError, NodeprepError
+from nodeprep.inventory.yamlfile import read_input
 
 _lock = threading.Lock()
 
@@ -58,9 +60,20 @@ class KnownHosts:
                 fcntl.flock(lockf, fcntl.LOCK_UN)
 
     def load(self) -> paramiko.HostKeys:
+        """The pinned keys; InputError naming the file and line for a file that is not
+        UTF-8 text or a key that is not base64 (a hand edit gone wrong)."""
         keys = paramiko.HostKeys()
-        if self.path.exists():
+        if not self.path.exists():
+            return keys
+        text = read_input(self.path, str(self.path))
+        try:
             keys.load(str(self.path))
+        except InvalidHostKey as exc:
+            number = next((n for n, line in enumerate(text.split("\n"), 1)
+                           if line.strip() == exc.line), None)
+            raise InputError(f"not a known_hosts line: {exc.exc}", "fix the line, or delete "
+                             "it to pin the node's key again on the next contact",
+                             str(self.path), number) from None
         return keys
 
     def lookup(self, address: str, port: int = 22) -> dict[str, paramiko.PKey]:
@@ -87,7 +100,7 @@ class KnownHosts:
 
         True when the file changed."""
         with self._locked():
-            lines = self.path.read_text().splitlines() if self.path.exists() else []
+            lines = read_input(self.path, str(self.path)).splitlines() if self.path.exists() else []
             wanted = f"{name} {key.get_name()} {key.get_base64()}"
             kept = [ln for ln in lines if not _names_match(ln, name)]
             if wanted in lines and len(kept) == len(lines) - 1:
@@ -103,7 +116,7 @@ class KnownHosts:
         with self._locked():
             if not self.path.exists():
                 return 0
-            lines = self.path.read_text().splitlines()
+            lines = read_input(self.path, str(self.path)).splitlines()
             kept = [ln for ln in lines if not _names_match(ln, name)]
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(ln + "\n" for ln in kept))

@@ -10,7 +10,8 @@ expansion, re-implemented here from their documented behaviour):
   none of these is taken whole as the name, without a port, as Ansible does.
 - A range is `[BEGIN:END]` or `[BEGIN:END:STEP]`, numbers or single letters; a number that
   starts with 0 fixes the width and END must then have the same width; an empty BEGIN is 0.
-  Several ranges in one name multiply.
+  Several ranges in one name multiply; a key stands for at most MAX_NAMES names (beyond,
+  RangeError: a typo like web[1:10000000] is refused, not expanded).
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ _V4_PART = rf"(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9]|{_NUM_RANGE})"
 _IPV4 = re.compile(rf"^{_V4_PART}(?:\.{_V4_PART}){{3}}$")
 _BRACKETED = re.compile(r"^\[(.+)\]:([0-9]+)$")
 _HOSTPORT = re.compile(rf"^((?:[^:\[\]]|{_RANGE})*):([0-9]+)$", re.I)
+
+
+MAX_NAMES = 100_000
 
 
 class RangeError(ValueError):
@@ -99,8 +103,12 @@ def expand(pattern: str) -> list[str]:
             numbers = range(int(begin), int(end) + 1, step)
         except ValueError:
             raise RangeError(f"'{pattern}': a range is numbers or single letters") from None
+        if len(numbers) > MAX_NAMES:
+            raise RangeError(f"'{pattern}': more than {MAX_NAMES} names")
         items = [str(n).zfill(width) for n in numbers]
     out: list[str] = []
     for item in items:
         out.extend(expand(f"{head}{item}{tail}"))
+        if len(out) > MAX_NAMES:
+            raise RangeError(f"'{pattern}': more than {MAX_NAMES} names")
     return out

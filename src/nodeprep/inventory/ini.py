@@ -26,7 +26,7 @@ from pathlib import Path
 from nodeprep.errors import InputError
 from nodeprep.inventory.ansible import add_hosts
 from nodeprep.inventory.sources import Schema, Source, check_var
-from nodeprep.inventory.yamlfile import display
+from nodeprep.inventory.yamlfile import display, read_input
 
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 _GROUP_NAME = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
@@ -48,11 +48,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 def read_text(path: Path) -> list[str]:
     """The file's lines; a control character (a NUL, an escape) is refused with its line."""
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", "check the file's permissions and encoding",
-                         display(path)) from None
+    lines = read_input(path).split("\n")
     for number, line in enumerate(lines, 1):
         bad = _CONTROL.search(line.rstrip("\r"))
         if bad:

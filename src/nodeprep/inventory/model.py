@@ -207,11 +207,17 @@ def _host(name: str, layers: list, member: list[str], src: sources.Source, schem
     known = {k: v for k, v in merged.items() if k in schema}
     extra = {k: v for k, v in merged.items() if k not in schema}
     key, user = known.get("key"), known.get("user")
+    try:
+        key = str(src.base / Path(key).expanduser()) if key else None
+    except RuntimeError:                # ~someone/ for a user this machine does not know
+        raise InputError(f"host {name}: key {str(key)[:60]!r}: no such user's home directory",
+                         "give the key file's full path",
+                         *fields.split_where(origin.get("key", ""))) from None
     return Host(
         name=name, address=str(known.get("address") or name),
         port=known.get("port", schema["port"].default),
         user=None if user is None else str(user),
-        key=str(src.base / Path(key).expanduser()) if key else None,
+        key=key,
         groups=tuple(g for g in member if g != "ungrouped"), vars=known, origin=origin,
         slots=known.get("slots"), connection=str(known.get("connection") or "ssh"),
         extra=extra)

@@ -4,13 +4,17 @@ expand() turns a pattern into names, split_list() reads a comma list such as
 SLURM_JOB_NODELIST, fold() turns names back into the shortest pattern for reports
 (`worker-[0-6]  torch 2.5.1`). A leading zero in a range start fixes the width, so
 `gpu[08-10]` gives gpu08, gpu09, gpu10. Ansible's `[01:04]` is accepted as `[01-04]`.
+A pattern stands for at most MAX_NAMES names (a typo like gpu[1-10000000] is refused, not
+expanded), a range's numbers have at most 9 digits.
 """
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
-_RANGE = re.compile(r"(\d+)(?:[-:](\d+))?")
+MAX_NAMES = 100_000
+_RANGE = re.compile(r"([0-9]{1,9})(?:[-:]([0-9]{1,9}))?")
 _LAST_NUMBER = re.compile(r"^(.*?)(\d+)(\D*)$")
 
 
@@ -36,6 +40,8 @@ def expand(pattern: str) -> list[str]:
         parts.append([rest[:open_at]])
         parts.append(_expand_ranges(inner, pattern))
         rest = rest[close_at + 1:]
+    if math.prod(len(p) for p in parts) > MAX_NAMES:
+        raise ValueError(f"bad node range '{pattern}': more than {MAX_NAMES} names")
     return ["".join(combo) for combo in itertools.product(*parts)]
 
 
@@ -45,7 +51,7 @@ def _expand_ranges(inner: str, pattern: str) -> list[str]:
         match = _RANGE.fullmatch(item.strip())
         if not match:
             raise ValueError(f"bad node range '{pattern}': '{item}' is not a number "
-                             f"or a range like 1-4 or 01-04")
+                             f"(of at most 9 digits) or a range like 1-4 or 01-04")
         lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
         lo, hi = int(lo_text), int(hi_text)
         if lo > hi:
@@ -53,6 +59,8 @@ def _expand_ranges(inner: str, pattern: str) -> list[str]:
             raise ValueError(f"bad node range '{pattern}': {item} goes backwards, "
                              f"write {hi_text}{separator}{lo_text}")
         width = len(lo_text) if lo_text.startswith("0") and len(lo_text) > 1 else 0
+        if len(out) + hi - lo >= MAX_NAMES:
+            raise ValueError(f"bad node range '{pattern}': more than {MAX_NAMES} names")
         out.extend(f"{n:0{width}d}" for n in range(lo, hi + 1))
     return out
 

@@ -35,7 +35,7 @@ def read(spec: str, schema, root: Path) -> sources.Source:
     kind, colon, arg = spec.partition(":")
     if colon and kind in _PREFIXES:
         return _prefixed(spec, kind, arg, schema)
-    path = Path(spec).expanduser()
+    path = _expand(spec)
     named = re.fullmatch(r"\w[\w.-]*", spec) and not spec.endswith((*YAML_EXTS, ".ini"))
     if named and (root / "inventory" / spec).is_dir():
         path = root / "inventory" / spec
@@ -71,7 +71,7 @@ def _prefixed(spec: str, kind: str, arg: str, schema) -> sources.Source:
         if not arg:
             raise InputError("pbs: needs $PBS_NODEFILE",
                              "run inside a PBS job, or give the file: pbs:PATH")
-    path = Path(arg).expanduser()
+    path = _expand(arg)
     if not path.is_file():
         raise InputError("file not found", "check the path", display(path))
     src = sources.Source(spec, path, path.parent)
@@ -83,6 +83,15 @@ def _prefixed(spec: str, kind: str, arg: str, schema) -> sources.Source:
     if kind in ("ini", "yaml"):
         sources.read_side_files(src, path.parent, schema)
     return src
+
+
+def _expand(text: str) -> Path:
+    """TEXT as a path, `~` expanded; `~name` of a user this machine lacks stays as written
+    (and is then not found)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
 
 
 def read_dir(spec: str, path: Path, schema) -> sources.Source:
@@ -106,7 +115,10 @@ def _read_tree(into: sources.Source, path: Path, schema) -> list[str]:
         if name.startswith(".") or name in _IGNORED_NAMES or name.endswith(_IGNORED_EXTS):
             continue
         if entry.is_dir():
-            kinds += _read_tree(into, entry, schema)
+            if entry.resolve() not in (path.resolve(), *path.resolve().parents):  # no loop
+                kinds += _read_tree(into, entry, schema)
+            continue
+        if not entry.is_file():         # a FIFO, a socket, a dangling link: nothing to read
             continue
         part = sources.Source(into.name, entry, path, outer_groups=set(into.groups),
                               outer_hosts=set(into.hosts))

@@ -146,7 +146,8 @@ def _number(value, kind: str):
         return value
     if isinstance(value, str):
         pattern = r"-?[0-9]+" if kind == "int" else r"-?[0-9]+(\.[0-9]*)?"
-        if re.fullmatch(pattern, value.strip()):
+        # more than 30 digits is no port, count or size; int() refuses > 4300 anyway
+        if len(value.strip()) <= 30 and re.fullmatch(pattern, value.strip()):
             return int(value) if kind == "int" else float(value)
     return None
 

@@ -7,6 +7,7 @@ by inventory.py, from the layers kept apart here.
 from __future__ import annotations
 
 import difflib
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -267,13 +268,23 @@ def _dir_files(folder: Path) -> list[Path]:
 
 def vars_files(folder: Path, name: str) -> list[Path]:
     """Ansible's lookup of NAME in group_vars/ or host_vars/: the first of NAME, NAME.yml,
-    NAME.yaml, NAME.json that exists (a directory: every file under it)."""
+    NAME.yaml, NAME.json that exists (a directory: every file under it). A name no file can
+    have (a '/', a NUL, '.' or '..', over 255 bytes) has none: a name never reaches outside
+    FOLDER."""
+    if "/" in name or "\0" in name or name in (".", ".."):
+        return []
     for ext in VARS_EXTENSIONS:
         path = folder / f"{name}{ext}"
-        if path.is_dir():
-            return _dir_files(path)
-        if path.exists():
-            return [path]
+        try:
+            if path.is_dir():
+                return _dir_files(path)
+            if path.is_file():
+                return [path]
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return []
+            raise InputError(f"cannot read: {exc.strerror}", "check the permissions",
+                             display(path)) from None
     return []
 
 

@@ -12,8 +12,10 @@ import fnmatch
 from pathlib import Path
 
 import paramiko
+from paramiko.ssh_exception import ConfigParseError, CouldNotCanonicalize
 
 from nodeprep.errors import InputError
+from nodeprep.inventory.ini import read_text
 from nodeprep.inventory.sources import Schema, Source, check_var
 from nodeprep.inventory.yamlfile import display
 
@@ -38,17 +40,11 @@ def read_sshconfig(src: Source, pattern: str | None, schema: Schema,
     src.kind = "sshconfig"
     path = path or Path.home() / ".ssh" / "config"
     file = display(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        config = paramiko.SSHConfig.from_text(text)
-    except FileNotFoundError:
-        raise InputError("no ssh config", "write Host entries in ~/.ssh/config first", file) from None
-    except (OSError, UnicodeDecodeError, paramiko.ssh_exception.ConfigParseError) as exc:
-        raise InputError(f"cannot read the ssh config: {exc}", "check the file", file) from None
-    for name, number in _aliases(text.splitlines()):
+    lines, config = _parse(path, file)
+    for name, number in _aliases(lines):
         if pattern and not fnmatch.fnmatchcase(name, pattern):
             continue
-        found = config.lookup(name)
+        found = _lookup(config, name, file, number)
         entry = {}
         for key, var in (("hostname", "address"), ("port", "port"), ("user", "user")):
             if key in found and not (key == "hostname" and found[key] == name):
@@ -64,3 +60,40 @@ def read_sshconfig(src: Source, pattern: str | None, schema: Schema,
     if not src.hosts:
         raise InputError(f"no Host entry{' matches ' + repr(pattern) if pattern else ''} in the "
                          "ssh config", "sshconfig:PATTERN takes a glob such as 'gpu*'", file)
+
+
+def _parse(path: Path, file: str) -> tuple[list[str], paramiko.SSHConfig]:
+    """The config's lines (read as every inventory is: UTF-8, no control characters) and
+    paramiko's reading of them; InputError naming the line paramiko cannot parse."""
+    if not path.exists():
+        raise InputError("no ssh config", "write Host entries in ~/.ssh/config first", file)
+    lines = read_text(path)
+    try:
+        return lines, paramiko.SSHConfig.from_text("\n".join(lines))
+    except (ValueError, ConfigParseError) as exc:     # ValueError: shlex, an unclosed quote
+        number = next((n for n, line in enumerate(lines, 1) if not _parses(line)), None)
+        raise InputError(f"cannot read the ssh config: {exc}",
+                         "fix that line (see `man ssh_config`)", file, number) from None
+
+
+def _parses(line: str) -> bool:
+    """Does LINE parse alone? (paramiko's errors are all about one line.)"""
+    try:
+        paramiko.SSHConfig.from_text(line)
+    except (ValueError, ConfigParseError):
+        return False
+    return True
+
+
+def _lookup(config: paramiko.SSHConfig, name: str, file: str, number: int):
+    """NAME's options as ssh resolves them; InputError (at NAME's Host line) for options
+    paramiko cannot resolve: CanonicalizeHostname without CanonicalDomains, a
+    CanonicalizeMaxDots that is no number, a name that cannot be canonicalized."""
+    try:
+        return config.lookup(name)
+    except (ValueError, KeyError, OSError, CouldNotCanonicalize) as exc:
+        why = f"{exc.args[0]} is not set" if isinstance(exc, KeyError) else (
+            f"cannot canonicalize {exc}" if isinstance(exc, CouldNotCanonicalize) else str(exc))
+        raise InputError(f"host '{name}': the ssh config cannot be resolved for it: {why}",
+                         "fix the Canonicalize* (or Match) options that apply to it", file,
+                         number) from None

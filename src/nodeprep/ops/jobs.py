@@ -26,7 +26,10 @@ def resolve_payload(payload: str) -> tuple[Path, Path]:
     if payload in payloads.BUILTIN:
         script = Path(payloads.BUILTIN[payload])
         return script.parent, script
-    p = Path(payload).expanduser()
+    try:
+        p = Path(payload).expanduser()
+    except RuntimeError:                # ~name/ of a user this machine does not have
+        p = Path(payload)
     if not p.is_file():
         raise InputError(f"--payload {payload!r}: not a builtin ({', '.join(payloads.BUILTIN)}) "
                          "and not a file", hint="give a script path or health/ddp")
@@ -39,11 +42,23 @@ def local_files(root: Path, only: Path | None = None) -> dict[str, Path]:
     files = {}
     for p in sorted(root.rglob("*")):
         if p.is_file() and not any(part in SKIP for part in p.relative_to(root).parts):
+            _readable(p)
             files[str(p.relative_to(root))] = p
             if len(files) > 2000:
                 raise InputError(f"{root} holds more than 2000 files to sync",
                                  hint="put the training script in a directory of its own")
     return files
+
+
+def _readable(path: Path) -> None:
+    """InputError, before any node is touched, for a file of the job that cannot be read."""
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot read this file of the job directory: {exc.strerror}",
+                         "fix its permissions, or move it out of the directory",
+                         file=str(path)) from None
 
 
 def _sha(path: Path) -> str:

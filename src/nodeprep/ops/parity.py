@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeprep.errors import InputError
+from nodeprep.inventory.yamlfile import read_input
 
 SEVERITIES = ("error", "warning", "info")
 # Kernels and OS point releases drift with unattended upgrades; worth seeing, not failing.
@@ -195,17 +196,17 @@ def fingerprint_file_write(path, fingerprints: dict, meta: dict | None = None) -
 def baseline_read(path) -> tuple[dict, dict]:
     """(fingerprints, meta) from a file fingerprint_file_write made; InputError otherwise."""
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("baseline file not found", "record a baseline first", file=name) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read baseline file: {err}", file=name) from None
+    if not Path(path).exists():
+        raise InputError("baseline file not found", "record a baseline first", file=name)
+    text = read_input(path, name)         # unreadable, or not UTF-8 (its line): InputError
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"not valid JSON: {err.msg} (column {err.colno})",
                          "record the baseline again", file=name, line=err.lineno) from None
+    except (ValueError, RecursionError):  # a number of more than 4300 digits, deep nesting
+        raise InputError("not a fingerprint file: a number too long or values nested too deeply",
+                         "record the baseline again", file=name) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputError(f"not a nodeprep fingerprint file (no \"format\": \"{FORMAT}\")",
                          file=name)

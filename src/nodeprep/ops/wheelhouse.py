@@ -24,6 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from nodeprep.errors import InputError, NodeprepError
+from nodeprep.inventory.yamlfile import read_input
 
 
 @dataclass(frozen=True)
@@ -51,20 +52,23 @@ class Platform:
 
 def read_requirements(paths: list[Path]) -> list[str]:
     """Pinned requirement lines from FILES; anything not `name==version` is refused with its
-    file and line (an unpinned torch would pull gigabytes of CUDA wheels)."""
+    file and line (an unpinned torch would pull gigabytes of CUDA wheels), and so is a file
+    that is not UTF-8 text (its line) or cannot be read."""
     pins = []
     for path in paths:
         if not path.is_file():
             raise InputError("requirements file not found", hint="fix python_requirements",
                              file=str(path))
-        for no, raw in enumerate(path.read_text().splitlines(), 1):
+        for no, raw in enumerate(read_input(path, str(path)).split("\n"), 1):
             line = raw.split("#", 1)[0].strip()
             if not line:
                 continue
             try:
                 req = Requirement(line)
-            except InvalidRequirement as e:
-                raise InputError(f"not a requirement: {e}", file=str(path), line=no) from None
+            except (InvalidRequirement, RecursionError) as e:   # a marker nested too deep
+                why = str(e).splitlines()[0] if isinstance(e, InvalidRequirement) else \
+                    "nested too deeply"
+                raise InputError(f"not a requirement: {why}", file=str(path), line=no) from None
             spec = list(req.specifier)
             if len(spec) != 1 or spec[0].operator not in ("==", "==="):
                 raise InputError(f"{req.name} is not pinned", hint="write name==version",
