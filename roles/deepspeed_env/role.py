@@ -26,9 +26,6 @@ def validate(prov):
             if isinstance(val, (dict, list)) or val is None:
                 raise InputError(f"deepspeed_env.{k}: value must be a string or number",
                                  file=file, line=line)
-            if "\n" in str(val) or "\r" in str(val) or "\0" in str(val):
-                raise InputError(f"deepspeed_env.{k}: multi-line values break the DeepSpeed "
-                                 "launcher", hint="put it on one line", file=file, line=line)
         for var, label, value in _feeds(v):
             problems = dsenv.value_problems(value, "pdsh")
             if problems:

@@ -34,7 +34,7 @@ def validate(prov):
                 raise InputError(f"nccl_env.{k}: not an NCCL_*, FI_*, OFI_NCCL_* or TORCH_NCCL_* "
                                  "variable", hint="put other variables in deepspeed_env",
                                  file=file, line=line)
-            if isinstance(val, (dict, list)) or "\n" in str(val):
+            if isinstance(val, (dict, list)):     # control characters: inventory.fields
                 raise InputError(f"nccl_env.{k}: value must be a single-line scalar",
                                  file=file, line=line)
 

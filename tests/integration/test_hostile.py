@@ -20,6 +20,7 @@ from nodeprep.commands.options import ProvisionOptions, TrainOptions
 from nodeprep.commands.provision import validated
 from nodeprep.engine.events import Events
 from nodeprep.errors import NodeprepError
+from nodeprep.settings import Settings
 from tests.unit.test_hostile import CANARY as UNIT_CANARY
 from tests.unit.test_hostile import HOSTILE
 
@@ -43,17 +44,12 @@ def _accepted(base: dict, tmp: Path, var: str, prefix: str) -> dict:
         path.write_text(yaml.safe_dump(doc, allow_unicode=True), "utf-8")
         try:
             validated(ProvisionOptions(str(path), roles="deepspeed_env,nccl"),
-                      _settings_for_validation(tmp), Events())
+                      Settings(state_dir=str(tmp / "state")), Events())
         except NodeprepError as err:
             assert err.exit_code == 2 and "\n" not in str(err)
             continue
         out[f"{prefix}{case.upper()}"] = value
     return out
-
-
-def _settings_for_validation(tmp: Path):
-    from nodeprep.settings import Settings
-    return Settings(state_dir=str(tmp / "state"))
 
 
 def _canaries(lab, lab_ssh=None) -> list[str]:

@@ -21,6 +21,7 @@ import ipaddress
 import re
 
 from nodeprep.errors import InputError
+from nodeprep.inventory.sources import split_origin
 
 MAX_TEXT = 4096
 _LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
@@ -115,12 +116,12 @@ def _texts(value):
 
 
 def split_where(where: str) -> tuple[str | None, int | None]:
+    """sources.split_origin, with a value from the command line shown as `--set` and an origin
+    without a line (a Slurm list) kept as it is."""
     if where == "cli":
         return "--set", None
-    file, _, line = (where or "").rpartition(":")
-    if line.isdigit() and file:
-        return file, int(line)
-    return (where or None), None
+    file, line = split_origin(where or "")
+    return (file, line) if file else ((where or None), None)
 
 
 def check_host(host, where: str) -> None:

@@ -22,9 +22,11 @@ from nodeprep.inventory.yamlfile import display
 PROXY_KEYS = ("proxyjump", "proxycommand")
 
 
-def _aliases(lines: list[str]) -> list[tuple[str, int]]:
+def aliases(numbered) -> list[tuple[str, int]]:
+    """(name, line) of every literal name on a `Host` line, first occurrence only, from
+    NUMBERED (line number, text) pairs: wildcards and negations are patterns, not aliases."""
     out: list[tuple[str, int]] = []
-    for number, raw in enumerate(lines, 1):
+    for number, raw in numbered:
         words = raw.strip().replace("=", " ", 1).split()
         if len(words) < 2 or words[0].lower() != "host":
             continue
@@ -41,7 +43,7 @@ def read_sshconfig(src: Source, pattern: str | None, schema: Schema,
     path = path or Path.home() / ".ssh" / "config"
     file = display(path)
     lines, config = _parse(path, file)
-    for name, number in _aliases(lines):
+    for name, number in aliases(enumerate(lines, 1)):
         if pattern and not fnmatch.fnmatchcase(name, pattern):
             continue
         found = _lookup(config, name, file, number)

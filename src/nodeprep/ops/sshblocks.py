@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import paramiko
 
+from nodeprep.inventory.sshconfig import aliases
+
 BEGIN = re.compile(r"# BEGIN nodeprep hosts (.+) \(managed: edits inside this block are replaced\)")
 END = "# END nodeprep hosts "
 
@@ -57,16 +59,6 @@ def _segments(lines: list[str]) -> dict[str | None, list[tuple[int, str]]]:
     return out
 
 
-def _aliases(numbered: list[tuple[int, str]]) -> list[tuple[str, int]]:
-    out = []
-    for number, raw in numbered:
-        words = raw.strip().replace("=", " ", 1).split()
-        if len(words) >= 2 and words[0].lower() == "host":
-            out += [(w.strip('"'), number) for w in words[1:]
-                    if not any(c in w for c in "*?!")]
-    return out
-
-
 def defined(text: str, file: str, own: str) -> dict[str, list[Defined]]:
     """alias -> where TEXT (the file FILE) defines it, outside the managed block OWN."""
     found: dict[str, list[Defined]] = {}
@@ -78,7 +70,7 @@ def defined(text: str, file: str, own: str) -> dict[str, list[Defined]]:
         except Exception:           # paramiko's parse errors vary by version: an unreadable
             continue                # entry defines nothing ssh could use either
         label = f" (the block of inventory '{block}')" if block else ""
-        for alias, number in _aliases(numbered):
+        for alias, number in aliases(numbered):
             try:
                 got = config.lookup(alias)
                 port = int(got["port"]) if "port" in got else None
