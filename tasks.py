@@ -210,11 +210,12 @@ def train_stop(c, run=None):
                     "or NAME:cpu; repeatable",
             "arch": "CPU arch of nodes that do not say (default x86_64)",
             "index": "index URL template with {variant} (default the PyTorch index)",
-            "json": "print the plan (or the error) as JSON"})
-def torch_plan(c, torch, node=None, arch=None, index=None, json=False):
-    """Which torch build fits a fleet (no node touched): the variant, the exact pin and index, or
-    the node that blocks and how to fix it."""
-    _done(cli.torch_plan(TorchPlanOptions(torch, tuple(node or ()), arch, index, json)))
+            "json": "print the plan (or the error) as JSON",
+            "explain": "also print the table rows and rule steps that led to the answer, with sources"})
+def torch_plan(c, torch, node=None, arch=None, index=None, json=False, explain=False):
+    """Which torch build fits a fleet (no node touched): per CPU platform the variant, the exact
+    pin and index, or the node that blocks and how to fix it."""
+    _done(cli.torch_plan(TorchPlanOptions(torch, tuple(node or ()), arch, index, json, explain)))
 
 
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})

@@ -68,7 +68,9 @@ def validate(prov):
 
 def controller(prov):
     plan = pystack.torch_plan(prov)    # raises PlanError (names the blocking node) before any change
-    return [StepResult(f"torch.plan {plan.requirement}", "ok", f"variant {plan.variant}")] if plan else []
+    return [StepResult(f"torch.plan {b.requirement}" + (f" ({b.cpu_arch})" if len(plan.builds) > 1 else ""),
+                       "ok", f"variant {b.variant}" + (f"; {b.compat}" if b.compat else ""))
+            for b in plan.builds] if plan else []
 
 
 def reads(ctx):
@@ -79,6 +81,7 @@ def steps(ctx):
     plan = pystack.torch_plan(ctx.prov)
     if not plan:
         return []
+    plan = plan.for_arch(ctx.facts[OS]["arch"])     # this node's platform's build
     version = plan.requirement.split("==", 1)[1]
     caps = sorted({d["capability"] for d in ctx.facts[GPUS]["devices"] if d.get("capability")})
     want = {"version": version, "cuda": plan.cuda, "capabilities": caps}

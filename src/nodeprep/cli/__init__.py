@@ -152,12 +152,14 @@ def torch_plan(opts: TorchPlanOptions) -> int:
     if opts.json:
         _json({"ok": False, "error": {
             "node": getattr(e, "node", None), "reason": getattr(e, "reason", e.message),
-            "fix": getattr(e, "fix", e.hint), "exit_code": e.exit_code}} if e else
-              {"ok": True, "plan": res.plan.as_dict()})
+            "fix": getattr(e, "fix", e.hint), "exit_code": e.exit_code,
+            "explain": getattr(e, "explain", [])}} if e else {"ok": True, "plan": res.plan.as_dict()})
     elif e:
         print(f"error: {e}", file=sys.stderr)
+        if opts.explain and getattr(e, "explain", None):
+            print("\n".join(["explain:"] + [f"  {w}" for w in e.explain]), file=sys.stderr)
     else:
-        print(render.torch_plan(res.plan))
+        print(render.torch_plan(res.plan, opts.explain))
     return res.exit_code
 
 

@@ -89,15 +89,28 @@ def collective(res: dict) -> str:
 
 
 # -- torch-plan ---------------------------------------------------------------------------------
-def torch_plan(plan) -> str:
-    lines = [f"torch {plan.torch} -> {plan.variant}" + (f" (CUDA {plan.cuda})" if plan.cuda else ""),
-             f"  pip install {plan.requirement} --index-url {plan.index_url}"]
-    if plan.arch_list:
-        lines.append("  compiled for: " + " ".join(plan.arch_list))
-    if plan.pypi_default and plan.pypi_default != plan.variant:
+def _torch_build(plan, b, head: str) -> list[str]:
+    lines = [head + (f" (CUDA {b.cuda})" if b.cuda else ""),
+             f"  pip install {b.requirement}" + (f" --index-url {b.index_url}" if b.index_url else "")]
+    if b.arch_list:
+        lines.append("  compiled for: " + " ".join(b.arch_list))
+    lines += [f"  PTX: {b.ptx}"] if b.ptx else []
+    lines += [f"  note: {b.compat}"] if b.compat else []
+    if plan.pypi_default and plan.pypi_default != b.variant and b.cpu_arch == "x86_64":
         # PEP 440: a local version sorts higher, so a bare torch==X may even resolve to +cpu.
         lines.append(f"  note: a bare torch=={plan.torch} from PyPI gives {plan.pypi_default} (or +cpu); keep the pin")
-    return "\n".join(lines + ["  not chosen:"] + [f"    {r}" for r in plan.reasons])
+    return lines + (["  not chosen:"] + [f"    {r}" for r in b.reasons] if b.reasons else [])
+
+
+def torch_plan(plan, explain: bool = False) -> str:
+    """One block per CPU platform; the first line says the answer."""
+    if len(plan.builds) == 1:
+        lines = _torch_build(plan, plan.builds[0], f"torch {plan.torch} -> {plan.builds[0].variant}")
+    else:
+        lines = [f"torch {plan.torch} -> " + ", ".join(f"{b.cpu_arch}: {b.variant}" for b in plan.builds)]
+        for b in plan.builds:
+            lines += _torch_build(plan, b, f"{b.cpu_arch} ({', '.join(b.nodes)}): {b.variant}")
+    return "\n".join(lines + (["explain:"] + [f"  {w}" for w in plan.explain] if explain else []))
 
 
 # -- train --------------------------------------------------------------------------------------

@@ -97,6 +97,7 @@ class TorchPlanOptions:
     arch: str | None = None
     index: str | None = None
     json: bool = False
+    explain: bool = False             # the table rows and rule steps behind the answer
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,20 @@
 """`invoke torch-plan`: which torch build fits a fleet, offline (no node is contacted).
 
-Pick the one torch wheel (CUDA variant) that runs on every node: published for each node's CPU
-arch, runnable by the oldest driver, compiled for every GPU; the newest such build wins. The
-result is the variant, the exact pip pin with its index URL and why the other variants were
-dropped; or the node that blocks, why, and what would fix it (a driver, or torch releases
-that fit).
+Pick the torch wheel (CUDA variant) for every node, one answer per CPU platform, all of the
+same torch release: each GPU's generation must run on its own driver (Blackwell R570+), then per
+platform the wheels published for it, runnable by its oldest driver, compiled for every GPU
+there (PTX only where the wheel carries it); a variant that fits every platform wins, newest
+first (ops/torchplan.py). The result is per platform the variant, the exact pip pin with its
+index URL, whether it runs by minor-version compatibility, and why the other variants were
+dropped; or the node that blocks, why, and what would fix it (a supported driver branch, or
+released torch versions that fit). `--explain` adds the table rows and rule steps, with sources.
 
   --node NAME:driver=535.104.05,gpu=8.0   one GPU of compute capability 8.0 (or gpu=A100)
   --node NAME:driver=...,gpu=8.0+9.0      several GPUs; gpus=8x8.0 for eight alike
   --node NAME:cpu                         a CPU-only node (needs the same wheel, no GPU checks)
   add arch=aarch64 to a node, or --arch for all nodes without one (default x86_64).
   --index: URL template with {variant} (default https://download.pytorch.org/whl/{variant}).
+  --explain: the table rows and rule steps behind the answer, with their sources.
 Exit 0 when a build fits, 1 when none does, 2 on bad input."""
 from __future__ import annotations
 

@@ -69,11 +69,14 @@ def torch_plan(prov):
         own = template in (None, "pip-config")
         plan = torchplan.choose(versions.pop(), nodes) if own else \
             torchplan.choose(versions.pop(), nodes, template)
-        if own:
-            plan.index_url = None    # resolve from pip's own configuration (mirror, find-links)
+        for b in plan.builds:
+            if own:
+                b.index_url = None    # resolve from pip's own configuration (mirror, find-links)
+            prov.notes.append(f"torch plan: {b.requirement}"
+                              + (f" for {b.cpu_arch}" if len(plan.builds) > 1 else "")
+                              + (f" from {b.index_url}" if b.index_url else " from pip's configured index")
+                              + (f"; {b.compat}" if b.compat else ""))
         prov.shared.torch_plan = plan
-        prov.notes.append(f"torch plan: {plan.requirement}" + (f" from {plan.index_url}" if plan.index_url else
-                                                              " from pip's configured index"))
     return prov.shared.torch_plan
 
 
@@ -118,8 +121,11 @@ def wheelhouse_manifests(prov) -> list:
     from nodeprep.ops.wheelhouse import Wheelhouse
     first = next(iter(prov.vars.values()))
     plan = torch_plan(prov)
-    index = ["--extra-index-url", plan.index_url] if plan and plan.index_url else []
-    pins = requirement_pins(prov) + ([plan.requirement] if plan else []) + list(first["wheel_builds"] or {})
+
+    def torch_for(arch):   # (pins, index args) of one CPU platform: the plan has a build per platform
+        b = plan.for_arch(arch) if plan else None
+        return (requirement_pins(prov) + ([b.requirement] if b else []) + list(first["wheel_builds"] or {}),
+                ["--extra-index-url", b.index_url] if b and b.index_url else [])
     house = Wheelhouse(prov.settings.state / "wheelhouse", log=prov.events.log)
     manifests = prov.shared.manifests = {}
     errors = prov.shared.wheelhouse_errors = {}
@@ -128,11 +134,14 @@ def wheelhouse_manifests(prov) -> list:
     fleet_py = fleet_python(prov)
     platforms = {n: platform(f) for n, f in prov.facts.items()
                  if f.get("python") and f["python"]["version"] == fleet_py}
-    built = None if prov.check else house.build(first["wheel_builds"], plan.requirement if plan else None,
-                                               index)
+    import platform as controller
+    here = plan.for_arch(controller.machine()) if plan else None    # sdists are built on the controller
+    built = None if prov.check else house.build(first["wheel_builds"], here.requirement if here else None,
+                                               torch_for(controller.machine())[1])
     results = []
     for p in sorted(set(platforms.values()), key=lambda p: p.key):
         name = f"wheelhouse.download {p.key}"
+        pins, index = torch_for(p.arch)
         if prov.check:   # plan from the cache when it matches; never download in --check
             m = house.cached(p, pins, index)
             if m is None:
