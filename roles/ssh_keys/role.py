@@ -64,13 +64,18 @@ def reads(ctx):
 
 
 def known_hosts_lines(prov) -> list[str]:
+    """Every node's pinned keys under each name it is reached by: the same block for every
+    node, so it is built once per run (it was built per node: N x N lookups)."""
+    if prov.shared.known_hosts is not None:
+        return prov.shared.known_hosts
     store = KnownHosts(prov.settings.known_hosts)
-    lines = []
+    lines = []      # published when complete: steps() of other nodes may run in other threads
     for h in prov.inventory.hosts:
         keys = store.lookup(h.address, h.port)
         names = {host_entry(h.name, h.port), host_entry(h.address, h.port)}
         for ktype, key in sorted(keys.items()):
             lines.append(f"{','.join(sorted(names))} {ktype} {key.get_base64()}")
+    prov.shared.known_hosts = lines
     return lines
 
 

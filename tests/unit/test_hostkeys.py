@@ -58,6 +58,37 @@ def test_attach_replaces_fabric_autoadd(tmp_path, keys):
     store.record("h1", keys[0])
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.client.AutoAddPolicy())  # what Fabric installs
-    hostkeys.attach(client, store)
+    store.record("h2", keys[1])
+    hostkeys.attach(client, store, ("h1", 22))
     assert isinstance(client._policy, hostkeys.PinningPolicy)
     assert client.get_host_keys().lookup("h1") is not None
+    assert client.get_host_keys().lookup("h2") is None          # only the target's keys
+
+
+def test_file_is_parsed_once_per_change_not_per_lookup(tmp_path, keys, monkeypatch):
+    """The quadratic cost of issue 18: every lookup re-read and re-parsed the whole file."""
+    store = hostkeys.KnownHosts(tmp_path / "kh")
+    for i in range(50):
+        store.record(f"10.0.0.{i}", keys[i % 2])
+    parses = []
+    real = hostkeys.KnownHosts._parse
+    monkeypatch.setattr(hostkeys.KnownHosts, "_parse", lambda self: parses.append(1) or real(self))
+    other = hostkeys.KnownHosts(tmp_path / "kh")      # another store object on the same file
+    for _ in range(3):
+        for i in range(50):
+            assert other.lookup(f"10.0.0.{i}") == {keys[i % 2].get_name(): keys[i % 2]}
+    assert len(parses) == 1
+    store.record("10.0.0.99", keys[0])                  # the file changed: parsed again, once
+    assert other.lookup("10.0.0.99") and other.lookup("10.0.0.1") and len(parses) == 2
+    assert other.lookup("10.0.0.7", 2222) == {}
+
+
+def test_hashed_and_wildcard_entries_still_match(tmp_path, keys):
+    """Entries the index cannot hold (hashed names, patterns) fall back to paramiko's lookup."""
+    path = tmp_path / "kh"
+    hashed = paramiko.HostKeys.hash_host("10.9.9.9")
+    path.write_text(f"{hashed} {keys[0].get_name()} {keys[0].get_base64()}\n"
+                    f"plain {keys[1].get_name()} {keys[1].get_base64()}\n")
+    store = hostkeys.KnownHosts(path)
+    assert store.lookup("10.9.9.9") == {keys[0].get_name(): keys[0]}
+    assert store.lookup("plain") == {keys[1].get_name(): keys[1]}

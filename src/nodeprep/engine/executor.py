@@ -148,7 +148,8 @@ class Session:
             # one raced across threads ("No attribute or config key found for 'gateway'").
             conn = Connection(h.address, user=h.user, port=h.port, config=self._fabric_config.clone(),
                               connect_timeout=s.connect_timeout, connect_kwargs=kwargs)
-            hostkeys.attach(conn.client, self.store, s.pin_new_host_keys, on_pin=self._pinned)
+            hostkeys.attach(conn.client, self.store, (h.address, h.port), s.pin_new_host_keys,
+                            on_pin=self._pinned)
             try:
                 conn.connect_kwargs["sock"] = _socket(h.address, h.port, s.connect_timeout)
                 conn.open()

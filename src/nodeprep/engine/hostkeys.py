@@ -23,6 +23,8 @@ from nodeprep.errors import InputError, NodeprepError
 from nodeprep.inventory.yamlfile import read_input
 
 _lock = threading.Lock()
+_cache_lock = threading.Lock()
+_cache: dict[str, tuple] = {}     # path -> (stat stamp, HostKeys, {name: {type: key}}, has hashed/wildcard)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -60,11 +62,35 @@ class KnownHosts:
                 fcntl.flock(lockf, fcntl.LOCK_UN)
 
     def load(self) -> paramiko.HostKeys:
-        """The pinned keys; InputError naming the file and line for a file that is not
-        UTF-8 text or a key that is not base64 (a hand edit gone wrong)."""
+        """The pinned keys (read-only: shared by every caller until the file changes); parsed
+        once per change of the file, not per lookup: a run looks up every node from every
+        thread, and paramiko parses each line under the logging module's global lock."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return paramiko.HostKeys()
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        with _cache_lock:
+            hit = _cache.get(str(self.path))
+        if hit and hit[0] == stamp:
+            return hit[1]
+        keys = self._parse()
+        index: dict[str, dict[str, paramiko.PKey]] = {}
+        other = False          # hashed or wildcard entries: only paramiko's lookup matches them
+        for entry in keys._entries:
+            for name in entry.hostnames:
+                if name.startswith("|") or any(c in name for c in "*?!"):
+                    other = True
+                else:
+                    index.setdefault(name, {})[entry.key.get_name()] = entry.key
+        with _cache_lock:
+            _cache[str(self.path)] = (stamp, keys, index, other)
+        return keys
+
+    def _parse(self) -> paramiko.HostKeys:
+        """InputError naming the file and line for a file that is not UTF-8 text or a key that
+        is not base64 (a hand edit gone wrong)."""
         keys = paramiko.HostKeys()
-        if not self.path.exists():
-            return keys
         text = read_input(self.path, str(self.path))
         try:
             keys.load(str(self.path))
@@ -77,14 +103,20 @@ class KnownHosts:
         return keys
 
     def lookup(self, address: str, port: int = 22) -> dict[str, paramiko.PKey]:
-        found = self.load().lookup(host_entry(address, port))
+        """{key type: key} pinned for ADDRESS:PORT; a dict lookup, not a scan of the file."""
+        keys, name = self.load(), host_entry(address, port)
+        with _cache_lock:
+            hit = _cache.get(str(self.path))
+        if hit and hit[1] is keys and not hit[3]:
+            return dict(hit[2].get(name, {}))
+        found = keys.lookup(name)
         return dict(found) if found else {}
 
     def record(self, name: str, key: paramiko.PKey) -> bool:
         """Append NAME's key unless already there; True when a line was added."""
         with self._locked():
             keys = self.load()
-            current = keys.lookup(name)
+            current = keys.lookup(name)     # NAME is already a host_entry
             if current and current.get(key.get_name()) == key:
                 return False
             if current and key.get_name() in current:
@@ -152,12 +184,14 @@ class PinningPolicy(paramiko.MissingHostKeyPolicy):
             self.on_pin(hostname, key)
 
 
-def attach(client: paramiko.SSHClient, store: KnownHosts, allow_new: bool = True,
-           on_pin=None) -> None:
-    """Give a paramiko client (e.g. a Fabric Connection's) the pinned keys and our policy."""
+def attach(client: paramiko.SSHClient, store: KnownHosts, target: tuple[str, int],
+           allow_new: bool = True, on_pin=None) -> None:
+    """Give a paramiko client (e.g. a Fabric Connection's) the keys pinned for the one
+    TARGET (address, port) it connects to, and our policy. Only that host's keys: copying the
+    whole file into every client cost O(N) per connection (paramiko's add() scans its list)."""
     keys = client.get_host_keys()
     keys.clear()
-    for name, entry in store.load().items():
-        for ktype, key in entry.items():
-            keys.add(name, ktype, key)
+    name = host_entry(*target)
+    for ktype, key in store.lookup(*target).items():
+        keys.add(name, ktype, key)
     client.set_missing_host_key_policy(PinningPolicy(store, allow_new, on_pin))

@@ -38,6 +38,7 @@ class Shared:
     manifests: dict | None = None         # pystack.wheelhouse_manifests(): node -> (dir, manifest)
     wheelhouse_errors: dict = field(default_factory=dict)   # node -> why its wheels failed
     socket_ifname: object = UNSET         # ncclenv.run_proposal(): node -> NCCL_SOCKET_IFNAME or None
+    known_hosts: list | None = None       # ssh_keys.known_hosts_lines(): the mesh block, once per run
 
 
 @dataclass
