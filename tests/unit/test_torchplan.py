@@ -129,7 +129,7 @@ def test_arch_lists_per_platform(minor, arch, variant, archs):
 def test_no_ptx_promised_outside_2130():
     nxt = [parse_node_spec("n:driver=600.10,gpu=13.0")]
     for torch in ("2.9.0", "2.12.0", "2.13.1", "2.14.0"):
-        with pytest.raises(PlanError, match="carries no PTX"):
+        with pytest.raises(PlanError, match="no PTX in this release wheel"):
             choose(torch, nxt)
     assert choose("2.13.0", nxt).builds[0].arch_list[-1] == "12.0+PTX"
 
@@ -276,6 +276,8 @@ def test_cli_text_per_platform_and_explain(capsys):
     assert "  pip install torch==2.7.1+cu128 --index-url https://download.pytorch.org/whl/cu128" in out
     assert "  compiled for: 9.0 10.0 12.0" in out                  # the aarch64 list, not the x86 one
     assert "explain:" in out and any(line.startswith("  3. no variant fits every platform") for line in out)
+    assert out[1].startswith("  warning: no one variant fits every platform (x86_64 cu126, aarch64 cu128)")
+    assert "one variant fits all with torch 2.6 (cu126)" in out[1]
 
 
 def test_cli_explain_on_error_goes_to_stderr_after_the_one_line(capsys):
@@ -297,8 +299,9 @@ def test_cli_json_shape(capsys):
         "cpu_arch": "x86_64", "nodes": ["b"], "variant": "cu128", "index_url": "https://mirror/torch/cu128/",
         "requirement": "torch==2.7.1+cu128", "cuda": "12.8", "arch_list": ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"],
         "compat": None, "ptx": None,
-        "reasons": ["cu126: lacks sm_100 (on b) (the release wheel carries no PTX)", "cu118: arch list not in the reference (unconfirmed)"]}]
-    assert plan["explain"][0].startswith("0. torch 2.7.1: released")
+        "reasons": ["cu126: lacks sm_100 (on b) (no PTX listed for this build)",
+                    "cu118: arch list unconfirmed (2.7 cu118 assumed unchanged from 2.6)"]}]
+    assert plan["explain"][0].startswith("0. torch 2.7.1: released") and plan["warning"] is None
 
 
 def test_cli_json_error_and_exit_codes(capsys):

@@ -98,7 +98,8 @@ def _torch_build(plan, b, head: str) -> list[str]:
     lines += [f"  note: {b.compat}"] if b.compat else []
     if plan.pypi_default and plan.pypi_default != b.variant and b.cpu_arch == "x86_64":
         # PEP 440: a local version sorts higher, so a bare torch==X may even resolve to +cpu.
-        lines.append(f"  note: a bare torch=={plan.torch} from PyPI gives {plan.pypi_default} (or +cpu); keep the pin")
+        lines.append(f"  note: a bare torch=={plan.torch} from PyPI gives {plan.pypi_default}"
+                     + (" (or +cpu)" if plan.torch == "2.13.0" else "") + "; keep the pin")
     return lines + (["  not chosen:"] + [f"    {r}" for r in b.reasons] if b.reasons else [])
 
 
@@ -108,6 +109,7 @@ def torch_plan(plan, explain: bool = False) -> str:
         lines = _torch_build(plan, plan.builds[0], f"torch {plan.torch} -> {plan.builds[0].variant}")
     else:
         lines = [f"torch {plan.torch} -> " + ", ".join(f"{b.cpu_arch}: {b.variant}" for b in plan.builds)]
+        lines += [f"  warning: {plan.warning}"] if plan.warning else []
         for b in plan.builds:
             lines += _torch_build(plan, b, f"{b.cpu_arch} ({', '.join(b.nodes)}): {b.variant}")
     return "\n".join(lines + (["explain:"] + [f"  {w}" for w in plan.explain] if explain else []))

@@ -129,10 +129,10 @@ def published(minor: str, cpu_arch: str) -> dict[str, str | None]:
 
 
 # ---- drivers -------------------------------------------------------------------------------------
-def generation(cap: str) -> dict | None:
-    """The table's row for a GPU's generation (by major, or by the exact capability)."""
+def generation(cap: str, cpu_arch: str = "x86_64") -> dict | None:
+    """The table's row for a GPU's generation (by the exact capability, else its major)."""
     major = cap.split(".")[0]
-    rows = table()["gpu_generations"]
+    rows = [g for g in table()["gpu_generations"] if g.get("cpu_arch", cpu_arch) == cpu_arch]
     return next((g for g in rows if cap in g["capabilities"]), None) or \
         next((g for g in rows if major in g["capabilities"]), None)
 

@@ -55,6 +55,7 @@ class Plan:
     builds: list[Build]            # one per CPU platform, in the fleet's order
     pypi_default: str | None = None    # what a bare `pip install torch==X` gets (information)
     explain: list[str] = field(default_factory=list)   # table rows and rule steps, with sources
+    warning: str | None = None     # the platforms got different variants (CUDA/NCCL differ)
 
     def for_arch(self, arch: str | None) -> Build:
         arch = ARCH_ALIASES.get(arch or "x86_64", arch)
@@ -76,7 +77,7 @@ class Plan:
         common = {k: getattr(self, k) for k in ("variant", "requirement", "index_url", "cuda")} \
             if self.uniform else {"variant": None}
         return {"torch": self.torch, **common, "builds": [asdict(b) for b in self.builds],
-                "pypi_default": self.pypi_default, "explain": self.explain}
+                "pypi_default": self.pypi_default, "warning": self.warning, "explain": self.explain}
 
 
 def _check_nodes(nodes: list[NodeGPU]) -> None:
@@ -101,7 +102,7 @@ def _generations(fl: Fleet, why: list[str], today) -> None:
     seen = set()
     for n in fl.gpu_nodes:
         for i, cap in enumerate(n.capabilities):
-            g = td.generation(cap)
+            g = td.generation(cap, n.arch)
             if not g or (n.name, g["name"], cap) in seen:
                 continue
             seen.add((n.name, g["name"], cap))
@@ -112,6 +113,11 @@ def _generations(fl: Fleet, why: list[str], today) -> None:
                 why.append(f"   {label} on {n.name}: {g['name']} needs {g.get('branch')}+ ({g['note']})")
                 continue
             src = td.cite(td.sources(g.get("source")))
+            if g.get("not_served"):
+                why.append(f"   {label} on {n.name}: not an sbsa target {src}")
+                raise PlanError(n.name, f"{label} is not served by PyTorch's {n.arch} CUDA wheels ({g['name']}/L4T "
+                                "is not an sbsa target)", "install NVIDIA's JetPack build of torch on it (nodeprep "
+                                "plans PyTorch's index only), or mark it cpu_only: true")
             if floor and td.ver(n.driver) < td.ver(floor):
                 why.append(f"   {label} on {n.name}: needs driver >= {floor} {src}: {n.driver} is older")
                 raise PlanError(n.name, f"{label} needs driver >= {floor} ({g['branch']} or newer); it has "
@@ -120,22 +126,26 @@ def _generations(fl: Fleet, why: list[str], today) -> None:
             if top and td.branch_of(n.driver) > int(top[1:]):
                 why.append(f"   {label} on {n.name}: supported up to {top} {src}: {n.driver} is newer")
                 raise PlanError(n.name, f"{label} is supported by drivers up to the {top} branch; it has "
-                                f"{n.driver}", f"run it with an {top} driver, or use newer GPUs")
+                                f"{n.driver}", f"no supported driver branch runs {g['name']} GPUs ({top} was "
+                                f"the last): run it on an {top} driver outside NVIDIA's support, or use newer GPUs")
             need = f">= {floor} ({g['branch']})" if floor else f"<= {top}"
             why.append(f"   {label} on {n.name}: needs driver {need} {src}: {n.driver} ok")
 
 
-def _fits(fl: Fleet) -> str | None:
-    """Released torch versions whose rule succeeds for this fleet: '2.7 (cu128), 2.8-2.10 (cu129)'."""
+def _fits(fl: Fleet, uniform: bool = False) -> str | None:
+    """Released torch versions whose rule succeeds for this fleet: '2.7 (cu128), 2.8-2.10 (cu129)'
+    (UNIFORM: only those where one variant fits every platform)."""
     groups: list[list] = []
     for i, m in enumerate(td.minors(released_only=True)):
         got = picks(fl, m, f"{m}.0")
-        if not got:
+        if not got or (uniform and len({c.variant for c, _ in got.values()}) > 1):
             continue
         chosen = {a: c.variant for a, (c, _) in got.items()}
         label = next(iter(chosen.values())) if len(set(chosen.values())) == 1 else \
             ", ".join(f"{a} {v}" for a, v in chosen.items())
-        if groups and groups[-1][2] == label and groups[-1][3] == i - 1:
+        if any(c.via_ptx for c, _ in got.values()):   # only that exact release carries the PTX
+            groups.append([f"{m}.0", f"{m}.0", label, None])
+        elif groups and groups[-1][2] == label and groups[-1][3] == i - 1:
             groups[-1][1], groups[-1][3] = m, i
         else:
             groups.append([m, m, label, i])
@@ -224,6 +234,13 @@ def _choose(torch, nodes, index_template, today, why) -> Plan:
         raise diagnose(fl, minor, full, _fits(fl), today)
     plan = Plan(full, [_build(fl, a, full, got[a], index_template) for a in fl.arches],
                 rel.get("pypi_default"))
+    if not plan.uniform:    # a correct answer, but ranks across platforms may not talk: say it
+        other = _fits(fl, uniform=True)
+        plan.warning = ("no one variant fits every platform (" + ", ".join(f"{b.cpu_arch} {b.variant}"
+                        for b in plan.builds) + "): CUDA and the NCCL each wheel brings differ between "
+                        "platforms, so one job across them may fail; "
+                        + (f"one variant fits all with torch {other}" if other else
+                           "no released torch has one variant for all of them"))
     for b in plan.builds:
         why.append(f"4. {b.cpu_arch}: {b.requirement}" + (f"; {b.compat}" if b.compat else
                                                           "; the driver has this CUDA's full feature set"

@@ -83,6 +83,7 @@ class Cand:
     via_ptx: list = field(default_factory=list)   # GPU keys it runs through PTX JIT
     ptx_cap: str | None = None
     notes: list = field(default_factory=list)
+    jit_driver: str | None = None  # the driver its PTX would need (it has PTX, the driver is older)
 
     @property
     def selectable(self) -> bool:
@@ -111,8 +112,10 @@ def _coverage(c: Cand, fl: Fleet, full: str, oldest: NodeGPU | None, keys: dict)
     if newer and ptx:
         c.notes.append(f"its {ptx} PTX JITs only on a driver >= {tk} (CUDA {td.cuda(c.variant)}'s own); "
                        f"oldest is {oldest.driver}")
+        c.jit_driver = tk
     elif newer:
-        c.notes.append("the release wheel carries no PTX")
+        c.notes.append("no PTX in this release wheel" if c.wheel.ptx or td.family(c.variant) == "13"
+                       else "no PTX listed for this build")
     c.why = c.why or "lacks " + ", ".join(fl.label(k) for k in c.missing) + \
         (f" ({'; '.join(c.notes)})" if c.notes else "")
 
@@ -130,7 +133,8 @@ def evaluate(fl: Fleet, minor: str, full: str, arch: str) -> list[Cand]:
                               f"is {oldest.driver} on {oldest.name}")
         if keys and w.archs is None:
             c.unknown = True
-            c.why = c.why or "arch list not in the reference (unconfirmed)"
+            c.why = c.why or (f"arch list unconfirmed ({w.note})" if w.arch_set else
+                              "arch list not in the reference" + (f" ({w.note})" if w.note else ""))
         elif keys:
             _coverage(c, fl, full, oldest, keys)
         out.append(c)
@@ -179,11 +183,18 @@ def picks(fl: Fleet, minor: str, full: str, why: list[str] | None = None) -> dic
 def diagnose(fl: Fleet, minor: str, full: str, fits: str | None, today) -> PlanError:
     """Why the first platform without a fitting wheel has none, and what would fix it."""
     alt = f"use torch {fits}" if fits else "no released torch in the table fits this fleet"
-    for a in fl.arches:
-        cands = evaluate(fl, minor, full, a)
-        if not any(c.why is None for c in cands):
-            return _diagnose_arch(fl, a, (minor, cands), alt, today)
-    return PlanError(None, f"torch {minor}: no build fits", alt)   # not reached: picks() falls back
+    per = {a: evaluate(fl, minor, full, a) for a in fl.arches}
+    failing = [a for a in fl.arches if not any(c.why is None for c in per[a])
+               and not (fl.oldest(a) is None and td.wheels(minor, a).get("cpu"))]
+    if not failing:   # not reached: picks() falls back to each platform's own newest
+        return PlanError(None, f"torch {minor}: no build fits", alt)
+    first = _diagnose_arch(fl, failing[0], (minor, per[failing[0]]), alt, today)
+    more = [f"{a}: {_diagnose_arch(fl, a, (minor, per[a]), alt, today).message}" for a in failing[1:]]
+    alone = [f"{a} alone would take {next(c.variant for c in per[a] if c.why is None)}"
+             for a in fl.arches if a not in failing and any(c.why is None for c in per[a])]
+    if not more and not alone:
+        return first
+    return PlanError(first.node, "; ".join([first.reason] + more + alone), first.fix)
 
 
 def _gpu_reason(fl: Fleet, arch: str, minor: str, pub: list[Cand]) -> tuple[str, str]:
@@ -193,7 +204,11 @@ def _gpu_reason(fl: Fleet, arch: str, minor: str, pub: list[Cand]) -> tuple[str,
     where = f" for {arch}" if arch != "x86_64" else ""
     if not covering[k]:
         unk = [c.variant for c in pub if c.unknown]
-        notes = list(dict.fromkeys(n for c in pub if k in c.missing for n in c.notes))
+        by_note: dict = {}
+        for c in pub:
+            for n in (c.notes if k in c.missing else []):
+                by_note.setdefault(n, []).append(c.variant)
+        notes = [f"{', '.join(vs)}: {n}" for n, vs in by_note.items()]
         notes += [f"arch list unknown for {', '.join(unk)}"] if unk else []
         return keys[k][0][0], (f"{fl.label(k)} is in no torch {minor} build{where}"
                                + (f" ({'; '.join(notes)})" if notes else ""))
@@ -211,7 +226,13 @@ def _diagnose_arch(fl: Fleet, arch: str, rel: tuple, alt: str, today) -> PlanErr
         return PlanError(oldest.name if oldest else fl.first(arch), f"torch {minor} has no CUDA build for {arch}"
                          + (f" that a pin can select ({notes})" if notes else ""), alt)
     if not [c for c in pub if not c.unknown and not c.missing]:
-        return PlanError(*_gpu_reason(fl, arch, minor, pub), alt)
+        node, reason = _gpu_reason(fl, arch, minor, pub)
+        jit = sorted({c.jit_driver for c in pub if c.jit_driver}, key=td.ver)
+        if jit:   # a wheel with PTX would run it on a newer driver: that is a fix too
+            branch = td.supported_branch(jit[0], today)
+            alt = (f"upgrade its driver to >= {jit[0]} (the PTX of torch {minor}.0 JITs from there)"
+                   + (f"; a supported branch: {branch}" if branch else "") + f", or {alt}")
+        return PlanError(node, reason, alt)
     fams = [f for f, row in td.table()["cuda_families"].items() if td.ver(oldest.driver) >= td.ver(row["min_driver"])]
     if not fams:
         low = min(td.table()["cuda_families"].items(), key=lambda kv: td.ver(kv[1]["min_driver"]))
