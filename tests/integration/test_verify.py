@@ -227,10 +227,19 @@ def test_bad_baseline_file_is_input_error(lab, lab_settings, capsys, tmp_path):
     assert code == 2 and str(bad) in err and err.count("\n") == 1
 
 
-def test_collective_all_reduce_through_the_launcher(fleet, lab, lab_settings, capsys):
-    code, rep = verify(lab, lab_settings, capsys, collective=True)
+def test_collective_all_reduce_through_the_launcher(fleet, lab, lab_settings, capsys, tmp_path):
+    fps = tmp_path / "fps.json"
+    code, rep = verify(lab, lab_settings, capsys, collective=True, save_baseline=str(fps))
     assert code == 0, rep.get("collective")
     c = rep["collective"]
     assert c["ok"] and c["launcher"] == "torchrun" and c["world_size"] == 3 and c["backend"] == "gloo"
     assert [s["bytes"] for s in c["sizes"]] == [1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
     assert all(s["correct"] and s["busbw_gbps"] > 0 and s["time_us"] > 0 for s in c["sizes"])
+    # CPU torch and gloo: no libnccl to map, no NCCL log: the NCCL keys are absent, not None
+    assert "nccl" not in c
+    saved = json.loads(fps.read_text())["fingerprints"]
+    assert len(saved) == 3
+    for fp in saved.values():
+        assert fp["torch.version"].endswith("+cpu") and fp["torch.cuda"] is None
+        assert fp["torch.nccl"] is None            # the build's NCCL: a CPU build has none
+        assert [k for k in fp if k.startswith("nccl.")] == []

@@ -85,7 +85,20 @@ def collective(res: dict) -> str:
     for r in res.get("sizes", []):
         lines.append(f"  {r['bytes']:>10}  {r['time_us']:>9.1f} us  {r['algbw_gbps']:>6.4g} GB/s  "
                      f"{r['busbw_gbps']:>6.4g} GB/s" + ("" if r["correct"] else "  WRONG RESULT"))
-    return "\n".join(lines)
+    return "\n".join(lines + _nccl_logged(res.get("nccl") or {}))
+
+
+def _nccl_logged(per_node: dict) -> list[str]:
+    """What NCCL's own log said (nccl only): nodes with the same answer on one line."""
+    from nodeprep.inventory.nodeset import fold
+    groups: dict[tuple, list[str]] = {}
+    for node, got in per_node.items():
+        groups.setdefault(tuple(got.get(k) or "-" for k in ("net_plugin", "network", "transport")),
+                          []).append(node)
+    lines = [f"  NCCL on {fold(nodes)}: net plugin {p}, network {n}, transport {t}"
+             for (p, n, t), nodes in groups.items()]
+    ran = sorted({got["version"] for got in per_node.values() if got.get("version")})
+    return lines + ([f"  NCCL version (rank 0's log): {', '.join(ran)}"] if ran else [])
 
 
 # -- torch-plan ---------------------------------------------------------------------------------

@@ -37,9 +37,11 @@ class VerifyResult:
 
 @dataclass
 class Probe:
-    """One node's answer: its facts, the `python` its ssh shell finds, its mesh logins."""
+    """One node's answer: its facts, the `python` its ssh shell finds, its mesh logins, and
+    what NCCL's own log said there in --collective (collective.by_node; empty on gloo)."""
     facts: factmod.FactValues | None
     mesh: dict = field(default_factory=dict)     # peer -> (rc, error)
+    nccl: dict = field(default_factory=dict)
 
     @property
     def python_seen(self):
@@ -126,15 +128,17 @@ def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report
         if h.name not in got or results[h.name].status in ("failed", "unreachable"):
             continue
         f, v = got[h.name].facts, v_of[h.name]
-        fps[h.name] = checks.fingerprint(v, f, got[h.name].python_seen, opts.workdir)
+        fps[h.name] = checks.with_run(checks.fingerprint(v, f, got[h.name].python_seen, opts.workdir),
+                                      got[h.name].nccl)
         want = checks.Expect(opts.workdir, opts.port if h.name == head else None, hosts[0].address)
         found += checks.checks_for(h, v, f, fps[h.name], want)
         found += checks.mesh_checks(h, inv.hosts, got[h.name].mesh, v_of, paper, pinned)
+    found += checks.run_checks(fps, {n: g.nccl for n, g in got.items()})
     unreachable = {n: r.message for n, r in results.items() if r.status in ("failed", "unreachable")}
     order = [h.name for h in hosts]
     if opts.baseline:
-        old, _meta = parity.baseline_read(opts.baseline)
-        report = parity.against_baseline(fps, old, checks.SEVERITY, unreachable, order=order)
+        now, old = checks.for_baseline(fps, parity.baseline_read(opts.baseline)[0], opts.collective)
+        report = parity.against_baseline(now, old, checks.SEVERITY, unreachable, order=order)
         report.checks += found
         report.ok = report.ok and not any(c["severity"] == "error" for c in found)
     else:
@@ -158,6 +162,15 @@ def _notes(names: list[str], opts: VerifyOptions, fanned: bool, head: str, direc
     return out
 
 
+def _collective(opts: VerifyOptions, settings: Settings, events: Events, fleet) -> dict:
+    unreachable = [n for n, r in fleet.results.items() if r.status in ("failed", "unreachable")]
+    if unreachable:
+        return {"ok": False, "launcher": "torchrun",
+                "error": f"skipped: unreachable node(s) {', '.join(unreachable)}"}
+    return collmod.collective(TrainOptions(opts.inventory, opts.limit, "torchrun", "allreduce",
+                                           timeout=300, port=opts.port or 29500), settings, events)
+
+
 def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyResult:
     opts.check()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
@@ -167,17 +180,13 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
     with Fleet(hosts, settings, "verify", events) as fleet:
         got = Gather(fleet, hosts, v_of, opts, pairs).all()
         direct = [n for n, s in fleet.sessions.items() if n != head and s.conn is not None]
+    # the collective first: what NCCL's log says on each node joins the comparison
+    coll = _collective(opts, settings, events, fleet) if opts.collective else None
+    for n, logged in ((coll or {}).get("nccl") or {}).items():
+        if n in got:
+            got[n].nccl = logged
     report = _compare(inv, hosts, got, fleet, v_of, opts)
     sharing = Topology.of({n: g.facts for n, g in got.items()}, [h.name for h in hosts]).describe()
-    coll = None
-    if opts.collective:
-        unreachable = [n for n, r in fleet.results.items() if r.status in ("failed", "unreachable")]
-        if unreachable:
-            coll = {"ok": False, "launcher": "torchrun",
-                    "error": f"skipped: unreachable node(s) {', '.join(unreachable)}"}
-        else:
-            coll = collmod.collective(TrainOptions(opts.inventory, opts.limit, "torchrun", "allreduce",
-                                                   timeout=300, port=opts.port or 29500),
-                                      settings, events)
+    if coll is not None:
         report.ok = report.ok and coll["ok"]
     return VerifyResult(report, coll, sharing + _notes(names, opts, fans_out(pairs, head, opts.via), head, direct))

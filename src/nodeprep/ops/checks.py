@@ -1,6 +1,18 @@
 """What verify-parity compares and checks on each node: the facts it asks for, the node's
 fingerprint (flat comparable keys), the per-node checks that catch hangs before a launch,
-and the fleet comparison (GPU keys among GPU nodes only)."""
+and the fleet comparison (GPU keys among GPU nodes only).
+
+NCCL keys (nccl.* are GPU keys; absent, never None, where torch is a CPU build or NCCL never
+ran, e.g. gloo):
+  torch.nccl          the NCCL torch was BUILT with (torch.cuda.nccl.version())
+  nccl.lib.path       the libnccl torch really maps after `import torch` (its real path; every
+                      one mapped, comma-joined; "static (in libtorch_cuda.so)" when NCCL is
+                      linked into torch)
+  nccl.lib.version    that library's own ncclGetVersion()
+  nccl.run.net_plugin the net plugin NCCL loaded in --collective's ranks, from NCCL's own log
+                      ("aws-ofi-nccl 1.16.2", "none", "... (initialization failed)")
+  nccl.run.network    the network NCCL used there ("IB", "Socket", "Libfabric", "IBext", ...)
+  nccl.run.transport  the transports of its channels ("NET/IB/GDRDMA, P2P/CUMEM", ...)"""
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +24,9 @@ from nodeprep.ops import meshcheck, parity, pystack, torchplan
 from nodeprep.redact import is_secret
 
 SEVERITY = {"os.kernel": "warning", "os.release": "warning", "gpu.driver": "warning",
-            "net.interfaces": "info"}
-GPU_KEYS = ("gpu.", "torch.cuda_available", "torch.covers_gpus")
+            "net.interfaces": "info", "nccl.run.transport": "warning"}
+GPU_KEYS = ("gpu.", "torch.cuda_available", "torch.covers_gpus", "nccl.")
+RUN_KEYS = "nccl.run."       # from --collective's NCCL log, not from the probe
 DEEPSPEED_ENV = "~/.deepspeed_env"
 
 
@@ -83,6 +96,29 @@ def _python_and_torch(fp: dict, v: dict, f) -> None:
         fp["torch.nccl"], fp["torch.cuda_available"] = t.get("nccl"), t.get("available")
         archs = [a for a in t.get("arch_list", [])]
         fp["torch.covers_gpus"] = all(_covered(archs, c) for c in caps) if caps else None
+        _nccl_lib(fp, t.get("nccl_lib"))
+
+
+def _nccl_lib(fp: dict, lib: dict | None) -> None:
+    """The libnccl torch maps, as the probe found it (ncclrt.describe); CPU builds have none."""
+    if not lib:
+        return
+    if lib.get("error"):
+        fp["nccl.lib.path"] = f"error: {lib['error']}"
+        return
+    libs = [lib, *lib.get("also", [])]
+    fp["nccl.lib.path"] = ", ".join(str(x.get("path")) for x in libs)
+    if any(x.get("version") for x in libs):
+        fp["nccl.lib.version"] = ", ".join(x.get("version") or "?" for x in libs)
+
+
+def with_run(fp: dict, logged: dict | None) -> dict:
+    """FP plus what NCCL's log said on this node in --collective (nccllog.parse): only the
+    values it said, so gloo runs add nothing."""
+    for k in ("net_plugin", "network", "transport"):
+        if (logged or {}).get(k):
+            fp[RUN_KEYS + k] = logged[k]
+    return fp
 
 
 def fingerprint(v: dict, f, path_seen: str | None, workdir: str | None) -> dict:
@@ -144,6 +180,69 @@ def _socket_ifname(bad, fp: dict, f, want: Expect) -> None:
             f"here; the head ({want.head}) is reached through {via} alone", "warning")
 
 
+def _release(text) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in str(text).split("+")[0].split("."))
+    except ValueError:
+        return None
+
+
+def _nccl_checks(bad, fp: dict, lib: dict | None) -> None:
+    """The libnccl torch maps against the one it was built with. NCCL keeps its ABI within a
+    major version, so a NEWER runtime is how the aws-ofi-nccl recipes run (a system NCCL
+    newer than torch's): a warning. An OLDER one may lack functions torch's build calls
+    (torch enables them by the NCCL it was compiled with), another major is another ABI:
+    errors."""
+    if not lib:
+        return
+    if lib.get("error"):
+        bad("nccl.lib", f"could not tell which libnccl torch maps: {lib['error'][:160]}", "warning")
+        return
+    if lib.get("also"):
+        bad("nccl.lib", f"{len(lib['also']) + 1} libnccl mapped in one process ({fp['nccl.lib.path']}): "
+            "which one torch calls depends on load order (LD_PRELOAD? LD_LIBRARY_PATH?)")
+    if lib.get("version_error"):
+        bad("nccl.lib.version", f"{lib['path']} does not tell its version: {lib['version_error'][:120]}",
+            "warning")
+    built, runs = _release(fp.get("torch.nccl")), _release(lib.get("version"))
+    if built and runs and built != runs:
+        older = runs < built or runs[0] != built[0]
+        why = (": older than its build, or another major version" if older else
+               ": newer (an upgraded nvidia-nccl wheel, or LD_LIBRARY_PATH or LD_PRELOAD putting another first)")
+        bad("nccl.lib.version", f"torch was built with NCCL {fp['torch.nccl']} but loads {lib['version']} "
+            f"({lib['path']})" + why, "error" if older else "warning")
+    for var in ("LD_LIBRARY_PATH", "LD_PRELOAD"):
+        if fp.get(f"env.deepspeed.{var}") is not None:
+            bad(f"env.deepspeed.{var}", f"~/.deepspeed_env sets {var}: DeepSpeed's ranks get it, the probe "
+                "(and torchrun's ranks) do not, so their libnccl may not be the one above", "warning")
+
+
+def run_checks(fps: dict, logged: dict) -> list[dict]:
+    """--collective: the NCCL version rank 0 announced against the libnccl the probe found
+    on its node; different ones mean the ranks do not load what the probe sees."""
+    out = []
+    for node, got in logged.items():
+        ran, probed = got.get("version"), fps.get(node, {}).get("nccl.lib.version")
+        if ran and probed and ran != probed and "," not in probed:
+            out.append({"node": node, "key": "nccl.lib.version", "severity": "error",
+                        "message": f"the collective's ranks ran NCCL {ran}, the probe found {probed} "
+                                   f"({fps[node].get('nccl.lib.path')}): the ranks load another libnccl"})
+    return out
+
+
+def for_baseline(now: dict, old: dict, ran: bool) -> tuple[dict, dict]:
+    """nccl.run.* exist only where --collective ran: compared with a baseline node only when
+    it ran now and the baseline has them for that node (copies; NOW and OLD stay as given)."""
+    strip = lambda fp: {k: val for k, val in fp.items() if not k.startswith(RUN_KEYS)}
+    now, old = dict(now), dict(old)
+    for n, fp in old.items():
+        if not ran or not any(k.startswith(RUN_KEYS) for k in fp):
+            old[n] = strip(fp)
+            if n in now:
+                now[n] = strip(now[n])
+    return now, old
+
+
 def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
     """Problems on one node that make launches fail or hang."""
     out, workdir, port = [], want.workdir, want.port
@@ -165,6 +264,7 @@ def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
         bad("shell.noninteractive_python", f"a non-interactive ssh shell finds "
             f"{fp.get('shell.noninteractive_python') or 'no python'}, not {fp['python.path']}")
     _socket_ifname(bad, fp, f, want)
+    _nccl_checks(bad, fp, (f.get(TORCH_BUILD(TorchIn(v["venv_path"]))) or {}).get("nccl_lib"))
     if workdir and fp.get("job.workdir_exists") is False:
         bad("job.workdir", f"{workdir} does not exist (the launchers cd into it on every node)")
     if port and f.get(PORT_LISTENING(port)):

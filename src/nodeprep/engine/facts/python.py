@@ -1,11 +1,14 @@
 """The Python environment on a node: a venv (its Python and installed packages) and the torch
-build inside it (version, CUDA, NCCL, arch list)."""
+build inside it (version, CUDA, NCCL, arch list, and the libnccl it really loads)."""
 from __future__ import annotations
 
+import ast
 import json
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
+from nodeprep.engine.facts import ncclrt
 from nodeprep.engine.facts.probe import Fact
 from nodeprep.engine.remote import rpath
 
@@ -45,24 +48,43 @@ def parse_venv(text: str, rc: int) -> dict:
 VENV = Fact("venv", _venv_script, parse_venv)     # VENV(path): the venv at that path
 
 
+def _bare_source(path: Path) -> str:
+    """A module's code without its docstrings and comments: the probe travels in every
+    verify's command line, and the head's fan-out carries one per distinct probe."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree) + "\n"
+
+
 # `import torch` costs seconds of CPU, so the node caches its torch answer in
-# ~/.nodeprep/torch_probe.<machine-id>.json keyed by torch's version.py (mtime, size) and the
-# NVIDIA driver line: it runs again only when torch or the driver changed (or with deep=True).
-TORCH_PY = r'''
+# ~/.nodeprep/torch_probe.<machine-id>.json keyed by torch's version.py (mtime, size), the
+# NVIDIA driver line, and what decides which libnccl torch loads (_torch_script): it runs again
+# only when one of them changed (or with deep=True).
+# After the import, on CUDA builds only, the libnccl torch really mapped (ncclrt.py, sent as
+# its code: the node has no nodeprep): path and version, beside the NCCL torch was built with.
+TORCH_PY = _bare_source(Path(ncclrt.__file__)) + r'''
 import json, sys
 import torch
 cuda = torch.version.cuda
 avail = bool(cuda) and torch.cuda.is_available()
-nccl = None
+out = {"version": torch.__version__, "cuda": cuda, "available": avail,
+       "arch_list": torch.cuda.get_arch_list() if cuda else [], "nccl": None,
+       "device_count": torch.cuda.device_count() if avail else 0}
 if cuda:
     try:
         v = torch.cuda.nccl.version()
-        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     except Exception as e:  # an unusable NCCL is a finding, not a crash of the probe
-        nccl = "error: %s" % e
-print(json.dumps({"version": torch.__version__, "cuda": cuda,
-                  "available": avail, "arch_list": torch.cuda.get_arch_list() if cuda else [],
-                  "nccl": nccl, "device_count": torch.cuda.device_count() if avail else 0}))
+        out["nccl"] = "error: %s" % e
+    try:
+        out["nccl_lib"] = runtime()
+    except Exception as e:
+        out["nccl_lib"] = {"error": "%s: %s" % (type(e).__name__, e)}
+print(json.dumps(out))
 '''
 
 
@@ -80,17 +102,29 @@ class TorchIn:
 def _torch_script(arg: TorchIn) -> str:
     """The cache is per machine (homes may be shared by machines with other drivers) and
     written through a temp file of this process's own, then renamed: two probes at once
-    (two inventory nodes on one machine, or a shared home) never read a half-written one."""
+    (two inventory nodes on one machine, or a shared home) never read a half-written one.
+
+    The probe runs in the environment of a non-interactive ssh shell, the one torchrun's,
+    mpirun's and srun's ranks (and `verify-parity --collective`) start from: the env file
+    nodeprep writes reaches it through ~/.bashrc. Its key holds what decides which libnccl
+    `import torch` loads: LD_LIBRARY_PATH and LD_PRELOAD (their values, and the stat of the
+    libnccl.so.2 each directory offers and of each preloaded file), the venv's nvidia-nccl
+    wheel and the dynamic linker's cache (stat): a changed LD_LIBRARY_PATH, or a libnccl
+    replaced in place, is never answered from the cache."""
     v = rpath(arg.venv)
     cache = '"$HOME/.nodeprep/torch_probe.${mid:-x}.json"'
     # Line 1 of the cache is its key, line 2 the answer.
     return ("mid=; [ -s /etc/machine-id ] && IFS= read -r mid < /etc/machine-id; " +
             (f"rm -f {cache}; " if arg.deep else "") +
-            # sh builtins where they do (glob, read): this runs on every node at every verify
+            # sh builtins where they do (glob, read, set): this runs on every node at every verify
             f"t=; for x in {v}/lib/python*/site-packages/torch; do [ -d \"$x\" ] && {{ t=$x; break; }}; done; "
             "[ -n \"$t\" ] || { echo MISSING; exit 0; }; "
-            "s=$(stat -c %Y:%s \"$t/version.py\"); d=; [ -r /proc/driver/nvidia/version ] && "
-            "IFS= read -r d < /proc/driver/nvidia/version; k=\"$s $d\"; c=; a=; "
+            "set -f; set -- \"$t/version.py\" /etc/ld.so.cache \"${t%/torch}/nvidia/nccl/lib/libnccl.so.2\"; "
+            "o=$IFS; IFS=:; for x in $LD_LIBRARY_PATH; do set -- \"$@\" \"$x/libnccl.so.2\"; done; "
+            "IFS=': '; for x in $LD_PRELOAD; do set -- \"$@\" \"$x\"; done; IFS=$o; "
+            "s=$(stat -L -c %n:%Y:%s \"$@\" 2>/dev/null); set -- $s; set +f; d=; "
+            "[ -r /proc/driver/nvidia/version ] && IFS= read -r d < /proc/driver/nvidia/version; "
+            "k=\"$* | $d | $LD_LIBRARY_PATH | $LD_PRELOAD\"; c=; a=; "
             f"[ -f {cache} ] && {{ IFS= read -r c; while IFS= read -r l || [ -n \"$l\" ]; do a=$l; done; }} < {cache}; "
             "if [ -n \"$c\" ] && [ \"$c\" = \"$k\" ]; then printf '%s\\n' \"$a\"; "
             f"else mkdir -p \"$HOME/.nodeprep\" && tmp={cache[:-1]}.$$.tmp\" && {{ printf '%s\\n' \"$k\"; "

@@ -3,10 +3,16 @@
 Every rank prints one line describing itself; rank 0 ends with `health: OK world_size=W`.
 Exit 1 with a `health: FAIL ...` line when init times out, the all_reduce sum is wrong,
 or the ranks disagree on torch/CUDA/NCCL versions (NCCL versions must match across nodes).
+On nccl a rank's line also tells the libnccl it really runs (path and version, from its
+/proc/self/maps: torch.cuda.nccl.version() is the NCCL torch was built with) and the NCCL
+net plugin mapped after NCCL's init (nccl_net=none: NCCL's internal IB/Socket); the ranks
+must agree on that libnccl's version too. None of these on gloo.
 Standalone on purpose: stdlib + torch only, nodeprep is not installed on the nodes.
 """
+import ctypes
 import datetime
 import os
+import re
 import socket
 import sys
 
@@ -29,6 +35,52 @@ def rank_env():
             return tuple(int(os.environ[n]) for n in names)
     sys.exit("health: FAIL no rank environment (RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_*"
              " or SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID): start this under a launcher")
+
+
+_NCCL_SO = re.compile(r"libnccl\.so(\.\d+)*$")
+
+
+def mapped_nccl(maps):
+    """nodeprep.engine.facts.ncclrt.mapped, copied (this script ships alone; a unit test holds
+    the two to the same answers): /proc/<pid>/maps text -> libnccl, plugin, libtorch_cuda paths."""
+    out = {"nccl": [], "net": [], "torch_cuda": None}
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("/"):
+            continue
+        path = parts[5]
+        if path.endswith(" (deleted)"):
+            path = path[:-len(" (deleted)")]
+        base = path.rpartition("/")[2]
+        if base.startswith("libtorch_cuda"):
+            out["torch_cuda"] = out["torch_cuda"] or path
+            continue
+        key = "nccl" if _NCCL_SO.match(base) else "net" if base.startswith("libnccl-net") else None
+        if key and path not in out[key]:
+            out[key].append(path)
+    return out
+
+
+def nccl_runtime():
+    """(words for the rank's line, the libnccl's version): what this process maps now."""
+    try:
+        with open("/proc/self/maps") as f:
+            found = mapped_nccl(f.read())
+        version = None
+        if found["nccl"]:
+            code = ctypes.c_int(0)
+            if ctypes.CDLL(found["nccl"][0], mode=os.RTLD_NOLOAD).ncclGetVersion(ctypes.byref(code)):
+                raise OSError("ncclGetVersion failed")
+            major, rest = divmod(code.value, 10000 if code.value >= 10000 else 1000)
+            version = "%d.%d.%d" % (major, rest // 100, rest % 100)
+            where = ", ".join(found["nccl"])
+        else:
+            where = ("static (in %s)" % found["torch_cuda"].rpartition("/")[2] if found["torch_cuda"]
+                     else "none mapped")
+        net = ", ".join(found["net"]) or "none"
+        return f"nccl_lib={where}" + (f" ({version})" if version else "") + f" nccl_net={net} ", version
+    except Exception as exc:             # a finding on the line, never a failed rank
+        return f"nccl_lib=? ({type(exc).__name__}: {exc}) ", None
 
 
 def fail(rank, message):
@@ -77,24 +129,26 @@ def main():
                 nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
             except Exception:
                 nccl = "?"
-        versions = (torch.__version__, torch.version.cuda, nccl)
         ones = torch.ones(4, device=device)
         dist.all_reduce(ones)
         got = ones.tolist()
+        # after NCCL's init (the all_reduce): its net plugin is mapped by now
+        runtime, lib = nccl_runtime() if cuda else ("", None)
+        versions = (torch.__version__, torch.version.cuda, nccl, lib)
         every = [None] * world
         dist.all_gather_object(every, versions)
         dist.barrier()
     except Exception as exc:
         fail(rank, f"collective failed: {type(exc).__name__}: {exc}")
     say(f"rank {rank}/{world} host={socket.gethostname()} local_rank={local_rank} "
-          f"backend={backend} torch={versions[0]} cuda={versions[1]} nccl={nccl} device={desc}")
+          f"backend={backend} torch={versions[0]} cuda={versions[1]} nccl={nccl} {runtime}device={desc}")
     problems = []
     if any(value != world for value in got):
         problems.append(f"all_reduce of ones gave {got}, expected {float(world)}")
     if dist.get_world_size() != world:
         problems.append(f"process group size {dist.get_world_size()} != WORLD_SIZE {world}")
     if len(set(every)) > 1:
-        problems.append("ranks differ in (torch, cuda, nccl): "
+        problems.append("ranks differ in (torch, cuda, nccl built, libnccl run): "
                         + ", ".join(f"rank {r}={v}" for r, v in enumerate(every)))
     dist.barrier()                       # rank lines first, verdict last
     dist.destroy_process_group()
