@@ -69,7 +69,7 @@ def steps(ctx):
         out.append(Step("venv.python_version", [PYTHON], lambda facts: Check(
             False, f"Python {py['version']} here, {want_py} on the rest of the fleet"), None,
             hint="point `python` at the same version on every node"))
-    want_path = pystack.fleet_majority(prov, lambda n, ff: pystack.venv_path(prov.vars[n], ff))
+    want_path = pystack.fleet_majority(prov, lambda n, ff: pystack.venv_path(prov.vars[n], ff), "venv_path")
     here = pystack.venv_path(v, f)
     if here != want_path:
         out.append(Step("venv.path", [USER], lambda facts: Check(

@@ -21,16 +21,20 @@ def platform(facts: dict) -> Platform:
     return Platform(facts["os"]["arch"], ".".join(py["version"].split(".")[:2]), py["glibc"] or "2.17")
 
 
-def fleet_majority(prov, what):
-    """The value most nodes have (for parity messages naming both values); WHAT(node, facts)."""
-    from collections import Counter
-    values = Counter(what(n, f) for n, f in prov.facts.items() if f.get("python"))
-    return values.most_common(1)[0][0] if values else None
+def fleet_majority(prov, what, name: str):
+    """The value most nodes have (for parity messages naming both values); WHAT(node, facts).
+    Computed once per run under NAME: every node's steps() asks, and a scan of the fleet per
+    node is N x N."""
+    if name not in prov.shared.majorities:
+        from collections import Counter
+        values = Counter(what(n, f) for n, f in prov.facts.items() if f.get("python"))
+        prov.shared.majorities[name] = values.most_common(1)[0][0] if values else None
+    return prov.shared.majorities[name]
 
 
 def fleet_python(prov) -> str | None:
     """The fleet's Python version."""
-    return fleet_majority(prov, lambda n, f: f["python"]["version"])
+    return fleet_majority(prov, lambda n, f: f["python"]["version"], "python")
 
 
 def node_path(p: str, facts: dict) -> str:

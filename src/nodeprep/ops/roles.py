@@ -39,6 +39,7 @@ class Shared:
     wheelhouse_errors: dict = field(default_factory=dict)   # node -> why its wheels failed
     socket_ifname: object = UNSET         # ncclenv.run_proposal(): node -> NCCL_SOCKET_IFNAME or None
     known_hosts: list | None = None       # ssh_keys.known_hosts_lines(): the mesh block, once per run
+    majorities: dict = field(default_factory=dict)   # pystack.fleet_majority(): name -> the fleet's value
 
 
 @dataclass
