@@ -1,0 +1,85 @@
+"""How the controller's cost grows with the fleet (issue 18): for each lab size, interleaved
+rounds of bare Fabric `true` (the floor), `invoke facts`, and a no-op `invoke provision --roles
+ssh_keys,ssh_config,shell,nccl,deepspeed_env` (converged first; every timed run is checked to
+change nothing), optionally beside the same provision from an older checkout (OLD=path: a git
+worktree; its src/ goes first on PYTHONPATH, same lab, same state) to show a fix side by side.
+
+Wall time is the median of RUNS; controller CPU is the CPU of the invoked process itself
+(getrusage of children: the lab's sshd and the node-side commands are not in it), per node.
+Usage: bench/scale_bench.py [SIZES=8,32] [RUNS=3] (env OLD=/path/to/old/checkout)"""
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from lib import ROOT, VENV, bench_lab, bench_lab_down, save
+
+
+def nodeprep_noop(state, n_nodes: int):
+    """The run's report.json (runs/latest): every node and controller step ok, nothing changed."""
+    def check(_output):
+        report = json.loads((state / "runs" / "latest" / "report.json").read_text())
+        bad = {k: r for k, r in report["nodes"].items() if r["status"] != "ok" or r["changed"]}
+        ctl = [c for c in report["controller"] if c["status"] != "ok"]
+        if report["changed"] or bad or ctl or len(report["nodes"]) != n_nodes:
+            raise SystemExit(f"bench: nodeprep run was not a no-op: {bad or ctl or report['changed']}")
+    return check
+
+ROLES = "ssh_keys,ssh_config,shell,nccl,deepspeed_env"
+sizes = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "8,32").split(",")]
+runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+old = os.environ.get("OLD")
+
+
+def run(cmd, env, verify=None) -> tuple[float, float]:
+    """(wall seconds, controller CPU seconds) of one whole process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode:
+        raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    if verify:
+        verify(r.stdout + r.stderr)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def one_size(n: int) -> dict:
+    info, settings, env = bench_lab(n, name="scale")
+    inv = str(info.inventory)
+    try:
+        contenders = {
+            "bare Fabric true": ([str(VENV / "python"), "bench/bare_fabric.py", inv], env, None),
+            "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),
+            "no-op provision": ([str(VENV / "invoke"), "provision", "--inventory", inv, "--roles", ROLES],
+                                env, nodeprep_noop(settings.state, n)),
+        }
+        if old:
+            contenders["no-op provision (OLD)"] = (
+                [str(VENV / "invoke"), "-r", old, "provision", "--inventory", inv, "--roles", ROLES],
+                dict(env, PYTHONPATH=f"{old}/src"), nodeprep_noop(settings.state, n))
+        run(contenders["no-op provision"][0], env)          # converge (untimed, may change)
+        for cmd, e, verify in contenders.values():           # warm every contender once
+            run(cmd, e, verify)
+        got: dict = {k: [] for k in contenders}
+        for _ in range(runs):
+            for k, (cmd, e, verify) in contenders.items():
+                got[k].append(run(cmd, e, verify))
+    finally:
+        bench_lab_down("scale")
+    wall = {k: statistics.median(w for w, _ in v) for k, v in got.items()}
+    cpu = {k: statistics.median(c for _, c in v) * 1000 / n for k, v in got.items()}
+    print(f"\n{n} nodes, {runs} interleaved rounds, {os.cpu_count()} CPUs (medians)")
+    for k in got:
+        print(f"  {k:<24} wall {wall[k]:7.3f} s  x{wall[k] / wall['bare Fabric true']:5.2f} vs bare Fabric   "
+              f"controller CPU {cpu[k]:6.1f} ms/node   runs: "
+              + " ".join(f"{w:.2f}" for w, _ in got[k]))
+    return {"nodes": n, "runs": {k: v for k, v in got.items()}, "wall": wall, "cpu_ms_per_node": cpu}
+
+
+results = [one_size(n) for n in sizes]
+save(f"scale-{'-'.join(map(str, sizes))}", results)
