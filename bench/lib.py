@@ -43,6 +43,27 @@ def bench_lab(nodes: int, name: str = "bench"):
 def bench_lab_down(name: str = "bench") -> None:
     state = ROOT / ".nodeprep" / f"bench-{name}"
     lab.down(name, settings=bench_settings(state), log=lambda *a: None)
+    forget_controller_block(state / "inventory" / "hosts.yml")
+
+
+def forget_controller_block(inventory: Path, config: Path = Path("~/.ssh/config")) -> None:
+    """Remove the `hosts <inventory>` block the ssh_config role wrote into the controller's
+    ssh config: a torn-down bench lab's `Host worker-N` entries would otherwise conflict with
+    the next inventory that names its nodes alike (`invoke demo` refuses them, rightly)."""
+    from nodeprep.engine.steps import begin_marker, end_marker
+    path = config.expanduser()
+    if not path.exists():
+        return
+    name = f"hosts {inventory.resolve()}"
+    lines = path.read_text().splitlines(True)
+    begin, end = begin_marker(name), end_marker(name)
+    starts = [i for i, ln in enumerate(lines) if ln.rstrip("\r\n") == begin]
+    ends = [i for i, ln in enumerate(lines) if ln.rstrip("\r\n") == end]
+    if starts and ends and ends[0] > starts[0]:
+        tmp = path.with_name(path.name + ".nodeprep-bench.tmp")
+        tmp.write_text("".join(lines[:starts[0]] + lines[ends[0] + 1:]))
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
 
 
 def timed(cmd: list[str], env=None, check=True, verify=None) -> float:
