@@ -50,18 +50,15 @@ def forget_controller_block(inventory: Path, config: Path = Path("~/.ssh/config"
     """Remove the `hosts <inventory>` block the ssh_config role wrote into the controller's
     ssh config: a torn-down bench lab's `Host worker-N` entries would otherwise conflict with
     the next inventory that names its nodes alike (`invoke demo` refuses them, rightly)."""
-    from nodeprep.engine.steps import begin_marker, end_marker
+    from nodeprep.engine.steps import without_block
     path = config.expanduser()
     if not path.exists():
         return
-    name = f"hosts {inventory.resolve()}"
-    lines = path.read_text().splitlines(True)
-    begin, end = begin_marker(name), end_marker(name)
-    starts = [i for i, ln in enumerate(lines) if ln.rstrip("\r\n") == begin]
-    ends = [i for i, ln in enumerate(lines) if ln.rstrip("\r\n") == end]
-    if starts and ends and ends[0] > starts[0]:
+    old = path.read_text()
+    new = without_block(old, f"hosts {inventory.resolve()}")
+    if new != old:
         tmp = path.with_name(path.name + ".nodeprep-bench.tmp")
-        tmp.write_text("".join(lines[:starts[0]] + lines[ends[0] + 1:]))
+        tmp.write_text(new)
         os.chmod(tmp, path.stat().st_mode & 0o777)
         os.replace(tmp, path)
 

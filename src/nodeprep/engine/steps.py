@@ -86,6 +86,21 @@ def end_marker(name: str, comment: str = "#") -> str:
     return f"{comment} END nodeprep {name}"
 
 
+def _block_span(lines: list[str], name: str, comment: str) -> tuple[int, int] | None:
+    """(first, last) line index of the managed block NAME in LINES, or None."""
+    begin, end = begin_marker(name, comment), end_marker(name, comment)
+    starts = [i for i, ln in enumerate(lines) if ln.rstrip("\r\n") == begin]
+    ends = [i for i, ln in enumerate(lines) if ln.rstrip("\r\n") == end]
+    return (starts[0], ends[0]) if starts and ends and ends[0] > starts[0] else None
+
+
+def without_block(text: str | None, name: str, comment: str = "#") -> str:
+    """TEXT with the managed block NAME removed; everything else untouched."""
+    lines = (text or "").splitlines(True)
+    span = _block_span(lines, name, comment)
+    return "".join(lines[:span[0]] + lines[span[1] + 1:]) if span else (text or "")
+
+
 def with_block(text: str | None, name: str, body: str, where: str = "bottom",
                comment: str = "#") -> str:
     """TEXT with the managed block NAME set to BODY; content outside the block untouched."""
@@ -93,10 +108,9 @@ def with_block(text: str | None, name: str, body: str, where: str = "bottom",
     block = begin + "\n" + body.rstrip("\n") + ("\n" if body.strip() else "") + end + "\n"
     text = text or ""
     lines = text.splitlines(True)
-    starts = [i for i, ln in enumerate(lines) if ln.rstrip("\r\n") == begin]
-    ends = [i for i, ln in enumerate(lines) if ln.rstrip("\r\n") == end]
-    if starts and ends and ends[0] > starts[0]:
-        return "".join(lines[:starts[0]]) + block + "".join(lines[ends[0] + 1:])
+    span = _block_span(lines, name, comment)
+    if span:
+        return "".join(lines[:span[0]]) + block + "".join(lines[span[1] + 1:])
     if where == "top":
         return block + text
     if text and not text.endswith("\n"):
