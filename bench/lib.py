@@ -29,13 +29,14 @@ def bench_settings(state: Path) -> Settings:
     return Settings(state_dir=str(state), project_root=str(ROOT))
 
 
-def bench_lab(nodes: int, name: str = "bench"):
+def bench_lab(nodes: int, name: str = "bench", **options):
     """Bring up lab NAME with NODES nodes; state (known_hosts, runs) kept apart from the
-    project's. Returns (LabInfo, Settings, env for child `invoke` processes)."""
+    project's. OPTIONS: more lab.UpOptions fields (shared_home=True...). Returns (LabInfo,
+    Settings, env for child `invoke` processes)."""
     state = ROOT / ".nodeprep" / f"bench-{name}"
     settings = bench_settings(state)
     info = lab.up(nodes, name=name, settings=settings,
-                  options=lab.UpOptions(inventory_dir=state / "inventory"), log=lambda *a: None)
+                  options=lab.UpOptions(inventory_dir=state / "inventory", **options), log=lambda *a: None)
     env = dict(os.environ, INVOKE_NODEPREP_STATE_DIR=str(state))
     return info, settings, env
 

@@ -6,7 +6,10 @@ worktree; its src/ goes first on PYTHONPATH, same lab, same state) to show a fix
 
 Wall time is the median of RUNS; controller CPU is the CPU of the invoked process itself
 (getrusage of children: the lab's sshd and the node-side commands are not in it), per node.
-Usage: bench/scale_bench.py [SIZES=8,32] [RUNS=3] (env OLD=/path/to/old/checkout)"""
+SHAPE=shared: one home bind-mounted into every node (as NFS homes are) and EVERY role of
+roles/site.yml (wheelhouse, venv, torch included): the venv and the wheels exist once, as on
+such a cluster; private homes would need a torch venv per node (about 1 GB each).
+Usage: bench/scale_bench.py [SIZES=8,32] [RUNS=3] (env OLD=/path/to/old/checkout, SHAPE=shared)"""
 import json
 import os
 import resource
@@ -28,7 +31,8 @@ def nodeprep_noop(state, n_nodes: int):
             raise SystemExit(f"bench: nodeprep run was not a no-op: {bad or ctl or report['changed']}")
     return check
 
-ROLES = "ssh_keys,ssh_config,shell,nccl,deepspeed_env"
+SHARED = os.environ.get("SHAPE") == "shared"
+ROLES = ["--roles", "ssh_keys,ssh_config,shell,nccl,deepspeed_env"] if not SHARED else []
 sizes = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "8,32").split(",")]
 runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 old = os.environ.get("OLD")
@@ -49,18 +53,18 @@ def run(cmd, env, verify=None) -> tuple[float, float]:
 
 
 def one_size(n: int) -> dict:
-    info, settings, env = bench_lab(n, name="scale")
+    info, settings, env = bench_lab(n, name="scale", shared_home=SHARED)
     inv = str(info.inventory)
     try:
         contenders = {
             "bare Fabric true": ([str(VENV / "python"), "bench/bare_fabric.py", inv], env, None),
             "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),
-            "no-op provision": ([str(VENV / "invoke"), "provision", "--inventory", inv, "--roles", ROLES],
+            "no-op provision": ([str(VENV / "invoke"), "provision", "--inventory", inv, *ROLES],
                                 env, nodeprep_noop(settings.state, n)),
         }
         if old:
             contenders["no-op provision (OLD)"] = (
-                [str(VENV / "invoke"), "-r", old, "provision", "--inventory", inv, "--roles", ROLES],
+                [str(VENV / "invoke"), "-r", old, "provision", "--inventory", inv, *ROLES],
                 dict(env, PYTHONPATH=f"{old}/src"), nodeprep_noop(settings.state, n))
         run(contenders["no-op provision"][0], env)          # converge (untimed, may change)
         for cmd, e, verify in contenders.values():           # warm every contender once
@@ -73,7 +77,7 @@ def one_size(n: int) -> dict:
         bench_lab_down("scale")
     wall = {k: statistics.median(w for w, _ in v) for k, v in got.items()}
     cpu = {k: statistics.median(c for _, c in v) * 1000 / n for k, v in got.items()}
-    print(f"\n{n} nodes, {runs} interleaved rounds, {os.cpu_count()} CPUs (medians)")
+    print(f"\n{n} nodes{' (one shared home, all roles)' if SHARED else ''}, {runs} interleaved rounds, {os.cpu_count()} CPUs (medians)")
     for k in got:
         print(f"  {k:<24} wall {wall[k]:7.3f} s  x{wall[k] / wall['bare Fabric true']:5.2f} vs bare Fabric   "
               f"controller CPU {cpu[k]:6.1f} ms/node   runs: "
@@ -82,4 +86,4 @@ def one_size(n: int) -> dict:
 
 
 results = [one_size(n) for n in sizes]
-save(f"scale-{'-'.join(map(str, sizes))}", results)
+save(f"scale-{'shared-' if SHARED else ''}{'-'.join(map(str, sizes))}", results)

@@ -2,7 +2,11 @@
 host keys pinned, --check/--diff, drift restored, user content kept, secrets never shown."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -279,3 +283,29 @@ def test_nccl_libraries_checked_per_node(prov, lab, lab_ssh, capsys):
     code, _rep, err = prov("nccl_home=~/nccl", roles="nccl", capsys=capsys)
     assert code == 2 and "is not an absolute path" in err
     assert prov(capsys=capsys)[0] == 0
+
+
+def test_a_run_with_nothing_to_change_takes_no_lock(prov, lab, lab_settings, controller, capsys):
+    """A no-op costs its probe alone: it neither waits for nor takes the run locks, even while
+    another live run holds one; a run that must change something still waits and names it."""
+    assert prov(capsys=capsys)[0] == 0
+    lock = home(lab, 0) / ".nodeprep" / "lock"
+    lock.mkdir(parents=True)
+    (lock / "owner").write_text(f"{socket.gethostname()} {os.getpid()} {time.time():.0f} other-run\n")
+    try:
+        t0 = time.monotonic()
+        code, rep, err = prov(capsys=capsys)
+        assert code == 0 and rep["changed"] == 0, rep
+        assert "waiting up to" not in err and time.monotonic() - t0 < 60
+        assert (lock / "owner").read_text().split()[3] == "other-run"       # left alone
+        (home(lab, 0) / ".deepspeed_env").unlink()                            # now one must change
+        base = [f"controller_key={controller['key']}", f"controller_ssh_config={controller['config']}"]
+        code = api.provision(ProvisionOptions(str(lab.inventory), None, ROLES, json=True, sets=tuple(base)),
+                             dataclasses.replace(lab_settings, lock_wait=2))
+        err = capsys.readouterr().err
+        assert code != 0 and "waiting up to" in err and "locked by another nodeprep run" in err, err
+    finally:
+        (lock / "owner").unlink()
+        lock.rmdir()
+    code, rep, _ = prov(capsys=capsys)
+    assert code == 0 and rep["changed"] >= 1, rep            # the lock gone: the drift is restored

@@ -264,6 +264,22 @@ def _locks(fleet, prov: rolemod.Provisioning) -> Locks:
     return Locks(fleet, out, Owner.me(fleet.run_id))
 
 
+def _converged(prov: rolemod.Provisioning, roles) -> bool:
+    """Whether every step of every probed node already matches the probe's facts. A run that
+    would change nothing takes no lock (two round trips per node saved: its cost is the probe);
+    one that would, or that cannot tell from the probe alone, takes the locks and goes the
+    whole way."""
+    hosts = {h.name: h for h in prov.hosts}
+    for name, facts in prov.facts.items():
+        try:
+            steps = _plan_node(rolemod.Ctx(hosts[name], prov), roles)
+            if not all(all(r in facts for r in st.reads) and st.check(facts).ok for st in steps):
+                return False
+        except Exception:      # the waves plan it again and report why, under the locks
+            return False
+    return True
+
+
 def validated(opts: ProvisionOptions, settings: Settings, events: Events):
     """(roles, prov): the inventory read and every role's `validate` passed; InputError
     otherwise, and no node touched yet."""
@@ -287,12 +303,14 @@ def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> Pro
         for line in prov.topology.describe():
             events.log(line)
             prov.notes.append(line)
-        locks = None if opts.check else _locks(fleet, prov)
+        locks = None
         try:
-            if locks and locks.acquire(settings.lock_wait, settings.lock_stale):
-                # another run held the lock: the nodes may have changed since the probe
-                prov.facts = fleet.map(lambda s: _probe(s, roles, prov), "facts")
             controller = [res for role in roles for res in (role.call("controller", prov) or [])]
+            if not opts.check and not _converged(prov, roles):
+                locks = _locks(fleet, prov)
+                if locks.acquire(settings.lock_wait, settings.lock_stale):
+                    # another run held the lock: the nodes may have changed since the probe
+                    prov.facts = fleet.map(lambda s: _probe(s, roles, prov), "facts")
             waves = Waves(fleet, roles, prov, opts.check)
             waves.all(order)
             for s in fleet.usable():

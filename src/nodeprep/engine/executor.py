@@ -12,6 +12,7 @@ import io
 import logging
 import secrets
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -255,6 +256,8 @@ class Fleet:
         self.run_id = f"{self.runlog.path.name}-{secrets.token_hex(3)}"
         self.password = password
         self.sessions = {h.name: Session(h, self) for h in hosts}
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_pool = threading.local()
         self.display.start([h.name for h in hosts])
 
     def __enter__(self):
@@ -264,9 +267,25 @@ class Fleet:
         self.close()
 
     def close(self):
-        with ThreadPoolExecutor(max_workers=min(self.settings.width, 64) or 1) as pool:
-            list(pool.map(lambda s: s.close(), self.sessions.values()))
+        self._each(lambda s: s.close(), list(self.sessions.values()))
+        if self._pool:
+            self._pool.shutdown()
         self.display.stop()
+
+    def _each(self, fn: Callable[[Session], None], sessions: list[Session]) -> None:
+        """FN on every session, at most settings.width at once, on ONE pool of threads kept
+        for the run (a pool per stage started N threads per stage: at 64 nodes that was
+        half a second of thread starts). A stage started from inside a stage gets its own."""
+        if not sessions:
+            return
+        if getattr(self._in_pool, "yes", False):
+            with ThreadPoolExecutor(max_workers=max(1, min(self.settings.width, len(sessions)))) as pool:
+                list(pool.map(fn, sessions))
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=max(1, self.settings.width),
+                                            initializer=lambda: setattr(self._in_pool, "yes", True))
+        list(self._pool.map(fn, sessions))
 
     @property
     def results(self) -> dict[str, NodeResult]:
@@ -295,9 +314,7 @@ class Fleet:
             s.log(f"== {stage}: {s.result.status} {s.result.message}\n")
             self.display.status(s.name, stage, s.result.status, s.result.message)
 
-        if sessions:
-            with ThreadPoolExecutor(max_workers=max(1, min(self.settings.width, len(sessions)))) as pool:
-                list(pool.map(one, sessions))
+        self._each(one, sessions)
         return out
 
     def cleanup(self, fn: Callable[[Session], Any], stage: str, only=None) -> None:
@@ -314,9 +331,7 @@ class Fleet:
             except Exception as e:  # best effort: the run's result is already decided
                 s.log(f"== {stage}: {type(e).__name__}: {e}\n")
 
-        if sessions:
-            with ThreadPoolExecutor(max_workers=max(1, min(self.settings.width, len(sessions)))) as pool:
-                list(pool.map(one, sessions))
+        self._each(one, sessions)
 
     def report(self, **extra) -> dict:
         return self.runlog.write_report(self.results, **extra)
