@@ -55,22 +55,6 @@ def ansible_noop(n_hosts: int):
     return check
 
 
-def pyinfra_noop(n_hosts: int):
-    # pyinfra 3 ends with a "Results" table (Operation, Hosts, Success, Error, No Change) and
-    # a "Grand total" row; Success counts operations that ran (changed something).
-    def check(output, quiet=False):
-        text = re.sub(r"\x1b\[[0-9;]*m", "", output)
-        total = re.search(r"^\s*Grand total\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", text, re.M)
-        connected = len(set(re.findall(r"^\s*\[([^\]]+)\]\s+Connected", text, re.M)))
-        num = [0 if x == "-" else int(x) for x in total.groups()] if total else None
-        if quiet:
-            return (f"{num[1]} changed, {num[3]} unchanged operations over {connected} hosts"
-                    if num else "no Results table")
-        if not num or num[1] or num[2] or not num[3] or connected != n_hosts:
-            raise SystemExit(f"bench: pyinfra run was not a no-op:\n{text[-3000:]}")
-    return check
-
-
 def main():
     abin, pbin = peers.venv("ansible"), peers.venv("pyinfra")
     versions = {t: peers.version(t) for t in ("ansible", "pyinfra")}
@@ -96,7 +80,7 @@ def main():
         pyinfra = [str(pbin / "pyinfra"), "-y", str(inv), str(deploy)]
         checks = {"invoke provision (no-op)": nodeprep_noop(state, nodes),
                   f"Ansible {versions['ansible']} playbook": ansible_noop(nodes + 1),
-                  f"pyinfra {versions['pyinfra']} deploy": pyinfra_noop(nodes + 1)}
+                  f"pyinfra {versions['pyinfra']} deploy": peers.pyinfra_noop(nodes + 1)}
         names = list(checks)
         # Converge each peer (a no-op already if they write exactly what nodeprep wrote),
         # then nodeprep once more, to be sure the peers left nothing it would change back.

@@ -1,24 +1,38 @@
 """How the controller's cost grows with the fleet (issue 18): for each lab size, interleaved
-rounds of bare Fabric `true` (the floor), `invoke facts`, and a no-op `invoke provision --roles
+rounds of bare Fabric `true` (the floor), `invoke facts`, a no-op `invoke provision --roles
 ssh_keys,ssh_config,shell,nccl,deepspeed_env` (converged first; every timed run is checked to
-change nothing), optionally beside the same provision from an older checkout (OLD=path: a git
-worktree; its src/ goes first on PYTHONPATH, same lab, same state) to show a fix side by side.
+change nothing) and the pyinfra deploy that manages the same files (bench/peers.py, also
+checked to change nothing), optionally beside the same provision from an older checkout
+(OLD=path: a git worktree; its src/ goes first on PYTHONPATH, same lab, same state).
+
+SHAPE=shared: one home bind-mounted into every node (as NFS homes are) and EVERY role of
+roles/site.yml (wheelhouse, venv, torch included): the venv and the wheels exist once, as on
+such a cluster; private homes would need a torch venv per node (about 1 GB each). pyinfra is
+left out there (its deploy models the five roles only).
 
 Wall time is the median of RUNS; controller CPU is the CPU of the invoked process itself
 (getrusage of children: the lab's sshd and the node-side commands are not in it), per node.
-SHAPE=shared: one home bind-mounted into every node (as NFS homes are) and EVERY role of
-roles/site.yml (wheelhouse, venv, torch included): the venv and the wheels exist once, as on
-such a cluster; private homes would need a torch venv per node (about 1 GB each).
+Results go to bench/results/scale-*.json; bench/scale_plot.py draws them.
 Usage: bench/scale_bench.py [SIZES=8,32] [RUNS=3] (env OLD=/path/to/old/checkout, SHAPE=shared)"""
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
+import peers
 from lib import ROOT, VENV, bench_lab, bench_lab_down, save
+
+SHARED = os.environ.get("SHAPE") == "shared"
+ROLES = [] if SHARED else ["--roles", "ssh_keys,ssh_config,shell,nccl,deepspeed_env"]
+sizes = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "8,32").split(",")]
+runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+old = os.environ.get("OLD")
 
 
 def nodeprep_noop(state, n_nodes: int):
@@ -30,12 +44,6 @@ def nodeprep_noop(state, n_nodes: int):
         if report["changed"] or bad or ctl or len(report["nodes"]) != n_nodes:
             raise SystemExit(f"bench: nodeprep run was not a no-op: {bad or ctl or report['changed']}")
     return check
-
-SHARED = os.environ.get("SHAPE") == "shared"
-ROLES = ["--roles", "ssh_keys,ssh_config,shell,nccl,deepspeed_env"] if not SHARED else []
-sizes = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "8,32").split(",")]
-runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-old = os.environ.get("OLD")
 
 
 def run(cmd, env, verify=None) -> tuple[float, float]:
@@ -52,21 +60,36 @@ def run(cmd, env, verify=None) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def contenders_for(info, settings, env, tmp: Path) -> dict:
+    """{name: (argv, env, verify)}; nodeprep converged first (and, without SHAPE=shared, the
+    pyinfra deploy written from what it left on the nodes)."""
+    inv, n = str(info.inventory), len(info.nodes)
+    key, config = tmp / "id_ed25519", tmp / "config"
+    sets = ["--set", f"controller_key={key}", "--set", f"controller_ssh_config={config}"]
+    provision = [str(VENV / "invoke"), "provision", "--inventory", inv, *ROLES, *sets]
+    run(provision, env)                                  # converge (untimed, may change)
+    out = {"bare Fabric true": ([str(VENV / "python"), "bench/bare_fabric.py", inv], env, None),
+           "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),
+           "no-op provision": (provision, env, nodeprep_noop(settings.state, n))}
+    if not SHARED:
+        peers.prepare_out()
+        end = peers.end_state(info, config)
+        pinv, deploy = peers.write_pyinfra(info, settings.known_hosts, end,
+                                           [key, settings.state / "cluster_key" / "id_ed25519"])
+        pyinfra = [str(peers.venv("pyinfra") / "pyinfra"), "-y", str(pinv), str(deploy)]
+        run(pyinfra, env)                                # converge the peer too
+        out[f"pyinfra {peers.version('pyinfra')} deploy"] = (pyinfra, env, peers.pyinfra_noop(n + 1))
+    if old:
+        out["no-op provision (OLD)"] = ([str(VENV / "invoke"), "-r", old, *provision[1:]],
+                                        dict(env, PYTHONPATH=f"{old}/src"), nodeprep_noop(settings.state, n))
+    return out
+
+
 def one_size(n: int) -> dict:
     info, settings, env = bench_lab(n, name="scale", shared_home=SHARED)
-    inv = str(info.inventory)
+    tmp = Path(tempfile.mkdtemp(prefix="nodeprep-scale-"))
     try:
-        contenders = {
-            "bare Fabric true": ([str(VENV / "python"), "bench/bare_fabric.py", inv], env, None),
-            "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),
-            "no-op provision": ([str(VENV / "invoke"), "provision", "--inventory", inv, *ROLES],
-                                env, nodeprep_noop(settings.state, n)),
-        }
-        if old:
-            contenders["no-op provision (OLD)"] = (
-                [str(VENV / "invoke"), "-r", old, "provision", "--inventory", inv, *ROLES],
-                dict(env, PYTHONPATH=f"{old}/src"), nodeprep_noop(settings.state, n))
-        run(contenders["no-op provision"][0], env)          # converge (untimed, may change)
+        contenders = contenders_for(info, settings, env, tmp)
         for cmd, e, verify in contenders.values():           # warm every contender once
             run(cmd, e, verify)
         got: dict = {k: [] for k in contenders}
@@ -75,14 +98,17 @@ def one_size(n: int) -> dict:
                 got[k].append(run(cmd, e, verify))
     finally:
         bench_lab_down("scale")
+        shutil.rmtree(tmp, ignore_errors=True)
     wall = {k: statistics.median(w for w, _ in v) for k, v in got.items()}
     cpu = {k: statistics.median(c for _, c in v) * 1000 / n for k, v in got.items()}
-    print(f"\n{n} nodes{' (one shared home, all roles)' if SHARED else ''}, {runs} interleaved rounds, {os.cpu_count()} CPUs (medians)")
+    print(f"\n{n} nodes{' (one shared home, all roles)' if SHARED else ''}, {runs} interleaved rounds, "
+          f"{os.cpu_count()} CPUs (medians)", flush=True)
     for k in got:
         print(f"  {k:<24} wall {wall[k]:7.3f} s  x{wall[k] / wall['bare Fabric true']:5.2f} vs bare Fabric   "
               f"controller CPU {cpu[k]:6.1f} ms/node   runs: "
-              + " ".join(f"{w:.2f}" for w, _ in got[k]))
-    return {"nodes": n, "runs": {k: v for k, v in got.items()}, "wall": wall, "cpu_ms_per_node": cpu}
+              + " ".join(f"{w:.2f}" for w, _ in got[k]), flush=True)
+    return {"nodes": n, "shape": "shared" if SHARED else "private", "runs": got, "wall": wall,
+            "cpu_ms_per_node": cpu}
 
 
 results = [one_size(n) for n in sizes]
