@@ -50,3 +50,43 @@ def test_gpu_summary():
     g = gpus.parse("535.104.05, NVIDIA A100-SXM4-80GB, 8.0, 81920 MiB\n" * 2)
     assert gpus.summary(g) == "2x NVIDIA A100-SXM4-80GB (8.0), driver 535.104.05"
     assert gpus.summary(gpus.parse("NO_NVIDIA_SMI")) == "none"
+
+
+def _run_python_probe(home, python):
+    import subprocess
+    script = facts.probe_script([facts.PYTHON], {"python": str(python)}, "t")
+    out = subprocess.run(["sh", "-c", script], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True).stdout
+    return facts.parse_sections("n", [facts.PYTHON], out, "t", 0)["python"]
+
+
+@pytest.mark.skipif(not Path("/etc/machine-id").is_file(), reason="the cache is keyed by /etc/machine-id")
+def test_python_probe_cache(tmp_path):
+    """Real sh, a real interpreter (a copy, so its stat can change): no cache on a machine
+    nodeprep does not manage yet; then one keyed by the interpreter's stat, read back on a
+    hit (the doctored answer proves it), dropped when the file changes; never for a script."""
+    import os
+    import shutil
+    import sys
+    home, py = tmp_path / "home", tmp_path / "bin" / "python3"
+    home.mkdir()
+    py.parent.mkdir()
+    shutil.copy2(os.path.realpath(sys.executable), py)
+    real = _run_python_probe(home, py)
+    assert real["version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert not (home / ".nodeprep").exists()               # unmanaged machine: nothing written
+    (home / ".nodeprep").mkdir()
+    assert _run_python_probe(home, py) == real
+    cache = next((home / ".nodeprep").glob("python_probe.*"))
+    lines = cache.read_text().splitlines()
+    assert lines[0].startswith(f"{py} ") and lines[1:3] == [real["path"], real["version"]]
+    cache.write_text("\n".join([lines[0], lines[1], "9.9.9", lines[3]]) + "\n")
+    assert _run_python_probe(home, py)["version"] == "9.9.9"     # a hit: answered from the cache
+    os.utime(py, (1, 1))                                         # the interpreter changed
+    assert _run_python_probe(home, py) == real
+    shim = tmp_path / "bin" / "python3-shim"                     # pyenv/asdf shims: never cached
+    shim.write_text(f"#!/bin/sh\nexec {py} \"$@\"\n")
+    shim.chmod(0o755)
+    cache.unlink()
+    assert _run_python_probe(home, shim)["version"] == real["version"]
+    assert not cache.exists()
