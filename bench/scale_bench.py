@@ -1,5 +1,7 @@
 """How the controller's cost grows with the fleet (issue 18): for each lab size, interleaved
-rounds of bare Fabric `true` (the floor), `invoke facts`, a no-op `invoke provision --roles
+rounds of bare Fabric `true` (the floor), bare Fabric running the very probe `invoke facts`
+sends (the floor of one probe round trip per node: on the lab the nodes' work shares the
+controller's 2 cores, so it weighs in the wall time as it would not on a cluster), `invoke facts`, a no-op `invoke provision --roles
 ssh_keys,ssh_config,shell,nccl,deepspeed_env` (converged first; every timed run is checked to
 change nothing) and the pyinfra deploy that manages the same files (bench/peers.py, also
 checked to change nothing), optionally beside the same provision from an older checkout
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import peers
 from lib import ROOT, VENV, bench_lab, bench_lab_down, save
+from nodeprep.engine import facts as factmod  # noqa: E402  (lib puts src/ on the path)
 
 SHARED = os.environ.get("SHAPE") == "shared"
 ROLES = [] if SHARED else ["--roles", "ssh_keys,ssh_config,shell,nccl,deepspeed_env"]
@@ -68,7 +71,10 @@ def contenders_for(info, settings, env, tmp: Path) -> dict:
     sets = ["--set", f"controller_key={key}", "--set", f"controller_ssh_config={config}"]
     provision = [str(VENV / "invoke"), "provision", "--inventory", inv, *ROLES, *sets]
     run(provision, env)                                  # converge (untimed, may change)
+    probe = tmp / "facts_probe.sh"       # what `invoke facts` runs on each node, token and all
+    probe.write_text(factmod.probe_script(factmod.NODE_FACTS, {}, "0123456789ab"))
     out = {"bare Fabric true": ([str(VENV / "python"), "bench/bare_fabric.py", inv], env, None),
+           "bare Fabric probe": ([str(VENV / "python"), "bench/bare_fabric.py", inv, str(probe)], env, None),
            "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),
            "no-op provision": (provision, env, nodeprep_noop(settings.state, n))}
     if not SHARED:
