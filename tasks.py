@@ -47,15 +47,18 @@ def facts(c, inventory=None, limit=None, json=False):
                        "(two inventory names, one machine)",
             "nic_names": "comma list of interface names the nodes get in turn (eno1,eth0: "
                          "differing NIC names; '-' for eth0 everywhere); kept by later lab.up runs",
-            "no_sudo": "comma list of node indices whose user may not sudo (this lab.up)"})
+            "no_sudo": "comma list of node indices whose user may not sudo (this lab.up)",
+            "link_rate": "limit each node's link both ways (tc on its veth), e.g. 200mbit; none "
+                         "removes it; kept by later lab.up runs"})
 def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False, shared_home=False,
-           private_homes=False, aliases=0, nic_names=None, no_sudo=""):
+           private_homes=False, aliases=0, nic_names=None, no_sudo="", link_rate=None):
     """Start (or resize) the emulated cluster: one netns, sshd and home per node."""
     nics = None if nic_names is None else tuple(n for n in nic_names.split(",") if n not in ("", "-"))
     _done(cli.lab_up(int(nodes), name, _settings(c), slurm=True if slurm else (False if no_slurm else None),
                      shared_home=True if shared_home else (False if private_homes else None),
                      aliases=int(aliases), nic_names=nics,
-                     no_sudo=tuple(int(i) for i in str(no_sudo).split(",") if i.strip().isdigit())))
+                     no_sudo=tuple(int(i) for i in str(no_sudo).split(",") if i.strip().isdigit()),
+                     link_rate=None if link_rate is None else str(link_rate)))
 
 
 @task(help={"name": "lab name", "purge": "also delete node homes and host keys"})

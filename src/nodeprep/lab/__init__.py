@@ -40,7 +40,8 @@ from nodeprep.settings import Settings
 from . import etc, host, local, net, slurm
 from .config import (LAB_HOME, LAB_USER, LabInfo, LabNode, UpOptions, bridge_address,
                      bridge_name, hosts_text, inventory_path, inventory_text, netns_name,
-                     node_address, node_name, pubkey, subnet_for, validate_count, validate_name)
+                     node_address, node_name, pubkey, subnet_for, tc_lines, validate_count,
+                     validate_link_rate, validate_name)
 from .nodes import (HOST_KEY, disable_password, enable_password, node_shell,
                     regenerate_host_key, remove_authorized_key, restart_node, stop_node)
 
@@ -96,6 +97,8 @@ class _Up:
     aliases: int = 0           # inventory nodes worker-(count+k) on node k's machine
     nics: tuple[str, ...] = ()  # interface names the nodes get in turn (() = eth0)
     no_sudo: tuple[int, ...] = ()  # nodes whose user may not sudo
+    link_rate: str = ""        # each node's link limit both ways ("" none), tc on its veth
+    had_rate: str = ""         # the limit the lab had before this up()
     changes: list[str] = field(default_factory=list)
 
     @property
@@ -129,6 +132,7 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     ids = host.ensure_user(state.changes)
     pub = _controller_key(state)
     fresh = _network(state)
+    _link_rate(state, fresh)
     _node_files(state, pub, ids)
     _start_sshds(state, fresh)
     _slurm(state)
@@ -137,7 +141,7 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     net.write_if_changed(state.lab / STATE, json.dumps(
         {"subnet": state.octet, "nodes": state.count, "inventory": str(inventory),
          "slurm": state.slurm, "shared_home": state.shared_home, "aliases": state.aliases,
-         "nic_names": list(state.nics)}) + "\n")
+         "nic_names": list(state.nics), "link_rate": state.link_rate}) + "\n")
     if state.changes:
         log(f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
             f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})")
@@ -179,6 +183,11 @@ def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
                          hint="run `invoke lab.down` first to change them")
     up = _Up(name, nodes, lab, octet, running, with_slurm, shared, options.aliases)
     up.nics, up.no_sudo = nics, tuple(options.no_sudo)
+    stored = str((state or {}).get("link_rate") or "")
+    up.had_rate = stored if running else ""       # a veth made anew has no limit yet
+    up.link_rate = stored if options.link_rate is None else validate_link_rate(options.link_rate)
+    if up.link_rate:
+        net.require_tc()
     return up
 
 
@@ -222,6 +231,21 @@ def _network(state: _Up) -> list[int]:
     if fresh:
         state.changes.append(f"made {len(fresh)} node namespaces")
     return fresh
+
+
+def _link_rate(state: _Up, fresh: list[int]) -> None:
+    """Each node's link limited both ways: the node's egress on its own interface, its
+    ingress on the host end of its veth (the bridge and the controller stay unlimited). The
+    limit goes with the veth at down(); a new rate replaces the old one."""
+    if state.link_rate == state.had_rate and not (fresh and state.link_rate):
+        return
+    todo = range(state.count) if state.link_rate != state.had_rate else fresh
+    per_ns: dict[str | None, list[str]] = {None: []}
+    for i in todo:
+        per_ns[None] += tc_lines(netns_name(state.name, i), state.link_rate)
+        per_ns[netns_name(state.name, i)] = tc_lines(state.nic(i), state.link_rate)
+    net.tc_batch(per_ns)
+    state.changes.append(f"link rate {state.link_rate or 'unlimited'} on {len(todo)} nodes")
 
 
 def _bridge_batch(state: _Up) -> list[str]:

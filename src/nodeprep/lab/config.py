@@ -71,6 +71,9 @@ class UpOptions:
     nic_names: tuple[str, ...] | None = None
     # Node indices whose user may not sudo (the lab's other nodes may run `sudo usermod -s`).
     no_sudo: tuple[int, ...] = ()
+    # Each node's link limited to this rate both ways ("200mbit": tc on both ends of its veth;
+    # the bridge is not limited), "" for no limit, None: as the lab had it.
+    link_rate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,33 @@ def validate_count(nodes) -> int:
         raise InputError(f"--nodes {nodes!r} is out of range",
                          hint=f"give a whole number from 1 to {MAX_NODES}")
     return nodes
+
+
+_RATE_UNITS = {"kbit": 10 ** 3, "mbit": 10 ** 6, "gbit": 10 ** 9}
+
+
+def validate_link_rate(rate) -> str:
+    """A node link rate as tc writes it ("200mbit"), "" for none; one-line InputError else.
+    1 kbit/s to 100 gbit/s, a whole number with a unit (what tbf is given as)."""
+    if rate in (None, "", "none", "off"):
+        return ""
+    m = re.fullmatch(r"([1-9][0-9]{0,8})(kbit|mbit|gbit)", str(rate).strip().lower())
+    if not m or int(m.group(1)) * _RATE_UNITS[m.group(2)] > 100 * 10 ** 9:
+        raise InputError(f"--link-rate {str(rate)[:40]!r} is not a rate",
+                         hint="give a whole number with kbit, mbit or gbit, e.g. 200mbit "
+                              "(at most 100gbit), or none")
+    return f"{int(m.group(1))}{m.group(2)}"
+
+
+def tc_lines(dev: str, rate: str) -> list[str]:
+    """`tc -batch` lines limiting DEV's egress to RATE (a token bucket of 10 ms of traffic,
+    at least 32 KB, so a burst never exceeds the rate for long), or removing the limit."""
+    if not rate:
+        return [f"qdisc del dev {dev} root"]
+    m = re.fullmatch(r"(\d+)(kbit|mbit|gbit)", rate)
+    bps = int(m.group(1)) * _RATE_UNITS[m.group(2)]
+    burst = max(32 * 1024, bps // 8 // 100)
+    return [f"qdisc replace dev {dev} root tbf rate {rate} burst {burst} latency 50ms"]
 
 
 def subnet_for(name: str, subnet: int | None = None) -> int:

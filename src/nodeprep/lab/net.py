@@ -28,6 +28,11 @@ def require_tools(ip: bool = True) -> None:
         raise NodeprepError("ip not found: run requirements/bootstrap.sh")
 
 
+def require_tc() -> None:
+    if shutil.which("tc") is None:
+        raise NodeprepError("tc not found (--link-rate needs it): apt-get install iproute2")
+
+
 def _ip(args: list[str], lines: list[str]) -> subprocess.Popen:
     return subprocess.Popen(["ip", *args, "-batch", "-"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -51,6 +56,22 @@ def ip_batch_each(per_netns: dict[str, list[str]]) -> None:
     procs = {ns: _ip(["-n", ns], lines) for ns, lines in per_netns.items()}
     for ns, proc in procs.items():
         _finish(proc, per_netns[ns], ns)
+
+
+def tc_batch(per_netns: dict[str | None, list[str]]) -> None:
+    """One `tc -batch` per namespace (None: the host), all running at once; -force: a line
+    that fails (a limit to remove that is not there) does not stop the others."""
+    procs = {}
+    for ns, lines in per_netns.items():
+        if lines:
+            argv = ["tc", "-force"] + (["-n", ns] if ns else []) + ["-batch", "-"]
+            procs[ns] = (subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True), lines)
+    for ns, (proc, lines) in procs.items():
+        _, err = proc.communicate("\n".join(lines) + "\n")
+        if proc.returncode and not all("del" in ln for ln in lines):
+            first = (err.strip().splitlines() or ["no message"])[0]
+            raise NodeprepError(f"tc ({ns or 'host'}) failed: {first}")
 
 
 def link_exists(name: str) -> bool:
