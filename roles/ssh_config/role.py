@@ -97,8 +97,13 @@ def reads(ctx):
 
 
 def steps(ctx):
+    """Every node's block lists the whole fleet: built once per run per identity (building it
+    per node made N x N entries on the controller)."""
     identity = CLUSTER_KEY if ctx.vars.get("ssh_mesh", True) else None
-    return [FileBlock("~/.ssh/config", "hosts", entries(ctx.prov.inventory.hosts, identity), mode=0o600)]
+    built = ctx.prov.shared.ssh_entries
+    if identity not in built:
+        built[identity] = entries(ctx.prov.inventory.hosts, identity)
+    return [FileBlock("~/.ssh/config", "hosts", built[identity], mode=0o600)]
 
 
 def controller(prov):

@@ -44,6 +44,16 @@ def _pub(path: Path) -> str | None:
     return pub.read_text().strip() if pub.exists() else None
 
 
+def _once(prov, path: Path | None, read):
+    """READ(path), once per run (steps() runs per node: N reads of the same key file)."""
+    if path is None:
+        return None
+    texts = prov.shared.key_texts
+    if (path, read) not in texts:
+        texts[(path, read)] = read(path)
+    return texts[(path, read)]
+
+
 def validate(prov):
     prov.shared.controller_key = Path(next(iter(prov.vars.values()))["controller_key"]).expanduser()
     prov.shared.cluster_key = prov.settings.state / "cluster_key" / "id_ed25519"
@@ -84,13 +94,13 @@ def steps(ctx):
     # In --check mode the keys may not exist yet: plan with what there is.
     # The key this prov connects with stays authorized: rewriting the block must never lock
     # nodeprep out (e.g. after --ask-pass installed access, or when controller_key changes).
-    login = _pub(Path(ctx.host.key).expanduser()) if ctx.host.key else None
-    keys = list(dict.fromkeys(k for k in (_pub(prov.shared.controller_key), login,
-                                          _pub(prov.shared.cluster_key) if mesh else None) if k))
+    login = _once(prov, Path(ctx.host.key).expanduser(), _pub) if ctx.host.key else None
+    keys = list(dict.fromkeys(k for k in (_once(prov, prov.shared.controller_key, _pub), login,
+                                          _once(prov, prov.shared.cluster_key, _pub) if mesh else None) if k))
     out = [FileBlock("~/.ssh/authorized_keys", "ssh_keys", "\n".join(keys) + "\n", mode=0o600)]
     if mesh and prov.shared.cluster_key.exists():
-        private = prov.shared.cluster_key.read_text()
+        private = _once(prov, prov.shared.cluster_key, Path.read_text)
         out += [FileContent(CLUSTER_KEY, private, 0o600, secrets=[private]),
-                FileContent(CLUSTER_KEY + ".pub", _pub(prov.shared.cluster_key) + "\n", 0o644),
+                FileContent(CLUSTER_KEY + ".pub", _once(prov, prov.shared.cluster_key, _pub) + "\n", 0o644),
                 FileBlock("~/.ssh/known_hosts", "cluster hosts", "\n".join(known_hosts_lines(prov)) + "\n")]
     return out

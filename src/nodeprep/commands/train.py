@@ -51,6 +51,7 @@ class TrainResult:
 class Job:
     def __init__(self, opts: TrainOptions, inv, hosts, events: Events):
         self.opts, self.hosts, self.events = opts, hosts, events
+        self.by_name = {h.name: h for h in hosts}     # per-node lookups: no scan of the fleet
         self.emu: emulate.Emulation | None = None
         if opts.emulate:
             emulate.check_emulate(opts.emulate, hosts, opts.launcher)
@@ -139,7 +140,7 @@ class Job:
         mpirun cannot give each its own (Open MPI numbers local ranks from 0 on each)."""
         out = []
         for n, devs in self.shares.items():
-            h = next(h for h in self.hosts if h.name == n)
+            h = self.by_name[n]
             if h.slots and h.slots > len(devs):
                 out.append(f"{n}: {h.slots} slots, but it shares its machine with "
                            f"{fold(topo.machines[topo.machine_of[n]])}: {len(devs)} GPU(s) are its own")
@@ -157,7 +158,7 @@ class Job:
     def slots(self, name) -> int:
         if name in self.shares:
             return len(self.shares[name])
-        h = next(h for h in self.hosts if h.name == name)
+        h = self.by_name[name]
         return h.slots or self.facts[name][factmod.GPUS]["count"] or h.vars.get("cpu_slots") or 1
 
     def master_addr(self) -> str:
