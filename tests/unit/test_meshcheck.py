@@ -67,3 +67,40 @@ def test_problems_per_pair():
     assert revoked == ["worker-0's ~/.ssh/known_hosts marks worker-1's host key @revoked"]
     b2222 = SimpleNamespace(name="worker-1", port=2222)
     assert M.problems("worker-0", b2222, files(kh=f"[worker-1]:2222 ssh-ed25519 {HOSTB}\n"), b_ok, {HOSTB}) == []
+
+
+def test_paper_mesh_is_every_pair_at_the_cost_of_one_pass_per_state(monkeypatch):
+    """PaperMesh gives what problems() gives pair by pair, on a fleet where nodes differ
+    (one lacks the cluster key, one has a stale entry, one is not authorized, node names
+    that contain each other), while calling problems() once per target per distinct state."""
+    from nodeprep.ops import checks
+    n = 12
+    hosts = [SimpleNamespace(name=f"worker-{i}", port=22) for i in range(n)]
+    keys = {h.name: f"{HOSTB}{i}" for i, h in enumerate(hosts)}
+    good_kh = "".join(f"{h.name} ssh-ed25519 {keys[h.name]}\n" for h in hosts)
+    raw = {h.name: files(ak=[CLUSTER], kh=good_kh) for h in hosts}
+    raw["worker-1"] = files(pub=None, ak=[CLUSTER], kh=good_kh)           # no cluster key
+    raw["worker-10"] = files(ak=[CLUSTER], kh=good_kh.replace(keys["worker-3"], OTHER))   # stale
+    raw["worker-11"] = files(ak=[OTHER], kh=good_kh)                      # not authorized
+    paper = {name: M.NodeFiles(f) for name, f in raw.items()}
+    pinned = {name: {k} for name, k in keys.items()}
+    expect = {a.name: {b.name: M.problems(a.name, b, paper[a.name], paper[b.name], pinned[b.name])
+                       for b in hosts} for a in hosts}
+    calls = []
+    real = M.problems
+    monkeypatch.setattr(M, "problems", lambda *a: calls.append(a) or real(*a))
+    mesh = M.PaperMesh(hosts, paper, pinned)
+    for a in hosts:
+        assert mesh.failing(a.name) == {b: w for b, w in expect[a.name].items() if w}
+    assert len(calls) == 3 * n            # three distinct states: the rest, worker-1, worker-10
+    v_of = {h.name: {"ssh_mesh": True} for h in hosts}
+    found = checks.mesh_checks(hosts[10], {"worker-3": (0, ""), "worker-5": (255, "refused")}, v_of, mesh)
+    # a real login that worked beats the paper; one that failed is reported; inventory order
+    assert [f["message"] for f in found] == [
+        "worker-10 -> worker-5: login failed (exit 255): refused",
+        "worker-10 -> worker-11: " + "; ".join(expect["worker-10"]["worker-11"])]
+    # nodes alike share one answer, each under its own name
+    assert mesh.failing("worker-2") == {"worker-11": [
+        "worker-11's ~/.ssh/authorized_keys lacks the cluster key worker-2 logs in with"]}
+    assert all(f["message"].startswith("worker-1 -> ") and "worker-1 has no cluster key" in f["message"]
+               for f in checks.mesh_checks(hosts[1], {}, v_of, mesh))

@@ -111,19 +111,19 @@ class Gather:
         return {n: g for n, g in got.items() if g.facts is not None}
 
 
-def _mesh_inputs(inv, got: dict, v_of: dict, known) -> tuple[dict, dict]:
+def _mesh_inputs(inv, got: dict, v_of: dict, known) -> meshcheck.PaperMesh:
     """The ssh files each managed node showed, and the controller's pinned keys (parsed once,
     not once per pair)."""
     paper = {n: meshcheck.NodeFiles({p: g.facts.get(factmod.FILE(p)) for p in meshcheck.FILES})
              for n, g in got.items() if v_of[n].get("ssh_mesh")}
     pinned = {h.name: {k.get_base64() for k in (known.lookup(hostkeys.host_entry(h.address, h.port)) or {}).values()}
               for h in inv.hosts if h.name in paper}
-    return paper, pinned
+    return meshcheck.PaperMesh(inv.hosts, paper, pinned)
 
 
 def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report:
     head, fps, found, results = hosts[0].name, {}, [], fleet.results
-    paper, pinned = _mesh_inputs(inv, got, v_of, fleet.store.load())
+    paper = _mesh_inputs(inv, got, v_of, fleet.store.load())
     for h in hosts:
         if h.name not in got or results[h.name].status in ("failed", "unreachable"):
             continue
@@ -132,7 +132,7 @@ def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report
                                       got[h.name].nccl)
         want = checks.Expect(opts.workdir, opts.port if h.name == head else None, hosts[0].address)
         found += checks.checks_for(h, v, f, fps[h.name], want)
-        found += checks.mesh_checks(h, inv.hosts, got[h.name].mesh, v_of, paper, pinned)
+        found += checks.mesh_checks(h, got[h.name].mesh, v_of, paper)
     found += checks.run_checks(fps, {n: g.nccl for n, g in got.items()})
     unreachable = {n: r.message for n, r in results.items() if r.status in ("failed", "unreachable")}
     order = [h.name for h in hosts]

@@ -272,24 +272,19 @@ def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
     return out
 
 
-def mesh_checks(a, inventory_hosts, tried: dict, v_of: dict, paper: dict, pinned: dict) -> list[dict]:
+def mesh_checks(a, tried: dict, v_of: dict, paper: meshcheck.PaperMesh) -> list[dict]:
     """One ssh.mesh error per failing pair A -> B: the real login's result where A tried one
     (TRIED: {peer: (rc, error)}; it is the stronger proof), else the on-paper reasons (when
-    nodeprep manages the mesh). PAPER: {node: meshcheck.NodeFiles}; PINNED: {node: the
-    controller's pinned key blobs}."""
-    out = []
-    for b in inventory_hosts:
-        if b.name in tried:
-            rc, err = tried[b.name]
-            why = [f"login failed (exit {rc})" + (f": {err}" if err else "")] if rc else []
-        elif v_of[a.name].get("ssh_mesh") and a.name in paper and b.name in paper:
-            why = meshcheck.problems(a.name, b, paper[a.name], paper[b.name], pinned[b.name])
-        else:
-            why = []
-        if why:
-            out.append({"node": a.name, "key": "ssh.mesh", "severity": "error",
-                        "message": f"{a.name} -> {b.name}: " + "; ".join(why)})
-    return out
+    nodeprep manages the mesh). Costs what fails plus A's tries, not a pass over the fleet."""
+    why = {b: [f"login failed (exit {rc})" + (f": {err}" if err else "")]
+           for b, (rc, err) in tried.items() if rc}
+    if v_of[a.name].get("ssh_mesh"):
+        for b, reasons in paper.failing(a.name).items():
+            if b not in tried:
+                why[b] = reasons
+    return [{"node": a.name, "key": "ssh.mesh", "severity": "error",
+             "message": f"{a.name} -> {b}: " + "; ".join(w)}
+            for b, w in sorted(why.items(), key=lambda kv: paper.order.get(kv[0], len(paper.order)))]
 
 
 def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):

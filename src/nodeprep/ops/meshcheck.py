@@ -104,6 +104,8 @@ class NodeFiles:
         self.offered = key_blob(content(CLUSTER_PUB) or "")
         self.authorized = authorized(content("~/.ssh/authorized_keys"))
         self.known = KnownHosts(content("~/.ssh/known_hosts"))
+        # what decides A -> B on A's side: nodes alike here fail (or pass) the same pairs
+        self.state = (self.offered, content("~/.ssh/known_hosts"))
 
 
 def problems(a: str, b, files_a, files_b, pinned_b: set[str]) -> list[str]:
@@ -128,3 +130,31 @@ def problems(a: str, b, files_a, files_b, pinned_b: set[str]) -> list[str]:
         out.append(f"{a}'s ~/.ssh/known_hosts holds another host key for {name} than the one "
                    f"{b.name} presents (stale entry, or the node was reinstalled)")
     return out
+
+
+_A = "\x00A\x00"      # stands for the node A in a shared answer; never in a host name
+
+
+class PaperMesh:
+    """Every pair A -> B on paper, for the cost of one pass over the fleet per distinct state
+    of A's files (on a converged fleet: one), not N*N problems() calls: A's side of a pair
+    depends only on its cluster key and its known_hosts (NodeFiles.state). HOSTS: the
+    inventory's; PAPER: {node: NodeFiles} of the nodes that manage the mesh; PINNED: {node:
+    the controller's pinned key blobs}."""
+
+    def __init__(self, hosts, paper: dict, pinned: dict):
+        self.paper, self.pinned = paper, pinned
+        self.targets = [b for b in hosts if b.name in paper]
+        self.order = {h.name: i for i, h in enumerate(hosts)}
+        self._by_state: dict = {}
+
+    def failing(self, a: str) -> dict[str, list[str]]:
+        """{B: why A -> B fails} for the pairs that fail, in inventory order."""
+        fa = self.paper.get(a)
+        if fa is None:
+            return {}
+        if fa.state not in self._by_state:
+            self._by_state[fa.state] = {
+                b.name: why for b in self.targets
+                if (why := problems(_A, b, fa, self.paper[b.name], self.pinned.get(b.name, set())))}
+        return {b: [w.replace(_A, a) for w in why] for b, why in self._by_state[fa.state].items()}
