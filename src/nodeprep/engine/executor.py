@@ -24,6 +24,7 @@ from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
 from nodeprep.engine import hostkeys
+from nodeprep.engine.fds import ensure_open_files
 from nodeprep.errors import NodeprepError
 from nodeprep.engine.events import Events
 from nodeprep.engine.local import LocalConnection
@@ -256,6 +257,10 @@ class Fleet:
         self.run_id = f"{self.runlog.path.name}-{secrets.token_hex(3)}"
         self.password = password
         self.sessions = {h.name: Session(h, self) for h in hosts}
+        soft, want = ensure_open_files(len(self.sessions))
+        if soft < want:
+            self.display.log(f"open-file limit {soft} (hard limit) is below the {want} this run of "
+                             f"{len(self.sessions)} nodes may need: raise `ulimit -Hn`")
         self._pool: ThreadPoolExecutor | None = None
         self._in_pool = threading.local()
         self.display.start([h.name for h in hosts])
@@ -312,6 +317,7 @@ class Fleet:
             except Exception as e:  # a bug or an odd remote answer: fail the node, keep the rest
                 s.result.mark("failed", f"{stage}: {type(e).__name__}: {e}")
             s.log(f"== {stage}: {s.result.status} {s.result.message}\n")
+            self.runlog.close(s.name, stage)      # open files stay ~width, not N x stages
             self.display.status(s.name, stage, s.result.status, s.result.message)
 
         self._each(one, sessions)

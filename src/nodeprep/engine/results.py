@@ -109,6 +109,13 @@ class RunLog:
                 fh = self._files[key] = open(d / f"{stage}.log", "a", buffering=1)
             return fh
 
+    def close(self, node: str, stage: str) -> None:
+        """The node is done with STAGE for now (a later write opens it again, appending)."""
+        with self._lock:
+            fh = self._files.pop((node, stage), None)
+        if fh is not None:
+            fh.close()
+
     def write_report(self, results: dict[str, NodeResult], **extra) -> dict:
         report = summarize(results)
         report.update(extra)
