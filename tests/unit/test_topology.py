@@ -45,12 +45,16 @@ def _first_line(*paths) -> str | None:
 
 
 def test_identity_script_for_real(tmp_path):
-    s1, s2 = IDENTITY.command({}), IDENTITY.command({})
-    assert s1 != s2                       # each probe has its own token
+    # one text for every node and run (the head's fan-out sends it once); the id is drawn there
+    assert IDENTITY.command({}) == IDENTITY.command({})
     out1, out2 = _run_identity(tmp_path), _run_identity(tmp_path)
     one, two = IDENTITY.parse(out1, 0), IDENTITY.parse(out2, 0)
     home_id = (tmp_path / ".nodeprep" / "home-id").read_text().strip()
-    assert len(home_id) == 16 and int(home_id, 16) >= 0
+    assert len(home_id) >= 16 and int(home_id, 16) >= 0
+    other = tmp_path / "other"
+    other.mkdir()
+    _run_identity(other)                  # another home draws another id
+    assert (other / ".nodeprep" / "home-id").read_text().strip() != home_id
     assert one["home"] == two["home"] == home_id          # the first one written wins
     # nothing but the id is left in ~/.nodeprep (the temp file of each probe is removed)
     assert sorted(p.name for p in (tmp_path / ".nodeprep").iterdir()) == ["home-id"]

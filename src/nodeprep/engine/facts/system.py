@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import secrets
 import shlex
 
 from nodeprep.engine.facts.probe import Fact
@@ -119,16 +118,21 @@ def _identity_script(_v) -> str:
     """The machine: /etc/machine-id (cloned images share it) plus this boot's id (machines
     never share it). The home: a random id nodeprep leaves in ~/.nodeprep/home-id the first
     time (created with `ln`, atomic on NFS too, so nodes sharing the home agree on the first
-    one written); st_dev of an NFS home differs per client, so dev:inode alone cannot tell."""
-    token = secrets.token_hex(8)
+    one written); st_dev of an NFS home differs per client, so dev:inode alone cannot tell.
+    The id is drawn ON the node (the kernel's random uuid; /dev/urandom where that is
+    missing): the script is the same text for every node, so the head's fan-out sends one
+    probe for all (a token drawn here made every probe differ: 8 KB a node, and past a dozen
+    nodes the fan-out script was too big and verify fell back to direct probes)."""
     return ("m=; for f in /etc/machine-id /var/lib/dbus/machine-id; do "
             "[ -s \"$f\" ] && { IFS= read -r m < \"$f\"; break; }; done; "
             "b=; [ -r /proc/sys/kernel/random/boot_id ] && IFS= read -r b < /proc/sys/kernel/random/boot_id; "
             "printf 'machine %s %s\\n' \"${m:--}\" \"${b:--}\"; "
             "f=\"$HOME/.nodeprep/home-id\"; "
-            "if [ ! -s \"$f\" ]; then mkdir -p \"$HOME/.nodeprep\" && "
-            f"t=\"$HOME/.nodeprep/.home-id.{token}\" && printf '%s\\n' {token} > \"$t\" && "
-            "{ ln \"$t\" \"$f\" 2>/dev/null; rm -f \"$t\"; }; fi; "
+            "if [ ! -s \"$f\" ]; then mkdir -p \"$HOME/.nodeprep\" && { r=; "
+            "IFS= read -r r 2>/dev/null < /proc/sys/kernel/random/uuid; "
+            "[ -n \"$r\" ] || r=$(od -An -N16 -tx1 /dev/urandom); r=$(printf %s \"$r\" | tr -dc 0-9a-f); "
+            "[ ${#r} -ge 16 ] && t=\"$HOME/.nodeprep/.home-id.$r\" && printf '%s\\n' \"$r\" > \"$t\" && "
+            "{ ln \"$t\" \"$f\" 2>/dev/null; rm -f \"$t\"; }; }; fi; "
             "h=; [ -s \"$f\" ] && IFS= read -r h < \"$f\"; printf 'home %s\\n' \"${h:--}\"")
 
 
