@@ -55,7 +55,7 @@ def test_every_answer_framed_and_logins_reported(fake_ssh):
     probes = {"a": "echo hello from $FAKE_NODE\n", "b": "echo '@@forged:n0@@'; printf 'no newline'\n",
               "down": "echo never\n"}
     script = fanout.fanout_script(["a", "b", "down", "c"], probes, 30, "tok")
-    assert script.count("cat > ") == 3                 # one file per distinct probe
+    assert script.count('cat > "$_npf/p') == 3         # one file per distinct probe
     r = run_sh(script)
     assert r.returncode == 0, r.stderr
     sec = facts.split_sections(r.stdout, "tok")
@@ -85,7 +85,7 @@ def test_answers_do_not_outlive_a_killed_run(fake_ssh):
 
 def test_identical_probes_are_written_once(fake_ssh):
     script = fanout.fanout_script(["a", "b"], {"a": "echo x\n", "b": "echo x\n"}, 30, "tok")
-    assert script.count("cat > ") == 1
+    assert script.count('cat > "$_npf/p') == 1
     sec = facts.split_sections(run_sh(script).stdout, "tok")
     assert sec["n0"][0] == sec["n1"][0] == "x\n"
 
@@ -148,3 +148,27 @@ def test_a_failed_fan_out_says_so(fake_ssh, monkeypatch):
     hosts = [SimpleNamespace(name="a", address=None)]
     reqs = [facts.USER]
     assert gather_fanout(LocalSession(), hosts, reqs, ["a"], 30) is None
+
+
+def test_a_big_fleet_fits_one_command_and_every_peer_answers(fake_ssh):
+    """The script grows by a list line per peer (~20 bytes), not by a command line each: 2,000
+    peers fit in one command; 300 of them run for real, PARALLEL at a time."""
+    big = fanout.fanout_script([f"node{i:04d}" for i in range(2000)],
+                               {f"node{i:04d}": "echo hi\n" for i in range(2000)}, 30, "tok")
+    assert len(big) * 4 // 3 < fanout.FANOUT_MAX
+    peers = [f"node{i:03d}" for i in range(300)]
+    r = run_sh(fanout.fanout_script(peers, {p: "echo from $FAKE_NODE\n" for p in peers}, 30, "tok"))
+    sec = facts.split_sections(r.stdout, "tok")
+    assert all(sec[f"n{i}"] == (f"from {p}\n", 0) for i, p in enumerate(peers))
+
+
+def test_mesh_logins_script_reports_every_peer(fake_ssh):
+    """ops/mesh's head-side logins (the direct verify path and the train preflight), for real
+    with the stand-in ssh: an exit status per peer, the error line of a failed one; 400 peers
+    in a command of a few KB; a name that is not a plain word never reaches the script."""
+    r = run_sh(meshmod.mesh_script(["a", "down", "b"]))
+    assert meshmod.parse_mesh(r.stdout) == {"a": (0, ""), "b": (0, ""), "down": (
+        255, "ssh: connect to host down port 22: No route to host")}
+    assert len(meshmod.mesh_script([f"node{i:03d}" for i in range(400)])) < 20_000
+    with pytest.raises(ValueError):
+        meshmod.mesh_start(["a b"])

@@ -24,36 +24,43 @@ SSH_CLIENT = ("ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o UpdateHostKe
               "diffie-hellman-group14-sha256")
 
 FANOUT_MAX = 100_000   # bytes of head script: posix() passes it as ONE argument (128 KiB cap)
+PARALLEL = 128         # logins in flight at once on the head (pdsh's default fanout is 32)
 
 
 def fanout_script(peers: list[str], probes: dict[str, str], timeout: int, token: str) -> str:
-    """sh for the head node: one ssh login per peer, all in parallel, each carrying that
+    """sh for the head node: one ssh login per peer, PARALLEL at a time, each carrying that
     peer's fact probe (PROBES: name -> probe script, fed on stdin; peers without one run
     `true`). Prints every login's output fenced by TOKEN (`n<i>` sections whose rc is ssh's
     exit status: 255 = the login failed) and the last lines of each login's stderr (`e<i>`).
     A probe cannot forge another node's section: TOKEN is only ever sent to the head.
-    Identical probes are written once. Each login is bounded on the head (TIMEOUT + 20 s;
-    keepalives catch a peer that dies mid-session) and each probe on its node (TIMEOUT), so
-    one stuck node costs its own answer, not everyone's; the caller gives the whole script
-    TIMEOUT + 40 s."""
+    Identical probes are written once, and the peers are a list of words (inventory names are
+    host names or addresses: fields.py) that one loop walks, so the script grows by ~20 bytes
+    a peer, not by a command line each (that capped the fan-out near 200 peers).
+    Each login is bounded on the head (TIMEOUT + 20 s; keepalives catch a peer that dies
+    mid-session) and each probe on its node (TIMEOUT), so one stuck node costs its own
+    answer, not everyone's; the caller gives the whole script TIMEOUT + 40 s."""
     # The answers (env files included) wait in a 0700 directory, files 0600, that goes on
     # TERM and on a closed pipe (the controller went away) too.
     lines = ["umask 077", '_npf=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-fan.XXXXXX") || exit 1',
-             "trap 'rm -rf \"$_npf\"' EXIT", "trap 'exit 143' HUP INT TERM", "trap 'exit 141' PIPE"]
+             "trap 'rm -rf \"$_npf\"' EXIT", "trap 'exit 143' HUP INT TERM", "trap 'exit 141' PIPE",
+             "export _npf"]
     files: dict[str, str] = {}
     for script in dict.fromkeys(probes.values()):
         f = files[script] = f"p{len(files)}"
         end = f"NODEPREP_{token}_{f}"
         lines.append(f"cat > \"$_npf/{f}\" <<'{end}'\n{script.rstrip(chr(10))}\n{end}")
-    run = shlex.quote(f"timeout -k 5 {int(timeout)} /bin/sh")
+    listing = "\n".join(f"{i} {shlex.quote(p)} {files[probes[p]] if p in probes else '-'}"
+                         for i, p in enumerate(peers))
+    lines.append(f"cat > \"$_npf/list\" <<'NODEPREP_{token}_list'\n{listing}\nNODEPREP_{token}_list")
     ssh = f"timeout -k 5 {int(timeout) + 20} {SSH_CLIENT}"
-    for i, p in enumerate(peers):
-        q = shlex.quote(p)
-        cmd = (f"{ssh} -- {q} {run} < \"$_npf/{files[probes[p]]}\"" if p in probes
-               else f"{ssh} -- {q} true </dev/null")
-        lines.append(f"( echo '@@{token}:n{i}@@'; {cmd} 2>\"$_npf/e{i}\"; r=$?; echo; "
-                     f"echo \"@@{token}:rc=$r@@\" ) > \"$_npf/o{i}\" &")
-    lines += ["wait", 'cat "$_npf"/o*',
+    # one login: $1 index, $2 peer, $3 its probe file (- = none); no ' inside (quoted below)
+    one = (f'{{ echo "@@{token}:n$1@@"; if [ "$3" = - ]; then {ssh} -- "$2" true </dev/null; '
+           f'else {ssh} -- "$2" "timeout -k 5 {int(timeout)} /bin/sh" < "$_npf/$3"; fi '
+           f'2>"$_npf/e$1"; r=$?; echo; echo "@@{token}:rc=$r@@"; }} > "$_npf/o$1"')
+    # xargs in the background, then `wait`: a TERM interrupts `wait` at once (it would wait
+    # for a foreground child first), so the answers go with the run
+    lines += [f"xargs -n 3 -P {PARALLEL} sh -c '{one}' sh < \"$_npf/list\" &", "wait $!",
+              'cat "$_npf"/o*',
               f'for f in "$_npf"/e*; do [ -s "$f" ] && {{ echo "@@{token}:${{f##*/}}@@"; '
               f'tail -n 3 "$f"; echo "@@{token}:rc=0@@"; }}; done', "exit 0"]
     return "\n".join(lines) + "\n"
