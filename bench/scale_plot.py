@@ -18,11 +18,9 @@ OUT = ROOT / "bench" / "scale.png"
 
 def ensure_matplotlib() -> None:
     """Re-run this script under the plot venv when matplotlib is not importable here."""
-    try:
-        import matplotlib  # noqa: F401
+    import importlib.util
+    if importlib.util.find_spec("matplotlib") is not None:
         return
-    except ImportError:
-        pass
     py = PLOT_VENV / "bin" / "python"
     if not py.exists():
         print(f"scale_plot: creating {PLOT_VENV.relative_to(ROOT)} (matplotlib)", flush=True)
