@@ -1,12 +1,16 @@
 """wheelhouse: the controller resolves and downloads every wheel the nodes need once per node
-platform (src/nodeprep/wheelhouse.py), then pushes each node only the files it lacks (by
-sha256) over the run's own SSH connection, so nodes never talk to a package index."""
+platform (src/nodeprep/ops/wheelhouse.py), then gets each node only the files it lacks (by
+sha256), so nodes never talk to a package index. With wheelhouse_relay (and the ssh mesh) the
+wheels go node to node (ops/relay.py: the controller sends each platform's once, into a chain
+of the nodes lacking them, after the mesh is in place: Step.fleet); each relayed wheel is
+checked against the controller's sha256 before it is used, and what did not arrive intact is
+pushed by the controller over the run's own SSH connection, as without the relay."""
 from __future__ import annotations
 
 import posixpath
 import shlex
 
-from nodeprep.ops import pystack
+from nodeprep.ops import pystack, relay
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Check, FileContent, Step, scope_of
@@ -30,12 +34,42 @@ FACTS = [OS, PYTHON, USER]
 
 def reads(ctx):
     d = ctx.vars["wheelhouse_dir"]
-    return [DIR(d), FILE(posixpath.join(d, SUMS))]
+    # requirements.lock too: a fact read later costs a round trip, and a converged run could
+    # not tell it has nothing to do from the probe alone (it would take the locks)
+    return [DIR(d), FILE(posixpath.join(d, SUMS)), FILE(posixpath.join(d, "requirements.lock"))]
 
 
 def controller(prov):
     """Build and download once per platform; in --check mode only from the cache."""
+    prov.shared.relay = relay.Relay(order=[h.name for h in prov.hosts])
     return pystack.wheelhouse_manifests(prov)
+
+
+def _relay(ctx):
+    """The run's relay when this node may take part in it (mesh on, not --check, over ssh)."""
+    rl = ctx.prov.shared.relay
+    on = ctx.vars.get("wheelhouse_relay") and ctx.vars.get("ssh_mesh") and not ctx.prov.check
+    return rl if on and getattr(ctx.host, "connection", "ssh") != "local" else None
+
+
+def _register(ctx, rl, platform: str, local, lack: list[str]) -> None:
+    dest = pystack.node_path(ctx.vars["wheelhouse_dir"], ctx.facts)
+    login = relay.Login(ctx.host.address, int(ctx.host.port or 22), ctx.host.user)
+    if lack:
+        rl.want(relay.Want(ctx.name, platform, dest, tuple(sorted(lack))), login, local)
+    else:
+        rl.hold(ctx.name, platform, dest, login)
+
+
+def report(ctx):
+    rl = ctx.prov.shared.relay
+    if rl is None or (ctx.name not in rl.source and ctx.name not in rl.sent):
+        return {}
+    return {"wheelhouse": {"from": rl.source.get(ctx.name, "controller"),
+                           "verified_on_arrival": len(rl.verified.get(ctx.name, ())),
+                           "controller_bytes": rl.sent.get(ctx.name, 0),
+                           "relay_error": rl.errors.get(ctx.name),
+                           "fallback": rl.fallbacks.get(ctx.name)}}
 
 
 def _sums(text: str | None) -> dict[str, str]:
@@ -70,30 +104,73 @@ def steps(ctx):
         lack = missing(facts)
         return Check(not lack, f"{len(lack)} of {len(files)} wheels to push" if lack else "")
 
+    rl = _relay(ctx)
+    try:
+        lack = missing(ctx.facts)
+    except (KeyError, TypeError):     # not probed: the check tells
+        rl, lack = None, []
+    if rl is not None:
+        _register(ctx, rl, m["platform"], local, lack)
+
     def upload(session, facts):
         remote_dir = pystack.node_path(d, facts)
         if not session.run(f"mkdir -p -m 700 {shlex.quote(remote_dir)}").ok:
             raise NodeprepError(f"cannot create {remote_dir}")
-        sftp = session.conn.sftp()
-        try:
-            for name in missing(facts):
-                tmp = f"{remote_dir}/.{name}.part"
-                sftp.put(str(local / name), tmp)
-                sftp.posix_rename(tmp, f"{remote_dir}/{name}")
-                session.log(f"pushed {name}\n")
-        except (OSError, EOFError) as e:
-            raise NodeprepError(f"pushing wheels to {remote_dir} failed: {e}") from None
+        _push(session, remote_dir, _arrived(session, rl, remote_dir, missing(facts), files), local, rl)
 
-    # After the uploads: check every wheel against the controller's sha256, drop stale ones,
-    # then record the sums (the file the next run's check reads).
-    verify = (f"cd {rpath(d)} && "
-              f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && sha256sum -c --quiet .sums.new && "
-              f"for f in *.whl; do grep -qF \"  $f\" .sums.new || rm -f -- \"$f\"; done && "
-              f"mv -f .sums.new {SUMS}")
+    # After the uploads: check every wheel against the controller's sha256 (but those the
+    # relay's arrival check just passed), drop stale ones, then record the sums (the file the
+    # next run's check reads).
+    def verify(_facts):
+        done = rl.verified.get(ctx.name, set()) if rl else set()
+        todo = "".join(f"{sha}  {n}\n" for n, sha in sorted(files.items()) if n not in done)
+        return (f"cd {rpath(d)} && rm -rf {relay.STAGE} && "
+                f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && "
+                + (f"printf %s {_b64(todo)} | base64 -d | sha256sum -c --quiet - && " if todo else "")
+                + f"for f in *.whl; do grep -qF \"  $f\" .sums.new || rm -f -- \"$f\"; done && "
+                f"mv -f .sums.new {SUMS}")
+    fleet = None
+    if rl is not None and lack:
+        prov = ctx.prov
+        fleet = ("wheelhouse.relay", lambda fl, nodes: relay.run(fl, nodes, rl, prov.events, prov.notes))
     return [Step(f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
                  [DIR(d), FILE(posixpath.join(d, SUMS))], check, verify, before=upload,
-                 hint="see the node's free disk space and the run log", scope=scope_of(d)),
+                 hint="see the node's free disk space and the run log", scope=scope_of(d), fleet=fleet),
             FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644)]
+
+
+def _arrived(session, rl, remote_dir: str, lack: list[str], files: dict) -> list[str]:
+    """After a relay: keep what arrived with the controller's sha256 (moved into place on
+    the node), return what the controller must still push itself (the fallback, noted)."""
+    if rl is None or session.name not in rl.source or not lack:
+        return lack
+    r = session.run(relay.finalize_script(remote_dir, {n: files[n] for n in lack}),
+                    label=f"relay arrival check of {len(lack)} wheels")
+    ok, bad = relay.parse_finalize(r.stdout)
+    with rl.lock:
+        rl.verified[session.name] = ok
+    push, why = relay.fallback(lack, ok, bad, rl.errors.get(session.name) or (
+        None if r.ok else f"arrival check exit {r.rc}"))
+    if push:
+        with rl.lock:
+            rl.fallbacks[session.name] = why
+        session.log(f"relay: {why}; the controller pushes {len(push)} wheel(s) itself\n")
+        session.display.note(session.name, f"wheelhouse relay: {why}; pushed by the controller")
+    return push
+
+
+def _push(session, remote_dir: str, names: list[str], local, rl) -> None:
+    sftp = session.conn.sftp()
+    try:
+        for name in names:
+            tmp = f"{remote_dir}/.{name}.part"
+            sftp.put(str(local / name), tmp)
+            sftp.posix_rename(tmp, f"{remote_dir}/{name}")
+            if rl is not None:
+                rl.count(session.name, (local / name).stat().st_size)
+            session.log(f"pushed {name}\n")
+    except (OSError, EOFError) as e:
+        raise NodeprepError(f"pushing wheels to {remote_dir} failed: {e}") from None
 
 
 def _b64(text: str) -> str:

@@ -185,6 +185,37 @@ def _diffs(differ: dict, redact: Redactor) -> list[str]:
             for node, items in differ.items() for st, c in items if c.diff]
 
 
+def _passes(differ: dict) -> list[dict]:
+    """A wave's apply passes, {node: [(step, check)]} each: a node's differing steps are cut
+    before each step that waits for fleet-level work (Step.fleet); usually one pass."""
+    passes: list[dict] = [{}]
+    for node, items in differ.items():
+        k = 0
+        for st, c in items:
+            k += bool(st.fleet)
+            passes += [{} for _ in range(k + 1 - len(passes))]
+            passes[k].setdefault(node, []).append((st, c))
+    return passes
+
+
+def _fleet_work(fleet, part: dict) -> dict:
+    """Before a later pass: its steps on nodes an earlier pass failed are skipped; the
+    fleet-level work of the pass's first steps runs once per key over the nodes still usable."""
+    usable = {s.name for s in fleet.usable()}
+    for node in [n for n in part if n not in usable]:
+        for st, _c in part[node]:
+            fleet.sessions[node].result.add_step(StepResult(f"{st.role}: {st.name}", "skipped",
+                                                            "an earlier step failed"))
+    part = {n: items for n, items in part.items() if n in usable}
+    work: dict[str, tuple] = {}
+    for node, items in part.items():
+        key, fn = items[0][0].fleet
+        work.setdefault(key, (fn, []))[1].append(node)
+    for fn, nodes in work.values():
+        fn(fleet, nodes)
+    return part
+
+
 class Waves:
     """The plan-and-apply of one provision over the fleet: the nodes that act for every group
     they are in go first; the nodes that share a home or a machine with one of them follow
@@ -207,8 +238,11 @@ class Waves:
         self.differ.update(differ)
         if not self.check:
             redact = self.redactor()
-            self.fleet.map(lambda s: _apply(s, differ[s.name], self.prov.facts[s.name], redact)
-                           if differ.get(s.name) else None, "apply", only=nodes)
+            for k, part in enumerate(_passes(differ)):   # one pass unless a step waits (Step.fleet)
+                if k and part:
+                    part = _fleet_work(self.fleet, part)
+                self.fleet.map(lambda s: _apply(s, part[s.name], self.prov.facts[s.name], redact)
+                               if part.get(s.name) else None, "apply", only=list(part))
 
     def redactor(self) -> Redactor:
         return _redactor(self.prov, [st for p in self.plans.values() for st in p])

@@ -42,6 +42,11 @@ class Step:
     # sharing the home), "machine" (a login shell, a system path: once per machine) or "node"
     # (nothing shared: every node acts).
     scope: str = "node"
+    # Fleet-level work this step waits for: (key, f(fleet, nodes)). A node's differing steps
+    # from this one on go to a later apply pass: every node of the wave first applies the
+    # steps before it (e.g. the ssh mesh), then f runs ONCE per key over the nodes that have
+    # the step (e.g. the wheelhouse relay, node to node over that mesh), then the pass.
+    fleet: tuple[str, Callable] | None = None
 
 
 def scope_of(path: str) -> str:

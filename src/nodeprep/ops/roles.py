@@ -40,6 +40,7 @@ class Shared:
     socket_ifname: object = UNSET         # ncclenv.run_proposal(): node -> NCCL_SOCKET_IFNAME or None
     known_hosts: list | None = None       # ssh_keys.known_hosts_lines(): the mesh block, once per run
     majorities: dict = field(default_factory=dict)   # pystack.fleet_majority(): name -> the fleet's value
+    relay: object = None                  # wheelhouse.controller(): an ops.relay.Relay (the wheel fan-out)
     ssh_entries: dict = field(default_factory=dict)  # ssh_config.steps(): identity -> the nodes' Host block
     key_texts: dict = field(default_factory=dict)    # ssh_keys: path -> its text, read once per run
 
