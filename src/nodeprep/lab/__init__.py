@@ -39,9 +39,8 @@ from nodeprep.settings import Settings
 
 from . import etc, host, local, net, slurm
 from .config import (LAB_HOME, LAB_USER, LabInfo, LabNode, UpOptions, bridge_address,
-                     bridge_name, hosts_text, inventory_path, inventory_text, netns_name,
-                     node_address, node_name, pubkey, subnet_for, tc_lines, validate_count,
-                     validate_link_rate, validate_name)
+                     bridge_name, hosts_text, inventory_path, inventory_text, netns_name, node_address,
+                     node_name, pubkey, subnet_for, link_rates, validate_count, validate_name)
 from .nodes import (HOST_KEY, disable_password, enable_password, node_shell,
                     regenerate_host_key, remove_authorized_key, restart_node, stop_node)
 
@@ -98,7 +97,7 @@ class _Up:
     nics: tuple[str, ...] = ()  # interface names the nodes get in turn (() = eth0)
     no_sudo: tuple[int, ...] = ()  # nodes whose user may not sudo
     link_rate: str = ""        # each node's link limit both ways ("" none), tc on its veth
-    had_rate: str = ""         # the limit the lab had before this up()
+    had_rate: str = ""         # the limit its veths have now
     changes: list[str] = field(default_factory=list)
 
     @property
@@ -132,7 +131,6 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     ids = host.ensure_user(state.changes)
     pub = _controller_key(state)
     fresh = _network(state)
-    _link_rate(state, fresh)
     _node_files(state, pub, ids)
     _start_sshds(state, fresh)
     _slurm(state)
@@ -183,11 +181,7 @@ def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
                          hint="run `invoke lab.down` first to change them")
     up = _Up(name, nodes, lab, octet, running, with_slurm, shared, options.aliases)
     up.nics, up.no_sudo = nics, tuple(options.no_sudo)
-    stored = str((state or {}).get("link_rate") or "")
-    up.had_rate = stored if running else ""       # a veth made anew has no limit yet
-    up.link_rate = stored if options.link_rate is None else validate_link_rate(options.link_rate)
-    if up.link_rate:
-        net.require_tc()
+    up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
     return up
 
 
@@ -230,22 +224,11 @@ def _network(state: _Up) -> list[int]:
         f"link set {state.nic(i)} up"] for i in fresh})
     if fresh:
         state.changes.append(f"made {len(fresh)} node namespaces")
+    todo = range(state.count) if state.link_rate != state.had_rate else (fresh if state.link_rate else [])
+    if todo:      # each node's link limited both ways (a new rate replaces the old)
+        net.limit_links([(netns_name(state.name, i), state.nic(i)) for i in todo], state.link_rate)
+        state.changes.append(f"link rate {state.link_rate or 'unlimited'} on {len(todo)} nodes")
     return fresh
-
-
-def _link_rate(state: _Up, fresh: list[int]) -> None:
-    """Each node's link limited both ways: the node's egress on its own interface, its
-    ingress on the host end of its veth (the bridge and the controller stay unlimited). The
-    limit goes with the veth at down(); a new rate replaces the old one."""
-    if state.link_rate == state.had_rate and not (fresh and state.link_rate):
-        return
-    todo = range(state.count) if state.link_rate != state.had_rate else fresh
-    per_ns: dict[str | None, list[str]] = {None: []}
-    for i in todo:
-        per_ns[None] += tc_lines(netns_name(state.name, i), state.link_rate)
-        per_ns[netns_name(state.name, i)] = tc_lines(state.nic(i), state.link_rate)
-    net.tc_batch(per_ns)
-    state.changes.append(f"link rate {state.link_rate or 'unlimited'} on {len(todo)} nodes")
 
 
 def _bridge_batch(state: _Up) -> list[str]:

@@ -116,6 +116,13 @@ def validate_link_rate(rate) -> str:
     return f"{int(m.group(1))}{m.group(2)}"
 
 
+def link_rates(state: dict | None, running: bool, option) -> tuple[str, str]:
+    """(the link rate the lab's veths have now, the one wanted): a running lab has what its
+    state says (a veth made anew has none); OPTION None keeps the state's."""
+    stored = str((state or {}).get("link_rate") or "")
+    return (stored if running else ""), (stored if option is None else validate_link_rate(option))
+
+
 def tc_lines(dev: str, rate: str) -> list[str]:
     """`tc -batch` lines limiting DEV's egress to RATE (a token bucket of 10 ms of traffic,
     at least 32 KB, so a burst never exceeds the rate for long), or removing the limit."""

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from nodeprep.errors import NodeprepError
 
+from .config import tc_lines
+
 SSHD = "/usr/sbin/sshd"
 NETNS_DIR = Path("/run/netns")
 
@@ -27,10 +29,6 @@ def require_tools(ip: bool = True) -> None:
     if ip and shutil.which("ip") is None:
         raise NodeprepError("ip not found: run requirements/bootstrap.sh")
 
-
-def require_tc() -> None:
-    if shutil.which("tc") is None:
-        raise NodeprepError("tc not found (--link-rate needs it): apt-get install iproute2")
 
 
 def _ip(args: list[str], lines: list[str]) -> subprocess.Popen:
@@ -56,6 +54,19 @@ def ip_batch_each(per_netns: dict[str, list[str]]) -> None:
     procs = {ns: _ip(["-n", ns], lines) for ns, lines in per_netns.items()}
     for ns, proc in procs.items():
         _finish(proc, per_netns[ns], ns)
+
+
+def limit_links(links: list[tuple[str, str]], rate: str) -> None:
+    """Limit each (netns, interface in it) link to RATE both ways ("" removes the limit): the
+    node's egress on its own interface, its ingress on the host end of its veth, which is
+    named as the namespace. The bridge and the host's side past it stay unlimited."""
+    if rate and shutil.which("tc") is None:
+        raise NodeprepError("tc not found (--link-rate needs it): apt-get install iproute2")
+    per_ns: dict[str | None, list[str]] = {None: []}
+    for ns, nic in links:
+        per_ns[None] += tc_lines(ns, rate)
+        per_ns[ns] = tc_lines(nic, rate)
+    tc_batch(per_ns)
 
 
 def tc_batch(per_netns: dict[str | None, list[str]]) -> None:
