@@ -1,0 +1,172 @@
+"""Wheel fan-out on a real lab (issue 18): a cold provision sends the wheels from the controller
+to ONE node, the others get them node to node over the mesh (each checked against the
+controller's sha256 on arrival); a copy spoiled on the way is caught and pushed directly; a
+node that already holds the wheels feeds the ones that lack them; a converged run relays
+nothing. Lab "fan" (its own subnet from its name), 3 nodes, each link limited to 200 Mbit/s.
+
+The wheels are small ones made here (a few MB of random bytes each, valid wheel metadata),
+served to the controller's `pip download` from a local directory: the test is about moving
+them, not about resolving a real stack."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from nodeprep import cli as api
+from nodeprep import lab as labmod
+from nodeprep.commands.options import ProvisionOptions
+from nodeprep.settings import Settings
+
+NAME, NODES = "fan", 3
+ROLES = "ssh_keys,ssh_config,wheelhouse"
+
+
+def make_wheel(where: Path, name: str, size: int) -> Path:
+    """A pure-Python wheel pip accepts, SIZE bytes of random data inside (stored, not deflated)."""
+    dist = f"{name}-1.0.dist-info"
+    path = where / f"{name}-1.0-py3-none-any.whl"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+    wheel = "Wheel-Version: 1.0\nGenerator: nodeprep-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(f"{name}/data.bin", os.urandom(size))
+        z.writestr(f"{dist}/METADATA", meta)
+        z.writestr(f"{dist}/WHEEL", wheel)
+        z.writestr(f"{dist}/RECORD", "")
+    return path
+
+
+@pytest.fixture(scope="module")
+def fan(tmp_path_factory):
+    base = tmp_path_factory.mktemp("fan")
+    settings = Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"), lock_wait=60)
+    labmod.down(NAME, settings, log=lambda m: None)
+    info = labmod.up(NODES, NAME, settings, labmod.UpOptions(inventory_dir=base / "inv", link_rate="200mbit"),
+                     log=lambda m: None)
+    wheels = base / "wheels"
+    wheels.mkdir()
+    for i in range(3):
+        make_wheel(wheels, f"npfan{i}", 3_000_000 + i)
+    (base / "req.txt").write_text("".join(f"npfan{i}==1.0\n" for i in range(3)))
+    yield info, settings, base
+    labmod.down(NAME, settings, log=lambda m: None)
+
+
+@pytest.fixture
+def run(fan, monkeypatch, capsys):
+    info, settings, base = fan
+    # pip on the controller resolves from the made wheels alone
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(base / "wheels"))
+
+    def go(*sets):
+        code = api.provision(ProvisionOptions(
+            str(info.inventory), None, ROLES, False, False, True,
+            (f"python_requirements=[{base / 'req.txt'}]", "wheel_builds={}", "torch_version=",
+             f"controller_key={base}/ctl/id", f"controller_ssh_config={base}/ctl/config", *sets)), settings)
+        out = capsys.readouterr()
+        assert code == 0, out.err[-3000:]
+        return json.loads(out.out)
+    return go
+
+
+def wheelhouse(info, i) -> Path:
+    return Path(info.nodes[i].home) / ".nodeprep" / "wheelhouse"
+
+
+def sums(d: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("*.whl"))}
+
+
+def wipe(info, *idx):
+    for i in idx:
+        shutil.rmtree(wheelhouse(info, i), ignore_errors=True)
+
+
+def relayed(rep) -> dict:
+    return {n: r.get("wheelhouse") for n, r in rep["nodes"].items()}
+
+
+def test_cold_provision_relays_node_to_node(fan, run):
+    info, _settings, base = fan
+    wipe(info, *range(NODES))
+    rep = run()
+    w = relayed(rep)
+    assert [w[f"worker-{i}"]["from"] for i in range(NODES)] == ["controller", "worker-0", "worker-1"]
+    assert all(x["fallback"] is None and x["relay_error"] is None for x in w.values()), w
+    assert all(x["verified_on_arrival"] == 3 for x in w.values())
+    total = sum((base / "wheels" / f).stat().st_size for f in sums(base / "wheels"))
+    sent = sum(x["controller_bytes"] for x in w.values())
+    assert total <= sent <= total * 1.01            # one copy (plus the tar headers)
+    assert w["worker-1"]["controller_bytes"] == w["worker-2"]["controller_bytes"] == 0
+    want = sums(base / "wheels")
+    for i in range(NODES):
+        d = wheelhouse(info, i)
+        assert sums(d) == want
+        assert not (d / ".relay").exists() and not list(d.glob(".*.part"))
+        assert not list((d.parent).glob("relay-*.sh"))
+    assert any("chained from the controller" in n for n in rep["notes"])
+    # converged: nothing relayed, nothing pushed
+    rep = run()
+    assert rep["changed"] == 0 and not any(relayed(rep).values())
+
+
+def test_spoiled_relay_copy_is_caught_and_pushed_directly(fan, run):
+    """worker-2's `tar` (first on its PATH through ~/.bashrc, as a broken or hostile node's
+    could be) flips a byte of one wheel it stores: the arrival check refuses it and the
+    controller pushes that wheel itself; the run says so."""
+    info, _settings, base = fan
+    home = Path(info.nodes[2].home)
+    wipe(info, 1, 2)
+    (home / "bin").mkdir(exist_ok=True)
+    tar = home / "bin" / "tar"
+    tar.write_text("#!/bin/sh\n/bin/tar \"$@\"; rc=$?\n"
+                   "for f in \"$HOME\"/.nodeprep/wheelhouse/.relay/*.whl; do\n"
+                   "  printf X | dd of=\"$f\" bs=1 seek=1000 conv=notrunc 2>/dev/null; break\ndone\n"
+                   "exit $rc\n")
+    tar.chmod(0o755)
+    rc = home / ".bashrc"
+    old = rc.read_text()
+    rc.write_text('PATH="$HOME/bin:$PATH"; export PATH\n' + old)
+    subprocess.run(["chown", "-R", "nodeprep:", str(home / "bin"), str(rc)], check=True)
+    try:
+        rep = run()
+    finally:
+        rc.write_text(old)
+        shutil.rmtree(home / "bin")
+    w = relayed(rep)
+    assert w["worker-1"]["from"] == "worker-0" and w["worker-1"]["fallback"] is None
+    assert w["worker-2"]["from"] == "worker-1"
+    assert "sha256 mismatch on 1 relayed wheel" in w["worker-2"]["fallback"]
+    assert w["worker-2"]["verified_on_arrival"] == 2
+    assert 3_000_000 <= w["worker-2"]["controller_bytes"] < 3_100_000     # that one wheel
+    assert w["worker-0"] is None      # worker-0 held them: it headed the chain, the controller sent none
+    assert any("chained from worker-0" in n for n in rep["notes"])
+    assert sums(wheelhouse(info, 2)) == sums(base / "wheels")
+    assert rep["nodes"]["worker-2"]["status"] == "changed"
+
+
+def test_a_node_holding_the_wheels_feeds_the_others(fan, run):
+    info, _settings, base = fan
+    run()
+    wipe(info, 0, 2)
+    rep = run()
+    w = relayed(rep)
+    assert w["worker-0"]["from"] == "worker-1" and w["worker-2"]["from"] == "worker-0"
+    assert sum(x["controller_bytes"] for x in w.values() if x) == 0
+    for i in range(NODES):
+        assert sums(wheelhouse(info, i)) == sums(base / "wheels")
+
+
+def test_relay_off_pushes_from_the_controller(fan, run):
+    info, _settings, base = fan
+    wipe(info, 1)
+    rep = run("wheelhouse_relay=false")
+    assert not any(relayed(rep).values())
+    assert sums(wheelhouse(info, 1)) == sums(base / "wheels")
