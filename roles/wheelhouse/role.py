@@ -116,7 +116,8 @@ def steps(ctx):
         remote_dir = pystack.node_path(d, facts)
         if not session.run(f"mkdir -p -m 700 {shlex.quote(remote_dir)}").ok:
             raise NodeprepError(f"cannot create {remote_dir}")
-        _push(session, remote_dir, _arrived(session, rl, remote_dir, missing(facts), files), local, rl)
+        _push(session, remote_dir, _arrived(session, rl, remote_dir, missing(facts), files), local,
+              ctx.prov.shared.relay)       # counts what the controller sends, relay on or off
 
     # After the uploads: check every wheel against the controller's sha256 (but those the
     # relay's arrival check just passed), drop stale ones, then record the sums (the file the

@@ -168,5 +168,8 @@ def test_relay_off_pushes_from_the_controller(fan, run):
     info, _settings, base = fan
     wipe(info, 1)
     rep = run("wheelhouse_relay=false")
-    assert not any(relayed(rep).values())
+    w = relayed(rep)
+    assert w["worker-0"] is None and w["worker-2"] is None
+    assert w["worker-1"]["from"] == "controller" and w["worker-1"]["verified_on_arrival"] == 0
+    assert w["worker-1"]["controller_bytes"] >= 9_000_000
     assert sums(wheelhouse(info, 1)) == sums(base / "wheels")
