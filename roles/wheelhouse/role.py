@@ -14,7 +14,7 @@ from nodeprep.ops import pystack, relay
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Check, FileContent, Step, scope_of
-from nodeprep.engine.facts import DIR, FILE, OS, PYTHON, USER
+from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, USER
 
 SUMS = "SHA256SUMS"
 
@@ -29,7 +29,9 @@ def validate(prov):
                              file=file, line=line)
 
 
-FACTS = [OS, PYTHON, USER]
+# GPUS: the torch plan (pystack.torch_plan) needs them; without, `--roles wheelhouse` alone
+# had no torch pin and resolved the index's newest torch (CUDA, GBs) for deepspeed's `torch`
+FACTS = [OS, PYTHON, USER, GPUS]
 
 
 def reads(ctx):

@@ -87,10 +87,13 @@ def test_finalize_moves_only_files_with_the_controllers_sum(tmp_path):
     import hashlib
     sums = {n: hashlib.sha256(n.split(".")[0].encode()).hexdigest()
             for n in ("good.whl", "bad.whl", "gone.whl")}
+    (tmp_path / ".nodeprep").mkdir()
+    (tmp_path / ".nodeprep" / "relay-abc.sh").write_text("left by a chain that broke")
     out = subprocess.run(["sh"], input=relay.finalize_script(str(d), sums), text=True,
-                         capture_output=True, check=True).stdout
+                         capture_output=True, check=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}).stdout
     assert relay.parse_finalize(out) == ({"good.whl"}, {"bad.whl"})
     assert sorted(p.name for p in d.iterdir()) == ["good.whl"]      # .relay gone, bad one too
+    assert not (tmp_path / ".nodeprep" / "relay-abc.sh").exists()
 
 
 def test_timeout_grows_with_size_and_hops():

@@ -147,7 +147,8 @@ def finalize_script(dest: str, sums: dict[str, str]) -> str:
         p, q = shlex.quote(f"{STAGE}/{name}"), shlex.quote(name)
         lines.append(f"if [ -f {p} ]; then if [ \"$(sha256sum < {p})\" = {shlex.quote(sha + '  -')} ]; "
                      f"then mv -f -- {p} {q} && echo @@ok {q}; else echo @@bad {q}; fi; fi")
-    lines.append(f"rm -rf -- {shlex.quote(s)}")
+    # and a hop script the chain never reached (the home's lock keeps other runs out)
+    lines.append(f"rm -rf -- {shlex.quote(s)}; rm -f -- \"$HOME\"/.nodeprep/relay-*.sh")
     return "\n".join(lines) + "\n"
 
 
@@ -295,6 +296,17 @@ def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
     """The fleet-level relay of one apply pass (Step.fleet): plan the chains over NODES, put
     each node's hop script in place, run the chains (one per platform, at once). Never
     raises: what did not arrive is pushed by the controller afterwards."""
+    try:
+        _run(fleet, nodes, relay, events, notes)
+    except Exception as e:   # noqa: BLE001 -- a bug here costs the relay, not the run
+        events.log(f"wheelhouse: relay failed ({type(e).__name__}: {e}); the controller pushes")
+        with relay.lock:
+            for n in nodes:
+                relay.errors.setdefault(n, f"relay failed: {type(e).__name__}: {str(e)[:200]}")
+                relay.source.setdefault(n, "controller")
+
+
+def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
     usable = {s.name for s in fleet.usable()}
     holders = {p: [h for h in relay.order if h in hs and h in usable and h not in nodes]
                for p, hs in relay.holders.items()}
