@@ -20,16 +20,18 @@ PAYLOAD=stack (default) is the real CPU stack of requirements/node.txt + torch (
 PAYLOAD=<MB> is that many MB of made wheels (10 files), for quick runs.
 
 CPU: this machine has 2 cores, and the lab's nodes share them. In a chain every node
-decrypts what it receives and encrypts what it passes on (ssh, AES-GCM here: ~1-2 GB/s a
-core), tar writes it, and the controller's arrival check hashes it once per node (sha256,
-~0.5 GB/s a core with SHA-NI). At 32 nodes x 200 Mbit/s (25 MB/s a link, 800 MB/s in all
-while the chain streams) the crypto alone is ~1.6 GB/s of work: about what 2 cores give, so at
-32 nodes 200 Mbit/s sits at the edge of CPU-bound, and the sha256 check (32 x 228 MB = 7.3 GB,
-~7 s of both cores) is CPU time a real cluster spreads over 32 machines. So the bench prints
-the mean number of OTHER running processes and the CPU the run used; if the wall time of (b)
-is CPU-bound, rerun with RATE=100mbit (the link then takes 18 s for 228 MB, the CPU work per
-second halves) and say so. A real cluster's nodes each have their own cores: there the link
-is the bottleneck at any rate.
+decrypts what it receives and encrypts what it passes on (ssh; AES-128-GCM and ChaCha20 both
+~5 GB/s a core here, `openssl speed`), tees and untars it, and the controller's arrival check
+hashes each node's copy once (sha256sum ~0.55 GB/s a core, SHA-NI). At 32 nodes x 200 Mbit/s
+(25 MB/s a link, 800 MB/s in all while the chain streams) the crypto is ~1.6 GB/s of work, a
+third of a core; with the copies through pipes, the kernel's side of 64 ssh connections and
+tc, the machine is well loaded but the links stay the bottleneck. The sha256 checks are not
+streamed: 32 x 228 MB = 7.3 GB is ~7 s of both cores after the stream ends, CPU time a real
+cluster spreads over 32 machines; it is the part of (b) that grows with N here. So the bench
+prints the mean number of OTHER running processes, the controller's CPU and how busy the
+whole machine was during each run (both cores, every process: near 100% means CPU-bound). If
+(b) is CPU-bound, rerun with RATE=100mbit (the link then takes 18 s for 228 MB and the CPU
+work per second halves) and say so; a real cluster's nodes have their own cores.
 Results: bench/results/fanout-*.json.
 Usage: bench/fanout_bench.py [NODES=32] [RUNS=3]   (env RATE=200mbit PAYLOAD=stack DIRECT=1)
 """
@@ -92,6 +94,12 @@ def make_cold(info, which: list[int]) -> None:
         (home / ".ssh" / "known_hosts").unlink(missing_ok=True)
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine (every process: the nodes' sshd, ssh, tar)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(f) - f[3] - f[4], sum(f)
+
+
 def bridge_tx() -> int:
     return int(Path(f"/sys/class/net/np-{NAME}/statistics/tx_bytes").read_text())
 
@@ -100,11 +108,12 @@ def one_run(info, env, sets, which: list[int], relay: bool) -> dict:
     make_cold(info, which)
     limit = "worker-0" if which == [0] else None
     cmd = command(info, sets + ([] if relay else ["wheelhouse_relay=false"]), limit)
-    before, tx = resource.getrusage(resource.RUSAGE_CHILDREN), bridge_tx()
+    before, tx, ticks = resource.getrusage(resource.RUSAGE_CHILDREN), bridge_tx(), cpu_ticks()
     t0 = time.perf_counter()
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     sent, after = bridge_tx() - tx, resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = (cpu_ticks()[0] - ticks[0]) / max(1, cpu_ticks()[1] - ticks[1])
     if r.returncode:
         raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     rep = json.loads(r.stdout[r.stdout.index("{\n"):])
@@ -113,7 +122,8 @@ def one_run(info, env, sets, which: list[int], relay: bool) -> dict:
     if rep["failed"] or len(w) != len(which) or bad:
         raise SystemExit(f"bench: the run did not relay cleanly: {bad or rep['failed']}")
     return {"wall": wall, "bridge_tx": sent, "controller_bytes": sum((x or {}).get("controller_bytes", 0) for x in w.values()),
-            "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}
+            "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+            "machine_busy": busy}
 
 
 def size_of_wheelhouse(info) -> int:
@@ -142,7 +152,8 @@ def main():
         for k, m in med.items():
             print(f"  {k:<7} wall {m['wall']:7.2f} s  x{m['wall'] / med['one']['wall']:5.2f} vs one   "
                   f"controller sent {m['bridge_tx'] / size:5.2f} wheelhouses on the wire, "
-                  f"{m['controller_bytes'] / size:5.2f} payload   controller CPU {m['cpu']:.1f} s")
+                  f"{m['controller_bytes'] / size:5.2f} payload   controller CPU {m['cpu']:.1f} s   "
+                  f"machine busy {m['machine_busy']:4.0%}")
         ok = med["fanout"]["wall"] <= 3 * med["one"]["wall"] and med["fanout"]["bridge_tx"] <= 2 * size
         print(f"  targets (fan-out <= 3x one send, controller <= 2 wheelhouses): {'met' if ok else 'NOT met'}")
         save("fanout", [{"nodes": nodes, "rate": rate, "payload": payload, "wheelhouse_bytes": size,

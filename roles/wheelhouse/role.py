@@ -48,9 +48,12 @@ def controller(prov):
 
 
 def _relay(ctx):
-    """The run's relay when this node may take part in it (mesh on, not --check, over ssh)."""
-    rl = ctx.prov.shared.relay
-    on = ctx.vars.get("wheelhouse_relay") and ctx.vars.get("ssh_mesh") and not ctx.prov.check
+    """The run's relay when this node may take part in it: not --check, over ssh, the mesh on
+    and put in place by this very run (the ssh_keys role is in it: it set the cluster key;
+    without it the relay could only hope the mesh is there, and the pushes go direct)."""
+    rl, prov = ctx.prov.shared.relay, ctx.prov
+    on = (ctx.vars.get("wheelhouse_relay") and ctx.vars.get("ssh_mesh") and not prov.check
+          and prov.shared.cluster_key is not None)
     return rl if on and getattr(ctx.host, "connection", "ssh") != "local" else None
 
 

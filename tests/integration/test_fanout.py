@@ -173,3 +173,23 @@ def test_relay_off_pushes_from_the_controller(fan, run):
     assert w["worker-1"]["from"] == "controller" and w["worker-1"]["verified_on_arrival"] == 0
     assert w["worker-1"]["controller_bytes"] >= 9_000_000
     assert sums(wheelhouse(info, 1)) == sums(base / "wheels")
+
+
+def test_nodes_sharing_a_home_get_the_wheels_once(fan, run):
+    """One home for every node (as NFS gives): only the node acting for it gets the wheels,
+    straight from the controller (no chain to build); the others verify. Last: it reshapes
+    the lab (the fixture takes it down after)."""
+    info, settings, base = fan
+    labmod.down(NAME, settings, log=lambda m: None)
+    labmod.up(NODES, NAME, settings, labmod.UpOptions(inventory_dir=base / "inv", link_rate="200mbit",
+                                                      shared_home=True), log=lambda m: None)
+    wipe(info, 0)
+    rep = run()
+    w = relayed(rep)
+    assert w["worker-0"]["from"] == "controller" and w["worker-0"]["fallback"] is None
+    assert w["worker-1"] is None and w["worker-2"] is None
+    total = sum((base / "wheels" / f).stat().st_size for f in sums(base / "wheels"))
+    assert total <= w["worker-0"]["controller_bytes"] <= total * 1.01
+    step = next(s for s in rep["nodes"]["worker-2"]["steps"] if "wheelhouse.sync" in s["step"])
+    assert (step["status"], step["message"]) == ("ok", "by worker-0 (shared home)")
+    assert sums(wheelhouse(info, 2)) == sums(base / "wheels")
