@@ -90,3 +90,44 @@ def test_python_probe_cache(tmp_path):
     cache.unlink()
     assert _run_python_probe(home, shim)["version"] == real["version"]
     assert not cache.exists()
+
+
+def _run_venv_probe(venv):
+    import subprocess
+    script = facts.probe_script([facts.VENV(str(venv))], {}, "t")
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    return facts.parse_sections("n", [facts.VENV(str(venv))], out, "t", 0)[facts.VENV(str(venv))]
+
+
+@pytest.mark.skipif(not Path("/etc/machine-id").is_file(), reason="the run key is kept per machine")
+def test_venv_probe_runs_the_interpreter_only_when_it_changed(tmp_path):
+    """Real sh on a hand-made venv: the interpreter's start is remembered in the venv per
+    machine, keyed by its target's stat; a remembered key skips the start (a failing
+    interpreter is not noticed then: the proof that it did not run), a new target or a
+    dangling link runs it again and reports the venv broken."""
+    import os
+    import sys
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib" / "python3.11" / "site-packages" / "numpy-2.1.0.dist-info").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    os.symlink(os.path.realpath(sys.executable), venv / "bin" / "python")
+    good = _run_venv_probe(venv)
+    assert good == {"exists": True, "python": "3.11.2", "packages": {"numpy": "2.1.0"}}
+    mark = next(venv.glob(".nodeprep-runs.*"))
+    key = mark.read_text()
+    failing = tmp_path / "failing-python"
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(0o755)
+    (venv / "bin" / "python").unlink()
+    os.symlink(failing, venv / "bin" / "python")            # another target: runs, fails
+    assert _run_venv_probe(venv)["error"] == "its python does not run"
+    assert mark.read_text() == key                          # a failed start is not remembered
+    import subprocess
+    new_key = subprocess.run(["stat", "-L", "--printf", "%d:%i:%s:%Y ", "--", str(venv / "bin" / "python"),
+                              "/etc/ld.so.cache"], capture_output=True, text=True, check=True).stdout
+    mark.write_text(new_key + "\n")
+    assert _run_venv_probe(venv) == good                    # remembered: not started
+    (venv / "bin" / "python").unlink()
+    os.symlink(tmp_path / "gone", venv / "bin" / "python")  # base Python removed
+    assert _run_venv_probe(venv) == {"exists": False, "python": None, "packages": {}}

@@ -14,15 +14,25 @@ from nodeprep.engine.remote import rpath
 
 
 def _venv_script(path: str) -> str:
-    """No interpreter start (it cost ~0.1 s of CPU per node): the Python version from
-    pyvenv.cfg and the packages from the *.dist-info directory names, which carry the
-    normalized name and exact version (PEP 376/427)."""
+    """No interpreter start for the answer (it cost ~0.1 s of CPU per node): the Python version
+    from pyvenv.cfg and the packages from the *.dist-info directory names, which carry the
+    normalized name and exact version (PEP 376/427). Whether the venv's interpreter still runs
+    (its base Python may be gone) is one start (~6 ms), done again only when the stat of
+    bin/python's target or of the dynamic linker's cache changed since it last ran: the key
+    is kept in the venv itself, per machine (<venv>/.nodeprep-runs.<machine-id>); a dangling
+    bin/python has no stat, so it always runs (and fails)."""
     p = rpath(path)
     return (f"[ -x {p}/bin/python ] || {{ echo MISSING; exit 0; }}; "
             # the version line of pyvenv.cfg with sh builtins (was sed | head: two execs)
             f"v=; while IFS= read -r l || [ -n \"$l\" ]; do case $l in version_info*=*|'version '*=*|version=*) "
             "v=${l#*=}; break;; esac; done < " + f"{p}/pyvenv.cfg; printf '%s\\n' \"${{v:-?}}\"; "
-            f"{p}/bin/python -I -S -c '' || echo @@BROKEN@@; "
+            "m=; IFS= read -r m 2>/dev/null < /etc/machine-id; k=; c=; ok=; "
+            f"[ -n \"$m\" ] && k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache 2>/dev/null) "
+            f"&& c={p}/.nodeprep-runs.$m && [ -f \"$c\" ] && IFS= read -r ok < \"$c\"; "
+            "if [ -n \"$k\" ] && [ \"$ok\" = \"$k\" ]; then :; "
+            f"elif {p}/bin/python -I -S -c ''; then [ -n \"$c\" ] && "
+            "{ printf '%s\\n' \"$k\" > \"$c.$$\" && mv -f -- \"$c.$$\" \"$c\"; } 2>/dev/null; "
+            "else echo @@BROKEN@@; fi; "
             # parameter expansion, not basename: one fork per package cost ~25 ms a node
             f"for d in {p}/lib/python*/site-packages/*.dist-info; do [ -d \"$d\" ] && "
             "{ d=${d%.dist-info}; printf '%s\\n' \"${d##*/}\"; }; done")
