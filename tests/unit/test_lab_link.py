@@ -26,3 +26,13 @@ def test_tc_lines():
         "qdisc replace dev eth0 root tbf rate 200mbit burst 250000 latency 50ms"]
     assert tc_lines("eth0", "1mbit")[0].split()[9] == str(32 * 1024)    # the floor
     assert tc_lines("np-fan-1", "") == ["qdisc del dev np-fan-1 root"]
+
+
+def test_link_rates_kept_by_later_ups_and_none_on_a_new_veth():
+    from nodeprep.lab.config import link_rates
+    assert link_rates({"link_rate": "200mbit"}, True, None) == ("200mbit", "200mbit")
+    assert link_rates({"link_rate": "200mbit"}, False, None) == ("", "200mbit")   # after down
+    assert link_rates({"link_rate": "200mbit"}, True, "none") == ("200mbit", "")
+    assert link_rates(None, False, "1gbit") == ("", "1gbit")
+    with pytest.raises(InputError):
+        link_rates(None, False, "fast")
