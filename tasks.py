@@ -102,12 +102,16 @@ def inventory_(c, inventory=None, list=False, graph=False, host=None, json=False
             "json": "print the report as JSON on stdout",
             "ask_pass": "log in with a password where the key is not installed yet (asked once, "
                         "kept in memory only)",
-            "set": "KEY=VALUE variable override (YAML value), highest precedence; repeatable"})
+            "set": "KEY=VALUE variable override (YAML value), highest precedence; repeatable",
+            "via": "ssh: a connection from here to every node; slurm: one ssh connection, to the "
+                   "first node, whose srun runs each stage's scripts on all nodes as one step "
+                   "(sbcast carries them); auto (default): slurm inside an allocation holding "
+                   "every node, else ssh"})
 def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False, json=False,
-              ask_pass=False, set=None):
+              ask_pass=False, set=None, via="auto"):
     """Prepare every node the same way: the roles of roles/site.yml; idempotent."""
-    _done(cli.provision(ProvisionOptions(inventory, limit, roles, check, diff, json, tuple(set or ())),
-                        _settings(c), ask_pass=ask_pass))
+    _done(cli.provision(ProvisionOptions(inventory, limit, roles, check, diff, json, tuple(set or ()),
+                                         via=via), _settings(c), ask_pass=ask_pass))
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
@@ -125,7 +129,9 @@ def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False
                           "nccl on GPU) and report bus bandwidth per message size",
             "via": "auto (default): when only the head logs in to every node, the probes ride "
                    "those logins (one connection from here); direct: connect from here to "
-                   "every node (also proves this machine reaches each one)"})
+                   "every node (also proves this machine reaches each one); slurm: the probes run "
+                   "as one srun step from the first node (auto picks it inside an allocation "
+                   "holding every node)"})
 def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir=None, port=29500,
                   baseline=None, save_baseline=None, mesh="auto", collective=False, via="auto"):
     """Prove the nodes are the same where training cares; show drift grouped by value."""

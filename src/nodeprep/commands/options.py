@@ -26,6 +26,8 @@ class ProvisionOptions:
     json: bool = False
     sets: tuple[str, ...] = ()        # KEY=VALUE overrides (YAML values)
     password: str | None = None       # --ask-pass: read by the cli, kept in memory only
+    via: str = "auto"                 # ssh | slurm | auto (default): slurm inside an allocation
+                                      # holding every node, else ssh (engine/slurmrun.resolve)
 
 
 @dataclass(frozen=True)
@@ -40,13 +42,14 @@ class VerifyOptions:
     save_baseline: str | None = None
     mesh: str = "auto"                # auto | full | head
     collective: bool = False          # also an all_reduce across the nodes
-    via: str = "auto"                 # auto | direct
+    via: str = "auto"                 # auto | direct | slurm (auto: slurm inside an allocation
+                                      # holding every node, else the head's logins past 4 nodes)
 
     def check(self) -> None:
         if self.mesh not in ("auto", "full", "head"):
             raise InputError(f"--mesh {self.mesh!r}: expected auto, full or head")
-        if self.via not in ("auto", "direct"):
-            raise InputError(f"--via {self.via!r}: expected auto or direct")
+        if self.via not in ("auto", "direct", "slurm"):
+            raise InputError(f"--via {self.via!r}: expected auto, direct or slurm")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from nodeprep.commands.common import parse_sets, select_hosts
 from nodeprep.commands.options import ProvisionOptions
 from nodeprep.engine import facts as factmod
+from nodeprep.engine import slurmrun
 from nodeprep.engine.events import Events
 from nodeprep.engine.executor import Fleet
 from nodeprep.engine.locks import Lock, Locks, Owner
@@ -331,6 +332,7 @@ def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> Pro
     inv, hosts = prov.inventory, prov.hosts
     order = [h.name for h in hosts]
     with Fleet(hosts, settings, "provision", events, password=opts.password) as fleet:
+        slurmrun.use(fleet, opts.via)      # --via slurm: every stage's runs as srun steps
         prov.facts = fleet.map(lambda s: _probe(s, roles, prov), "facts")
         prov.topology = Topology.of(prov.facts, order)
         _platform_mix(prov)

@@ -14,7 +14,7 @@ from nodeprep.commands import collective as collmod
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions, VerifyOptions
 from nodeprep.engine import facts as factmod
-from nodeprep.engine import fanout, hostkeys
+from nodeprep.engine import fanout, hostkeys, slurmrun
 from nodeprep.engine.events import Events
 from nodeprep.engine.executor import Fleet
 from nodeprep.inventory import nodeset
@@ -85,7 +85,7 @@ class Gather:
         """{node: Probe} of the nodes that answered. Fanned out: ONE connection from here, to
         the head, whose mesh logins carry every node's probe; the rest directly."""
         fleet, head = self.fleet, self.head
-        if not fans_out(self.pairs, head, self.opts.via):
+        if fleet.transport is not None or not fans_out(self.pairs, head, self.opts.via):
             return fleet.map(lambda s: self.node(s, self.pairs.get(s.name, [])), "probe")
         got: dict[str, Probe] = {}
         fan = fleet.map(self.via_head, "probe", only=[head])
@@ -178,8 +178,10 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
     head, names = hosts[0].name, [h.name for h in inv.hosts]
     pairs = mesh_pairs(names, opts.mesh)
     with Fleet(hosts, settings, "verify", events) as fleet:
+        # --via slurm (or auto inside an allocation holding the nodes): one srun step per stage
+        slurm = slurmrun.use(fleet, "ssh" if opts.via == "direct" else opts.via) == "slurm"
         got = Gather(fleet, hosts, v_of, opts, pairs).all()
-        direct = [n for n, s in fleet.sessions.items() if n != head and s.conn is not None]
+        direct = [n for n, s in fleet.sessions.items() if n != head and s.connected]
     # the collective first: what NCCL's log says on each node joins the comparison
     coll = _collective(opts, settings, events, fleet) if opts.collective else None
     for n, logged in ((coll or {}).get("nccl") or {}).items():
@@ -189,4 +191,6 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
     sharing = Topology.of({n: g.facts for n, g in got.items()}, [h.name for h in hosts]).describe()
     if coll is not None:
         report.ok = report.ok and coll["ok"]
-    return VerifyResult(report, coll, sharing + _notes(names, opts, fans_out(pairs, head, opts.via), head, direct))
+    fanned = not slurm and fans_out(pairs, head, opts.via)
+    return VerifyResult(report, coll, sharing + _notes(names, opts, fanned, head, direct if fanned else [])
+                        + ([f"(probes ran as srun steps from {head}; sbcast carried the scripts)"] if slurm else []))

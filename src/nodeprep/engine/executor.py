@@ -125,19 +125,40 @@ class Session:
         self.runlog, self.display = fleet.runlog, fleet.display
         self.name = host.name
         self.stage = "connect"
-        self.conn: Connection | None = None
+        self._conn: Connection | None = None
+        # engine/slurmrun.Transport when the run rides Slurm (--via slurm): every run() goes
+        # into a batch the head runs as one srun step; only the head holds an ssh connection
+        self.transport = None
         self._fabric_config = fleet.fabric_config
         self._password = fleet.password  # --ask-pass: in memory only, never logged
         self._tag = f"{RUN_VAR}={fleet.run_id}; export {RUN_VAR}\n"
         self.result = NodeResult(host.name)
 
     # -- connection -------------------------------------------------------------------------
+    @property
+    def conn(self) -> Connection | None:
+        """The node's own connection. Under a Slurm transport a node gets one only when
+        something needs it (an sftp upload): its commands go through srun."""
+        if self._conn is None and self.transport is not None:
+            self._ssh()
+        return self._conn
+
+    @property
+    def connected(self) -> bool:
+        """Whether this node was reached: over its own ssh connection or through Slurm."""
+        return self._conn is not None or (self.transport is not None and self.transport.reached(self))
+
     def connect(self) -> None:
-        if self.conn is not None and self.conn.is_connected:
+        if self.transport is not None and not self.transport.is_head(self):
+            return                       # its commands go through the head's srun
+        self._ssh()
+
+    def _ssh(self) -> None:
+        if self._conn is not None and self._conn.is_connected:
             return
         h, s = self.host, self.settings
         if getattr(h, "connection", "ssh") == "local":      # the controller itself, no ssh
-            self.conn = LocalConnection()
+            self._conn = LocalConnection()
             return
         kwargs: dict[str, Any] = {}
         if h.key:
@@ -155,7 +176,7 @@ class Session:
             try:
                 conn.connect_kwargs["sock"] = _socket(h.address, h.port, s.connect_timeout)
                 conn.open()
-                self.conn = conn
+                self._conn = conn
                 return
             except paramiko.BadHostKeyException as e:
                 raise hostkeys.HostKeyChanged(
@@ -183,9 +204,9 @@ class Session:
                                      f"{hostkeys.fingerprint(key)} in {self.store.path}")
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     # -- commands ---------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -199,24 +220,55 @@ class Session:
         log_output=False for probes and applies: their output carries file contents, which
         may hold secrets (a token in ~/.deepspeed_env, the cluster key). STREAM: show the
         output's lines as they come, under the node's name (True), another name (an emulated
-        node's alias), or the name a function of the line returns (srun's task labels)."""
+        node's alias), or the name a function of the line returns (srun's task labels).
+        Under a Slurm transport the script joins the stage's batch (one srun step for all
+        nodes) and its output is shown and logged when its node's answer comes back."""
         self.connect()
         log = self.runlog.node_log(self.name, self.stage)
         log.write(f"$ {label or script.strip().splitlines()[0][:200]}\n")
-        if callable(stream):          # the name depends on the line (srun --label: task -> node)
-            show = lambda line: self.display.line(stream(line), line)
-        elif stream:
-            name = self.name if stream is True else stream
-            show = lambda line: self.display.line(name, line)
-        else:
-            show = None
+        show = self._shower(stream)
         sink = log if log_output else io.StringIO()
         out, err = _LineSink(sink, show, on_line), _LineSink(sink, show)
         limit = max(1, int(timeout or self.settings.command_timeout))
+        if self.transport is not None:
+            res = self.transport.run(self, self._tag + script, limit)
+            out.write(res.stdout)
+            err.write(res.stderr)
+            out.finish()
+            err.finish()
+            return self._logged(log, res, log_output)
+        return self._logged(log, self._run_ssh(script, limit, out, err), log_output)
+
+    def _shower(self, stream) -> Callable[[str], None] | None:
+        if callable(stream):          # the name depends on the line (srun --label: task -> node)
+            return lambda line: self.display.line(stream(line), line)
+        if stream:
+            name = self.name if stream is True else stream
+            return lambda line: self.display.line(name, line)
+        return None
+
+    def _logged(self, log, res: "CmdResult", log_output: bool) -> "CmdResult":
+        if not log_output:
+            log.write(f"[{len(res.stdout)} bytes of output not logged]\n")
+        log.write(f"[exit {res.rc}]\n")
+        log.flush()
+        return res
+
+    def run_ssh(self, script: str, timeout: float, label: str) -> "CmdResult":
+        """SCRIPT over this node's own ssh connection, whatever the transport (the head's
+        srun steps); output not logged (it carries every node's answer)."""
+        self._ssh()
+        log = self.runlog.node_log(self.name, self.stage)
+        log.write(f"$ {label}\n")
+        sink = io.StringIO()
+        out, err = _LineSink(sink, None), _LineSink(sink, None)
+        return self._logged(log, self._run_ssh(script, max(1, int(timeout)), out, err), False)
+
+    def _run_ssh(self, script: str, limit: int, out: "_LineSink", err: "_LineSink") -> "CmdResult":
         t0 = time.monotonic()
         try:
             # The local timer is only a backstop for a connection that hangs.
-            r = self.conn.run(posix(self._tag + script, limit), hide=False, warn=True, in_stream=False,
+            r = self._conn.run(posix(self._tag + script, limit), hide=False, warn=True, in_stream=False,
                               out_stream=out, err_stream=err, timeout=limit + 15)
             res = CmdResult(r.exited, r.stdout, r.stderr)
             if r.exited in (124, 137, -1) and time.monotonic() - t0 >= limit - 0.5:
@@ -228,10 +280,6 @@ class Session:
         finally:
             out.finish()
             err.finish()
-        if not log_output:
-            log.write(f"[{len(res.stdout)} bytes of output not logged]\n")
-        log.write(f"[exit {res.rc}]\n")
-        log.flush()
         return res
 
 
@@ -261,6 +309,7 @@ class Fleet:
         if soft < want:
             self.display.log(f"open-file limit {soft} (hard limit) is below the {want} this run of "
                              f"{len(self.sessions)} nodes may need: raise `ulimit -Hn`")
+        self.transport = None          # engine/slurmrun.use() sets it (--via slurm)
         self._pool: ThreadPoolExecutor | None = None
         self._in_pool = threading.local()
         self.display.start([h.name for h in hosts])
@@ -272,6 +321,8 @@ class Fleet:
         self.close()
 
     def close(self):
+        if self.transport is not None:
+            self.transport.close()
         self._each(lambda s: s.close(), list(self.sessions.values()))
         if self._pool:
             self._pool.shutdown()
@@ -280,8 +331,12 @@ class Fleet:
     def _each(self, fn: Callable[[Session], None], sessions: list[Session]) -> None:
         """FN on every session, at most settings.width at once, on ONE pool of threads kept
         for the run (a pool per stage started N threads per stage: at 64 nodes that was
-        half a second of thread starts). A stage started from inside a stage gets its own."""
+        half a second of thread starts). A stage started from inside a stage gets its own.
+        Under a Slurm transport the transport runs the stage (its runs batched into steps)."""
         if not sessions:
+            return
+        if self.transport is not None:
+            self.transport.each(fn, sessions)
             return
         if getattr(self._in_pool, "yes", False):
             with ThreadPoolExecutor(max_workers=max(1, min(self.settings.width, len(sessions)))) as pool:
@@ -328,7 +383,7 @@ class Fleet:
         (a lock taken before a step failed must still be released). A node's status is never
         changed here; what went wrong is logged on the node."""
         sessions = [s for s in self.sessions.values()
-                    if (only is None or s.name in only) and s.conn is not None
+                    if (only is None or s.name in only) and s.connected
                     and s.result.status != "unreachable"]
 
         def one(s: Session):
