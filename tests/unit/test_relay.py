@@ -64,11 +64,21 @@ HOSTILE = Login("10.0.0.1; touch /tmp/pwned", 2222, "u$(id)")
 def test_hops_log_in_with_pinned_keys_only_and_quote_inventory_values():
     text = relay.hop_script("n0", "/home/u/it's here/wh", ("n1", HOSTILE), "abc", 60)
     assert "StrictHostKeyChecking=yes" in text and "BatchMode=yes" in text
-    assert "StrictHostKeyChecking=no" not in text and "/dev/null" not in text
+    assert "StrictHostKeyChecking=no" not in text and "KnownHostsFile=/dev/null" not in text
+    assert "-o ControlMaster=no -S \"$HOME/.nodeprep/relay-abc.sock\"" in text     # the master's
     assert "UserKnownHostsFile" not in text          # the mesh's known_hosts
     assert shlex.quote(HOSTILE.address) in text and shlex.quote(HOSTILE.user) in text
     assert shlex.quote("/home/u/it's here/wh/.relay") in text
     subprocess.run(["sh", "-n"], input=text, text=True, check=True)     # it parses
+
+
+def test_the_master_connection_is_pinned_quoted_and_never_holds_the_controller():
+    text = relay.master_command(HOSTILE, "abc", 60)
+    assert "StrictHostKeyChecking=yes" in text and "BatchMode=yes" in text and "UserKnownHostsFile" not in text
+    assert shlex.quote(HOSTILE.address) in text and shlex.quote(HOSTILE.user) in text
+    assert "ControlMaster=yes" in text and "ControlPersist=60" in text
+    assert text.endswith("</dev/null >/dev/null 2>&1 || true")     # backgrounded, no output held
+    subprocess.run(["sh", "-n"], input=text, text=True, check=True)
 
 
 def test_last_hop_only_stores_and_source_streams_its_copy():
