@@ -243,7 +243,7 @@ class Waves:
                 if k and part:
                     part = _fleet_work(self.fleet, part)
                 self.fleet.map(lambda s: _apply(s, part[s.name], self.prov.facts[s.name], redact)
-                               if part.get(s.name) else None, "apply", only=list(part))
+                               if part.get(s.name) else None, "apply", only=list(part) if k else nodes)
 
     def redactor(self) -> Redactor:
         return _redactor(self.prov, [st for p in self.plans.values() for st in p])
