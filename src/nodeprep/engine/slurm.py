@@ -116,6 +116,20 @@ def head_script(nodes: list[str], token: str, limit: int, jobid: str | None, bun
         f'tail -n 20 "$h/err" 2>/dev/null | sed "s/^/@@{token}:err@@ /"', "exit 0"]) + "\n"
 
 
+def cleanup_script(nodes: list[str], token: str, jobid: str | None) -> str:
+    """sh for the head: the step file of TOKEN off NODES, in the background (setsid: it
+    outlives the ssh session, which returns at once), in job JOBID or a one-step allocation."""
+    q = shlex.quote
+    env = f"SLURM_JOB_ID={q(jobid)} SLURM_JOBID={q(jobid)} " if jobid else ""
+    listing = "\n".join(nodes)
+    return "\n".join([
+        "umask 077", 'f=$(mktemp "${TMPDIR:-/tmp}/nodeprep-clean.XXXXXX") || exit 1',
+        f"cat > \"$f\" <<'NP_{token}_nodes'\n{listing}\nNP_{token}_nodes",
+        f"{env}setsid sh -c 'srun -N {len(nodes)} --nodelist=\"$1\" --ntasks-per-node=1 --input=none "
+        f"--immediate=30 --time=1 --job-name=nodeprep rm -f {step_file(token)}; rm -f \"$1\"' sh \"$f\" "
+        ">/dev/null 2>&1 </dev/null &", "exit 0"]) + "\n"
+
+
 def _decode(lines: list[str]) -> str:
     return base64.b64decode("".join(lines).encode(), validate=False).decode(errors="replace")
 

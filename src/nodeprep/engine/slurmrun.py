@@ -128,12 +128,13 @@ class Transport:
         self.steps: list[dict] = []              # per step: nodes, bytes sent, seconds
 
     def close(self) -> None:
-        """The last step's bundle off every node that ran it (one short step; best effort)."""
-        if self._prev and self.steps:
-            names = list(self.slurm.values())
+        """The last step's bundle off every node, by a step the head runs in the background
+        (the run does not wait for it; best effort: at worst a 0600 file is left in /tmp)."""
+        if self._prev:
             try:
-                self._step([(n, ":", 30) for n in names])
-            except Exception:      # noqa: BLE001 -- a leftover 0600 file in /tmp, no more
+                self.head.run_ssh(slurm.cleanup_script(list(self.slurm.values()), self._prev, self.jobid),
+                                  30, "slurm: the last step's file off the nodes (background)")
+            except Exception:      # noqa: BLE001
                 pass
 
     def is_head(self, session) -> bool:
