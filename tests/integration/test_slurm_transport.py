@@ -147,7 +147,12 @@ def test_inside_an_allocation_auto_rides_it(slx, monkeypatch):
                        capture_output=True, text=True, env=env, timeout=60)
     job = re.search(r"Granted job allocation (\d+)", r.stdout + r.stderr)
     assert job, r.stderr
+    # a step of the job (training, say) holds its CPUs: nodeprep's steps must still start
+    busy = subprocess.Popen(["runuser", "-u", info.user, "--", "srun", f"--jobid={job.group(1)}", "-N", "3",
+                             "--ntasks-per-node=1", "sleep", "120"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        time.sleep(1)
         monkeypatch.setenv("SLURM_JOB_ID", job.group(1))
         monkeypatch.setenv("SLURM_JOB_NODELIST", "worker-[0-2]")
         assert not run(info, settings, sets, "auto")["failed"]
@@ -155,7 +160,8 @@ def test_inside_an_allocation_auto_rides_it(slx, monkeypatch):
         assert not res.report.unreachable and any("srun steps" in n for n in res.notes)
         # the steps ran in that job (it still holds the nodes), not in allocations of their own
         q = subprocess.run(["squeue", "-h", "-o", "%i %N"], capture_output=True, text=True, env=env)
-        assert q.stdout.split() == [job.group(1), "worker-[0-2]"]
+        assert q.stdout.split() == [job.group(1), "worker-[0-2]"] and busy.poll() is None
     finally:
         subprocess.run(["scancel", job.group(1)], env=env, capture_output=True)
+        busy.wait(timeout=60)
         subprocess.run(["rm", "-rf", str(conf.parent)])

@@ -93,14 +93,15 @@ def bundle(items: list[tuple[str, str, int]], token: str, prev: str | None = Non
 def head_script(nodes: list[str], token: str, limit: int, jobid: str | None, bundle_path: str) -> str:
     """sh for the head: the step over NODES (Slurm names) running the bundle at BUNDLE_PATH
     (already on the head); inside job JOBID, else in an allocation of its own for this step
-    (salloc: released when the step ends, at the latest after LIMIT). Prints srun's labelled
+    (salloc: released when the step ends, at the latest after LIMIT); --overlap: a step
+    inside a job whose CPUs a running step holds (training) still starts. Prints srun's labelled
     lines, then the head's own fenced lines: `@@T:head=RC@@` and srun's last stderr lines."""
     q = shlex.quote
     dest = step_file(token)
     listing = "\n".join(nodes)
     step = (f"sbcast -f {q(bundle_path)} {dest} 2>>\"$h/err\" || exit 3\n"
             f"srun -N {len(nodes)} --nodelist=\"$h/nodes\" --ntasks-per-node=1 --label --input=none "
-            f"--kill-on-bad-exit=0 --job-name=nodeprep /bin/sh {dest} 2>>\"$h/err\"\n")
+            f"--overlap --kill-on-bad-exit=0 --job-name=nodeprep /bin/sh {dest} 2>>\"$h/err\"\n")
     if jobid:
         run = f"SLURM_JOB_ID={q(jobid)} SLURM_JOBID={q(jobid)} /bin/sh \"$h/job\""
     else:
@@ -125,7 +126,7 @@ def cleanup_script(nodes: list[str], token: str, jobid: str | None) -> str:
     return "\n".join([
         "umask 077", 'f=$(mktemp "${TMPDIR:-/tmp}/nodeprep-clean.XXXXXX") || exit 1',
         f"cat > \"$f\" <<'NP_{token}_nodes'\n{listing}\nNP_{token}_nodes",
-        f"{env}setsid sh -c 'srun -N {len(nodes)} --nodelist=\"$1\" --ntasks-per-node=1 --input=none "
+        f"{env}setsid sh -c 'srun -N {len(nodes)} --nodelist=\"$1\" --ntasks-per-node=1 --input=none --overlap "
         f"--immediate=30 --time=1 --job-name=nodeprep rm -f {step_file(token)}; rm -f \"$1\"' sh \"$f\" "
         ">/dev/null 2>&1 </dev/null &", "exit 0"]) + "\n"
 
