@@ -162,6 +162,7 @@ def test_inside_an_allocation_auto_rides_it(slx, monkeypatch):
         q = subprocess.run(["squeue", "-h", "-o", "%i %N"], capture_output=True, text=True, env=env)
         assert q.stdout.split() == [job.group(1), "worker-[0-2]"] and busy.poll() is None
     finally:
+        time.sleep(2)          # the run's last step file goes in the background: let it
         subprocess.run(["scancel", job.group(1)], env=env, capture_output=True)
         busy.wait(timeout=60)
         subprocess.run(["rm", "-rf", str(conf.parent)])

@@ -78,12 +78,13 @@ def bundle(items: list[tuple[str, str, int]], token: str, prev: str | None = Non
     parts.append('case "$n" in\n' + "\n".join(table) +
                  '\n*) echo "@@$T:node=$n@@"; echo "@@$T:rc=253:0@@"; exit 0;;\nesac')
     # the work in a subshell: whatever kills it, the task itself ends normally (a task killed
-    # by a signal makes srun end the whole step, the other nodes' answers with it)
+    # by a signal makes srun end the whole step, the other nodes' answers with it) and still
+    # removes the task's temp directory
     parts.append(
-        '(d=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-task.XXXXXX") || '
+        'd=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-task.XXXXXX") || '
         '{ echo "@@$T:node=$n@@"; echo "@@$T:rc=252:0@@"; exit 0; }\n'
         "trap 'rm -rf \"$d\"' EXIT\ntrap 'exit 143' HUP INT TERM\n"
-        'p$s | sed "$x" > "$d/s"\nt0=$(date +%s)\n'
+        '(p$s | sed "$x" > "$d/s"\nt0=$(date +%s)\n'
         'timeout -k 5 "$l" /bin/sh "$d/s" </dev/null >"$d/o" 2>"$d/e"; r=$?\n'
         'echo "@@$T:node=$n@@"; base64 < "$d/o"; echo "@@$T:e@@"; base64 < "$d/e"\n'
         'echo "@@$T:rc=$r:$(( $(date +%s) - t0 ))@@")\nexit 0')
