@@ -248,6 +248,7 @@ def broadcast(head, local_path, remote_path: str, nodes: list[str], *, jobid: st
     r = head.run_ssh(script, 700, f"sbcast {Path(local_path).name} ({len(data)} bytes) to "
                                   f"{len(nodes)} node(s)")
     answers = slurm.parse(r.stdout, token, nodes, {})
+    head.run_ssh(slurm.cleanup_script(nodes, token, jobid), 30, "slurm: the check's file off the nodes (background)")
     names = names or {}
     return {names.get(n, n): (a.stderr.strip() or f"copy differs (exit {a.rc})")
             for n, a in answers.items() if a.rc != 0}
