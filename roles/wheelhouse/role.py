@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from nodeprep.ops import pystack, relay
+from nodeprep.ops import pystack, relay, wheelcast
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Check, FileContent, Step, scope_of
@@ -48,12 +48,16 @@ def controller(prov):
 
 
 def _relay(ctx):
-    """The run's relay when this node may take part in it: not --check, over ssh, the mesh on
-    and put in place by this very run (the ssh_keys role is in it: it set the cluster key;
-    without it the relay could only hope the mesh is there, and the pushes go direct)."""
+    """The run's relay when this node may take part in it: not --check, and either under
+    --via slurm (the wheels go by sbcast: Slurm's own tree) or over ssh with the mesh on and
+    put in place by this very run (the ssh_keys role is in it: it set the cluster key; without
+    it the relay could only hope the mesh is there, and the pushes go direct)."""
     rl, prov = ctx.prov.shared.relay, ctx.prov
-    on = (ctx.vars.get("wheelhouse_relay") and ctx.vars.get("ssh_mesh") and not prov.check
-          and prov.shared.cluster_key is not None)
+    if not ctx.vars.get("wheelhouse_relay") or prov.check:
+        return None
+    if prov.shared.via == "slurm":
+        return rl
+    on = ctx.vars.get("ssh_mesh") and prov.shared.cluster_key is not None
     return rl if on and getattr(ctx.host, "connection", "ssh") != "local" else None
 
 
@@ -138,7 +142,8 @@ def steps(ctx):
     fleet = None
     if rl is not None and lack:
         prov = ctx.prov
-        fleet = ("wheelhouse.relay", lambda fl, nodes: relay.run(fl, nodes, rl, prov.events, prov.notes))
+        how = wheelcast.run if prov.shared.via == "slurm" else relay.run   # sbcast, or the chain
+        fleet = ("wheelhouse.relay", lambda fl, nodes: how(fl, nodes, rl, prov.events, prov.notes))
     return [Step(f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
                  [DIR(d), FILE(posixpath.join(d, SUMS))], check, verify, before=upload,
                  hint="see the node's free disk space and the run log", scope=scope_of(d), fleet=fleet),

@@ -166,3 +166,39 @@ def test_inside_an_allocation_auto_rides_it(slx, monkeypatch):
         subprocess.run(["scancel", job.group(1)], env=env, capture_output=True)
         busy.wait(timeout=60)
         subprocess.run(["rm", "-rf", str(conf.parent)])
+
+
+def test_wheels_go_by_sbcast_and_are_checked_on_arrival(slx, tmp_path, monkeypatch):
+    """--via slurm, a cold wheelhouse: the controller sends the platform's wheels once (one
+    tar, to the head), sbcast puts it on every node, each wheel is checked against the
+    controller's sha256 before it is used; nothing is left in .relay or /tmp; a second run
+    sends nothing."""
+    import json
+    import shutil
+    from tests.integration.test_fanout import make_wheel, sums
+    info, settings, sets, _up = slx
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for i in range(2):
+        make_wheel(wheels, f"npcast{i}", 1_000_000 + i)
+    (tmp_path / "req.txt").write_text("npcast0==1.0\nnpcast1==1.0\n")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")                # the controller's pip: the made wheels
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    extra = (f"python_requirements=[{tmp_path / 'req.txt'}]", "wheel_builds={}", "torch_version=")
+    for n in info.nodes:
+        shutil.rmtree(Path(n.home) / ".nodeprep" / "wheelhouse", ignore_errors=True)
+    opts = ProvisionOptions(str(info.inventory), roles="wheelhouse", sets=sets + extra, via="slurm")
+    rep = provision(opts, settings, Events()).report
+    assert not rep["failed"] and not rep["unreachable"], json.dumps(rep)[-2000:]
+    w = {n: r.get("wheelhouse") for n, r in rep["nodes"].items()}
+    assert all(x["from"] == "sbcast" and x["verified_on_arrival"] == 2 and x["fallback"] is None
+               and x["relay_error"] is None for x in w.values()), w
+    total = sum(p.stat().st_size for p in wheels.glob("*.whl"))
+    sent = sum(x["controller_bytes"] for x in w.values())
+    assert total <= sent <= total * 1.02                    # one tar (plus its headers)
+    for n in info.nodes:
+        d = Path(n.home) / ".nodeprep" / "wheelhouse"
+        assert sums(d) == sums(wheels) and not (d / ".relay").exists()
+    assert not list(Path("/tmp").glob("nodeprep-wheels-*"))
+    again = provision(opts, settings, Events()).report
+    assert not again["changed"] and not any(r.get("wheelhouse") for r in again["nodes"].values())

@@ -166,3 +166,23 @@ def test_fleet_work_runs_once_per_key_over_usable_nodes_and_skips_failed_ones():
     assert calls == [["a", "c"]] and sorted(left) == ["a", "c"]
     assert [(r.status, r.name) for r in fleet.sessions["b"].result.steps] == [
         ("skipped", "r: wheel"), ("skipped", "r: venv")]
+
+
+def test_sbcast_unpack_script_for_real_with_a_hostile_path(tmp_path):
+    """wheelcast.unpack_script: the tar the head sbcast lands in <dest>/.relay (replacing
+    what an earlier try left), every value quoted (a path with a quote and a $ in it)."""
+    import subprocess
+    import tarfile
+    from nodeprep.ops import wheelcast
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    tarball = tmp_path / "w.tar"
+    with tarfile.open(tarball, "w") as t:
+        t.add(src / "a-1.0-py3-none-any.whl", arcname="a-1.0-py3-none-any.whl")
+    dest = tmp_path / "wheel house'$(touch pwned)"
+    (dest / ".relay").mkdir(parents=True)
+    (dest / ".relay" / "stale.whl").write_bytes(b"old")
+    subprocess.run(["sh", "-c", wheelcast.unpack_script(str(tarball), str(dest))], check=True, cwd=tmp_path)
+    assert sorted(p.name for p in (dest / ".relay").iterdir()) == ["a-1.0-py3-none-any.whl"]
+    assert not (tmp_path / "pwned").exists()

@@ -332,7 +332,8 @@ def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> Pro
     inv, hosts = prov.inventory, prov.hosts
     order = [h.name for h in hosts]
     with Fleet(hosts, settings, "provision", events, password=opts.password) as fleet:
-        slurmrun.use(fleet, opts.via)      # --via slurm: every stage's runs as srun steps
+        # --via slurm: every stage's runs as srun steps (and the wheels go by sbcast)
+        prov.shared.via = slurmrun.use(fleet, opts.via)
         prov.facts = fleet.map(lambda s: _probe(s, roles, prov), "facts")
         prov.topology = Topology.of(prov.facts, order)
         _platform_mix(prov)

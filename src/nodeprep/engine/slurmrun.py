@@ -227,14 +227,18 @@ def broadcast(head, local_path, remote_path: str, nodes: list[str], *, jobid: st
     name, for the keys); {} when every copy is right."""
     if not remote_path.startswith("/"):
         raise InputError(f"broadcast to {remote_path!r}: give an absolute path (sbcast does not expand ~)")
-    data = Path(local_path).read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    token = secrets.token_hex(8)
+    token, sha, size = secrets.token_hex(8), hashlib.sha256(), 0
     head._ssh()
     src = f"/tmp/nodeprep-bcast-{token}"
-    with head.conn.sftp().open(src, "wx") as f:
+    # streamed in chunks (a CUDA wheelhouse is GBs): never the whole file in memory
+    with open(local_path, "rb") as fin, head.conn.sftp().open(src, "wx") as f:
         f.chmod(0o600)
-        f.write(data)
+        f.set_pipelined(True)
+        while chunk := fin.read(1 << 20):
+            sha.update(chunk)
+            f.write(chunk)
+            size += len(chunk)
+    digest = sha.hexdigest()
     q = shlex.quote(remote_path)
     check = f"[ \"$(sha256sum < {q} | cut -c1-64)\" = {digest} ]"
     bundle_path = f"/tmp/nodeprep-bundle-{token}.sh"
@@ -245,7 +249,7 @@ def broadcast(head, local_path, remote_path: str, nodes: list[str], *, jobid: st
     # the file goes out before the step: sbcast of the data, in the same job as the check
     script = script.replace('sbcast -f ', f'sbcast -f {shlex.quote(src)} {q} 2>>"$h/err" || exit 4\nsbcast -f ', 1)
     script = script.replace("trap 'rm -rf \"$h\"", f"trap 'rm -rf \"$h\" {shlex.quote(src)}", 1)
-    r = head.run_ssh(script, 700, f"sbcast {Path(local_path).name} ({len(data)} bytes) to "
+    r = head.run_ssh(script, 700, f"sbcast {Path(local_path).name} ({size} bytes) to "
                                   f"{len(nodes)} node(s)")
     answers = slurm.parse(r.stdout, token, nodes, {})
     head.run_ssh(slurm.cleanup_script(nodes, token, jobid), 30, "slurm: the check's file off the nodes (background)")

@@ -356,3 +356,4 @@ def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
         sent = sum(relay.sent.get(n, 0) for n in c.nodes)
         notes.append(f"wheelhouse relay {c.platform}: {len(c.nodes)} node(s) chained from "
                      f"{c.source or 'the controller'}, {sent / 1e6:.1f} MB sent by the controller")
+

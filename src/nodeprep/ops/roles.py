@@ -42,6 +42,7 @@ class Shared:
     majorities: dict = field(default_factory=dict)   # pystack.fleet_majority(): name -> the fleet's value
     relay: object = None                  # wheelhouse.controller(): an ops.relay.Relay (the wheel fan-out)
     ssh_entries: dict = field(default_factory=dict)  # ssh_config.steps(): identity -> the nodes' Host block
+    via: str = "ssh"                      # commands.provision: the transport (ssh | slurm)
     key_texts: dict = field(default_factory=dict)    # ssh_keys: path -> its text, read once per run
 
 
