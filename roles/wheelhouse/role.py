@@ -12,7 +12,7 @@ import shlex
 
 from nodeprep.ops import pystack, relay, wheelcast
 from nodeprep.errors import InputError, NodeprepError
-from nodeprep.engine.remote import rpath
+from nodeprep.engine.remote import SHA256_SH, rpath
 from nodeprep.engine.steps import Check, FileContent, Step, scope_of
 from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, USER
 
@@ -134,9 +134,13 @@ def steps(ctx):
     def verify(_facts):
         done = rl.verified.get(ctx.name, set()) if rl else set()
         todo = "".join(f"{sha}  {n}\n" for n, sha in sorted(files.items()) if n not in done)
-        return (f"cd {rpath(d)} && rm -rf {relay.STAGE} && "
+        # each wheel hashed by np_sha256 (the CPU's SHA instructions where openssl has them)
+        check_all = (f"printf %s {_b64(todo)} | base64 -d | {{ np_bad=0; while read -r np_w np_f; do "
+                     f"[ \"$(np_sha256 < \"$np_f\")\" = \"$np_w\" ] || {{ echo \"$np_f: FAILED\" >&2; np_bad=1; }}; "
+                     f"done; [ $np_bad -eq 0 ]; }} && ")
+        return (f"{SHA256_SH}; cd {rpath(d)} && rm -rf {relay.STAGE} && "
                 f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && "
-                + (f"printf %s {_b64(todo)} | base64 -d | sha256sum -c --quiet - && " if todo else "")
+                + (check_all if todo else "")
                 + f"for f in *.whl; do grep -qF \"  $f\" .sums.new || rm -f -- \"$f\"; done && "
                 f"mv -f .sums.new {SUMS}")
     fleet = None

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nodeprep.engine import slurm
+from nodeprep.engine.remote import SHA256_SH
 from nodeprep.engine.executor import CmdResult
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.inventory import nodeset
@@ -240,7 +241,7 @@ def broadcast(head, local_path, remote_path: str, nodes: list[str], *, jobid: st
             size += len(chunk)
     digest = sha.hexdigest()
     q = shlex.quote(remote_path)
-    check = f"[ \"$(sha256sum < {q} | cut -c1-64)\" = {digest} ]"
+    check = f"{SHA256_SH}; [ \"$(np_sha256 < {q})\" = {digest} ]"
     bundle_path = f"/tmp/nodeprep-bundle-{token}.sh"
     with head.conn.sftp().open(bundle_path, "wx") as f:
         f.chmod(0o600)

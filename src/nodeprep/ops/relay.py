@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeprep.engine.fanout import SSH_CLIENT
-from nodeprep.engine.remote import write_script
+from nodeprep.engine.remote import SHA256_SH, write_script
 
 CLUSTER_KEY = "$HOME/.ssh/nodeprep_cluster_ed25519"
 STAGE = ".relay"
@@ -164,10 +164,11 @@ def finalize_script(dest: str, sums: dict[str, str]) -> str:
     the controller's moves into place (`@@ok NAME`), a wrong one is dropped (`@@bad NAME`);
     .relay goes in any case, so nothing half-written stays."""
     s = f"{dest}/{STAGE}"
-    lines = [f"cd -- {shlex.quote(dest)} 2>/dev/null || exit 0", f"[ -d {shlex.quote(STAGE)} ] || exit 0"]
+    lines = [f"cd -- {shlex.quote(dest)} 2>/dev/null || exit 0", f"[ -d {shlex.quote(STAGE)} ] || exit 0",
+             SHA256_SH]
     for name, sha in sorted(sums.items()):
         p, q = shlex.quote(f"{STAGE}/{name}"), shlex.quote(name)
-        lines.append(f"if [ -f {p} ]; then if [ \"$(sha256sum < {p})\" = {shlex.quote(sha + '  -')} ]; "
+        lines.append(f"if [ -f {p} ]; then if [ \"$(np_sha256 < {p})\" = {shlex.quote(sha)} ]; "
                      f"then mv -f -- {p} {q} && echo @@ok {q}; else echo @@bad {q}; fi; fi")
     # and a hop script the chain never reached (the home's lock keeps other runs out)
     lines.append(f"rm -rf -- {shlex.quote(s)}; rm -f -- \"$HOME\"/.nodeprep/relay-*.sh")
