@@ -22,11 +22,12 @@ PAYLOAD=<MB> is that many MB of made wheels (10 files), for quick runs.
 CPU: this machine has 2 cores, and the lab's nodes share them. In a chain every node
 decrypts what it receives and encrypts what it passes on (ssh; AES-128-GCM and ChaCha20 both
 ~5 GB/s a core here, `openssl speed`), tees and untars it, and the controller's arrival check
-hashes each node's copy once (sha256sum ~0.55 GB/s a core, SHA-NI). At 32 nodes x 200 Mbit/s
+hashes each node's copy once (openssl's sha256, ~1.7 GB/s a core with SHA-NI; coreutils'
+sha256sum, the fallback, ~0.55 GB/s). At 32 nodes x 200 Mbit/s
 (25 MB/s a link, 800 MB/s in all while the chain streams) the crypto is ~1.6 GB/s of work, a
 third of a core; with the copies through pipes, the kernel's side of 64 ssh connections and
 tc, the machine is well loaded but the links stay the bottleneck. The sha256 checks are not
-streamed: 32 x 228 MB = 7.3 GB is ~7 s of both cores after the stream ends, CPU time a real
+streamed: 32 x 228 MB = 7.3 GB is ~2-3 s of both cores after the stream ends, CPU time a real
 cluster spreads over 32 machines; it is the part of (b) that grows with N here. So the bench
 prints the mean number of OTHER running processes, the controller's CPU and how busy the
 whole machine was during each run (both cores, every process: near 100% means CPU-bound). If
@@ -106,6 +107,10 @@ def bridge_tx() -> int:
 
 def one_run(info, env, sets, which: list[int], relay: bool) -> dict:
     make_cold(info, which)
+    # The lab's nodes share this machine's one disk: a run writes N x the wheelhouse (7.3 GB
+    # at 32 nodes), and its writeback must not go on into the next run's timing. Flushed
+    # before every run, of every kind, outside the timing.
+    os.sync()
     limit = "worker-0" if which == [0] else None
     cmd = command(info, sets + ([] if relay else ["wheelhouse_relay=false"]), limit)
     before, tx, ticks = resource.getrusage(resource.RUSAGE_CHILDREN), bridge_tx(), cpu_ticks()
