@@ -85,6 +85,40 @@ def tc_batch(per_netns: dict[str | None, list[str]]) -> None:
             raise NodeprepError(f"tc ({ns or 'host'}) failed: {first}")
 
 
+NEIGH = Path("/proc/sys/net/ipv4/neigh/default")
+
+
+def neigh_thresholds(namespaces: int) -> tuple[int, int]:
+    """(gc_thresh2, gc_thresh3) that let NAMESPACES lab nodes all talk to each other and to
+    the host at once. The kernel's IPv4 neighbour (ARP) table is ONE table for every network
+    namespace, capped at gc_thresh3 (1024 by default): a node that logs in to its N-1 peers
+    (the mesh check) or a Slurm step tree fills N x N entries, and past the cap the kernel
+    drops packets ("neighbour: arp_cache: neighbor table overflow!"): lost Slurm messages
+    (a step's completion waits 60 s, the next salloc times out) and 1 s SYN retransmits.
+    On a cluster each host has its own table; this only makes the one-kernel lab honest."""
+    need = namespaces * (namespaces + 1) + 256
+    return need, 2 * need
+
+
+def raise_neigh_table(namespaces: int, root: Path = NEIGH) -> str | None:
+    """Raise the host's neighbour table limits to what NAMESPACES nodes need (never lower
+    them). Returns a line for lab.up's changes, or None when nothing had to change; a host
+    that will not let us write them (a container's read-only /proc/sys) gets a warning line."""
+    want2, want3 = neigh_thresholds(namespaces)
+    changed = []
+    for key, want in (("gc_thresh2", want2), ("gc_thresh3", want3)):
+        f = root / key
+        try:
+            have = int(f.read_text().split()[0])
+            if have < want:
+                f.write_text(f"{want}\n")
+                changed.append(f"{key} {have} -> {want}")
+        except (OSError, ValueError, IndexError) as e:
+            return (f"warning: cannot raise net.ipv4.neigh.default.{key} to {want} ({e.strerror or e}): "
+                    f"past ~30 nodes the shared ARP table may overflow and drop packets")
+    return f"neighbour table for {namespaces} nodes: {', '.join(changed)}" if changed else None
+
+
 def link_exists(name: str) -> bool:
     return Path("/sys/class/net", name).exists()
 
