@@ -23,7 +23,7 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
-from nodeprep.engine import hostkeys
+from nodeprep.engine import hostkeys, runners
 from nodeprep.engine.fds import ensure_open_files
 from nodeprep.errors import NodeprepError
 from nodeprep.engine.events import Events
@@ -299,7 +299,7 @@ class Fleet:
         self.display = display or Events()
         self.runlog = runlog or RunLog.create(settings.runs, task)
         self.store = hostkeys.KnownHosts(settings.known_hosts)
-        self.fabric_config = Config(overrides={"load_ssh_configs": False})
+        self.fabric_config = Config(overrides={"load_ssh_configs": False, "runners": dict(runners.RUNNERS)})
         # tags every remote command of this run (remote.RUN_VAR): unique even for two runs
         # started in the same second by one process
         self.run_id = f"{self.runlog.path.name}-{secrets.token_hex(3)}"

@@ -8,7 +8,9 @@ import os
 import shutil
 from pathlib import Path
 
-from invoke import Context
+from invoke import Config, Context
+
+from nodeprep.engine.runners import RUNNERS
 
 
 class LocalFiles:
@@ -32,7 +34,7 @@ class LocalConnection:
 
     def __init__(self):
         self.is_connected = True
-        self._context = Context()
+        self._context = Context(Config(overrides={"runners": dict(RUNNERS)}))
 
     def run(self, command: str, **kwargs):
         return self._context.run(command, **kwargs)

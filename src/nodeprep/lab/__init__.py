@@ -224,10 +224,7 @@ def _network(state: _Up) -> list[int]:
         f"link set {state.nic(i)} up"] for i in fresh})
     if fresh:
         state.changes.append(f"made {len(fresh)} node namespaces")
-    # every lab's nodes on this host share the kernel's one neighbour table
-    line = net.raise_neigh_table(len([ns for ns in net.netns_list() if ns.startswith("np-")]))
-    if line:
-        state.changes.append(line)
+    state.changes += filter(None, [net.raise_neigh_table(net.lab_namespaces())])   # one ARP table for all
     todo = range(state.count) if state.link_rate != state.had_rate else (fresh if state.link_rate else [])
     if todo:      # each node's link limited both ways (a new rate replaces the old)
         net.limit_links([(netns_name(state.name, i), state.nic(i)) for i in todo], state.link_rate)

@@ -100,6 +100,11 @@ def neigh_thresholds(namespaces: int) -> tuple[int, int]:
     return need, 2 * need
 
 
+def lab_namespaces() -> int:
+    """How many lab nodes (of every lab) this host holds now."""
+    return len([ns for ns in netns_list() if ns.startswith("np-")])
+
+
 def raise_neigh_table(namespaces: int, root: Path = NEIGH) -> str | None:
     """Raise the host's neighbour table limits to what NAMESPACES nodes need (never lower
     them). Returns a line for lab.up's changes, or None when nothing had to change; a host
