@@ -74,12 +74,20 @@ def parse_file(text: str, rc: int) -> dict:
 
 
 def parse_dir(text: str, rc: int) -> list[str] | None:
-    """Entries of a directory (None when it does not exist)."""
+    """Entries of a directory, sorted (None when it does not exist)."""
     lines = text.splitlines()
-    return None if lines == ["@@MISSING@@"] else lines
+    return None if lines == ["@@MISSING@@"] else sorted(lines)
+
+
+def dir_script(path: str) -> str:
+    """sh listing PATH's entries, dot files included, a name a line; sh's own globs rather
+    than an `ls` (one exec less in every probe that reads a directory)."""
+    p = rpath(path)
+    return (f"if [ -d {p} ]; then for np_f in {p}/* {p}/.[!.]* {p}/..?*; do "
+            f"{{ [ -e \"$np_f\" ] || [ -L \"$np_f\" ]; }} && printf '%s\\n' \"${{np_f##*/}}\"; done; "
+            f"else echo @@MISSING@@; fi; true")
 
 
 FILE = Fact("file", lambda path: read_many_script([path]), parse_file, batch=read_many_script,
             split=split_files, private=True)
-DIR = Fact("dir", lambda path: f"[ -d {rpath(path)} ] && ls -1A -- {rpath(path)} || echo @@MISSING@@",
-           parse_dir)
+DIR = Fact("dir", dir_script, parse_dir)
