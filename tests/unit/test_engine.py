@@ -90,3 +90,16 @@ def test_bad_verify_choices_are_one_line_input_errors(capsys):
     assert capsys.readouterr().err.strip() == "error: --via 'bogus': expected auto, direct or slurm"
     assert cli.verify_parity(VerifyOptions("local", mesh="ring")) == 2
     assert capsys.readouterr().err.strip() == "error: --mesh 'ring': expected auto, full or head"
+
+
+def test_runs_of_one_process_in_one_second_get_their_own_directories(tmp_path):
+    logs = [report.RunLog.create(tmp_path / "runs", "verify") for _ in range(3)]
+    paths = [lg.path for lg in logs]
+    assert len(set(paths)) == 3 and all(p.is_dir() for p in paths)
+    logs[0].node_log("worker-1", "probe").write("first run\n")
+    logs[2].node_log("worker-1", "probe").write("third run\n")
+    for lg in logs:
+        lg.close("worker-1", "probe")
+    assert (paths[0] / "worker-1" / "probe.log").read_text() == "first run\n"
+    assert (paths[2] / "worker-1" / "probe.log").read_text() == "third run\n"
+    assert (tmp_path / "runs" / "latest").resolve() == paths[2].resolve()

@@ -87,12 +87,21 @@ class RunLog:
 
     @classmethod
     def create(cls, runs: Path, task: str) -> "RunLog":
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = runs / f"{stamp}-{task}-{os.getpid()}"
-        path.mkdir(parents=True, exist_ok=True)
+        # A directory of its own, even for a second run of the same task by the same process
+        # within the same second (they used to share one and interleave their logs).
+        base = f"{time.strftime('%Y%m%d-%H%M%S')}-{task}-{os.getpid()}"
+        runs.mkdir(parents=True, exist_ok=True)
+        path, n = runs / base, 1
+        while True:
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                n += 1
+                path = runs / f"{base}.{n}"
         latest = runs / "latest"
         try:
-            tmp = runs / f".latest-{os.getpid()}"
+            tmp = runs / f".latest-{path.name}"
             tmp.symlink_to(path.name)
             os.replace(tmp, latest)
         except OSError:
