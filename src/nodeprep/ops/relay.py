@@ -223,6 +223,14 @@ class Relay:
         with self.lock:
             self.sent[node] = self.sent.get(node, 0) + nbytes
 
+    def fail(self, nodes, why: str, source: str | None = None) -> None:
+        """NODES got nothing by relay (the first reason given stays): the controller pushes."""
+        with self.lock:
+            for n in nodes:
+                self.errors.setdefault(n, why)
+                if source:
+                    self.source.setdefault(n, source)
+
 
 def timeout_for(nbytes: int, hops: int) -> int:
     return int(120 + 5 * hops + nbytes / MIN_RATE)
@@ -313,9 +321,7 @@ def run_chain(fleet, chain: Chain, relay: Relay, timeout: int) -> None:
     except Exception as e:   # noqa: BLE001 -- the fallback pushes what did not arrive
         err = f"relay failed: {type(e).__name__}: {str(e)[:200]}"
     if err:
-        with relay.lock:
-            for n in chain.nodes:
-                relay.errors.setdefault(n, err)
+        relay.fail(chain.nodes, err)
 
 
 def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
@@ -326,10 +332,7 @@ def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
         _run(fleet, nodes, relay, events, notes)
     except Exception as e:   # noqa: BLE001 -- a bug here costs the relay, not the run
         events.log(f"wheelhouse: relay failed ({type(e).__name__}: {e}); the controller pushes")
-        with relay.lock:
-            for n in nodes:
-                relay.errors.setdefault(n, f"relay failed: {type(e).__name__}: {str(e)[:200]}")
-                relay.source.setdefault(n, "controller")
+        relay.fail(nodes, f"relay failed: {type(e).__name__}: {str(e)[:200]}", source="controller")
 
 
 def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:

@@ -27,9 +27,7 @@ def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
         _run(fleet, nodes, relay, events, notes)
     except Exception as e:   # noqa: BLE001 -- a bug here costs the broadcast, not the run
         events.log(f"wheelhouse: sbcast failed ({type(e).__name__}: {e}); the controller pushes")
-        with relay.lock:
-            for n in nodes:
-                relay.errors.setdefault(n, f"sbcast failed: {type(e).__name__}: {str(e)[:200]}")
+        relay.fail(nodes, f"sbcast failed: {type(e).__name__}: {str(e)[:200]}")
 
 
 def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
