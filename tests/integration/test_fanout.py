@@ -118,19 +118,20 @@ def test_cold_provision_relays_node_to_node(fan, run):
 
 
 def test_spoiled_relay_copy_is_caught_and_pushed_directly(fan, run):
-    """worker-2's `tar` (first on its PATH through ~/.bashrc, as a broken or hostile node's
-    could be) flips a byte of one wheel it stores: the arrival check refuses it and the
-    controller pushes that wheel itself; the run says so."""
+    """worker-1's `ssh` (first on its PATH through ~/.bashrc, as a broken or hostile node's
+    could be) spoils 16 bytes of what it passes on to worker-2, inside the first wheel: worker-2's
+    arrival check refuses that wheel and the controller pushes it itself; the run says so."""
     info, _settings, base = fan
-    home = Path(info.nodes[2].home)
+    home = Path(info.nodes[1].home)
     wipe(info, 1, 2)
     (home / "bin").mkdir(exist_ok=True)
-    tar = home / "bin" / "tar"
-    tar.write_text("#!/bin/sh\n/bin/tar \"$@\"; rc=$?\n"
-                   "for f in \"$HOME\"/.nodeprep/wheelhouse/.relay/*.whl; do\n"
-                   "  printf X | dd of=\"$f\" bs=1 seek=1000 conv=notrunc 2>/dev/null; break\ndone\n"
-                   "exit $rc\n")
-    tar.chmod(0o755)
+    ssh = home / "bin" / "ssh"
+    ssh.write_text("#!/bin/sh\n"
+                   'case "$*" in *"/bin/sh .nodeprep/relay-"*)\n'
+                   '  { head -c 20000; head -c 16 >/dev/null; printf XXXXXXXXXXXXXXXX; cat; } | /usr/bin/ssh "$@"\n'
+                   "  exit $?;;\nesac\n"
+                   'exec /usr/bin/ssh "$@"\n')
+    ssh.chmod(0o755)
     rc = home / ".bashrc"
     old = rc.read_text()
     rc.write_text('PATH="$HOME/bin:$PATH"; export PATH\n' + old)

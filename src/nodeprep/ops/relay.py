@@ -9,6 +9,8 @@ Why a pipelined chain and not a tree: with every node's link limited, a doubling
 log2(N) rounds of a whole send each (5 sends for 32 nodes), and a tree of fan-out k divides
 each node's uplink by k; a chain keeps every link at full rate and costs only its logins.
 
+Each hop is ops/relay_hop.py run by the node's python3 (one read, two writes and a hash per
+byte, the hash listed in `.relay/.sha256`), or `tee | tar -x` where a node has no python3.
 What arrives lands in `<wheelhouse>/.relay/` on each node. Nothing there is used until the
 controller, over its own connection, has checked each file against ITS manifest's sha256
 (finalize_script) and renamed it into place; `.relay/` is then removed. A node whose copy is
@@ -126,23 +128,43 @@ def socket_path(token: str) -> str:
     return f".nodeprep/relay-{token}.sock"
 
 
+def _hop_program() -> str:
+    """relay_hop.py as sent: its source without the module docstring (no single quote in it,
+    so it goes in one single-quoted word)."""
+    text = (Path(__file__).with_name("relay_hop.py")).read_text()
+    text = text[text.index('"""', 3) + 3:].lstrip("\n")
+    assert "'" not in text, "relay_hop.py must hold no single quote outside its docstring"
+    return text
+
+
+HOP_PROGRAM = _hop_program()
+
+
+def _store(s: str, fifo: str | None) -> str:
+    """sh storing stdin in the stage S (and passing it into FIFO): the python hop, or tee and
+    tar where the node has no python3 (-I: no PYTHON* variable or user site; -S: no site)."""
+    py = f"python3 -I -S -c '{HOP_PROGRAM}' {s}" + (f" {fifo}" if fifo else "")
+    sh = f"tee -p -- {fifo} | tar -xf - -C {s}" if fifo else f"tar -xf - -C {s}"
+    return f"if command -v python3 >/dev/null 2>&1; then {py}\nelse {sh}; fi"
+
+
 def hop_script(node: str, dest: str, nxt: tuple[str, Login] | None, token: str, timeout: int) -> str:
     """sh for a node of a chain, run with the stream on stdin: store it under DEST/.relay
-    and, as it arrives, pass it to NXT (name, login) running its own hop script. tee -p: a
-    next node that fails does not stop this one. Waits for the rest of the chain to finish."""
+    and, as it arrives, pass it to NXT (name, login) running its own hop script. A next node
+    that fails does not stop this one. Waits for the rest of the chain to finish."""
     d, s = shlex.quote(dest), shlex.quote(f"{dest}/{STAGE}")
     lines = ["umask 077", 'rm -f -- "$0"',
              f"rm -rf -- {s} && mkdir -p -- {d} && mkdir -- {s} || "
              f"{{ echo {shlex.quote(f'relay {node}: cannot make {dest}/{STAGE}')} >&2; exit 1; }}"]
     if nxt is None:
-        lines.append(f"tar -xf - -C {s}")
+        lines.append(_store(s, None))
         return "\n".join(lines) + "\n"
     name, login = nxt
     remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(token)}"
     lines += [f"mkfifo -- {s}/.fifo || exit 1",
               f"{_ssh(login, remote, timeout + 10, token)} < {s}/.fifo >&2 &",
               "np_next=$!",
-              f"tee -p -- {s}/.fifo | tar -xf - -C {s}; np_rc=$?",
+              _store(s, f"{s}/.fifo") + "; np_rc=$?",
               "wait $np_next; np_nrc=$?",
               f"rm -f -- {s}/.fifo",
               f"ssh -S \"$HOME/{socket_path(token)}\" -O exit -- {shlex.quote(login.address)} >/dev/null 2>&1",
@@ -162,13 +184,18 @@ def source_script(dest: str, files: list[str], nxt: tuple[str, Login], token: st
 def finalize_script(dest: str, sums: dict[str, str]) -> str:
     """sh (run by the controller over its own connection): each relayed wheel whose sha256 is
     the controller's moves into place (`@@ok NAME`), a wrong one is dropped (`@@bad NAME`);
-    .relay goes in any case, so nothing half-written stays."""
+    .relay goes in any case, so nothing half-written stays. A file the python hop hashed as
+    it wrote it is taken at the sum it listed in .relay/.sha256 when that is the controller's
+    (the node's own python, as trusted as its sha256sum); any other is hashed here."""
     s = f"{dest}/{STAGE}"
     lines = [f"cd -- {shlex.quote(dest)} 2>/dev/null || exit 0", f"[ -d {shlex.quote(STAGE)} ] || exit 0",
-             SHA256_SH]
+             SHA256_SH, "np_nl='\n'",
+             f"np_sums=\"$np_nl$(cat -- {shlex.quote(f'{STAGE}/.sha256')} 2>/dev/null)$np_nl\""]
     for name, sha in sorted(sums.items()):
         p, q = shlex.quote(f"{STAGE}/{name}"), shlex.quote(name)
-        lines.append(f"if [ -f {p} ]; then if [ \"$(np_sha256 < {p})\" = {shlex.quote(sha)} ]; "
+        listed = f"*\"$np_nl\"{shlex.quote(f'{sha} {name}')}\"$np_nl\"*"
+        lines.append(f"if [ -f {p} ]; then case \"$np_sums\" in {listed}) np_h={shlex.quote(sha)};; "
+                     f"*) np_h=$(np_sha256 < {p});; esac; if [ \"$np_h\" = {shlex.quote(sha)} ]; "
                      f"then mv -f -- {p} {q} && echo @@ok {q}; else echo @@bad {q}; fi; fi")
     # and a hop script the chain never reached (the home's lock keeps other runs out)
     lines.append(f"rm -rf -- {shlex.quote(s)}; rm -f -- \"$HOME\"/.nodeprep/relay-*.sh")
