@@ -45,3 +45,21 @@ def test_etc_shells_reads_the_real_file_as_cat_does(tmp_path):
     with open("/etc/shells") as f:
         assert _etc_shells(out, rc) == _etc_shells(f.read(), 0)
     assert rc == 0 and "/bin/sh" in _etc_shells(out, rc)
+
+
+def test_login_shell_reads_the_uid_without_id_and_matches_getent_of_the_user_name(tmp_path):
+    """The effective uid comes from /proc/self/status by a read loop; as root and as the lab's
+    user (runuser), it names the same passwd entry as `getent passwd "$(id -un)"` did."""
+    from nodeprep.engine.facts.system import LOGIN_SHELL, _login_shell
+    import pwd
+    out, rc = sh(LOGIN_SHELL.command({}), tmp_path)
+    assert rc == 0 and _login_shell(out, rc) == pwd.getpwuid(os.geteuid()).pw_shell
+    runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+    try:
+        other = pwd.getpwnam("nodeprep")
+    except KeyError:
+        return       # the lab user exists once `invoke lab.up` ran; root alone is checked then
+    r = subprocess.run([runuser, "-u", "nodeprep", "--", DASH, "-c", LOGIN_SHELL.command({})],
+                       capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0 and _login_shell(r.stdout, 0) == other.pw_shell
+    assert r.stdout.split(":")[0] == "nodeprep"

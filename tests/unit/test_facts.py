@@ -90,6 +90,16 @@ def test_python_probe_cache(tmp_path):
     cache.unlink()
     assert _run_python_probe(home, shim)["version"] == real["version"]
     assert not cache.exists()
+    # cached, then replaced by a script at the same path: its stat differs, so it is asked
+    # (no stale hit), and the script's answer is not written (the check runs before writing)
+    assert _run_python_probe(home, py) == real
+    entry = cache.read_text()
+    new = py.with_name("python3.new")
+    new.write_text(f"#!/bin/sh\nexec {os.path.realpath(sys.executable)} \"$@\"\n")
+    new.chmod(0o755)
+    new.rename(py)
+    assert _run_python_probe(home, py)["version"] == real["version"]
+    assert cache.read_text() == entry
 
 
 def _run_venv_probe(venv):

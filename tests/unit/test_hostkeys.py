@@ -92,3 +92,57 @@ def test_hashed_and_wildcard_entries_still_match(tmp_path, keys):
     store = hostkeys.KnownHosts(path)
     assert store.lookup("10.9.9.9") == {keys[0].get_name(): keys[0]}
     assert store.lookup("plain") == {keys[1].get_name(): keys[1]}
+
+
+def test_threads_asking_at_once_parse_the_file_once(tmp_path, keys, monkeypatch):
+    """Every session of a run looks its node up at the same moment: one parse, not one each."""
+    import threading
+    import time
+    store = hostkeys.KnownHosts(tmp_path / "kh")
+    for i in range(20):
+        store.record(f"10.0.1.{i}", keys[i % 2])
+    hostkeys._cache.clear()
+    parses = []
+    real = hostkeys.KnownHosts._parse
+
+    def slow(self):
+        parses.append(1)
+        time.sleep(0.2)           # long enough for every thread to be waiting
+        return real(self)
+    monkeypatch.setattr(hostkeys.KnownHosts, "_parse", slow)
+    go = threading.Barrier(16)
+    got = []
+
+    def one(i):
+        go.wait()
+        got.append(hostkeys.KnownHosts(tmp_path / "kh").lookup(f"10.0.1.{i}"))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(parses) == 1
+    assert sorted(got, key=str) == sorted(({keys[i % 2].get_name(): keys[i % 2]} for i in range(16)), key=str)
+
+
+def test_the_linear_parse_gives_what_paramiko_load_gives(tmp_path, keys):
+    """Comments, blank lines, CRLF, tabs, duplicates (one name pinned twice to one key, one
+    line naming a host twice), several names per line, an unknown key type, a short line:
+    the entries, names and keys are paramiko's own HostKeys.load's."""
+    k0, k1 = (f"{k.get_name()} {k.get_base64()}" for k in keys)
+    hashed = paramiko.HostKeys.hash_host("10.9.9.9")
+    text = (f"# pinned by nodeprep\n\n10.0.0.1 {k0}\r\n10.0.0.1 {k0}\n10.0.0.2,10.0.0.2,[10.0.0.3]:2222 {k1}\n"
+            f"10.0.0.2\t{k1}\n10.0.0.1 {k1}\n{hashed} {k0}\n*.lab {k1}\nshort line\n"
+            f"10.0.0.4 ssh-unknown AAAAB3NzaC1yc2E=\n   10.0.0.5 {k0}   \n")
+    path = tmp_path / "kh"
+    path.write_bytes(text.encode())
+    ref = paramiko.HostKeys()
+    ref.load(str(path))
+    ours = hostkeys.KnownHosts(path)._parse()
+
+    def pairs(hk):
+        return {(h, e.key.get_name(), e.key.get_base64()) for e in hk._entries for h in e.hostnames}
+    assert pairs(ours) == pairs(ref)
+    assert len([1 for e in ours._entries for h in e.hostnames]) == len(pairs(ours))   # each once
+    for name in ("10.0.0.1", "10.0.0.2", "[10.0.0.3]:2222", "10.9.9.9", "x.lab", "10.0.0.5", "10.0.0.4"):
+        assert dict(ours.lookup(name) or {}) == dict(ref.lookup(name) or {}), name

@@ -223,16 +223,20 @@ class Waves:
     (re-probed where the node acting for them changed something) and only verify the shared
     steps."""
 
-    def __init__(self, fleet, roles, prov: rolemod.Provisioning, check: bool):
+    def __init__(self, fleet, roles, prov: rolemod.Provisioning, check: bool, planned: dict | None = None):
         self.fleet, self.roles, self.prov, self.check = fleet, roles, prov, check
         self.plans: dict[str, list[Step]] = {}
+        self.planned = dict(planned or {})      # node -> (facts, steps) planned before the waves
         self.differ: dict = {}
         self.topo = prov.topology
 
     def _plan(self, s):
-        self.plans[s.name] = _plan_node(rolemod.Ctx(s.host, self.prov), self.roles)
-        return _check_all(s, self.plans[s.name], self.prov.facts[s.name], self.check,
-                          lambda st: self.topo.actor(s.name, st.scope))
+        facts = self.prov.facts[s.name]
+        early, steps = self.planned.pop(s.name, (None, None))
+        if early is not facts:       # planned from facts read again since: plan anew
+            steps = _plan_node(rolemod.Ctx(s.host, self.prov), self.roles)
+        self.plans[s.name] = steps
+        return _check_all(s, steps, facts, self.check, lambda st: self.topo.actor(s.name, st.scope))
 
     def wave(self, nodes: list[str]) -> None:
         differ = self.fleet.map(self._plan, "plan", only=nodes)
@@ -242,8 +246,9 @@ class Waves:
             for k, part in enumerate(_passes(differ)):   # one pass unless a step waits (Step.fleet)
                 if k and part:
                     part = _fleet_work(self.fleet, part)
-                self.fleet.map(lambda s: _apply(s, part[s.name], self.prov.facts[s.name], redact)
-                               if part.get(s.name) else None, "apply", only=list(part) if k else nodes)
+                # only the nodes with something to apply: a converged node has no apply stage
+                self.fleet.map(lambda s: _apply(s, part[s.name], self.prov.facts[s.name], redact),
+                               "apply", only=list(part))
 
     def redactor(self) -> Redactor:
         return _redactor(self.prov, [st for p in self.plans.values() for st in p])
@@ -299,15 +304,16 @@ def _locks(fleet, prov: rolemod.Provisioning) -> Locks:
     return Locks(fleet, out, Owner.me(fleet.run_id))
 
 
-def _converged(prov: rolemod.Provisioning, roles) -> bool:
+def _converged(prov: rolemod.Provisioning, roles, planned: dict) -> bool:
     """Whether every step of every probed node already matches the probe's facts. A run that
     would change nothing takes no lock (two round trips per node saved: its cost is the probe);
     one that would, or that cannot tell from the probe alone, takes the locks and goes the
-    whole way."""
+    whole way. PLANNED gets each node's steps with the facts they were planned from."""
     hosts = {h.name: h for h in prov.hosts}
     for name, facts in prov.facts.items():
         try:
             steps = _plan_node(rolemod.Ctx(hosts[name], prov), roles)
+            planned[name] = (facts, steps)
             if not all(all(r in facts for r in st.reads) and st.check(facts).ok for st in steps):
                 return False
         except Exception:      # the waves plan it again and report why, under the locks
@@ -343,12 +349,16 @@ def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> Pro
         locks = None
         try:
             controller = [res for role in roles for res in (role.call("controller", prov) or [])]
-            if not opts.check and not _converged(prov, roles):
+            planned: dict = {}
+            converged = not opts.check and _converged(prov, roles, planned)
+            if not opts.check and not converged:
                 locks = _locks(fleet, prov)
                 if locks.acquire(settings.lock_wait, settings.lock_stale):
                     # another run held the lock: the nodes may have changed since the probe
                     prov.facts = fleet.map(lambda s: _probe(s, roles, prov), "facts")
-            waves = Waves(fleet, roles, prov, opts.check)
+            # a converged fleet's plans stand (nothing will change, nothing is read again);
+            # otherwise a node's plan may read what another node's actions change
+            waves = Waves(fleet, roles, prov, opts.check, planned if converged else None)
             waves.all(order)
             for s in fleet.usable():
                 ctx = rolemod.Ctx(s.host, prov)

@@ -24,7 +24,8 @@ PROBE = (
 
 @lru_cache(maxsize=1)
 def _name_table() -> list[tuple[re.Pattern, str]]:
-    data = yaml.safe_load((Path(__file__).with_name("gpu_capabilities.yml")).read_text())
+    data = yaml.load((Path(__file__).with_name("gpu_capabilities.yml")).read_text(),   # our own file
+                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     pats = sorted(data.items(), key=lambda kv: -len(kv[0]))
     return [(re.compile(r"(?<![\w-])" + re.escape(k).replace(r"\ ", r"\s*").replace("xx", r"\d\d") + r"(?!\w)", re.I), v)
             for k, v in pats]

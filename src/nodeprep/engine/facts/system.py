@@ -37,18 +37,20 @@ def _python_script(v: dict) -> str:
     node (~6 ms of its ~17). On a machine nodeprep manages (~/.nodeprep exists) the answer is
     kept in ~/.nodeprep/python_probe.<machine-id> (homes may be shared across machines), keyed
     by the path and the stat (device, inode, size, mtime) of the interpreter's file and of the
-    dynamic linker's cache (a glibc upgrade rewrites it): a hit costs a head and a stat. A
-    script (`#!`: a pyenv or asdf shim picks its interpreter at run time) is never cached."""
+    dynamic linker's cache (a glibc upgrade rewrites it): a hit costs one stat. A script
+    (`#!`: a pyenv or asdf shim picks its interpreter at run time) is never cached: the check
+    (`head -c 2`) runs only before writing an entry, since a file that becomes a script
+    later has another stat than the one its entry was written under."""
     name = shlex.quote(str(v.get("python") or "python3"))
     return (f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}; k=; c=; "
             'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && [ -n "$m" ]; then '
-            'case $(head -c 2 -- "$p" 2>/dev/null) in "#!"|"") ;; *) '
-            'k=$(stat -L --printf \'%d:%i:%s:%Y \' -- "$p" /etc/ld.so.cache 2>/dev/null) || k=;; esac; '
+            'k=$(stat -L --printf \'%d:%i:%s:%Y \' -- "$p" /etc/ld.so.cache 2>/dev/null) || k=; '
             'c="$HOME/.nodeprep/python_probe.$m"; fi; '
             'if [ -n "$k" ] && [ -f "$c" ]; then { IFS= read -r a; IFS= read -r x; IFS= read -r y; IFS= read -r z; } < "$c"; '
             '[ "$a" = "$p $k" ] && [ -n "$z" ] && { printf \'%s\\n\' "$x" "$y" "$z"; exit 0; }; fi; '
             f"o=$(\"$p\" -I -S -c {shlex.quote(PY_CODE)}) || exit $?; printf '%s\\n' \"$o\"; "
-            '[ -n "$k" ] && { printf \'%s\\n\' "$p $k" "$o" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null; exit 0')
+            '[ -n "$k" ] && case $(head -c 2 -- "$p" 2>/dev/null) in "#!"|"") ;; *) '
+            '{ printf \'%s\\n\' "$p $k" "$o" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null;; esac; exit 0')
 
 
 def _python(text, rc):
@@ -70,7 +72,11 @@ def _login_shell(text, rc):
     return (f[6] or None) if len(f) >= 7 else None
 
 
-LOGIN_SHELL = Fact("login_shell", lambda _v: "getent passwd \"$(id -un)\"", _login_shell)
+# The effective uid from /proc/self/status (a read loop: no `id` exec), `id -un` without it.
+LOGIN_SHELL = Fact("login_shell", lambda _v: (
+    "u=; { while read -r np_k np_r np_e np_x; do [ \"$np_k\" = Uid: ] && { u=$np_e; break; }; done "
+    "< /proc/self/status; } 2>/dev/null; case $u in ''|*[!0-9]*) u=$(id -un);; esac; getent passwd \"$u\""),
+    _login_shell)
 
 
 def _python_on_path(text, rc):
