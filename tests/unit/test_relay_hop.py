@@ -235,3 +235,25 @@ def test_finalize_takes_a_listed_sum_only_when_it_is_the_controllers(tmp_path):
     out = subprocess.run(["/bin/sh"], input=relay.finalize_script(str(d), sums), text=True,
                          capture_output=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}).stdout
     assert out == ""       # .relay went with the first run
+
+
+def test_a_hop_whose_store_dies_at_once_still_ends(tmp_path):
+    """python3 on the node is broken (exits before it opens the fifo): the next hop's ssh,
+    blocked opening the fifo, must still get its end of file, and the hop ends with the
+    store's failure instead of waiting out its timeout."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("rm", "mkdir", "tar", "tee", "mkfifo", "cat", "timeout"):
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    (bin_ / "python3").write_text("#!/bin/sh\nexit 3\n")
+    (bin_ / "ssh").write_text("#!/bin/sh\ncat >/dev/null\n")       # the next node swallows it
+    for f in ("python3", "ssh"):
+        (bin_ / f).chmod(0o755)
+    home = tmp_path / "home"
+    (home / ".nodeprep").mkdir(parents=True)
+    script = home / ".nodeprep" / "relay-tok.sh"
+    script.write_text(relay.hop_script("n0", str(tmp_path / "wh"), ("n1", relay.Login("10.0.0.2", 22, None)),
+                                       "tok", 60))
+    p = subprocess.run(["/bin/sh", str(script)], input=tar_bytes(FILES), capture_output=True,
+                       env={"HOME": str(home), "PATH": str(bin_)}, timeout=30)
+    assert p.returncode == 3

@@ -165,6 +165,9 @@ def hop_script(node: str, dest: str, nxt: tuple[str, Login] | None, token: str, 
               f"{_ssh(login, remote, timeout + 10, token)} < {s}/.fifo >&2 &",
               "np_next=$!",
               _store(s, f"{s}/.fifo") + "; np_rc=$?",
+              # a store that died before opening the fifo leaves the next hop's reader blocked
+              # in open(): a writer coming and going gives it its end of file
+              f": 2>/dev/null <> {s}/.fifo",
               "wait $np_next; np_nrc=$?",
               f"rm -f -- {s}/.fifo",
               f"ssh -S \"$HOME/{socket_path(token)}\" -O exit -- {shlex.quote(login.address)} >/dev/null 2>&1",
