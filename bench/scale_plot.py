@@ -56,7 +56,7 @@ def draw(data: dict, out: Path) -> None:
         style = dict(marker="o", linewidth=2 if "provision" in name else 1.2)
         a.plot(ns, [by_n[n][0] for n in ns], label=name, **style)
         b.plot(ns, [by_n[n][1] for n in ns], label=name, **style)
-    a.set(title="wall time (median of 3)", xlabel="lab nodes", ylabel="seconds")
+    a.set(title="wall time (median of each result file's runs: 3, or 5)", xlabel="lab nodes", ylabel="seconds")
     b.set(title="controller CPU per node", xlabel="lab nodes", ylabel="ms per node")
     for ax in (a, b):
         ax.set_xscale("log", base=2)
