@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import peers
+import yaml
 from lib import ROOT, VENV, bench_lab, bench_lab_down, save
 from nodeprep.engine import facts as factmod  # noqa: E402  (lib puts src/ on the path)
 
@@ -72,7 +73,12 @@ def contenders_for(info, settings, env, tmp: Path) -> dict:
     provision = [str(VENV / "invoke"), "provision", "--inventory", inv, *ROLES, *sets]
     run(provision, env)                                  # converge (untimed, may change)
     probe = tmp / "facts_probe.sh"       # what `invoke facts` runs on each node, token and all
-    probe.write_text(factmod.probe_script(factmod.NODE_FACTS, {}, "0123456789ab"))
+    # with the inventory's vars, as `invoke facts` sends it: without them the python fact asks
+    # for `python3` (the venv's, first on PATH in a provisioned shared home) where facts and
+    # provision ask for the inventory's /usr/bin/python3, and the two evicted each other's
+    # entry of the node's one-entry python cache on every round (a python start per node each)
+    host_vars = (yaml.safe_load(Path(inv).read_text()) or {}).get("vars") or {}
+    probe.write_text(factmod.probe_script(factmod.NODE_FACTS, host_vars, "0123456789ab"))
     out = {"bare Fabric true": ([str(VENV / "python"), "bench/bare_fabric.py", inv], env, None),
            "bare Fabric probe": ([str(VENV / "python"), "bench/bare_fabric.py", inv, str(probe)], env, None),
            "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),

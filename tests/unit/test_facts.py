@@ -102,6 +102,39 @@ def test_python_probe_cache(tmp_path):
     assert cache.read_text() == entry
 
 
+@pytest.mark.skipif(not Path("/etc/machine-id").is_file(), reason="the cache is keyed by /etc/machine-id")
+def test_python_probe_cache_keeps_several_interpreters(tmp_path):
+    """Two probes asking for two interpreters on one machine (an inventory's /usr/bin/python3
+    and a venv's python3 first on PATH) both hit, instead of evicting each other's entry on
+    every run; the newest entry comes first, at most 4 are kept."""
+    import os
+    import shutil
+    import sys
+    home = tmp_path / "home"
+    (home / ".nodeprep").mkdir(parents=True)
+    pys = []
+    for i in range(6):
+        p = tmp_path / f"bin{i}" / "python3"
+        p.parent.mkdir()
+        shutil.copy2(os.path.realpath(sys.executable), p)
+        pys.append(p)
+    real = [_run_python_probe(home, p) for p in pys[:2]]
+    cache = next((home / ".nodeprep").glob("python_probe.*"))
+    text = cache.read_text().splitlines()
+    assert len(text) == 8 and text[0].startswith(f"{pys[1]} ") and text[4].startswith(f"{pys[0]} ")
+    doctored = [text[0], text[1], "8.8.8", text[3], text[4], text[5], "7.7.7", text[7]]
+    cache.write_text("\n".join(doctored) + "\n")
+    for _ in range(2):          # both answered from the cache, in either order
+        assert _run_python_probe(home, pys[0])["version"] == "7.7.7"
+        assert _run_python_probe(home, pys[1])["version"] == "8.8.8"
+    assert real[0]["path"] == str(pys[0])
+    for p in pys[2:]:
+        _run_python_probe(home, p)
+    kept = [line.split(" ")[0] for line in cache.read_text().splitlines()[::4]]
+    assert kept == [str(p) for p in reversed(pys[2:])]        # the 4 newest, newest first
+    assert _run_python_probe(home, pys[5])["version"] == real[0]["version"]
+
+
 def _run_venv_probe(venv):
     import subprocess
     script = facts.probe_script([facts.VENV(str(venv))], {}, "t")

@@ -32,12 +32,18 @@ PY_CODE = ("import os, sys; print(sys.executable); print(\"%d.%d.%d\" % sys.vers
            "print(os.confstr(\"CS_GNU_LIBC_VERSION\") or \"-\")")
 
 
+_RECORD = "IFS= read -r a && IFS= read -r x && IFS= read -r y && IFS= read -r z"   # one cache entry
+_ENTRIES = 4     # interpreters remembered per machine (facts and a venv'd PATH may ask for two)
+
+
 def _python_script(v: dict) -> str:
     """Starting the interpreter (-I -S: no site import) is most of a fact probe's cost on the
     node (~6 ms of its ~17). On a machine nodeprep manages (~/.nodeprep exists) the answer is
     kept in ~/.nodeprep/python_probe.<machine-id> (homes may be shared across machines), keyed
     by the path and the stat (device, inode, size, mtime) of the interpreter's file and of the
-    dynamic linker's cache (a glibc upgrade rewrites it): a hit costs one stat. A script
+    dynamic linker's cache (a glibc upgrade rewrites it), up to 4 interpreters a machine (the
+    newest first; one entry made two probes asking for two names evict each other's on every
+    run): a hit costs one stat. A script
     (`#!`: a pyenv or asdf shim picks its interpreter at run time) is never cached: the check
     (`head -c 2`) runs only before writing an entry, since a file that becomes a script
     later has another stat than the one its entry was written under."""
@@ -46,11 +52,14 @@ def _python_script(v: dict) -> str:
             'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && [ -n "$m" ]; then '
             'k=$(stat -L --printf \'%d:%i:%s:%Y \' -- "$p" /etc/ld.so.cache 2>/dev/null) || k=; '
             'c="$HOME/.nodeprep/python_probe.$m"; fi; '
-            'if [ -n "$k" ] && [ -f "$c" ]; then { IFS= read -r a; IFS= read -r x; IFS= read -r y; IFS= read -r z; } < "$c"; '
-            '[ "$a" = "$p $k" ] && [ -n "$z" ] && { printf \'%s\\n\' "$x" "$y" "$z"; exit 0; }; fi; '
+            f'if [ -n "$k" ] && [ -f "$c" ]; then while {_RECORD}; do '
+            '[ "$a" = "$p $k" ] && [ -n "$z" ] && { printf \'%s\\n\' "$x" "$y" "$z"; exit 0; }; done < "$c"; fi; '
             f"o=$(\"$p\" -I -S -c {shlex.quote(PY_CODE)}) || exit $?; printf '%s\\n' \"$o\"; "
             '[ -n "$k" ] && case $(head -c 2 -- "$p" 2>/dev/null) in "#!"|"") ;; *) '
-            '{ printf \'%s\\n\' "$p $k" "$o" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null;; esac; exit 0')
+            '{ { printf \'%s\\n\' "$p $k" "$o"; n=1; [ ! -f "$c" ] || '
+            f'while {_RECORD}; do case $a in "$p "*) continue;; esac; '
+            f'[ $n -lt {_ENTRIES} ] || break; n=$((n+1)); printf \'%s\\n\' "$a" "$x" "$y" "$z"; done < "$c"; }} '
+            '> "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null;; esac; exit 0')
 
 
 def _python(text, rc):
