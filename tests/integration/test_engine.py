@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import paramiko
 
 from nodeprep import cli as api
 from nodeprep.commands.options import FactsOptions
@@ -156,6 +157,29 @@ def test_one_connection_per_node_across_stages(lab, lab_settings):
         second = fleet.map(lambda s: id(s.conn.transport), "b")
     assert {n: v[0] for n, v in first.items()} == second
     assert {n: v[1]["hostname"] for n, v in first.items()} == {n.name: n.name for n in lab.nodes}
+
+
+def test_connections_negotiate_aes_gcm_and_fall_back_without_it(lab, lab_settings):
+    """The lab's real sshd picks AES-GCM (no MAC for paramiko to check in Python). Where CTR
+    is the only cipher both sides have (here the client offers only it, as a server without
+    GCM would leave it), the connection and its commands still work."""
+    from nodeprep.engine import ciphers
+    with _fleet(lab, lab_settings) as fleet:
+        got = fleet.map(lambda s: (s.conn.transport.local_cipher, s.conn.transport.remote_cipher), "c")
+    assert set(got.values()) == {("aes128-gcm@openssh.com", "aes128-gcm@openssh.com")}
+    assert ciphers.GcmFirst._preferred_ciphers[0] == "aes128-gcm@openssh.com"
+    assert set(ciphers.GcmFirst._preferred_ciphers) >= set(paramiko.Transport._preferred_ciphers)
+
+    class CtrOnly(ciphers.GcmFirst):
+        _preferred_ciphers = ("aes128-ctr",)    # what an old or FIPS-limited server leaves
+    real = ciphers.GcmFirst
+    ciphers.GcmFirst = CtrOnly
+    try:
+        with _fleet(lab, lab_settings) as fleet:
+            got = fleet.map(lambda s: (s.conn.transport.remote_cipher, s.run("echo ok").stdout), "c")
+    finally:
+        ciphers.GcmFirst = real
+    assert set(got.values()) == {("aes128-ctr", "ok\n")}
 
 
 def test_command_timeout_and_prefixed_streaming(lab, lab_settings):

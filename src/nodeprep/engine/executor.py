@@ -23,7 +23,7 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
-from nodeprep.engine import hostkeys, runners
+from nodeprep.engine import ciphers, hostkeys, runners
 from nodeprep.engine.fds import ensure_open_files
 from nodeprep.errors import NodeprepError
 from nodeprep.engine.events import Events
@@ -160,7 +160,7 @@ class Session:
         if getattr(h, "connection", "ssh") == "local":      # the controller itself, no ssh
             self._conn = LocalConnection()
             return
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"transport_factory": ciphers.GcmFirst}
         if h.key:
             kwargs.update(key_filename=[str(Path(h.key).expanduser())])
         if self._password:
