@@ -113,6 +113,8 @@ def test_baseline_path_with_a_nul_is_not_found(tmp_path):
     (b"10.0.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
      b"10.0.0.2 ssh-ed25519 \xff\n", 2, "byte 0xff at column 22 is not UTF-8 text"),
     (b"# pinned\n10.0.0.2 ssh-ed25519 AAAA!!notbase64\n", 2, "not a known_hosts line"),
+    (b"\n10.0.0.2 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAABWFiY2Rl\n", 2,
+     "not a known_hosts line: The key must be exactly 32 bytes long"),     # base64, but no key
 ])
 def test_known_hosts_file_edited_wrong(tmp_path, data, line, words):
     path = tmp_path / "known_hosts"

@@ -72,20 +72,22 @@ class KnownHosts:
         except FileNotFoundError:
             return paramiko.HostKeys()
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        keys = self._cached(stamp)
+        if keys is not None:
+            return keys
         with _cache_lock:
-            hit = _cache.get(str(self.path))
-            if hit and hit[0] == stamp:
-                return hit[1]
             parsing = _parsing.setdefault(str(self.path), threading.Lock())
         # One thread parses, the others wait for its answer: every session of a run asks at
         # once when the run starts (64 nodes parsed the file 64 times over, each parse ~1 ms
         # per 10 lines at 128 lines, all under the logging module's lock).
         with parsing:
-            with _cache_lock:
-                hit = _cache.get(str(self.path))
-            if hit and hit[0] == stamp:
-                return hit[1]
-            return self._index(stamp)
+            keys = self._cached(stamp)
+            return keys if keys is not None else self._index(stamp)
+
+    def _cached(self, stamp) -> paramiko.HostKeys | None:
+        with _cache_lock:
+            hit = _cache.get(str(self.path))
+        return hit[1] if hit and hit[0] == stamp else None
 
     def _index(self, stamp) -> paramiko.HostKeys:
         keys = self._parse()
@@ -116,9 +118,9 @@ class KnownHosts:
                 continue
             try:
                 entry = HostKeyEntry.from_line(line, number)
-            except InvalidHostKey as exc:
-                raise InputError(f"not a known_hosts line: {exc.exc}", "fix the line, or delete "
-                                 "it to pin the node's key again on the next contact",
+            except (InvalidHostKey, ValueError) as exc:   # ValueError: base64 that is no key
+                raise InputError(f"not a known_hosts line: {getattr(exc, 'exc', exc)}", "fix the "
+                                 "line, or delete it to pin the node's key again on the next contact",
                                  str(self.path), number) from None
             except paramiko.SSHException:
                 continue                 # as load(): a line paramiko cannot use is skipped

@@ -113,7 +113,10 @@ class Untar:
         if self.long is not None:
             name = self.long
         name = self.pax.get(b"path", name)
-        size = int(self.pax.get(b"size", size))
+        try:
+            size = int(self.pax.get(b"size", size))
+        except ValueError:
+            raise ValueError("not a tar stream (a pax size that is not a number)")
         self.long, self.pax = None, {}
         text = name.decode("utf-8", "surrogateescape")
         if not text or text.startswith(".") or "/" in text or "\n" in text or "\0" in text:
