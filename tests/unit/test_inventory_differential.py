@@ -65,11 +65,18 @@ def require_ansible() -> None:
                     f"is not installed; run `sh requirements/bootstrap.sh`", pytrace=False)
 
 
+# The environment the runs get, copied once here: these runs start from a thread pool while
+# pytest rewrites PYTEST_CURRENT_TEST in os.environ for every test phase, and a child started
+# with the live environment (env=None, vfork) can read the array as it is replaced: execve
+# then fails with EFAULT ("OSError: [Errno 14] Bad address", seen twice in full suites).
+RUN_ENV = dict(os.environ)
+
+
 def run_ansible(entry: str) -> Run:
     with tempfile.TemporaryDirectory(prefix="nodeprep-ansible-") as tmp:
         config = Path(tmp) / "ansible.cfg"
         config.write_text("")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+        env = {k: v for k, v in RUN_ENV.items() if not k.startswith("ANSIBLE_")}
         env.update(ANSIBLE_CONFIG=str(config), ANSIBLE_HOME=tmp, ANSIBLE_LOCAL_TEMP=tmp,
                    ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
                    ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
@@ -82,10 +89,11 @@ def run_ansible(entry: str) -> Run:
     return Run(argv, r.returncode, r.stdout, r.stderr)
 
 
+
 def run_nodeprep(entry: str) -> Run:
     argv = [str(INVOKE), "inventory", "--inventory", f"tests/inventories/{entry}", "--list",
             "--json"]
-    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run(argv, cwd=ROOT, env=RUN_ENV, capture_output=True, text=True, timeout=TIMEOUT)
     return Run(argv, r.returncode, r.stdout, r.stderr)
 
 
