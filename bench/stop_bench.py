@@ -21,7 +21,7 @@ from lib import bench_lab, bench_lab_down, save
 
 from nodeprep import cli, lab as labmod
 from nodeprep.commands.options import ProvisionOptions, TrainOptions
-from nodeprep.ops import bundle
+from nodeprep.ops.train import rundir
 
 LAUNCHERS = {"deepspeed-pdsh": ("deepspeed", "pdsh"), "deepspeed-openmpi": ("deepspeed", "openmpi"),
              "torchrun": ("torchrun", "pdsh"), "mpirun": ("mpirun", "pdsh")}
@@ -41,7 +41,7 @@ def one(info, settings, launcher, ds, case) -> tuple[float, float, str]:
                         timeout=240, ds_launcher=ds, hang_timeout=10 if case == "hang" else None)
     t0 = time.monotonic()
     if case == "node":
-        killer = threading.Thread(target=stop_worker_1, args=(info, settings, set(bundle.runs_of(settings.runs))))
+        killer = threading.Thread(target=stop_worker_1, args=(info, settings, set(rundir.runs_of(settings.runs))))
         killer.start()
     code = cli.train(opts, settings)
     wall = time.monotonic() - t0
@@ -49,7 +49,7 @@ def one(info, settings, launcher, ds, case) -> tuple[float, float, str]:
         killer.join()
         labmod.up(len(info.nodes), name=info.name, settings=settings,
                   options=labmod.UpOptions(inventory_dir=info.inventory.parent), log=lambda *a: None)
-    state = json.loads((bundle.runs_of(settings.runs)[-1] / "state.json").read_text())
+    state = json.loads((rundir.runs_of(settings.runs)[-1] / "state.json").read_text())
     out = state.get("outcome") or {}
     if code != 1 or out.get("stop_seconds") is None:
         raise SystemExit(f"{launcher}/{ds} {case}: exit {code}, {out.get('failure')}")
@@ -59,7 +59,7 @@ def one(info, settings, launcher, ds, case) -> tuple[float, float, str]:
 def stop_worker_1(info, settings, before):
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:       # this run's rank 1 has written a line
-        runs_ = [r for r in bundle.runs_of(settings.runs) if r not in before]
+        runs_ = [r for r in rundir.runs_of(settings.runs) if r not in before]
         if runs_ and (runs_[-1] / "nodes" / "worker-1" / "r1.out").exists():
             break
         time.sleep(0.3)

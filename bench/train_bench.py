@@ -39,7 +39,7 @@ def child(inv, preflight):
     from nodeprep import cli
     from nodeprep.commands import train as tr
     from nodeprep.commands.options import TrainOptions
-    from nodeprep.engine import executor
+    from nodeprep.engine import fleet, session
     w, t_imp = {}, time.perf_counter() - t_imp
 
     def wrap(cls, name, key):
@@ -55,11 +55,11 @@ def child(inv, preflight):
         setattr(cls, name, f)
     already = lambda a, k: None if a[0].conn is not None and a[0].conn.is_connected else \
         f"connect {a[0].name}"
-    wrap(executor.Session, "connect", already)
-    wrap(executor.Session, "run", lambda a, k: f"run '{k.get('label')}' {a[0].name}")
-    wrap(executor.Fleet, "map", lambda a, k: f"map {a[2] if len(a) > 2 else k['stage']} (wall)")
-    wrap(executor.Fleet, "__init__", "Fleet init")
-    wrap(executor.Fleet, "close", "Fleet close")
+    wrap(session.Session, "connect", already)
+    wrap(session.Session, "run", lambda a, k: f"run '{k.get('label')}' {a[0].name}")
+    wrap(fleet.Fleet, "map", lambda a, k: f"map {a[2] if len(a) > 2 else k['stage']} (wall)")
+    wrap(fleet.Fleet, "__init__", "Fleet init")
+    wrap(fleet.Fleet, "close", "Fleet close")
     from nodeprep.commands import supervise as sv
     wrap(tr.Job, "prepare", "Job.prepare (wall, facts+preflight+sync)")
     wrap(sv.Supervisor, "run", "Supervisor.run (wall, watch+launch+poll+leftover check)")

@@ -143,7 +143,7 @@ def verify_ok(n):
 # invoke's Config._modify then runs merge(), which empties and rebuilds the SHARED config's
 # dict while other threads read it: a node then fails with "No attribute or config key found
 # for 'authentication'" (or gateway, connect_kwargs, ...). Was a bug in
-# src/nodeprep/engine/executor.py (Session.connect now gives each Connection a clone of the
+# src/nodeprep/engine/fleet.py (Session.connect now gives each Connection a clone of the
 # Config); the bench still counts it rather than hide it: such a run is re-run and reported
 # as a flake.
 flakes: list[dict] = []
@@ -231,8 +231,8 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
     from nodeprep.commands import verify
     from nodeprep.commands.common import select_hosts
     from nodeprep.commands.options import VerifyOptions
-    from nodeprep.engine.executor import Fleet
-    from nodeprep.ops.mesh import fans_out, mesh_pairs
+    from nodeprep.engine.fleet import Fleet
+    from nodeprep.ops.ssh.logins import fans_out, mesh_pairs
 
     opts = VerifyOptions(str(inv_path))          # verify-parity's defaults: port 29500, mesh/via auto
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings)
@@ -301,8 +301,8 @@ def probe_facts(inv_path: Path, settings: Settings, reps=3) -> dict:
     from nodeprep.cli.display import Display
     from nodeprep.commands.common import select_hosts
     from nodeprep.engine import facts as factmod
-    from nodeprep.engine.executor import Fleet
-    from nodeprep.ops import checks
+    from nodeprep.engine.fleet import Fleet
+    from nodeprep.ops.verify import checks
     inv, hosts = select_hosts(str(inv_path), None, settings)
     h = hosts[0]
     v = {n: inv.var(h, n) for n in inv.schema}
@@ -517,7 +517,7 @@ def main():
     by = {}
     for f in flakes:
         by[f["contender"]] = by.get(f["contender"], 0) + 1
-    log(f"\nflakes (Fabric shared-Config race, see src/nodeprep/engine/executor.py; runs redone): "
+    log(f"\nflakes (Fabric shared-Config race, see src/nodeprep/engine/fleet.py; runs redone): "
         f"{len(flakes)} in {sum(attempts.values())} runs (bare_fabric.py cannot hit it: "
         "ThreadingGroup builds its Connections one after the other)" +
         "".join(f"\n  {k}: {by.get(k, 0)} of {n} runs" for k, n in attempts.items()))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from nodeprep.ops import dsenv, ncclenv
+from nodeprep.ops.launchenv import dsenv
+from nodeprep.ops.launchenv import ncclenv
 from nodeprep.ops import pystack
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.redact import is_secret

@@ -7,7 +7,7 @@ import fnmatch
 import re
 import shlex
 
-from nodeprep.ops import ncclenv
+from nodeprep.ops.launchenv import ncclenv
 from nodeprep.errors import InputError
 from nodeprep.engine.steps import Check, FileBlock, Step
 from nodeprep.engine.facts import DIR, FILE, INTERFACES, ROUTE

@@ -6,7 +6,7 @@ for byte; the file is 0600 and replaced atomically.
 On the controller each inventory has a block of its own (`hosts <inventory>`); an alias that
 another inventory's block or the user's own entries define with another address is refused
 before anything changes, naming both places (ops/sshblocks), unless the inventory sets
-`ssh_alias_prefix`. Every value is written as one ssh_config word (sshblocks.word)."""
+`ssh_alias_prefix`. Every value is written as one ssh_config word (config_blocks.word)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from nodeprep.errors import InputError
-from nodeprep.ops import sshblocks
+from nodeprep.ops.ssh import config_blocks
 
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import FileBlock, with_block
@@ -26,7 +26,7 @@ CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
 
 def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = "") -> str:
     out = []
-    word = sshblocks.word
+    word = config_blocks.word
     for h in hosts:
         out.append(f"Host {prefix}{h.name}")
         out.append(f"    HostName {word(h.address)}")
@@ -84,7 +84,7 @@ def _refuse_conflicts(prov) -> None:
     inv = prov.inventory
     wanted = [(prefix + h.name, h.address, int(h.port), h.origin.get("address") or str(inv.path or inv.name))
               for h in inv.hosts]
-    found = sshblocks.conflicts(wanted, text, str(path), _block_name(prov))
+    found = config_blocks.conflicts(wanted, text, str(path), _block_name(prov))
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise InputError(found[0] + more, "two inventories name their nodes alike: set "
@@ -112,7 +112,7 @@ def controller(prov):
         return []
     path = _controller_file(prov)
     key = prov.shared.controller_key or Path(first.get("controller_key", "~/.ssh/id_ed25519")).expanduser()
-    known = f"UserKnownHostsFile {sshblocks.word(str(prov.settings.known_hosts))}"
+    known = f"UserKnownHostsFile {config_blocks.word(str(prov.settings.known_hosts))}"
     # Lab/inventory keys differ per host in principle; the controller key is on every node.
     _refuse_conflicts(prov)      # again: the file may have changed since validate
     prefix = str(first["ssh_alias_prefix"] or "")

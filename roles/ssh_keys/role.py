@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from nodeprep.errors import NodeprepError
-from nodeprep.engine.hostkeys import KnownHosts, host_entry
+from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import FileBlock, FileContent
 from nodeprep.engine.facts import FILE
@@ -78,7 +78,7 @@ def known_hosts_lines(prov) -> list[str]:
     node, so it is built once per run (it was built per node: N x N lookups)."""
     if prov.shared.known_hosts is not None:
         return prov.shared.known_hosts
-    store = KnownHosts(prov.settings.known_hosts)
+    store = PinnedHostKeys(prov.settings.known_hosts)
     lines = []      # published when complete: steps() of other nodes may run in other threads
     for h in prov.inventory.hosts:
         keys = store.lookup(h.address, h.port)

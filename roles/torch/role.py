@@ -1,5 +1,5 @@
 """torch: ONE torch build for the whole fleet (same torch and bundled NCCL everywhere), chosen
-from every node's driver, GPUs and CPU arch (src/nodeprep/ops/torchplan.py), installed by the
+from every node's driver, GPUs and CPU arch (src/nodeprep/ops/torchplan/plan.py), installed by the
 wheelhouse and venv roles, and verified on every node after install: torch.__version__,
 torch.version.cuda (None on CPU builds), and get_arch_list() covering each GPU (same major,
 equal or higher minor; PTX for newer)."""

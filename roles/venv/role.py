@@ -7,7 +7,8 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from nodeprep.ops import dsenv, pystack
+from nodeprep.ops import pystack
+from nodeprep.ops.launchenv import dsenv
 from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Check, FileBlock, Step, scope_of

@@ -1,7 +1,7 @@
 """wheelhouse: the controller resolves and downloads every wheel the nodes need once per node
-platform (src/nodeprep/ops/wheelhouse.py), then gets each node only the files it lacks (by
+platform (src/nodeprep/ops/pystack/wheelhouse.py), then gets each node only the files it lacks (by
 sha256), so nodes never talk to a package index. With wheelhouse_relay (and the ssh mesh) the
-wheels go node to node (ops/relay.py: the controller sends each platform's once, into a chain
+wheels go node to node (ops/pystack/relay.py: the controller sends each platform's once, into a chain
 of the nodes lacking them, after the mesh is in place: Step.fleet); each relayed wheel is
 checked against the controller's sha256 before it is used, and what did not arrive intact is
 pushed by the controller over the run's own SSH connection, as without the relay."""
@@ -10,7 +10,9 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from nodeprep.ops import pystack, relay, wheelcast
+from nodeprep.ops import pystack
+from nodeprep.ops.pystack import relay
+from nodeprep.ops.pystack import wheelcast
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.engine.remote import SHA256_SH, rpath
 from nodeprep.engine.steps import Check, FileContent, Step, scope_of
@@ -63,7 +65,7 @@ def _relay(ctx):
 
 def _register(ctx, rl, platform: str, local, lack: list[str]) -> None:
     dest = pystack.node_path(ctx.vars["wheelhouse_dir"], ctx.facts)
-    login = relay.Login(ctx.host.address, int(ctx.host.port or 22), ctx.host.user)
+    login = relay.MeshLogin(ctx.host.address, int(ctx.host.port or 22), ctx.host.user)
     if lack:
         rl.want(relay.Want(ctx.name, platform, dest, tuple(sorted(lack))), login, local)
     else:
@@ -170,7 +172,7 @@ def _arrived(session, rl, remote_dir: str, lack: list[str], files: dict) -> list
         with rl.lock:
             rl.fallbacks[session.name] = why
         session.log(f"relay: {why}; the controller pushes {len(push)} wheel(s) itself\n")
-        session.display.note(session.name, f"wheelhouse relay: {why}; pushed by the controller")
+        session.events.note(session.name, f"wheelhouse relay: {why}; pushed by the controller")
     return push
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nodeprep.ops import bundle
+from nodeprep.ops.train import rundir
 
 ROOT = Path(__file__).resolve().parents[2]
 INVOKE = str(Path(sys.executable).with_name("invoke"))
@@ -86,11 +86,11 @@ def test_train_with_stdout_closed_runs_to_its_end(provisioned, lab, lab_settings
     code, err = closed(lab_settings, "train", "-i", inv, "--limit", NODES, "--launcher", "deepspeed",
                        "--payload", "health", "--timeout", "120")
     assert code == 0, err
-    run = bundle.runs_of(Path(lab_settings.runs))[-1]
-    assert bundle.read_json(run / "state.json")["state"] == "finished", err
-    logged = "".join(f.read_text(errors="replace") for f in bundle.log_files(run))
+    run = rundir.runs_of(Path(lab_settings.runs))[-1]
+    assert rundir.read_json(run / "state.json")["state"] == "finished", err
+    logged = "".join(f.read_text(errors="replace") for f in rundir.log_files(run))
     assert "health: OK world_size=2" in logged            # the ranks' lines went to the run, not lost
-    job = run.name[len(bundle.PREFIX):]
+    job = run.name[len(rundir.PREFIX):]
 
     code, err = closed(lab_settings, "train.status", job)
     assert code == 0, err
@@ -107,5 +107,5 @@ def test_train_reader_leaving_mid_run(provisioned, lab, lab_settings):
     code, first, err = head1(lab_settings, "train", "-i", str(lab.inventory), "--limit", NODES,
                              "--launcher", "torchrun", "--payload", "health", "--timeout", "120")
     assert code == 0 and first.strip(), (first, err)
-    run = bundle.runs_of(Path(lab_settings.runs))[-1]
-    assert bundle.read_json(run / "state.json")["state"] == "finished", err
+    run = rundir.runs_of(Path(lab_settings.runs))[-1]
+    assert rundir.read_json(run / "state.json")["state"] == "finished", err

@@ -18,7 +18,7 @@ from nodeprep.commands.options import FactsOptions
 from nodeprep.engine import facts
 from nodeprep.inventory import model as inventory
 from nodeprep import lab as labmod
-from nodeprep.engine.executor import Fleet
+from nodeprep.engine.fleet import Fleet
 from nodeprep.cli.display import Display
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,9 +25,9 @@ from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import ProvisionOptions, VerifyOptions
 from nodeprep.commands.provision import provision
 from nodeprep.commands.verify import verify
-from nodeprep.engine import slurmrun
+from nodeprep.engine.transports import slurmrun
 from nodeprep.engine.events import Events
-from nodeprep.engine.executor import Fleet
+from nodeprep.engine.fleet import Fleet
 from nodeprep.settings import Settings
 
 NAME, NODES = "slurmx", 3

@@ -18,7 +18,7 @@ import pytest
 from nodeprep import cli as api
 from nodeprep import lab as labmod
 from nodeprep.commands.options import TrainOptions
-from nodeprep.ops import bundle
+from nodeprep.ops.train import rundir
 
 NODES = "worker-[0-1]"
 LONG = ["--epochs", "100", "--steps-per-epoch", "40", "--sleep-per-step", "0.1"]
@@ -55,7 +55,7 @@ def leftovers(lab_ssh, lab) -> list[str]:
 
 
 def last_run(settings) -> Path:
-    return bundle.runs_of(settings.runs)[-1]
+    return rundir.runs_of(settings.runs)[-1]
 
 
 @pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
@@ -102,7 +102,7 @@ def test_hang_dumps_stacks_and_names_the_hung_rank(provisioned, lab, lab_setting
 @pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
 def test_node_loss_stops_the_other_nodes(provisioned, lab, lab_settings, lab_ssh, capfd, lab_up, launcher, ds):
     result = {}
-    before = set(bundle.runs_of(lab_settings.runs))
+    before = set(rundir.runs_of(lab_settings.runs))
 
     def go():
         result["r"] = train(lab, lab_settings, capfd, launcher, LONG, ds)
@@ -111,7 +111,7 @@ def test_node_loss_stops_the_other_nodes(provisioned, lab, lab_settings, lab_ssh
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:      # this run's rank 1 has written a line
-            runs = [r for r in bundle.runs_of(lab_settings.runs) if r not in before]
+            runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
             if runs and (runs[-1] / "nodes" / "worker-1" / "r1.out").exists():
                 break
             time.sleep(0.3)

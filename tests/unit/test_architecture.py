@@ -16,8 +16,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "nodeprep"
 BASE = {"nodeprep", "nodeprep.errors", "nodeprep.settings", "nodeprep.redact"}
-LAYERS = {"inventory": 1, "engine": 2, "ops": 3, "lab": 3, "commands": 4, "cli": 5}
-PAYLOADS = "nodeprep.ops.payloads."      # scripts shipped to the nodes, run there standalone
+LAYERS = {"nodeside": 0, "inventory": 1, "engine": 2, "ops": 3, "lab": 3, "commands": 4, "cli": 5}
+PAYLOADS = "nodeprep.nodeside."      # scripts shipped to the nodes, run there standalone
 
 
 def _modules() -> dict[str, Path]:
@@ -104,7 +104,7 @@ def test_no_import_cycle():
 
 def test_the_checker_sees_cycles_and_upward_imports():
     """The graph is real: known edges are found (a checker that sees nothing passes anything)."""
-    assert "nodeprep.engine.executor" in GRAPH["nodeprep.commands.verify"]
+    assert "nodeprep.engine.fleet" in GRAPH["nodeprep.commands.verify"]
     assert "nodeprep.engine.facts.probe" in GRAPH["nodeprep.engine.facts.gpus"]
     assert "nodeprep.lab" in GRAPH["nodeprep.cli"]          # a lazy, function-level import
 

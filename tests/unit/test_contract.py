@@ -1,10 +1,10 @@
-"""The launch contract's decisions (ops/contract.py): programs each launcher needs on the
+"""The launch contract's decisions (ops/train/contract.py): programs each launcher needs on the
 non-interactive PATH, ~/.deepspeed_env as DeepSpeed reads it, variables the runner drops."""
 from __future__ import annotations
 
 import subprocess
 
-from nodeprep.ops import contract
+from nodeprep.ops.train import contract
 
 
 def test_programs_fact_parses_what_the_shell_found():

@@ -1,10 +1,10 @@
-"""nodeprep.ops.dsenv against DeepSpeed 0.19.8's runner (deepspeed/launcher/runner.py,
+"""nodeprep.ops.launchenv.dsenv against DeepSpeed 0.19.8's runner (deepspeed/launcher/runner.py,
 multinode_runner.py, accelerator/*_accelerator.py; the facts are in the module docstring)."""
 from __future__ import annotations
 
 import pytest
 
-from nodeprep.ops.dsenv import EnvFile, dropped, env_paths, forwarded, merged, parse
+from nodeprep.ops.launchenv.dsenv import EnvFile, dropped, env_paths, forwarded, merged, parse
 
 P = "/home/u/.deepspeed_env"
 

@@ -3,14 +3,14 @@ import io
 import json
 import subprocess
 
-from nodeprep.engine import executor
+from nodeprep.engine import session
 from nodeprep.cli.display import Display
 from nodeprep.engine import results as report
 
 
 def test_posix_wrapper_runs_under_any_shell():
     script = "export A='x y'; echo \"$A\" $(echo sub)\necho line2\n"
-    cmd = executor.posix(script)
+    cmd = session.posix(script)
     assert set(cmd.split()[1]) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
     out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True).stdout
     assert out == "x y sub\nline2\n"
@@ -18,7 +18,7 @@ def test_posix_wrapper_runs_under_any_shell():
 
 def test_line_sink_prefixes_complete_lines_and_logs_everything():
     log, shown = io.StringIO(), []
-    sink = executor._LineSink(log, shown.append)
+    sink = session._LineSink(log, shown.append)
     sink.write("a\nb")
     sink.write("c\n")
     sink.write("tail")

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from nodeprep.engine import facts, fanout
-from nodeprep.ops import mesh as meshmod
+from nodeprep.engine import facts
+from nodeprep.engine.transports import fanout
+from nodeprep.ops.ssh import logins as meshmod
 
 
 def gather_fanout(session, hosts, requests, peers, timeout):

@@ -6,7 +6,7 @@ controller's ssh config, one at a time, through `commands.provision.validated` (
 read and every role's validate, exactly what provision does before touching a node). Accepted
 values are then fed to the consumers offline: the env file (sourced by sh, bash and, where
 installed, zsh), ~/.deepspeed_env as DeepSpeed 0.19.8's pdsh runner turns it into `export K=V;`
-for the remote shell (ops/dsenv.py cites the lines), and the ssh config block as OpenSSH
+for the remote shell (ops/launchenv/dsenv.py cites the lines), and the ssh config block as OpenSSH
 resolves it (`ssh -G`). The lab test tests/integration/test_hostile.py provisions and trains with
 the accepted values on real nodes and checks the canary files there.
 """
@@ -27,7 +27,8 @@ from nodeprep.engine.events import Events
 from nodeprep.errors import NodeprepError
 from nodeprep.inventory import fields
 from nodeprep.inventory.model import Host
-from nodeprep.ops import dsenv, roles as rolemod
+from nodeprep.ops.launchenv import dsenv
+from nodeprep.ops.provision import roles as rolemod
 from nodeprep.settings import Settings, find_project
 
 ROOT = find_project()

@@ -22,7 +22,7 @@ def test_host_entry_format():
 
 
 def test_record_then_changed_key_refused(tmp_path, keys):
-    store = hostkeys.KnownHosts(tmp_path / "kh")
+    store = hostkeys.PinnedHostKeys(tmp_path / "kh")
     assert store.record("[10.0.0.1]:2222", keys[0]) is True
     assert store.record("[10.0.0.1]:2222", keys[0]) is False
     with pytest.raises(hostkeys.HostKeyChanged):
@@ -32,7 +32,7 @@ def test_record_then_changed_key_refused(tmp_path, keys):
 
 
 def test_pin_replaces_and_forget_removes(tmp_path, keys):
-    store = hostkeys.KnownHosts(tmp_path / "kh")
+    store = hostkeys.PinnedHostKeys(tmp_path / "kh")
     store.record("a", keys[0])
     store.record("b", keys[0])
     assert store.pin("a", keys[1]) is True
@@ -44,7 +44,7 @@ def test_pin_replaces_and_forget_removes(tmp_path, keys):
 
 
 def test_policy_records_or_refuses(tmp_path, keys):
-    store = hostkeys.KnownHosts(tmp_path / "kh")
+    store = hostkeys.PinnedHostKeys(tmp_path / "kh")
     seen = []
     hostkeys.PinningPolicy(store, True, lambda h, k: seen.append(h)).missing_host_key(None, "h1", keys[0])
     assert seen == ["h1"] and store.lookup("h1")
@@ -54,7 +54,7 @@ def test_policy_records_or_refuses(tmp_path, keys):
 
 
 def test_attach_replaces_fabric_autoadd(tmp_path, keys):
-    store = hostkeys.KnownHosts(tmp_path / "kh")
+    store = hostkeys.PinnedHostKeys(tmp_path / "kh")
     store.record("h1", keys[0])
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.client.AutoAddPolicy())  # what Fabric installs
@@ -67,13 +67,13 @@ def test_attach_replaces_fabric_autoadd(tmp_path, keys):
 
 def test_file_is_parsed_once_per_change_not_per_lookup(tmp_path, keys, monkeypatch):
     """The quadratic cost of issue 18: every lookup re-read and re-parsed the whole file."""
-    store = hostkeys.KnownHosts(tmp_path / "kh")
+    store = hostkeys.PinnedHostKeys(tmp_path / "kh")
     for i in range(50):
         store.record(f"10.0.0.{i}", keys[i % 2])
     parses = []
-    real = hostkeys.KnownHosts._parse
-    monkeypatch.setattr(hostkeys.KnownHosts, "_parse", lambda self: parses.append(1) or real(self))
-    other = hostkeys.KnownHosts(tmp_path / "kh")      # another store object on the same file
+    real = hostkeys.PinnedHostKeys._parse
+    monkeypatch.setattr(hostkeys.PinnedHostKeys, "_parse", lambda self: parses.append(1) or real(self))
+    other = hostkeys.PinnedHostKeys(tmp_path / "kh")      # another store object on the same file
     for _ in range(3):
         for i in range(50):
             assert other.lookup(f"10.0.0.{i}") == {keys[i % 2].get_name(): keys[i % 2]}
@@ -89,7 +89,7 @@ def test_hashed_and_wildcard_entries_still_match(tmp_path, keys):
     hashed = paramiko.HostKeys.hash_host("10.9.9.9")
     path.write_text(f"{hashed} {keys[0].get_name()} {keys[0].get_base64()}\n"
                     f"plain {keys[1].get_name()} {keys[1].get_base64()}\n")
-    store = hostkeys.KnownHosts(path)
+    store = hostkeys.PinnedHostKeys(path)
     assert store.lookup("10.9.9.9") == {keys[0].get_name(): keys[0]}
     assert store.lookup("plain") == {keys[1].get_name(): keys[1]}
 
@@ -98,24 +98,24 @@ def test_threads_asking_at_once_parse_the_file_once(tmp_path, keys, monkeypatch)
     """Every session of a run looks its node up at the same moment: one parse, not one each."""
     import threading
     import time
-    store = hostkeys.KnownHosts(tmp_path / "kh")
+    store = hostkeys.PinnedHostKeys(tmp_path / "kh")
     for i in range(20):
         store.record(f"10.0.1.{i}", keys[i % 2])
     hostkeys._cache.clear()
     parses = []
-    real = hostkeys.KnownHosts._parse
+    real = hostkeys.PinnedHostKeys._parse
 
     def slow(self):
         parses.append(1)
         time.sleep(0.2)           # long enough for every thread to be waiting
         return real(self)
-    monkeypatch.setattr(hostkeys.KnownHosts, "_parse", slow)
+    monkeypatch.setattr(hostkeys.PinnedHostKeys, "_parse", slow)
     go = threading.Barrier(16)
     got = []
 
     def one(i):
         go.wait()
-        got.append(hostkeys.KnownHosts(tmp_path / "kh").lookup(f"10.0.1.{i}"))
+        got.append(hostkeys.PinnedHostKeys(tmp_path / "kh").lookup(f"10.0.1.{i}"))
     threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
     for t in threads:
         t.start()
@@ -138,7 +138,7 @@ def test_the_linear_parse_gives_what_paramiko_load_gives(tmp_path, keys):
     path.write_bytes(text.encode())
     ref = paramiko.HostKeys()
     ref.load(str(path))
-    ours = hostkeys.KnownHosts(path)._parse()
+    ours = hostkeys.PinnedHostKeys(path)._parse()
 
     def pairs(hk):
         return {(h, e.key.get_name(), e.key.get_base64()) for e in hk._entries for h in e.hostnames}

@@ -11,10 +11,11 @@ from nodeprep.engine import hostkeys
 from nodeprep.errors import InputError
 from nodeprep.inventory import model
 from nodeprep.inventory.yamlfile import read_input
-from nodeprep.ops import jobs, pystack
-from nodeprep.ops.parity import baseline_read
-from nodeprep.ops.roles import Provisioning
-from nodeprep.ops.wheelhouse import read_requirements
+from nodeprep.ops import pystack
+from nodeprep.ops.train import jobs
+from nodeprep.ops.verify.parity import baseline_read
+from nodeprep.ops.provision.roles import Provisioning
+from nodeprep.ops.pystack.wheelhouse import read_requirements
 from nodeprep.settings import Settings, find_project
 
 ROOT = find_project(Path(__file__).parent)
@@ -119,7 +120,7 @@ def test_baseline_path_with_a_nul_is_not_found(tmp_path):
 def test_known_hosts_file_edited_wrong(tmp_path, data, line, words):
     path = tmp_path / "known_hosts"
     path.write_bytes(data)
-    store = hostkeys.KnownHosts(path)
+    store = hostkeys.PinnedHostKeys(path)
     with pytest.raises(InputError) as err:
         store.load()
     one_line(err.value, f"{path}:{line}: {words}")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.ops import launchers as L
+from nodeprep.ops.train import launchers as L
 from nodeprep.errors import InputError
 from nodeprep.inventory.model import Host
-from nodeprep.ops.payloads import BUILTIN, path as payload_path
+from nodeprep.nodeside import BUILTIN, path as payload_path
 
 PY = "/home/lab/env/bin/python"
 

@@ -45,7 +45,7 @@ class Session:
     """A node that is this machine: every script runs under /bin/sh here."""
 
     def __init__(self, name: str, display: Display, env: dict | None = None):
-        self.name, self.display, self.env = name, display, env
+        self.name, self.events, self.env = name, display, env
         self.labels: list[str] = []
 
     def run(self, script, timeout=None, label=None, **_kw):
@@ -57,8 +57,8 @@ class Session:
 
 class Fleet:
     def __init__(self, *names: str):
-        self.display = Display()
-        self.sessions = {n: Session(n, self.display) for n in names}
+        self.events = Display()
+        self.sessions = {n: Session(n, self.events) for n in names}
         self.run_id = "fake-fleet"
 
     def map(self, fn, stage, only=None):
@@ -134,7 +134,7 @@ def test_free_lock_is_taken_with_owner_line(home):
     assert d.is_dir()
     assert (d / "owner").read_text() == me.line() + "\n"
     assert locks.held == [lk]
-    assert fleet.display.notes == []
+    assert fleet.events.notes == []
     locks.release()
     assert not d.exists()
     assert locks.held == []
@@ -211,7 +211,7 @@ def test_live_holder_blocks_and_is_named(home):
     assert locks.held == []
     # the holder's lock is untouched, nothing was taken over
     assert (busy_path / "owner").read_text() == holder.line() + "\n"
-    assert fleet.display.notes == []
+    assert fleet.events.notes == []
 
 
 def test_holder_on_another_controller_is_never_probed_by_pid(home):
@@ -221,7 +221,7 @@ def test_holder_on_another_controller_is_never_probed_by_pid(home):
     got = try_lock(s, Lock("worker-0", HOME_LOCK, "home of worker-0"), Owner.me(_run_id("me")), 3600)
     assert got == Owner(holder.host, holder.pid, float(f"{holder.start:.0f}"), holder.run)
     assert (home / ".nodeprep/lock/owner").read_text() == holder.line() + "\n"
-    assert s.display.notes == []
+    assert s.events.notes == []
 
 
 # -- 3. stale locks are taken over --------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_lock_of_a_dead_holder_is_taken_over(home):
     locks = Locks(fleet, [Lock("worker-0", HOME_LOCK, "home of worker-0")], me)
     locks.acquire(wait=0, max_age=3600)
     assert (d / "owner").read_text() == me.line() + "\n"
-    [(node, text)] = fleet.display.notes
+    [(node, text)] = fleet.events.notes
     assert node == "worker-0"
     assert text.startswith("took over the lock of the home of worker-0 (~/.nodeprep/lock): ")
     assert f"pid {holder.pid}" in text and "is gone" in text
@@ -255,7 +255,7 @@ def test_lock_older_than_max_age_is_taken_over(home):
     assert (d / "owner").read_text() == holder.line() + "\n"
     assert try_lock(s, lk, me, max_age=3600) is None
     assert (d / "owner").read_text() == me.line() + "\n"
-    [(_, text)] = s.display.notes
+    [(_, text)] = s.events.notes
     assert "started more than 3600s ago" in text
 
 
@@ -267,12 +267,12 @@ def test_lock_without_owner_file_is_stale_only_after_a_minute(home):
     me = Owner.me(_run_id("me"))
     assert try_lock(s, lk, me, 3600) == "an unknown holder"        # young: a contender writing
     assert not (d / "owner").exists()
-    assert s.display.notes == []
+    assert s.events.notes == []
     past = time.time() - 120
     os.utime(d, (past, past))
     assert try_lock(s, lk, me, 3600) is None
     assert (d / "owner").read_text() == me.line() + "\n"
-    [(_, text)] = s.display.notes
+    [(_, text)] = s.events.notes
     assert "no owner recorded for" in text
 
 

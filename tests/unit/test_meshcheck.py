@@ -7,7 +7,7 @@ import hashlib
 import hmac
 from types import SimpleNamespace
 
-from nodeprep.ops import meshcheck as M
+from nodeprep.ops.ssh import paper_mesh as M
 
 CLUSTER = "AAAAC3NzaC1lZDI1NTE5AAAAIClusterKeyBlob"
 HOSTB = "AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfB"
@@ -73,7 +73,7 @@ def test_paper_mesh_is_every_pair_at_the_cost_of_one_pass_per_state(monkeypatch)
     """PaperMesh gives what problems() gives pair by pair, on a fleet where nodes differ
     (one lacks the cluster key, one has a stale entry, one is not authorized, node names
     that contain each other), while calling problems() once per target per distinct state."""
-    from nodeprep.ops import checks
+    from nodeprep.ops.verify import checks
     n = 12
     hosts = [SimpleNamespace(name=f"worker-{i}", port=22) for i in range(n)]
     keys = {h.name: f"{HOSTB}{i}" for i, h in enumerate(hosts)}

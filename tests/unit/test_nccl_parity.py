@@ -1,4 +1,4 @@
-"""verify-parity's NCCL keys (ops/checks.py): the libnccl each node's torch really maps (from the
+"""verify-parity's NCCL keys (ops/verify/checks.py): the libnccl each node's torch really maps (from the
 probe) and what NCCL's own log said in --collective, as parity keys among GPU nodes only,
 absent (never None) where torch is a CPU build or NCCL never ran; and the checks on them."""
 from __future__ import annotations
@@ -7,8 +7,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from nodeprep.engine import facts as F
-from nodeprep.engine.facts import ncclrt
-from nodeprep.ops import checks, nccllog
+from nodeprep.nodeside import nccl_probe
+from nodeprep.ops.verify import checks
+from nodeprep.ops.verify import nccllog
 
 V = {"venv_path": "/home/u/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh"}
 CPU_TORCH = {"version": "2.13.0+cpu", "cuda": None, "available": False, "arch_list": [], "nccl": None,
@@ -48,8 +49,8 @@ def checks_of(f, fp) -> list[dict]:
 def lib_from(stem: str, versions: dict) -> dict:
     """The probe's nccl_lib for a real maps excerpt (tests/facts/nccl_maps), versions given."""
     text = (Path(__file__).parents[1] / "facts" / "nccl_maps" / f"{stem}.maps").read_text()
-    found = ncclrt.mapped("\n".join(ln for ln in text.splitlines() if not ln.startswith("#")))
-    return ncclrt.describe(found, lambda path: versions[path])
+    found = nccl_probe.mapped("\n".join(ln for ln in text.splitlines() if not ln.startswith("#")))
+    return nccl_probe.describe(found, lambda path: versions[path])
 
 
 def test_cpu_build_has_no_nccl_keys_at_all():

@@ -1,4 +1,4 @@
-"""NCCL's own log, as `verify-parity --collective` reads it (ops/nccllog.py): real excerpts of
+"""NCCL's own log, as `verify-parity --collective` reads it (ops/verify/nccllog.py): real excerpts of
 NCCL 2.4 to 2.29 with and without a net plugin in tests/facts/nccl_log/ (each names its source
 thread and the answer expected), the ranks' lines as the supervisor hands them (node, rank),
 and the table the collective prints."""
@@ -11,7 +11,7 @@ import pytest
 
 from nodeprep.cli import render
 from nodeprep.commands import collective
-from nodeprep.ops import nccllog
+from nodeprep.ops.verify import nccllog
 
 LOGS = sorted((Path(__file__).parents[1] / "facts" / "nccl_log").glob("*.log"))
 

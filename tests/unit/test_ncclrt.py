@@ -1,5 +1,5 @@
-"""Which libnccl a process really maps (engine/facts/ncclrt.py, run on the nodes inside the torch
-probe, and its copy in the health payload): /proc/<pid>/maps excerpts in tests/facts/nccl_maps/
+"""Which libnccl a process really maps (nodeside/nccl_probe.py, run on the nodes inside the torch
+probe, and beside the health payload): /proc/<pid>/maps excerpts in tests/facts/nccl_maps/
 (each names its source and the answer expected), the decisions on what was found, and, where
 the real NCCL library can be had (the nvidia-nccl-cu12 wheel from PyPI, cached under /tmp),
 the probe's own code reading its version from a live process: no GPU is needed for that."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,16 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.engine.facts import ncclrt
+from nodeprep.nodeside import nccl_probe
 from nodeprep.engine.facts.python import TORCH_PY, TorchIn, _bare_source, _torch_build, _torch_script
-from nodeprep.ops.payloads import BUILTIN
+from nodeprep.nodeside import BUILTIN, NCCL_PROBE
+from nodeprep.ops.train import jobs
 from tests.unit import test_launchers
 
 MAPS = sorted((Path(__file__).parents[1] / "facts" / "nccl_maps").glob("*.maps"))
 CACHE = Path("/tmp/nodeprep-nccl")          # the real libnccl, fetched once per machine
 WHEEL = "nvidia-nccl-cu12==2.21.5"
 torch_python = test_launchers.torch_python    # the CPU torch venv (torch 2.13.0+cpu), a fixture
-SHIPPED = _bare_source(Path(ncclrt.__file__))  # what the probe sends: ncclrt without docstrings
+SHIPPED = _bare_source(NCCL_PROBE)  # what the probe sends: nccl_probe.py without docstrings
 
 
 def case(path: Path) -> tuple[str, dict]:
@@ -41,11 +41,11 @@ def case(path: Path) -> tuple[str, dict]:
 def test_mapped_libraries_of_real_maps(path):
     text, expect = case(path)
     assert text.strip(), "no maps lines"
-    assert ncclrt.mapped(text) == expect
+    assert nccl_probe.mapped(text) == expect
 
 
 def test_the_corpus_covers_every_case():
-    found = [ncclrt.mapped(case(p)[0]) for p in MAPS]
+    found = [nccl_probe.mapped(case(p)[0]) for p in MAPS]
     assert any(f["nccl"] and "/nvidia/nccl/lib/" in f["nccl"][0] for f in found)      # pip wheel
     assert any(f["nccl"] and f["nccl"][0].startswith("/opt/") for f in found)          # custom
     assert any(f["net"] for f in found)                                                # plugin
@@ -53,32 +53,32 @@ def test_the_corpus_covers_every_case():
     assert any(f == {"nccl": [], "net": [], "torch_cuda": None} for f in found)        # CPU
 
 
-def _health_copy():
-    """health.py's own mapped_nccl (it ships alone), compiled from its source."""
+def test_the_health_payload_has_no_copy_of_the_probe():
+    """One copy of the probe: health.py imports nccl_probe (shipped beside it) and parses no
+    maps of its own."""
     tree = ast.parse(BUILTIN["health"].read_text())
-    keep = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "mapped_nccl" or
-            isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "_NCCL_SO" for t in n.targets)]
-    assert len(keep) == 2
-    ns = {"re": re}
-    exec(compile(ast.Module(body=keep, type_ignores=[]), "health.py", "exec"), ns)
-    return ns["mapped_nccl"]
+    defs = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert not defs & {"mapped", "mapped_nccl", "lib_version", "version_name", "describe"}
+    assert any(isinstance(n, ast.Import) and [a.name for a in n.names] == ["nccl_probe"]
+               for n in ast.walk(tree))
 
 
-@pytest.mark.parametrize("path", MAPS, ids=[p.stem for p in MAPS])
-def test_health_payload_copy_gives_the_same_answers(path):
-    text, expect = case(path)
-    assert _health_copy()(text) == expect == ncclrt.mapped(text)
+def test_train_ships_the_probe_beside_the_health_payload():
+    root, script = jobs.resolve_payload("health")
+    assert jobs.local_files(root, script) == {"health.py": BUILTIN["health"], "nccl_probe.py": NCCL_PROBE}
+    root, script = jobs.resolve_payload("ddp")
+    assert jobs.local_files(root, script) == {"ddp.py": BUILTIN["ddp"]}
 
 
 @pytest.mark.parametrize("code,name", [(22105, "2.21.5"), (22703, "2.27.3"), (21903, "2.19.3"),
                                        (20906, "2.9.6"), (2804, "2.8.4"), (2408, "2.4.8")])
 def test_version_codes(code, name):
     # NCCL_VERSION_CODE: major*10000+minor*100+patch from 2.9 on, major*1000+minor*100+patch before
-    assert ncclrt.version_name(code) == name
+    assert nccl_probe.version_name(code) == name
 
 
 def found_in(stem: str) -> dict:
-    return ncclrt.mapped(case(next(p for p in MAPS if p.stem == stem))[0])
+    return nccl_probe.mapped(case(next(p for p in MAPS if p.stem == stem))[0])
 
 
 def fake_versions(table: dict):
@@ -93,40 +93,40 @@ def fake_versions(table: dict):
 
 def test_describe_one_library():
     found = found_in("opt_nccl_via_ld_library_path")
-    got = ncclrt.describe(found, fake_versions({"/opt/nccl/lib/libnccl.so.2.21.5": "2.21.5"}))
+    got = nccl_probe.describe(found, fake_versions({"/opt/nccl/lib/libnccl.so.2.21.5": "2.21.5"}))
     assert got == {"path": "/opt/nccl/lib/libnccl.so.2.21.5", "version": "2.21.5"}
 
 
 def test_describe_two_libraries_names_both():
     found = found_in("two_libnccl_mapped")
     a, b = found["nccl"]
-    got = ncclrt.describe(found, fake_versions({a: "2.21.5", b: "2.18.1"}))
+    got = nccl_probe.describe(found, fake_versions({a: "2.21.5", b: "2.18.1"}))
     assert got == {"path": a, "version": "2.21.5", "also": [{"path": b, "version": "2.18.1"}]}
 
 
 def test_describe_library_without_ncclgetversion_is_a_finding():
     found = found_in("torch_bundled_libnccl_so_1")
     path = found["nccl"][0]
-    got = ncclrt.describe(found, fake_versions({path: AttributeError("undefined symbol: ncclGetVersion")}))
+    got = nccl_probe.describe(found, fake_versions({path: AttributeError("undefined symbol: ncclGetVersion")}))
     assert got == {"path": path, "version_error": "AttributeError: undefined symbol: ncclGetVersion"}
 
 
 def test_describe_static_nccl_inside_libtorch_cuda():
     tc = "/usr/local/lib/python3.8/dist-packages/torch/lib/libtorch_cuda.so"
     found = {"nccl": [], "net": [], "torch_cuda": tc}
-    assert ncclrt.describe(found, fake_versions({tc: "2.14.3"})) == {
+    assert nccl_probe.describe(found, fake_versions({tc: "2.14.3"})) == {
         "path": "static (in libtorch_cuda.so)", "static": True, "version": "2.14.3"}
     # not exported: nothing invented, and no error either (the build's NCCL is the one it runs)
-    assert ncclrt.describe(found, fake_versions({tc: AttributeError("no symbol")})) == {
+    assert nccl_probe.describe(found, fake_versions({tc: AttributeError("no symbol")})) == {
         "path": "static (in libtorch_cuda.so)", "static": True}
 
 
 def test_describe_nothing_mapped():
-    assert ncclrt.describe({"nccl": [], "net": [], "torch_cuda": None}, fake_versions({})) == {
+    assert nccl_probe.describe({"nccl": [], "net": [], "torch_cuda": None}, fake_versions({})) == {
         "path": "none mapped"}
 
 
-def test_probe_sends_ncclrt_stdlib_only_and_unchanged_in_meaning():
+def test_probe_sends_nccl_probe_stdlib_only_and_unchanged_in_meaning():
     imports = {a.name.split(".")[0] for n in ast.walk(ast.parse(SHIPPED)) if isinstance(n, ast.Import)
                for a in n.names} | {n.module.split(".")[0] for n in ast.walk(ast.parse(SHIPPED))
                                     if isinstance(n, ast.ImportFrom)}
@@ -245,10 +245,15 @@ def test_probe_of_a_cpu_build_has_no_libnccl(torch_python, tmp_path):
 
 
 def test_health_payload_names_the_loaded_libnccl(torch_python, real_libnccl, tmp_path):
-    """health.py's own copy, in the CPU torch venv, with the real libnccl loaded by soname."""
+    """health.py as `train` ships it (with nccl_probe.py beside it in the job directory), in the
+    CPU torch venv, with the real libnccl loaded by soname."""
     d = nccl_dir(tmp_path, real_libnccl)
+    job = tmp_path / "job"
+    job.mkdir()
+    for name, src in jobs.local_files(*jobs.resolve_payload("health")).items():
+        shutil.copy(src, job / name)
     code = ("import ctypes, importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('health', {str(BUILTIN['health'])!r})\n"
+            f"spec = importlib.util.spec_from_file_location('health', {str(job / 'health.py')!r})\n"
             "health = importlib.util.module_from_spec(spec); spec.loader.exec_module(health)\n"
             "print(health.nccl_runtime())\n"
             "ctypes.CDLL('libnccl.so.2')\n"

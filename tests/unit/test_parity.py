@@ -4,7 +4,7 @@ import pytest
 
 from nodeprep.errors import InputError
 from nodeprep.cli.parity_text import render
-from nodeprep.ops.parity import (Drift, Group, Report, against_baseline, baseline_read, compare,
+from nodeprep.ops.verify.parity import (Drift, Group, Report, against_baseline, baseline_read, compare,
                                  fingerprint_file_write, severity_of)
 
 BASE = {"python.version": "3.11.9", "pkg.numpy": "1.26.4", "torch.version": "2.5.1+cu124",

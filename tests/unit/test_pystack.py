@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from nodeprep.ops import roles
+from nodeprep.ops.provision import roles
 from nodeprep.settings import find_project
 
 ROLES = find_project() / "roles"
 from nodeprep.errors import InputError
-from nodeprep.ops.wheelhouse import Platform, read_requirements
+from nodeprep.ops.pystack.wheelhouse import Platform, read_requirements
 
 
 def test_requirements_must_be_pinned(tmp_path):

@@ -1,4 +1,4 @@
-"""The decisions of the rank watch (ops/rankwatch.py) from recorded watcher ticks: which event
+"""The decisions of the rank watch (ops/train/rankwatch.py) from recorded watcher ticks: which event
 stops the job, which is its root cause, what is a consequence, one prefix per line."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import signal
 import time
 
 from nodeprep.commands.supervise import RunSpec, launch_script, watch_script
-from nodeprep.ops.rankwatch import RankWatch, describe_rc
+from nodeprep.ops.train.rankwatch import RankWatch, describe_rc
 
 LAYOUT = [["worker-0", 2], ["worker-1", 2]]
 
@@ -158,7 +158,7 @@ def test_srun_task_labels_are_taken_off_launcher_lines():
 
 
 def test_job_process_and_gpu_app_parsers_on_real_formats():
-    from nodeprep.ops import jobs
+    from nodeprep.ops.train import jobs
     procs = jobs.JOB_PROCESSES.parse("4242\t20261123-abc\t/v/bin/python -u rank.py ddp.py \n"
                                      "bad line\n77\tother\tsleep 300\n", 0)
     assert [p["pid"] for p in procs] == [4242, 77]

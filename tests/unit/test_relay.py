@@ -10,8 +10,8 @@ import pytest
 
 from nodeprep.commands.provision import _fleet_work, _passes
 from nodeprep.engine.steps import Check, Step
-from nodeprep.ops import relay
-from nodeprep.ops.relay import Chain, Login, Want, plan
+from nodeprep.ops.pystack import relay
+from nodeprep.ops.pystack.relay import Chain, MeshLogin, Want, plan
 
 X86, ARM = "cp311-x86_64-glibc2.36", "cp311-aarch64-glibc2.36"
 ORDER = [f"n{i}" for i in range(8)]
@@ -58,7 +58,7 @@ def test_fallback_decisions(verified, bad, error, push, why):
     assert relay.fallback(["a.whl", "b.whl"], verified, bad, error) == (push, why)
 
 
-HOSTILE = Login("10.0.0.1; touch /tmp/pwned", 2222, "u$(id)")
+HOSTILE = MeshLogin("10.0.0.1; touch /tmp/pwned", 2222, "u$(id)")
 
 
 def test_hops_log_in_with_pinned_keys_only_and_quote_inventory_values():
@@ -84,7 +84,7 @@ def test_the_master_connection_is_pinned_quoted_and_never_holds_the_controller()
 def test_last_hop_only_stores_and_source_streams_its_copy():
     last = relay.hop_script("n2", "/wh", None, "abc", 60)
     assert "ssh" not in last and "tar -xf - -C /wh/.relay" in last
-    src = relay.source_script("/wh", ["a b.whl", "c.whl"], ("n1", Login("10.0.0.2", 22, None)), "abc", 60)
+    src = relay.source_script("/wh", ["a b.whl", "c.whl"], ("n1", MeshLogin("10.0.0.2", 22, None)), "abc", 60)
     assert "tar -cf - -- 'a b.whl' c.whl |" in src and " -l " not in src
     subprocess.run(["sh", "-n"], input=src, text=True, check=True)
 
@@ -173,7 +173,7 @@ def test_sbcast_unpack_script_for_real_with_a_hostile_path(tmp_path):
     what an earlier try left), every value quoted (a path with a quote and a $ in it)."""
     import subprocess
     import tarfile
-    from nodeprep.ops import wheelcast
+    from nodeprep.ops.pystack import wheelcast
     src = tmp_path / "src"
     src.mkdir()
     (src / "a-1.0-py3-none-any.whl").write_bytes(b"wheel")

@@ -1,4 +1,4 @@
-"""The relay hop program (ops/relay_hop.py) for real: python3 -I -S -c with the text relay.py
+"""The relay hop program (nodeside/relay_hop.py) for real: python3 -I -S -c with the text relay.py
 sends, a tar stream on stdin from every writer a chain meets (Python's tarfile as the
 controller writes it, GNU tar as a holding node does, pax and ustar), the next node as a fifo.
 It must store exactly the files, list each one's sha256, pass on every byte, refuse what is
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.ops import relay, relay_hop
+from nodeprep.ops.pystack import relay
+from nodeprep.nodeside import relay_hop
 
 LONG = "nvidia_cusparse_cu12-12.1.0.106-py3-none-manylinux1_x86_64.manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
 FILES = {"a.whl": os.urandom(70_000), LONG: os.urandom(1_500_000), "empty.whl": b"",
@@ -252,7 +253,7 @@ def test_a_hop_whose_store_dies_at_once_still_ends(tmp_path):
     home = tmp_path / "home"
     (home / ".nodeprep").mkdir(parents=True)
     script = home / ".nodeprep" / "relay-tok.sh"
-    script.write_text(relay.hop_script("n0", str(tmp_path / "wh"), ("n1", relay.Login("10.0.0.2", 22, None)),
+    script.write_text(relay.hop_script("n0", str(tmp_path / "wh"), ("n1", relay.MeshLogin("10.0.0.2", 22, None)),
                                        "tok", 60))
     p = subprocess.run(["/bin/sh", str(script)], input=tar_bytes(FILES), capture_output=True,
                        env={"HOME": str(home), "PATH": str(bin_)}, timeout=30)

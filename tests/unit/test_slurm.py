@@ -1,4 +1,4 @@
-"""The Slurm transport's pure parts (engine/slurm.py) and its batching (engine/slurmrun.py):
+"""The Slurm transport's pure parts (engine/transports/slurm.py) and its batching (engine/transports/slurmrun.py):
 the bundle is run for real by /bin/sh once per stand-in node (SLURMD_NODENAME set as slurmd
 sets it) and its lines labelled as `srun --label` labels them, so the fencing, the dedupe,
 the per-node answers, a forged marker and a task that died are checked end to end without a
@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from nodeprep.engine import slurm, slurmrun
-from nodeprep.engine.executor import CmdResult
+from nodeprep.engine.transports import slurm
+from nodeprep.engine.transports import slurmrun
+from nodeprep.engine.session import CmdResult
 from nodeprep.errors import InputError
 
 TOKEN = "0123456789abcdef"

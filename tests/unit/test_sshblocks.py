@@ -1,5 +1,5 @@
 """The controller's ssh config: which Host aliases other inventories' blocks and the user's own
-entries define, and which of ours collide (ops/sshblocks.py), end to end through the ssh_config
+entries define, and which of ours collide (ops/ssh/config_blocks.py), end to end through the ssh_config
 role's validate on a real file."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from nodeprep.commands.options import ProvisionOptions
 from nodeprep.commands.provision import validated
 from nodeprep.engine.events import Events
 from nodeprep.errors import InputError
-from nodeprep.ops import sshblocks
+from nodeprep.ops.ssh import config_blocks
 from nodeprep.settings import Settings
 
 BEGIN = "# BEGIN nodeprep hosts {} (managed: edits inside this block are replaced)"
@@ -37,7 +37,7 @@ CONFIG = "\n".join([
 
 
 def test_defined_reads_blocks_and_the_users_entries():
-    found = sshblocks.defined(CONFIG, "cfg", own="mine")
+    found = config_blocks.defined(CONFIG, "cfg", own="mine")
     assert [(d.hostname, d.port, d.where) for d in found["worker-1"]] == [
         ("10.1.0.11", 2222, "cfg:9 (the block of inventory 'clusterA')")]
     assert found["mybox"][0].hostname == "192.168.1.5" and found["mybox"][0].where == "cfg:3"
@@ -54,7 +54,7 @@ def test_defined_reads_blocks_and_the_users_entries():
     (("lab-worker-0", "10.2.0.10", 22), None),         # a prefixed alias is another name
 ])
 def test_conflicts(wanted, clash):
-    got = sshblocks.conflicts([(*wanted, "inv.yml:3")], CONFIG, "cfg", own="mine")
+    got = config_blocks.conflicts([(*wanted, "inv.yml:3")], CONFIG, "cfg", own="mine")
     if clash is None:
         assert got == []
     else:
@@ -62,19 +62,19 @@ def test_conflicts(wanted, clash):
 
 
 def test_own_block_is_not_a_conflict():
-    assert sshblocks.conflicts([("worker-0", "10.2.0.10", 22, "x")], CONFIG, "cfg", "clusterA") == []
+    assert config_blocks.conflicts([("worker-0", "10.2.0.10", 22, "x")], CONFIG, "cfg", "clusterA") == []
 
 
 @pytest.mark.parametrize("value,written", [("10.0.0.1", "10.0.0.1"), ("fe80::1%eth0", "fe80::1%%eth0"),
                                            ("/k/my key", '"/k/my key"')])
 def test_word(value, written):
-    assert sshblocks.word(value) == written
+    assert config_blocks.word(value) == written
 
 
 def test_word_refuses_what_ssh_config_cannot_hold():
     for bad in ('a"b', "a\nb"):
         with pytest.raises(ValueError):
-            sshblocks.word(bad)
+            config_blocks.word(bad)
 
 
 def _inventory(tmp_path, prefix=None):

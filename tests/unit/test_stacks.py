@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.ops.stacks import Frame, Thread, culprits, in_library, main_thread, parse, waits_in, where
+from nodeprep.ops.train.tracebacks import Frame, Thread, culprits, in_library, main_thread, parse, waits_in, where
 
 DATA = Path(__file__).resolve().parent / "data" / "stacks"
 PYLIB = "/root/.pyenv/versions/3.11.7/lib/python3.11"
-RANK_PY = "/work/main/src/nodeprep/ops/payloads/rank.py"
+RANK_PY = "/work/main/src/nodeprep/ops/payloads/rank.py"   # where the recordings ran it (its path then)
 
 
 def text(name: str) -> str:

@@ -8,8 +8,8 @@ import pytest
 
 from nodeprep.commands.common import parse_sets
 from nodeprep.settings import find_project
-from nodeprep.ops import ncclenv
-from nodeprep.ops import roles
+from nodeprep.ops.launchenv import ncclenv
+from nodeprep.ops.provision import roles
 from nodeprep.engine import steps
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.redact import Redactor, is_secret

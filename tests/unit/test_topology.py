@@ -11,8 +11,8 @@ from nodeprep.commands.provision import _check_all
 from nodeprep.engine.facts import FILE, IDENTITY, FactValues
 from nodeprep.engine.results import NodeResult, StepResult
 from nodeprep.engine.steps import Check, FileBlock, FileContent, Step, scope_of, with_block
-from nodeprep.ops.roles import Role
-from nodeprep.ops.topology import Topology
+from nodeprep.ops.provision.roles import Role
+from nodeprep.ops.provision.topology import Topology
 
 WORKERS = [f"worker-{i}" for i in range(4)]
 MID = "8e5f2c1a9b3d4e7f8a6b5c4d3e2f1a0b"
@@ -300,7 +300,7 @@ class LocalNode:
     """A node whose scripts run under /bin/sh here, with HOME the directory of its home."""
 
     def __init__(self, name, home: Path, display):
-        self.name, self.home, self.display = name, home, display
+        self.name, self.home, self.events = name, home, display
         self.host = SimpleNamespace(name=name)
         self.result = NodeResult(name)
 
@@ -314,9 +314,9 @@ class LocalNode:
 
 class LocalFleet:
     def __init__(self, homes: dict):
-        self.display = SimpleNamespace(status=lambda *a, **k: None, note=lambda *a: None,
+        self.events = SimpleNamespace(status=lambda *a, **k: None, note=lambda *a: None,
                                        log=lambda *a: None)
-        self.sessions = {n: LocalNode(n, h, self.display) for n, h in homes.items()}
+        self.sessions = {n: LocalNode(n, h, self.events) for n, h in homes.items()}
 
     def map(self, fn, stage, only=None):
         return {n: fn(s) for n, s in self.sessions.items() if only is None or n in only}

@@ -13,9 +13,10 @@ import pytest
 from nodeprep import cli as cli_mod
 from nodeprep.commands.options import TorchPlanOptions
 from nodeprep.engine.facts import gpus
-from nodeprep.ops import torchdata as td, torchplan
+from nodeprep.ops import torchplan
+from nodeprep.ops.torchplan import data as td
 from nodeprep.errors import InputError
-from nodeprep.ops.torchplan import NodeGPU, PlanError, choose, parse_node_spec
+from nodeprep.ops.torchplan.plan import NodeGPU, PlanError, choose, parse_node_spec
 
 
 def cli(torch, nodes, arch, index, json_mode):

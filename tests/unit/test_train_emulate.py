@@ -12,7 +12,7 @@ from nodeprep.commands import train as T
 from nodeprep.commands.options import TrainOptions
 from nodeprep.engine.events import Events
 from nodeprep.engine.facts import FactValues
-from nodeprep.ops import emulate as E
+from nodeprep.ops.train import emulate as E
 from nodeprep.errors import InputError
 
 

@@ -10,7 +10,7 @@ from nodeprep.engine.events import Events
 from nodeprep.engine.facts import FactValues
 from nodeprep.errors import InputError
 from nodeprep.inventory import load
-from nodeprep.ops.topology import Topology, gpu_shares
+from nodeprep.ops.provision.topology import Topology, gpu_shares
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from nodeprep.commands import runs as runs_cmd, train as train_cmd, verify as ve
 from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOptions, ProvisionOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.errors import NodeprepError
-from nodeprep.ops import bundle
+from nodeprep.ops.train import rundir
 from nodeprep.settings import Settings
 
 stdio.install()
@@ -132,7 +132,7 @@ def train_stop(opts: RunsOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def train_logs(opts: RunsOptions, settings: Settings = Settings()) -> int:
-    path = bundle.find(settings.runs, opts.run)
+    path = rundir.find(settings.runs, opts.run)
     offsets: dict = {}
     while True:
         for label, line in runs_cmd.log_lines(path, opts.node, opts.rank, offsets):

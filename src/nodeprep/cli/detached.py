@@ -73,9 +73,9 @@ class _FileEvents:
 def main(run_dir: str) -> int:
     from nodeprep.commands.common import select_hosts
     from nodeprep.commands.supervise import RunSpec, Supervisor
-    from nodeprep.engine.executor import Fleet
+    from nodeprep.engine.fleet import Fleet
     from nodeprep.engine.results import RunLog
-    from nodeprep.ops import bundle as bundlemod
+    from nodeprep.ops.train import rundir as bundlemod
 
     path = Path(run_dir)
     settings = Settings(**json.loads((path / "settings.json").read_text()))

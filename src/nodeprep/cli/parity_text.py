@@ -1,4 +1,4 @@
-"""A parity report (ops/parity.py) as text, the way clubak shows grouped output: each differing
+"""A parity report (ops/verify/parity.py) as text, the way clubak shows grouped output: each differing
 key, then one line per group of nodes that share a value (`  worker-[0-1]  1.26.4`), failed
 checks, unreachable nodes, and always one verdict line."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from nodeprep.inventory.nodeset import fold
-from nodeprep.ops.parity import SEVERITIES, Report, canon
+from nodeprep.ops.verify.parity import SEVERITIES, Report, canon
 
 _MAX_LINE = 120      # longer values are cut: a parity report is read, not diffed
 _MAX_LINES = 12      # lines of a multi-line value shown before "…"

@@ -16,9 +16,10 @@ from nodeprep.commands.options import TrainOptions
 from nodeprep.commands.train import Job, supervise
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
-from nodeprep.engine.executor import Fleet
+from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
-from nodeprep.ops import bundle, nccllog
+from nodeprep.ops.train import rundir
+from nodeprep.ops.verify import nccllog
 from nodeprep.errors import NodeprepError
 from nodeprep.settings import Settings
 
@@ -42,7 +43,7 @@ def by_node(seen: list[tuple[str, str]]) -> dict[str, dict]:
     NCCL's log said on each node (nccllog.parse); nodes where it said nothing are left out."""
     lines: dict[str, list[str]] = {}
     for prefix, text in seen:
-        lines.setdefault(bundle.split_prefix(prefix)[0], []).append(text)
+        lines.setdefault(rundir.split_prefix(prefix)[0], []).append(text)
     parsed = {node: nccllog.parse(texts) for node, texts in lines.items()}
     return {node: got for node, got in parsed.items() if got}
 
@@ -90,7 +91,7 @@ def collective(opts: TrainOptions, settings: Settings, events: Events) -> dict:
     lines = _Lines(events)
     try:
         job = Job(opts, inv, hosts, lines)
-        run_dir = bundle.run_path(settings.runs, job.id)
+        run_dir = rundir.run_path(settings.runs, job.id)
         with Fleet(hosts, settings, "collective", lines, runlog=RunLog(run_dir)) as fleet:
             job.prepare(fleet)
             spec = job.spec(settings)

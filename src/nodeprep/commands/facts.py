@@ -8,7 +8,7 @@ from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import FactsOptions
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
-from nodeprep.engine.executor import Fleet
+from nodeprep.engine.fleet import Fleet
 from nodeprep.settings import Settings
 
 

@@ -1,5 +1,5 @@
 """What `train` checks before anything starts (commands/train.Job.prepare calls these): the
-launch contract (ops/contract.py: programs on the non-interactive PATH, ~/.deepspeed_env, the
+launch contract (ops/train/contract.py: programs on the non-interactive PATH, ~/.deepspeed_env, the
 master port reachable from every node), the ssh mesh from the head, and processes of earlier
 jobs still running (refused, or stopped with --kill-stale)."""
 from __future__ import annotations
@@ -7,12 +7,14 @@ from __future__ import annotations
 from nodeprep.engine import facts as factmod
 from nodeprep.errors import NodeprepError
 from nodeprep.inventory.nodeset import fold
-from nodeprep.ops import contract, dsenv, jobs
-from nodeprep.ops.mesh import mesh_script, parse_mesh
+from nodeprep.ops.train import contract
+from nodeprep.ops.launchenv import dsenv
+from nodeprep.ops.train import jobs
+from nodeprep.ops.ssh.logins import mesh_script, parse_mesh
 
 
 def contract_problems(job, got: dict, names: list[str]) -> list[str]:
-    """ops/contract.py: programs on the non-interactive PATH, ~/.deepspeed_env."""
+    """ops/train/contract.py: programs on the non-interactive PATH, ~/.deepspeed_env."""
     head, opts = job.head.name, job.opts
     problems = contract.missing_programs(opts.launcher, opts.ds_launcher,
                                          {n: got[n][contract.PROGRAMS] for n in names}, head)

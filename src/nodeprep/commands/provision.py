@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from nodeprep.commands.common import parse_sets, select_hosts
 from nodeprep.commands.options import ProvisionOptions
 from nodeprep.engine import facts as factmod
-from nodeprep.engine import slurmrun
+from nodeprep.engine.transports import slurmrun
 from nodeprep.engine.events import Events
-from nodeprep.engine.executor import Fleet
+from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.locks import Lock, Locks, Owner
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import Step, action_for
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.inventory.nodeset import fold
-from nodeprep.ops import roles as rolemod
-from nodeprep.ops.topology import Topology
+from nodeprep.ops.provision import roles as rolemod
+from nodeprep.ops.provision.topology import Topology
 from nodeprep.redact import Redactor, is_secret
 from nodeprep.settings import Settings
 
@@ -107,7 +107,7 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
     for i, (st, _c) in enumerate(differ):
         if st.before is None:
             continue
-        session.display.status(session.name, "apply", "running", f"upload for {st.role}: {st.name}")
+        session.events.status(session.name, "apply", "running", f"upload for {st.role}: {st.name}")
         try:
             st.before(session, facts)
         except (OSError, NodeprepError) as e:   # an upload failed: nothing after it runs
@@ -132,7 +132,7 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
     def progress(line: str):   # the live display shows the step the node is in now
         i = marks.get(line)
         if i is not None:
-            session.display.status(session.name, "apply", "running",
+            session.events.status(session.name, "apply", "running",
                                    f"step {i + 1}/{len(names)}: {names[i]}")
     r = session.run(apply_script(changes, rereads, token),
                     label=f"apply {len(changes)} step(s): " + ", ".join(s.name for s, _ in changes)[:250],

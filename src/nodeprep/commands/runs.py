@@ -1,5 +1,5 @@
 """`train.status`, `train.logs`, `train.stop`: training runs as the controller's run directory
-records them (ops/bundle.py), checked against the nodes (the job's processes on each)."""
+records them (ops/train/rundir.py), checked against the nodes (the job's processes on each)."""
 from __future__ import annotations
 
 import os
@@ -12,10 +12,11 @@ from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import RunsOptions
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
-from nodeprep.engine.executor import Fleet
+from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import InputError
-from nodeprep.ops import bundle as bundlemod, jobs
+from nodeprep.ops.train import rundir as bundlemod
+from nodeprep.ops.train import jobs
 from nodeprep.settings import Settings
 
 

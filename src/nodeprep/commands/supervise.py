@@ -7,7 +7,7 @@ to the terminal or as a detached supervisor (`train --detach`, cli/detached.py):
 3. Until every launcher ended: on the first abnormal event, on --hang-timeout (after dumping
    every rank's stack), on --timeout, Ctrl-C or `train.stop`: stop every rank on every node
    (TERM, KILL after 5 s), collect the last exits, stop the watchers.
-4. Check every node for processes of the job left behind, write the bundle (ops/bundle.py).
+4. Check every node for processes of the job left behind, write the bundle (ops/train/rundir.py).
 """
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass, field
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.remote import stop_tagged_script
-from nodeprep.ops import bundle as bundlemod, jobs
-from nodeprep.ops.jobs import JOB_VAR
-from nodeprep.ops.rankwatch import RankWatch, describe_rc
+from nodeprep.ops.train import rundir as bundlemod
+from nodeprep.ops.train import jobs
+from nodeprep.ops.train.jobs import JOB_VAR
+from nodeprep.ops.train.rankwatch import RankWatch, describe_rc
 from nodeprep.redact import MASK, is_secret
 
 WATCH_VAR = "NODEPREP_WATCH"
@@ -190,15 +191,15 @@ class Supervisor:
             time.sleep(STACK_WAIT)
 
     def _culprit(self) -> tuple[list[int], str]:
-        from nodeprep.ops import stacks
+        from nodeprep.ops.train import tracebacks
         with self.lock:
             texts = {r.rank: "\n".join(self.watch.stacks.get(r.rank, [])) for r in self.watch.alive()}
         frames = {}
         for rank, text in texts.items():
-            dumps = stacks.parse(text)
-            main = stacks.main_thread(dumps[-1]) if dumps else None
+            dumps = tracebacks.parse(text)
+            main = tracebacks.main_thread(dumps[-1]) if dumps else None
             frames[rank] = main.frames if main else None
-        return stacks.culprits(frames)
+        return tracebacks.culprits(frames)
 
     # -- the loop ----------------------------------------------------------------------------
     def _verdict(self, deadline: float | None) -> str | None:

@@ -4,7 +4,7 @@ Pick the torch wheel (CUDA variant) for every node, one answer per CPU platform,
 same torch release: each GPU's generation must run on its own driver (Blackwell R570+), then per
 platform the wheels published for it, runnable by its oldest driver, compiled for every GPU
 there (PTX only where the wheel carries it); a variant that fits every platform wins, newest
-first (ops/torchplan.py). The result is per platform the variant, the exact pip pin with its
+first (ops/torchplan/plan.py). The result is per platform the variant, the exact pip pin with its
 index URL, whether it runs by minor-version compatibility, and why the other variants were
 dropped; or the node that blocks, why, and what would fix it (a supported driver branch, or
 released torch versions that fit). `--explain` adds the table rows and rule steps, with sources.

@@ -1,7 +1,7 @@
 """`invoke train`: sync the job directory (and the rank wrapper and watcher) to the same absolute
 path on every node, preflight what makes launches hang (earlier jobs still running included),
 and build each launcher's command around the rank wrapper; commands/supervise.py runs and
-watches it (ops/jobs.py: how a job's processes are found and stopped)."""
+watches it (ops/train/jobs.py: how a job's processes are found and stopped)."""
 from __future__ import annotations
 
 import posixpath
@@ -15,14 +15,19 @@ from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
-from nodeprep.engine.executor import Fleet
+from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.commands.supervise import Outcome, RunSpec, redacted_env
-from nodeprep.ops import bundle as bundlemod, contract, emulate, jobs, launchers, pystack
-from nodeprep.ops.jobs import JOB_VAR
+from nodeprep.ops import pystack
+from nodeprep.ops.train import rundir as bundlemod
+from nodeprep.ops.train import contract
+from nodeprep.ops.train import emulate
+from nodeprep.ops.train import jobs
+from nodeprep.ops.train import launchers
+from nodeprep.ops.train.jobs import JOB_VAR
 from nodeprep.inventory.nodeset import fold
-from nodeprep.ops.topology import Topology, gpu_shares
+from nodeprep.ops.provision.topology import Topology, gpu_shares
 from nodeprep.settings import Settings
 
 

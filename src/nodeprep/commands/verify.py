@@ -1,8 +1,8 @@
 """`invoke verify-parity`: one batched probe per node (all nodes in parallel), turned into a
-flat fingerprint per node (ops/checks.py), compared by ops/parity.py, plus the checks that
+flat fingerprint per node (ops/verify/checks.py), compared by ops/verify/parity.py, plus the checks that
 catch hangs before a launch and the ssh mesh (real logins from the head, every pair on paper).
 
-Beyond 4 nodes the probes ride the head's mesh logins (engine/fanout.py): one connection from
+Beyond 4 nodes the probes ride the head's mesh logins (engine/transports/fanout.py): one connection from
 here, N logins in all. A node the head cannot reach, or whose answer came back broken, is
 probed over its own connection."""
 from __future__ import annotations
@@ -14,13 +14,17 @@ from nodeprep.commands import collective as collmod
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions, VerifyOptions
 from nodeprep.engine import facts as factmod
-from nodeprep.engine import fanout, hostkeys, slurmrun
+from nodeprep.engine import hostkeys
+from nodeprep.engine.transports import fanout
+from nodeprep.engine.transports import slurmrun
 from nodeprep.engine.events import Events
-from nodeprep.engine.executor import Fleet
+from nodeprep.engine.fleet import Fleet
 from nodeprep.inventory import nodeset
-from nodeprep.ops import checks, meshcheck, parity
-from nodeprep.ops.mesh import fans_out, mesh_collect, mesh_pairs, mesh_start, parse_mesh
-from nodeprep.ops.topology import Topology
+from nodeprep.ops.verify import checks
+from nodeprep.ops.ssh import paper_mesh
+from nodeprep.ops.verify import parity
+from nodeprep.ops.ssh.logins import fans_out, mesh_collect, mesh_pairs, mesh_start, parse_mesh
+from nodeprep.ops.provision.topology import Topology
 from nodeprep.settings import Settings
 
 
@@ -111,14 +115,14 @@ class Gather:
         return {n: g for n, g in got.items() if g.facts is not None}
 
 
-def _mesh_inputs(inv, got: dict, v_of: dict, known) -> meshcheck.PaperMesh:
+def _mesh_inputs(inv, got: dict, v_of: dict, known) -> paper_mesh.PaperMesh:
     """The ssh files each managed node showed, and the controller's pinned keys (parsed once,
     not once per pair)."""
-    paper = {n: meshcheck.NodeFiles({p: g.facts.get(factmod.FILE(p)) for p in meshcheck.FILES})
+    paper = {n: paper_mesh.NodeFiles({p: g.facts.get(factmod.FILE(p)) for p in paper_mesh.FILES})
              for n, g in got.items() if v_of[n].get("ssh_mesh")}
     pinned = {h.name: {k.get_base64() for k in (known.lookup(hostkeys.host_entry(h.address, h.port)) or {}).values()}
               for h in inv.hosts if h.name in paper}
-    return meshcheck.PaperMesh(inv.hosts, paper, pinned)
+    return paper_mesh.PaperMesh(inv.hosts, paper, pinned)
 
 
 def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report:

@@ -29,7 +29,7 @@ _cache: dict[str, tuple] = {}     # path -> (stat stamp, HostKeys, {name: {type:
 _parsing: dict[str, threading.Lock] = {}    # path -> held while one thread parses it
 
 
-def fingerprint(key: paramiko.PKey) -> str:
+def key_fingerprint(key: paramiko.PKey) -> str:
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
@@ -47,7 +47,7 @@ class UnknownHostKey(NodeprepError):
     pass
 
 
-class KnownHosts:
+class PinnedHostKeys:
     """A known_hosts file shared by threads and processes (flock + a process lock)."""
 
     def __init__(self, path: str | os.PathLike):
@@ -199,7 +199,7 @@ class PinningPolicy(paramiko.MissingHostKeyPolicy):
     down), or refuse when `allow_new` is off. Changed keys never reach this policy: paramiko
     raises BadHostKeyException for them before asking it."""
 
-    def __init__(self, store: KnownHosts, allow_new: bool = True, on_pin=None):
+    def __init__(self, store: PinnedHostKeys, allow_new: bool = True, on_pin=None):
         self.store = store
         self.allow_new = allow_new
         self.on_pin = on_pin
@@ -207,7 +207,7 @@ class PinningPolicy(paramiko.MissingHostKeyPolicy):
     def missing_host_key(self, client, hostname, key):
         if not self.allow_new:
             raise UnknownHostKey(
-                f"{hostname}: host key {fingerprint(key)} is not pinned in {self.store.path} and "
+                f"{hostname}: host key {key_fingerprint(key)} is not pinned in {self.store.path} and "
                 "first-contact pinning is off",
                 hint="check the fingerprint on the node, then run with pinning allowed "
                      "(nodeprep.pin_new_host_keys: true) or add it to the known_hosts file")
@@ -216,7 +216,7 @@ class PinningPolicy(paramiko.MissingHostKeyPolicy):
             self.on_pin(hostname, key)
 
 
-def attach(client: paramiko.SSHClient, store: KnownHosts, target: tuple[str, int],
+def attach(client: paramiko.SSHClient, store: PinnedHostKeys, target: tuple[str, int],
            allow_new: bool = True, on_pin=None) -> None:
     """Give a paramiko client (e.g. a Fabric Connection's) the keys pinned for the one
     TARGET (address, port) it connects to, and our policy. Only that host's keys: copying the

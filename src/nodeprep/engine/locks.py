@@ -129,7 +129,7 @@ def try_lock(session, lock: Lock, owner: Owner, max_age: float) -> Owner | None 
     mtime = nums[-2] if len(nums) >= 2 else ""
     if why and mtime and session.run(_takeover_script(lock.path, owner, text, mtime), timeout=30,
                            label=f"take over lock {lock.what}").rc == 0:
-        session.display.note(session.name, f"took over the lock of the {lock.what} ({lock.path}): {why}")
+        session.events.note(session.name, f"took over the lock of the {lock.what} ({lock.path}): {why}")
         return None
     return holder or text or "an unknown holder"
 
@@ -168,7 +168,7 @@ class Locks:
             if not said:
                 lk, holder = next(iter(busy.items()))
                 who = holder.describe() if isinstance(holder, Owner) else str(holder)
-                self.fleet.display.log(f"waiting up to {wait:.0f}s for the {lk.what}: locked by {who}")
+                self.fleet.events.log(f"waiting up to {wait:.0f}s for the {lk.what}: locked by {who}")
                 said = True
             if time.monotonic() >= deadline:
                 lk, holder = next(iter(busy.items()))

@@ -26,7 +26,7 @@ from nodeprep.errors import InputError
 from nodeprep.inventory import nodeset
 from nodeprep.inventory.ini import read_text
 from nodeprep.inventory.sources import Schema, Source, check_var
-from nodeprep.inventory.yamlfile import display
+from nodeprep.inventory.yamlfile import shown_path
 
 _SLOTS = {"slots", "count", "cpu", "cpus"}
 _MAX_SLOTS = {"max_slots", "max-slots", "maxslots", "max_count", "max-count"}
@@ -46,7 +46,7 @@ def _lines(path: Path):
 def sniff(path: Path) -> str:
     """ini, hostfile or nodefile (InputError for an ambiguous or empty file; yaml for one
     that looks like broken YAML); see above."""
-    file, kinds = display(path), {}
+    file, kinds = shown_path(path), {}
     for number, line in _lines(path):
         kinds.setdefault("any", number)
         tokens = line.split()
@@ -76,7 +76,7 @@ def sniff(path: Path) -> str:
 def read_hostfile(src: Source, path: Path, schema: Schema):
     """DeepSpeed, Open MPI/PRRTE and MPICH hostfiles (see the module docstring)."""
     src.kind = "hostfile"
-    file = display(path)
+    file = shown_path(path)
     for number, text in _lines(path):
         head, *tokens = text.split()
         entry = {}
@@ -116,7 +116,7 @@ def read_hostfile(src: Source, path: Path, schema: Schema):
 def read_nodefile(src: Source, path: Path, schema: Schema):
     """PBS/Torque nodefile: a name per CPU slot; the count becomes cpu_slots."""
     src.kind = "nodefile"
-    file = display(path)
+    file = shown_path(path)
     for number, text in _lines(path):
         if len(text.split()) != 1 or not _NAME.match(text):
             raise InputError(f"not a nodefile line: '{text}'",

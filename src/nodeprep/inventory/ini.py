@@ -26,7 +26,7 @@ from pathlib import Path
 from nodeprep.errors import InputError
 from nodeprep.inventory.ansible import add_hosts
 from nodeprep.inventory.sources import Schema, Source, check_var
-from nodeprep.inventory.yamlfile import display, read_input
+from nodeprep.inventory.yamlfile import shown_path, read_input
 
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 _GROUP_NAME = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
@@ -54,13 +54,13 @@ def read_text(path: Path) -> list[str]:
         if bad:
             raise InputError(f"control character #x{ord(bad.group()):02x} in the file",
                              "remove it (an inventory holds printable text only)",
-                             display(path), number)
+                             shown_path(path), number)
     return [line.rstrip("\r") for line in lines]
 
 
 def read_ini(src: Source, path: Path, schema: Schema) -> None:
     src.ansible, src.kind = True, "ansible-ini"
-    file = display(path)
+    file = shown_path(path)
     group, state = "ungrouped", "hosts"
     pending: dict[str, tuple[str, int, list[str]]] = {}   # group -> (state, line, parents)
     for number, raw in enumerate(read_text(path), 1):

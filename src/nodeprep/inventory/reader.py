@@ -20,7 +20,7 @@ from pathlib import Path
 
 from nodeprep.errors import InputError
 from nodeprep.inventory import ansible, hostfiles, ini, sources, sshconfig
-from nodeprep.inventory.yamlfile import LineDict, display, load_yaml
+from nodeprep.inventory.yamlfile import LineDict, shown_path, load_yaml
 
 _NOT_FOUND_HINT = "create it, or use `invoke lab.up` for the local lab"
 _PREFIXES = ("hostfile", "pbs", "nodefile", "slurm", "ini", "yaml", "sshconfig")
@@ -48,7 +48,7 @@ def read(spec: str, schema, root: Path) -> sources.Source:
         return src
     if named:
         raise InputError(f"inventory '{spec}' not found: looked for "
-                         f"{display(root / 'inventory' / spec)}", _NOT_FOUND_HINT)
+                         f"{shown_path(root / 'inventory' / spec)}", _NOT_FOUND_HINT)
     raise InputError(f"inventory '{spec}' not found", "give an inventory name, a directory, "
                      "a file, or one of " + ", ".join(f"{p}:" for p in _PREFIXES))
 
@@ -73,7 +73,7 @@ def _prefixed(spec: str, kind: str, arg: str, schema) -> sources.Source:
                              "run inside a PBS job, or give the file: pbs:PATH")
     path = _expand(arg)
     if not path.is_file():
-        raise InputError("file not found", "check the path", display(path))
+        raise InputError("file not found", "check the path", shown_path(path))
     src = sources.Source(spec, path, path.parent)
     {"hostfile": lambda: hostfiles.read_hostfile(src, path, schema),
      "pbs": lambda: hostfiles.read_nodefile(src, path, schema),
@@ -101,7 +101,7 @@ def read_dir(spec: str, path: Path, schema) -> sources.Source:
     src = sources.Source(spec, path, path)
     kinds = _read_tree(src, path, schema)
     if not kinds:
-        raise InputError(f"no inventory file in {display(path)}", "add a hosts.yml or an "
+        raise InputError(f"no inventory file in {shown_path(path)}", "add a hosts.yml or an "
                          "Ansible inventory (INI or YAML)")
     src.kind = kinds[0] if len(kinds) == 1 else "directory"
     sources.read_side_files(src, path, schema)
@@ -156,7 +156,7 @@ def read_file(src: sources.Source, path: Path, schema, alone: bool) -> None:
 
 def read_yaml(src: sources.Source, path: Path, schema, data=None) -> None:
     data = load_yaml(path) if data is None else data
-    file = display(path)
+    file = shown_path(path)
     if data is None:
         raise InputError("the inventory is empty", "add a hosts: section", file, 1)
     if not isinstance(data, LineDict):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nodeprep.errors import InputError
 from nodeprep.settings import find_project
-from nodeprep.inventory.yamlfile import LineDict, display, load_yaml
+from nodeprep.inventory.yamlfile import LineDict, shown_path, load_yaml
 
 CORE = Path(__file__).with_name("defaults.yml")
 
@@ -59,7 +59,7 @@ def _read(path: Path, core: bool) -> list[VarSpec]:
     data = load_yaml(path)
     if data is None:
         return []
-    shown = display(path)
+    shown = shown_path(path)
     if not isinstance(data, LineDict):
         raise InputError("a defaults file must be a mapping of variable: default",
                          "write one `name: default` per variable", shown,

@@ -14,7 +14,7 @@ from pathlib import Path
 from nodeprep.inventory import nodeset
 from nodeprep.errors import InputError
 from nodeprep.inventory.schema import VarSpec, check_value, normalize
-from nodeprep.inventory.yamlfile import LineDict, LineList, display, load_yaml
+from nodeprep.inventory.yamlfile import LineDict, LineList, shown_path, load_yaml
 
 Vars = dict  # variable -> (value, origin "file:line" or "cli")
 Schema = dict[str, VarSpec]
@@ -284,7 +284,7 @@ def vars_files(folder: Path, name: str) -> list[Path]:
             if exc.errno == errno.ENAMETOOLONG:
                 return []
             raise InputError(f"cannot read: {exc.strerror}", "check the permissions",
-                             display(path)) from None
+                             shown_path(path)) from None
     return []
 
 
@@ -300,7 +300,7 @@ def read_side_files(src: Source, directory: Path, schema: Schema):
         for name in known:
             for path in vars_files(where, name):
                 target.setdefault(name, {}).update(
-                    read_vars(load_yaml(path), schema, display(path), 1, src))
+                    read_vars(load_yaml(path), schema, shown_path(path), 1, src))
         names = set(known)
         for entry in sorted(where.iterdir()):
             stem = entry.name[:len(entry.name) - len(entry.suffix)] if entry.suffix in VARS_EXTENSIONS else None
@@ -309,9 +309,9 @@ def read_side_files(src: Source, directory: Path, schema: Schema):
                 continue
             what = "group" if folder == "group_vars" else "host"
             if src.ansible:
-                src.warn(f"{display(entry)}: no {what} '{stem or entry.name}' in the "
+                src.warn(f"{shown_path(entry)}: no {what} '{stem or entry.name}' in the "
                          "inventory; ignored, as Ansible does")
                 continue
             raise InputError(f"no {what} '{stem or entry.name}' in the inventory",
                              suggest(stem or entry.name, known, "rename the file or remove it"),
-                             display(entry))
+                             shown_path(entry))

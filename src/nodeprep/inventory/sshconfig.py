@@ -17,7 +17,7 @@ from paramiko.ssh_exception import ConfigParseError, CouldNotCanonicalize
 from nodeprep.errors import InputError
 from nodeprep.inventory.ini import read_text
 from nodeprep.inventory.sources import Schema, Source, check_var
-from nodeprep.inventory.yamlfile import display
+from nodeprep.inventory.yamlfile import shown_path
 
 PROXY_KEYS = ("proxyjump", "proxycommand")
 
@@ -41,7 +41,7 @@ def read_sshconfig(src: Source, pattern: str | None, schema: Schema,
                    path: Path | None = None) -> None:
     src.kind = "sshconfig"
     path = path or Path.home() / ".ssh" / "config"
-    file = display(path)
+    file = shown_path(path)
     lines, config = _parse(path, file)
     for name, number in aliases(enumerate(lines, 1)):
         if pattern and not fnmatch.fnmatchcase(name, pattern):

@@ -26,7 +26,7 @@ MAX_VALUES = 1_000_000          # values a document may expand to, aliases follo
 MAX_NESTING = 100               # lists and mappings inside one another
 
 
-def display(path: Path | str) -> str:
+def shown_path(path: Path | str) -> str:
     """How a path is shown in messages: relative to the working directory when inside it."""
     path = Path(path)
     try:
@@ -192,7 +192,7 @@ def read_input(path: Path | str, shown: str | None = None) -> str:
     naming the file: not found, unreadable, or the line and column of a byte that is not
     UTF-8."""
     path = Path(path)
-    shown = shown or display(path)
+    shown = shown or shown_path(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -214,7 +214,7 @@ def read_input(path: Path | str, shown: str | None = None) -> str:
 def load_yaml(path: Path | str):
     """The document in `path` (None for an empty file), or InputError naming file:line."""
     path = Path(path)
-    shown = display(path)
+    shown = shown_path(path)
     text = read_input(path, shown)
     loader = None
     try:

@@ -77,7 +77,7 @@ class UpOptions:
 
 
 @dataclass(frozen=True)
-class Login:
+class SshdAccess:
     """Who may log in to a node's sshd, and where sshd finds their keys (None: the user's own
     ~/.ssh/authorized_keys, the default)."""
     user: str = LAB_USER
@@ -186,7 +186,7 @@ _COMMON = [
 
 
 def sshd_config(node_dir: Path, address: str, port: int = 22, node: str = "",
-                password: bool = False, login: Login = Login()) -> str:
+                password: bool = False, login: SshdAccess = SshdAccess()) -> str:
     """sshd_config for one node. LOGIN: the lab user by default; the non-root fallback gives
     its own user and an authorized_keys file in the lab directory, since its nodes share the
     user's real home and must not touch its ~/.ssh. PASSWORD: this node takes password logins

@@ -16,11 +16,11 @@ import shutil
 import time
 from pathlib import Path
 
-from nodeprep.engine.hostkeys import KnownHosts, host_entry
+from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.settings import Settings
 
 from . import net
-from .config import (LabInfo, LabNode, Login, inventory_path, inventory_text, local_port_base,
+from .config import (LabInfo, LabNode, SshdAccess, inventory_path, inventory_text, local_port_base,
                      node_name, pubkey, sshd_config)
 
 ADDRESS = "127.0.0.1"
@@ -41,7 +41,7 @@ def node_dir(info: LabInfo, index: int) -> Path:
 
 def local_sshd_config(lab: Path, index: int, port: int, user: str) -> str:
     return sshd_config(lab / node_name(index), ADDRESS, port, node=node_name(index),
-                       login=Login(user, lab / "authorized_keys"))
+                       login=SshdAccess(user, lab / "authorized_keys"))
 
 
 def _spawn(name: str, lab: Path, index: int, port: int) -> tuple:
@@ -75,7 +75,7 @@ def up(nodes: int, name: str, settings: Settings, inventory_dir, log) -> LabInfo
     net.keygen([lab / node_name(i) / HOST_KEY for i in range(nodes)])
     starts = [i for i in range(nodes) if _pid(lab / node_name(i)) is None]
     net.wait_banners([_spawn(name, lab, i, base + i) for i in starts])
-    store = KnownHosts(settings.known_hosts)
+    store = PinnedHostKeys(settings.known_hosts)
     for i in range(nodes):
         store.pin(host_entry(ADDRESS, base + i), pubkey(lab / node_name(i) / f"{HOST_KEY}.pub"))
     inventory = inventory_path(name, inventory_dir, settings.project)
@@ -99,7 +99,7 @@ def down(name: str, settings: Settings, log, purge: bool = False) -> None:
     log(f"lab {name}: {len(pids)} nodes down" if pids else f"lab {name} is not up")
     if purge and lab.exists():
         state = json.loads((lab / "lab.json").read_text()) if (lab / "lab.json").exists() else {}
-        store = KnownHosts(settings.known_hosts)
+        store = PinnedHostKeys(settings.known_hosts)
         for nd in lab.glob("worker-*"):
             store.forget(host_entry(ADDRESS, local_port_base(name) + int(nd.name[7:])))
         if state.get("inventory"):

@@ -1,0 +1,15 @@
+"""The operations layer: what commands use, one package per concern (docs/architecture.md).
+
+  provision/   how `provision` runs roles: the role loader, Provisioning, Shared, Topology
+  torchplan/   the torch build that fits a fleet's drivers and GPUs (data, nodes, rule, plan)
+  pystack/     the Python stack: venv paths, the wheelhouse, wheels node to node (relay, sbcast)
+  launchenv/   the environment launchers carry to the ranks: NCCL/aws-ofi-nccl, ~/.deepspeed_env
+  ssh/         the ssh mesh: the controller's config blocks, logins from the head, the mesh on paper
+  verify/      verify-parity: fingerprints, checks, parity, NCCL's own log
+  train/       `train`: launchers, the GPU split, emulation, preflight contract, the job's files
+               and processes, the run directory, the rank watch, tracebacks of hung ranks
+
+Packages may import each other only one way (tests/unit/test_architecture.py checks the graph):
+provision <- torchplan <- pystack <- launchenv, ssh <- verify, train. Code that runs ON the
+nodes is not here: it is nodeprep/nodeside/.
+"""

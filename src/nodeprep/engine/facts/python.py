@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeprep.engine.facts import ncclrt
+from nodeprep import nodeside
 from nodeprep.engine.facts.probe import Fact
 from nodeprep.engine.remote import rpath
 
@@ -74,9 +74,9 @@ def _bare_source(path: Path) -> str:
 # ~/.nodeprep/torch_probe.<machine-id>.json keyed by torch's version.py (mtime, size), the
 # NVIDIA driver line, and what decides which libnccl torch loads (_torch_script): it runs again
 # only when one of them changed (or with deep=True).
-# After the import, on CUDA builds only, the libnccl torch really mapped (ncclrt.py, sent as
+# After the import, on CUDA builds only, the libnccl torch really mapped (nccl_probe.py, sent as
 # its code: the node has no nodeprep): path and version, beside the NCCL torch was built with.
-TORCH_PY = _bare_source(Path(ncclrt.__file__)) + r'''
+TORCH_PY = _bare_source(nodeside.NCCL_PROBE) + r'''
 import json, sys
 import torch
 cuda = torch.version.cuda

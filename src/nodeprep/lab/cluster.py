@@ -1,0 +1,374 @@
+"""The lab as a whole: up (plan the nodes, the network, each node's files and sshd, Slurm,
+pinned host keys, the inventory), down and status. The parts it puts together are the
+package's other modules (see __init__.py)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
+from nodeprep.errors import InputError, NodeprepError
+from nodeprep.settings import Settings
+
+from . import etc, host, local, net, slurm
+from .config import (LAB_HOME, LAB_USER, LabInfo, LabNode, UpOptions, bridge_address,
+                     bridge_name, hosts_text, inventory_path, inventory_text, netns_name, node_address,
+                     node_name, pubkey, subnet_for, link_rates, validate_count, validate_name)
+from .nodes import HOST_KEY
+
+STATE = "lab.json"
+
+
+def _lab_dir(settings: Settings, name: str) -> Path:
+    return Path(settings.lab_root) / name
+
+
+def _read_state(lab: Path) -> dict | None:
+    try:
+        return json.loads((lab / STATE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ours(name: str) -> dict[int, str]:
+    """This lab's namespaces that exist now, by node index."""
+    pat = re.compile(rf"np-{re.escape(name)}-(\d+)")
+    return {int(m.group(1)): ns for ns in net.netns_list() if (m := pat.fullmatch(ns))}
+
+
+def _node(name: str, lab: Path, octet: int, i: int) -> LabNode:
+    """Node I of lab NAME (directory LAB, subnet 10.OCTET.0.0/24), sshd_pid not looked up."""
+    return LabNode(node_name(i), i, node_address(octet, i), 22, netns_name(name, i),
+                   lab / node_name(i) / "home", None)
+
+
+def _sshd_pid(node: LabNode) -> int | None:
+    """The pid of NODE's sshd, None when it does not run."""
+    nd = node.home.parent
+    return net.sshd_pid(nd / "sshd.pid", nd / "sshd_config")
+
+
+# -- up ------------------------------------------------------------------------------------
+
+@dataclass
+class _Up:
+    """One up() of the rootful lab: what it works on, and what it changed so far (for the
+    one line it logs at the end)."""
+    name: str
+    count: int                 # nodes wanted
+    lab: Path                  # <lab_root>/NAME
+    octet: int                 # X of 10.X.0.0/24
+    running: bool              # the bridge was up already
+    slurm: bool                # Slurm over the nodes after this up()
+    shared_home: bool = False  # every node binds <lab>/shared-home as its home
+    aliases: int = 0           # inventory nodes worker-(count+k) on node k's machine
+    nics: tuple[str, ...] = ()  # interface names the nodes get in turn (() = eth0)
+    no_sudo: tuple[int, ...] = ()  # nodes whose user may not sudo
+    link_rate: str = ""        # each node's link limit both ways ("" none), tc on its veth
+    had_rate: str = ""         # the limit its veths have now
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> Path:
+        return self.lab / "id_ed25519"
+
+    def node(self, i: int) -> LabNode:
+        return _node(self.name, self.lab, self.octet, i)
+
+    def nodes(self) -> list[LabNode]:
+        return [self.node(i) for i in range(self.count)]
+
+    def nic(self, i: int) -> str:
+        return self.nics[i % len(self.nics)] if self.nics else "eth0"
+
+
+def up(nodes: int, name: str = "local", settings: Settings = Settings(),
+       options: UpOptions = UpOptions(), log=print) -> LabInfo:
+    """Bring lab NAME to exactly NODES running nodes (adding, removing or restarting only
+    what differs) and write its inventory. OPTIONS: where the inventory goes, the subnet,
+    and whether a real Slurm runs over the nodes (slurm.py; None keeps what the lab had)."""
+    validate_name(name)
+    validate_count(nodes)
+    if os.geteuid() != 0:
+        if options.slurm:
+            raise InputError("lab --slurm needs root (slurmd runs inside each node's namespaces)")
+        return local.up(nodes, name, settings, options.inventory_dir, log)
+    net.require_tools()
+    t0 = time.monotonic()
+    state = _plan(nodes, name, settings, options)
+    ids = host.ensure_user(state.changes)
+    pub = _controller_key(state)
+    fresh = _network(state)
+    _node_files(state, pub, ids)
+    _start_sshds(state, fresh)
+    _slurm(state)
+    _pin_host_keys(state, settings)
+    inventory = _write_inventory(state, options.inventory_dir, settings.project)
+    net.write_if_changed(state.lab / STATE, json.dumps(
+        {"subnet": state.octet, "nodes": state.count, "inventory": str(inventory),
+         "slurm": state.slurm, "shared_home": state.shared_home, "aliases": state.aliases,
+         "nic_names": list(state.nics), "link_rate": state.link_rate}) + "\n")
+    if state.changes:
+        log(f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
+            f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})")
+    else:
+        log(f"lab {name}: {nodes} nodes already up")
+    return status(name, settings)
+
+
+def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
+    """What this up() works on. A running lab keeps its subnet (moving it is refused) and
+    its bridge must be this lab's; Slurm runs when asked, or (None) as the lab had it."""
+    lab, bridge = _lab_dir(settings, name), bridge_name(name)
+    state, running = _read_state(lab), net.link_exists(bridge)
+    with_slurm = options.slurm
+    if with_slurm is None:
+        with_slurm = bool(state and state.get("slurm"))
+    if with_slurm:
+        slurm.require()
+    octet = subnet_for(name, options.subnet)
+    if running and state and state["subnet"] != octet:
+        if options.subnet is not None:
+            raise InputError(f"lab {name} is up on 10.{state['subnet']}.0.0/24",
+                             hint="run `invoke lab.down` first to move it")
+        octet = state["subnet"]
+    if running:
+        host.check_bridge(bridge, octet)
+    shared = bool(state and state.get("shared_home")) if options.shared_home is None else options.shared_home
+    if running and state and bool(state.get("shared_home")) != shared:
+        raise InputError(f"lab {name} is up with {'one shared' if not shared else 'private'} "
+                         f"home{'s' if shared else ''}", hint="run `invoke lab.down` first to change it")
+    if not 0 <= options.aliases <= nodes:
+        raise InputError(f"--aliases {options.aliases}: expected 0..{nodes} (one per node at most)")
+    nics = tuple((state or {}).get("nic_names") or ()) if options.nic_names is None else tuple(options.nic_names)
+    bad = [n for n in nics if not re.fullmatch(r"[a-z][a-z0-9]{0,9}", n) or n == "lo"]
+    if bad:
+        raise InputError(f"--nic-names: {bad[0]!r} is not an interface name (a-z0-9, at most 10)")
+    if running and state and tuple(state.get("nic_names") or ()) != nics:
+        raise InputError(f"lab {name} is up with other interface names",
+                         hint="run `invoke lab.down` first to change them")
+    up = _Up(name, nodes, lab, octet, running, with_slurm, shared, options.aliases)
+    up.nics, up.no_sudo = nics, tuple(options.no_sudo)
+    up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
+    return up
+
+
+def _controller_key(state: _Up) -> str:
+    """The lab directory (0700) and the controller key in it; returns the public key line."""
+    state.lab.mkdir(parents=True, exist_ok=True)
+    os.chmod(state.lab, 0o700)
+    if not state.key.exists():
+        net.keygen([state.key], f"nodeprep-lab-{state.name}")
+        state.changes.append("made controller key")
+    return Path(f"{state.key}.pub").read_text()
+
+
+def _network(state: _Up) -> list[int]:
+    """Nodes past the count removed; the bridge and each node's namespace, veth and address
+    made where missing (a namespace half-made by an interrupted up is made again). Returns
+    the indices of the nodes whose namespace is new."""
+    present = _ours(state.name)
+    extra = [ns for i, ns in sorted(present.items()) if i >= state.count]
+    if extra:
+        host.remove(extra)
+        state.changes.append(f"removed {len(extra)} nodes")
+    batch = [] if state.running else _bridge_batch(state)
+    fresh = []
+    for i in range(state.count):
+        ns = netns_name(state.name, i)
+        if i in present and net.link_exists(ns):
+            continue
+        if i in present:                     # half-made by an interrupted up: redo it
+            host.remove([ns])
+        elif net.link_exists(ns):
+            batch.append(f"link del {ns}")
+        batch += [f"netns add {ns}", f"link add {ns} type veth peer name {state.nic(i)} netns {ns}",
+                  f"link set {ns} master {bridge_name(state.name)} up"]
+        fresh.append(i)
+    net.ip_batch(batch)
+    # No `route add default`: the lab's /24 is all a node can reach.
+    net.ip_batch_each({netns_name(state.name, i): [
+        "link set lo up", f"addr add {node_address(state.octet, i)}/24 dev {state.nic(i)}",
+        f"link set {state.nic(i)} up"] for i in fresh})
+    if fresh:
+        state.changes.append(f"made {len(fresh)} node namespaces")
+    state.changes += filter(None, [net.raise_neigh_table(net.lab_namespaces())])   # one ARP table for all
+    todo = range(state.count) if state.link_rate != state.had_rate else (fresh if state.link_rate else [])
+    if todo:      # each node's link limited both ways (a new rate replaces the old)
+        net.limit_links([(netns_name(state.name, i), state.nic(i)) for i in todo], state.link_rate)
+        state.changes.append(f"link rate {state.link_rate or 'unlimited'} on {len(todo)} nodes")
+    return fresh
+
+
+def _bridge_batch(state: _Up) -> list[str]:
+    """The `ip` lines that make the lab's bridge, once its subnet is known to be free."""
+    bridge = bridge_name(state.name)
+    host.check_subnet_free(state.octet, bridge)
+    return [f"link add {bridge} type bridge",
+            f"addr add {bridge_address(state.octet)}/24 dev {bridge}", f"link set {bridge} up"]
+
+
+def _node_files(state: _Up, pub: str, ids: tuple[int, int]) -> None:
+    """Each node's directory: its /etc copy (made, or refreshed from the host), home, ~/.ssh
+    with the lab key, the lab's files in its /etc, sshd_config and host key."""
+    hosts = hosts_text(state.octet, state.count, state.aliases)
+    dirs = [state.lab / node_name(i) for i in range(state.count)]
+    for nd in dirs:
+        nd.mkdir(exist_ok=True)
+    _home_shape(state)
+    made = etc.make(dirs)
+    if made:
+        state.changes.append(f"copied /etc for {len(made)} nodes")
+    if etc.refresh([nd for nd in dirs if nd not in made]):
+        state.changes.append("refreshed node /etc from the host")
+    for node in state.nodes():
+        host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo)
+    missing = [nd / HOST_KEY for nd in dirs]
+    net.keygen([p for p in missing if not p.exists()])
+
+
+def _home_shape(state: _Up) -> None:
+    """Shared: each node's home is a link to <lab>/shared-home (the bind mount follows it, so
+    every node mounts the one directory, as NFS would give them); private: a directory each.
+    A home of the other shape is kept aside as home.private / left to the shared dir."""
+    shared = state.lab / "shared-home"
+    for node in state.nodes():
+        home = node.home
+        if state.shared_home and not home.is_symlink():
+            shared.mkdir(mode=0o700, exist_ok=True)
+            if home.exists():
+                home.rename(home.with_name("home.private"))
+            home.symlink_to(shared)
+            state.changes.append(f"shared home for {node.name}")
+        elif not state.shared_home and home.is_symlink():
+            home.unlink()
+            kept = home.with_name("home.private")
+            if kept.exists():
+                kept.rename(home)
+            state.changes.append(f"private home for {node.name}")
+
+
+def _start_sshds(state: _Up, fresh: list[int]) -> None:
+    """Start every node sshd that does not run as it should, and wait for their banners."""
+    starts = [i for i in range(state.count) if not _sshd_keeps_running(state, i, fresh)]
+    net.wait_banners(host.start(state.name, [state.node(i) for i in starts]))
+    if starts:
+        state.changes.append(f"started {len(starts)} sshds")
+
+
+def _sshd_keeps_running(state: _Up, i: int, fresh: list[int]) -> bool:
+    """Whether node I's sshd runs and may go on; one that may not is stopped here."""
+    node = state.node(i)
+    pid = _sshd_pid(node)
+    if pid is None:
+        return False
+    if i in fresh:                           # an sshd left in a namespace that is gone
+        net.kill_wait([pid])
+        return False
+    if not etc.mounted(pid, node.home.parent):
+        # Started before nodes had their own /etc: it runs on the host's. Restart it
+        # with its sessions, as stop_node does.
+        net.kill_wait(sorted({pid, *net.netns_pids([node.netns])[node.netns]}))
+        state.changes.append(f"restarted {node.name} on its own /etc")
+        return False
+    return True
+
+
+def _slurm(state: _Up) -> None:
+    """Slurm over the nodes (slurm.up converges it), or stopped when the lab goes without."""
+    if state.slurm:
+        slurm.up(state.name, state.lab, state.octet,
+                 [(node.name, node.address, _sshd_pid(node), node.home.parent)
+                  for node in state.nodes()], state.changes)
+    elif slurm.stop(state.name, state.lab):
+        state.changes.append("stopped Slurm")
+
+
+def _pin_host_keys(state: _Up, settings: Settings) -> None:
+    """Pin every node's host key in the project's known_hosts: the lab made those keys."""
+    store = PinnedHostKeys(settings.known_hosts)
+    for node in state.nodes():
+        if store.pin(host_entry(node.address, 22),
+                     pubkey(node.home.parent / f"{HOST_KEY}.pub")):
+            state.changes.append(f"pinned {node.name}")
+
+
+def _write_inventory(state: _Up, inventory_dir: Path | None, root: Path) -> Path:
+    """The lab's hosts.yml (in INVENTORY_DIR, or the project's inventory/NAME/)."""
+    inventory = inventory_path(state.name, inventory_dir, root)
+    inventory.parent.mkdir(parents=True, exist_ok=True)
+    hostlist = [(node.name, node.address, 22) for node in state.nodes()]
+    hostlist += [(node_name(state.count + k), state.node(k).address, 22) for k in range(state.aliases)]
+    if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist)):
+        state.changes.append(f"wrote {inventory}")
+    return inventory
+
+
+def _fold(changes: list[str]) -> list[str]:
+    counts = Counter(re.sub(r"worker-\d+", "node", c) for c in changes)
+    return [f"{c} x{n}" if n > 1 else c for c, n in counts.items()]
+
+
+def down(name: str = "local", settings: Settings = Settings(), log=print,
+         purge: bool = False) -> None:
+    """Stop every node of lab NAME and remove its network; homes, node /etc copies (login
+    shells, passwords) and host keys are kept unless PURGE (then the lab directory, its
+    inventory and its pins go too)."""
+    validate_name(name)
+    if os.geteuid() != 0:
+        return local.down(name, settings, log, purge)
+    net.require_tools()
+    t0 = time.monotonic()
+    lab, bridge = _lab_dir(settings, name), bridge_name(name)
+    nss = list(_ours(name).values())
+    if slurm.stop(name, lab):
+        log(f"lab {name}: Slurm stopped")
+    if not nss and not net.link_exists(bridge):
+        log(f"lab {name} is not up")
+    else:
+        host.remove(nss)
+        if net.link_exists(bridge):
+            net.ip_batch([f"link del {bridge}"])
+        for pidfile in lab.glob("worker-*/sshd.pid"):
+            pidfile.unlink(missing_ok=True)
+        # The node bind mounts live only in the nodes' mount namespaces, gone with their
+        # processes; one showing here would mean a node leaked into the host namespace.
+        leaked = net.leaked_mounts(lab, (str(LAB_HOME),))
+        if leaked:
+            raise NodeprepError(f"lab {name}: mounts left after down: {', '.join(leaked)}")
+        log(f"lab {name}: {len(nss)} nodes down in {time.monotonic() - t0:.2f} s")
+    if purge:
+        _purge(name, lab, settings, log)
+
+
+def _purge(name: str, lab: Path, settings: Settings, log) -> None:
+    state = _read_state(lab)
+    store = PinnedHostKeys(settings.known_hosts)
+    if state:
+        for nd in lab.glob("worker-*"):
+            store.forget(host_entry(node_address(state["subnet"], int(nd.name[7:])), 22))
+        Path(state["inventory"]).unlink(missing_ok=True)
+    shutil.rmtree(lab, ignore_errors=True)
+    log(f"lab {name}: purged {lab} (homes, /etc copies, host keys, controller key)")
+
+
+def status(name: str = "local", settings: Settings = Settings()) -> LabInfo | None:
+    """The lab as it runs now (None when it is not up); a dead node has sshd_pid None."""
+    validate_name(name)
+    if os.geteuid() != 0:
+        return local.status(name, settings)
+    lab = _lab_dir(settings, name)
+    state = _read_state(lab)
+    if not state or not net.link_exists(bridge_name(name)):
+        return None
+    present = _ours(name)
+    found = [_node(name, lab, state["subnet"], i) for i in range(state["nodes"])]
+    for node in found:
+        node.sshd_pid = _sshd_pid(node) if node.index in present else None
+    return LabInfo(name, found, LAB_USER, lab / "id_ed25519", Path(state["inventory"]), True)

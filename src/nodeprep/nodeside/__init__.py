@@ -1,0 +1,40 @@
+"""Every program nodeprep runs ON the nodes, in one place. Standard library only (the training
+payloads also import torch: they run in the nodes' provisioned venv), no nodeprep import:
+nodeprep is not installed on the nodes. The controller never imports these modules; it ships
+them as files (train: the agent and the payloads) or as text (the probe and the relay hop),
+by the paths below. tests/unit/test_architecture.py enforces both rules.
+
+  rank.py        the rank wrapper every launcher starts around the payload: records how the
+                 rank ends, dumps its stack on request
+  watch.py       one per machine: reports the ranks' starts, exits and output to the controller
+  relay_hop.py   one hop of the wheel relay: store the stream, pass it on, hash it
+  nccl_probe.py  which libnccl a process has mapped and its version (inside the torch probe,
+                 and beside the health payload)
+  payloads/      the builtin training payloads: health, ddp, allreduce
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+BUILTIN: dict[str, Path] = {
+    "health": _HERE / "payloads" / "health.py",      # init + all_reduce + barrier, one line per rank
+    "ddp": _HERE / "payloads" / "ddp.py",            # tiny DDP trainer with snapshot/resume and failure knobs
+    "allreduce": _HERE / "payloads" / "allreduce.py",  # all_reduce bus bandwidth per message size
+}
+
+# The job agent (not payloads): every launcher starts RANK around the payload, and one WATCH
+# per machine reports the ranks' starts, exits and output to the controller.
+RANK = _HERE / "rank.py"
+WATCH = _HERE / "watch.py"
+RELAY_HOP = _HERE / "relay_hop.py"
+NCCL_PROBE = _HERE / "nccl_probe.py"
+
+# What a builtin payload needs beside it in the job directory (it imports them by name).
+COMPANIONS: dict[str, list[Path]] = {"health": [NCCL_PROBE]}
+
+
+def path(name: str) -> Path:
+    """The script file of the builtin payload NAME; KeyError if there is none."""
+    return BUILTIN[name]

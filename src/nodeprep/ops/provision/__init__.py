@@ -1,0 +1,7 @@
+"""How `provision` runs the roles under roles/ (one folder each, outside the package).
+
+  roles.py      the role loader (roles/site.yml order), Provisioning (what one run knows about
+                the fleet), Shared (values one role computes once and others read), Ctx
+  topology.py   which inventory nodes share a machine or a home (from the IDENTITY fact), who
+                acts for a shared group, and how nodes on one machine split its GPUs
+"""

@@ -1,0 +1,18 @@
+"""The Python stack on the nodes: a venv with the pinned requirements and the planned torch,
+installed offline from wheels the controller downloads once per platform.
+
+  paths.py       the venv's absolute path on a node, the PATH its ranks get
+  plan.py        what the stack roles compute once per run: platforms, pins, the torch plan,
+                 the wheelhouse manifests
+  wheelhouse.py  the controller's wheelhouse: resolve and download once per node platform
+  relay.py       wheels node to node in a chain over the mesh (the controller sends each once)
+  wheelcast.py   the same by Slurm's sbcast (--via slurm)
+
+`from nodeprep.ops import pystack` gives paths.py and plan.py's names (pystack.venv_path, ...).
+"""
+from nodeprep.ops.pystack.paths import node_path, path_env, venv_path
+from nodeprep.ops.pystack.plan import (fleet_majority, fleet_python, platform, requirement_pins, torch_plan,
+                                       wheelhouse_manifests)
+
+__all__ = ["node_path", "path_env", "venv_path", "fleet_majority", "fleet_python", "platform",
+           "requirement_pins", "torch_plan", "wheelhouse_manifests"]

@@ -1,0 +1,17 @@
+"""The torch build for a fleet: one answer per CPU platform, all of the same torch release.
+
+  torch_matrix.yml  the facts: wheels per release x platform x variant, driver minimums,
+                    GPU generations, each with its source
+  data.py           reading those facts
+  nodes.py          the fleet's nodes as the plan sees them (from the `gpus` fact or --node specs)
+  rule.py           per platform: which wheels fit its drivers and GPUs, and why none does
+  plan.py           the order the rule is applied in, and the Plan
+
+`from nodeprep.ops import torchplan` gives the public names (torchplan.choose, .Plan, ...).
+"""
+from nodeprep.ops.torchplan.plan import (ARCH_ALIASES, DEFAULT_INDEX, SPEC_SYNTAX, Build, NodeGPU, Plan,
+                                         PlanError, choose, covers, evaluate, node_from_facts,
+                                         parse_node_spec)
+
+__all__ = ["ARCH_ALIASES", "DEFAULT_INDEX", "SPEC_SYNTAX", "Build", "NodeGPU", "Plan", "PlanError",
+           "choose", "covers", "evaluate", "node_from_facts", "parse_node_spec"]

@@ -1,0 +1,248 @@
+"""Pick the torch wheel for every node of a fleet: one answer per CPU platform, all of the same
+torch release. The facts (with their sources) are in ops/torchplan/data.py; this module applies the
+rule, in this order:
+
+0. the release is in the table and released (an unreleased one is never planned or suggested);
+1. every GPU's generation runs on its own node's driver (Blackwell needs R570+, Kepler ends at
+   R470), checked before any wheel is chosen;
+2. per platform: the wheels that release publishes for it (selectable ones: confirmed, and a
+   `+variant` pin can select them) -> runnable by the platform's OLDEST driver (the CUDA family
+   minimum: minor-version compatibility) -> compiled for every GPU there (SASS of the same
+   major at an equal or lower minor; PTX only where the wheel carries it for this exact release
+   and the driver is at least the toolkit's own driver);
+3. a variant that fits every platform wins (the same CUDA and NCCL everywhere), newest first;
+   only when none does, each platform gets its own newest;
+4. a pick that runs by minor-version compatibility says so.
+
+When nothing fits, the error names the node that blocks, why, and a fix: a supported driver
+branch, or the released torch versions that do fit this fleet.
+"""
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import asdict, dataclass, field
+
+from nodeprep.errors import InputError
+from nodeprep.ops.torchplan import data as td
+from nodeprep.ops.torchplan.nodes import ARCH_ALIASES, SPEC_SYNTAX, NodeGPU, node_from_facts, parse_node_spec
+from nodeprep.ops.torchplan.rule import PlanError, PlatformGroups, covers, diagnose, evaluate, parse_torch, picks
+
+DEFAULT_INDEX = "https://download.pytorch.org/whl/{variant}"
+# The plan's public names, the node inputs and the rule's pieces included (one import for callers).
+__all__ = ["DEFAULT_INDEX", "ARCH_ALIASES", "SPEC_SYNTAX", "Build", "Plan", "PlanError", "NodeGPU", "choose",
+           "covers", "evaluate", "node_from_facts", "parse_node_spec"]
+
+
+@dataclass
+class Build:
+    """The answer for one CPU platform of the fleet."""
+    cpu_arch: str
+    nodes: list[str]
+    variant: str
+    index_url: str | None
+    requirement: str
+    cuda: str | None
+    arch_list: list[str]
+    compat: str | None = None      # one line when it runs by minor-version compatibility
+    ptx: str | None = None         # which GPUs run through PTX JIT, if any
+    reasons: list[str] = field(default_factory=list)   # why not each other variant
+
+
+@dataclass
+class Plan:
+    torch: str
+    builds: list[Build]            # one per CPU platform, in the fleet's order
+    pypi_default: str | None = None    # what a bare `pip install torch==X` gets (information)
+    explain: list[str] = field(default_factory=list)   # table rows and rule steps, with sources
+    warning: str | None = None     # the platforms got different variants (CUDA/NCCL differ)
+
+    def for_arch(self, arch: str | None) -> Build:
+        arch = ARCH_ALIASES.get(arch or "x86_64", arch)
+        return next((b for b in self.builds if b.cpu_arch == arch), self.builds[0])
+
+    def _same(self, attr: str):
+        values = {getattr(b, attr) for b in self.builds}
+        if len(values) != 1:
+            raise ValueError(f"the plan's {attr} differs per platform: use plan.for_arch()")
+        return values.pop()
+
+    variant = property(lambda self: self._same("variant"))
+    requirement = property(lambda self: self._same("requirement"))
+    index_url = property(lambda self: self._same("index_url"))
+    cuda = property(lambda self: self._same("cuda"))
+    uniform = property(lambda self: len({b.variant for b in self.builds}) == 1)
+
+    def as_dict(self) -> dict:
+        common = {k: getattr(self, k) for k in ("variant", "requirement", "index_url", "cuda")} \
+            if self.uniform else {"variant": None}
+        return {"torch": self.torch, **common, "builds": [asdict(b) for b in self.builds],
+                "pypi_default": self.pypi_default, "warning": self.warning, "explain": self.explain}
+
+
+def _check_nodes(nodes: list[NodeGPU]) -> None:
+    for n in (n for n in nodes if n.error and not n.cpu_only):
+        raise PlanError(n.name, f"nvidia-smi failed, driver not loaded? ({n.error[:100]})",
+                        "load the NVIDIA driver so nvidia-smi lists the GPUs, or mark it cpu_only: true")
+    has_gpus = any(n.capabilities and not n.cpu_only for n in nodes)
+    for n in nodes:
+        if has_gpus and not n.cpu_only and not n.capabilities:
+            raise PlanError(n.name, "has no GPU while other nodes have", "mark it cpu_only: true or fix its driver")
+        for i, cap in enumerate(n.capabilities if not n.cpu_only else []):
+            if not re.fullmatch(r"\d+\.\d+", cap or ""):
+                model = n.models[i] if i < len(n.models) else "a GPU"
+                raise PlanError(n.name, f"compute capability of {model} unknown",
+                                "add the model to src/nodeprep/engine/facts/gpu_capabilities.yml")
+        if n.capabilities and not n.cpu_only and not re.match(r"\d+", n.driver or ""):
+            raise PlanError(n.name, f"driver version unknown ({n.driver!r})", "check nvidia-smi on the node")
+
+
+def _generations(fl: PlatformGroups, why: list[str], today) -> None:
+    """Step 1: a GPU its own driver cannot run is refused before any wheel is looked at."""
+    seen = set()
+    for n in fl.gpu_nodes:
+        for i, cap in enumerate(n.capabilities):
+            g = td.generation(cap, n.arch)
+            if not g or (n.name, g["name"], cap) in seen:
+                continue
+            seen.add((n.name, g["name"], cap))
+            model = n.models[i] if i < len(n.models) and n.models[i] else "GPU"
+            label = f"{model} (sm_{cap.replace('.', '')}, {g['name']})"
+            floor, top = g.get("min_driver"), g.get("max_branch")
+            if not g.get("confirmed", True):
+                why.append(f"   {label} on {n.name}: {g['name']} needs {g.get('branch')}+ ({g['note']})")
+                continue
+            src = td.cite(td.sources(g.get("source")))
+            if g.get("not_served"):
+                why.append(f"   {label} on {n.name}: not an sbsa target {src}")
+                raise PlanError(n.name, f"{label} is not served by PyTorch's {n.arch} CUDA wheels ({g['name']}/L4T "
+                                "is not an sbsa target)", "install NVIDIA's JetPack build of torch on it (nodeprep "
+                                "plans PyTorch's index only), or mark it cpu_only: true")
+            if floor and td.ver(n.driver) < td.ver(floor):
+                why.append(f"   {label} on {n.name}: needs driver >= {floor} {src}: {n.driver} is older")
+                raise PlanError(n.name, f"{label} needs driver >= {floor} ({g['branch']} or newer); it has "
+                                f"{n.driver}", f"install {td.driver_advice(floor, today)}; no torch build "
+                                "helps before that")
+            if top and td.branch_of(n.driver) > int(top[1:]):
+                why.append(f"   {label} on {n.name}: supported up to {top} {src}: {n.driver} is newer")
+                raise PlanError(n.name, f"{label} is supported by drivers up to the {top} branch; it has "
+                                f"{n.driver}", f"no supported driver branch runs {g['name']} GPUs ({top} was "
+                                f"the last): run it on an {top} driver outside NVIDIA's support, or use newer GPUs")
+            need = f">= {floor} ({g['branch']})" if floor else f"<= {top}"
+            why.append(f"   {label} on {n.name}: needs driver {need} {src}: {n.driver} ok")
+
+
+def _fits(fl: PlatformGroups, uniform: bool = False) -> str | None:
+    """Released torch versions whose rule succeeds for this fleet: '2.7 (cu128), 2.8-2.10 (cu129)'
+    (UNIFORM: only those where one variant fits every platform)."""
+    groups: list[list] = []
+    for i, m in enumerate(td.minors(released_only=True)):
+        got = picks(fl, m, f"{m}.0")
+        if not got or (uniform and len({c.variant for c, _ in got.values()}) > 1):
+            continue
+        chosen = {a: c.variant for a, (c, _) in got.items()}
+        label = next(iter(chosen.values())) if len(set(chosen.values())) == 1 else \
+            ", ".join(f"{a} {v}" for a, v in chosen.items())
+        if any(c.via_ptx for c, _ in got.values()):   # only that exact release carries the PTX
+            groups.append([f"{m}.0", f"{m}.0", label, None])
+        elif groups and groups[-1][2] == label and groups[-1][3] == i - 1:
+            groups[-1][1], groups[-1][3] = m, i
+        else:
+            groups.append([m, m, label, i])
+    return ", ".join(f"{a}{'-' + b if b != a else ''} ({v})" for a, b, v, _ in groups) or None
+
+
+def _build(fl: PlatformGroups, arch: str, full: str, chosen, template: str) -> Build:
+    pick, cands = chosen
+    oldest = fl.oldest(arch)
+    w = pick.wheel
+    reasons = [f"{c.variant}: {c.why or f'fits too, {pick.variant} is newer'}" for c in cands if c is not pick]
+    compat = None
+    tk = td.toolkit_driver(td.cuda(pick.variant))
+    if oldest and tk and td.ver(oldest.driver) < td.ver(tk):
+        compat = (f"runs by minor-version compatibility: driver {oldest.driver} on {oldest.name} < {tk} "
+                  f"(CUDA {td.cuda(pick.variant)}'s own driver): its kernels run, PTX JIT and NVRTC may not")
+    archs = list(w.archs or [])
+    if archs and pick.ptx_cap:
+        archs[archs.index(pick.ptx_cap)] += "+PTX"
+    ptx = ", ".join(fl.label(k) for k in pick.via_ptx) or None
+    return Build(arch, [n.name for n in fl.nodes if n.arch == arch], pick.variant,
+                 template.format(variant=pick.variant), f"torch=={full}+{pick.variant}",
+                 td.cuda(pick.variant), archs, compat,
+                 f"{ptx} through the {pick.ptx_cap} PTX (JIT)" if ptx else None, reasons)
+
+
+def _cpu_plan(fl: PlatformGroups, full: str, minor: str, template: str, why: list[str]) -> Plan:
+    builds = []
+    for a in fl.arches:
+        w = td.wheels(minor, a).get("cpu")
+        if w is None or not w.selectable:
+            raise PlanError(fl.first(a), f"torch {minor} has no CPU build for {a}", "pick another torch release")
+        why.append(f"   {w.row(full)}")
+        builds.append(Build(a, [n.name for n in fl.nodes if n.arch == a], "cpu", template.format(variant="cpu"),
+                            f"torch=={full}+cpu", None, [], reasons=["CUDA variants: no node has a GPU"]))
+    why.append("2. no node has a GPU: the CPU build on every platform")
+    return Plan(full, builds, td.release(minor).get("pypi_default"))
+
+
+def _cited(why: list[str]) -> list[str]:
+    """The explanation, closed by the sources its lines cite."""
+    keys = [k.strip() for line in why for group in re.findall(r"\[([\w.,\s-]+)\]", line)
+            for k in group.split(",")]
+    lines = td.source_lines(keys)
+    return why + (["sources:"] + lines if lines else [])
+
+
+def choose(torch: str, nodes: list[NodeGPU], index_template: str = DEFAULT_INDEX,
+           today: datetime.date | None = None) -> Plan:
+    """The fleet's builds (one per CPU platform), or PlanError naming the node, why and a fix;
+    both carry the explanation (`plan.explain`, `error.explain`): table rows and rule steps."""
+    why: list[str] = []
+    try:
+        plan = _choose(torch, nodes, index_template, today, why)
+    except PlanError as e:
+        e.explain = _cited((e.explain or why) + [f"=> no build: {e}"])
+        raise
+    plan.explain = _cited(why)
+    return plan
+
+
+def _choose(torch, nodes, index_template, today, why) -> Plan:
+    full, minor = parse_torch(torch)
+    if "{variant}" not in index_template:
+        raise InputError(f"--index: {index_template!r} has no {{variant}}", hint=f"e.g. {DEFAULT_INDEX}")
+    known = td.minors(released_only=True)
+    if minor not in td.minors():
+        raise PlanError(None, f"torch {torch} is not in the table (released: {known[0]}-{known[-1]})",
+                        "pick a released version, or add it to src/nodeprep/ops/torchplan/torch_matrix.yml with its sources")
+    if not nodes:
+        raise InputError("--node: give at least one node", hint=f"expected {SPEC_SYNTAX}")
+    rel = td.release(minor)
+    why.append(f"0. torch {full}: {'released' if td.released(minor) else 'NOT released'} "
+               f"{td.cite(td.sources(rel['source']))}")
+    if not td.released(minor):
+        raise PlanError(None, f"torch {minor}: {rel.get('note', 'not released')}",
+                        f"pick a released version ({known[0]}-{known[-1]}); nodeprep never plans an unreleased one")
+    _check_nodes(nodes)
+    fl = PlatformGroups(nodes)
+    if not fl.gpu_nodes:
+        return _cpu_plan(fl, full, minor, index_template, why)
+    why.append("1. GPU generations against their own node's driver:")
+    _generations(fl, why, today)
+    got = picks(fl, minor, full, why)
+    if got is None:
+        raise diagnose(fl, minor, full, _fits(fl), today)
+    plan = Plan(full, [_build(fl, a, full, got[a], index_template) for a in fl.arches],
+                rel.get("pypi_default"))
+    if not plan.uniform:    # a correct answer, but ranks across platforms may not talk: say it
+        other = _fits(fl, uniform=True)
+        plan.warning = ("no one variant fits every platform (" + ", ".join(f"{b.cpu_arch} {b.variant}"
+                        for b in plan.builds) + "): CUDA and the NCCL each wheel brings differ between "
+                        "platforms, so one job across them may fail; "
+                        + (f"one variant fits all with torch {other}" if other else
+                           "no released torch has one variant for all of them"))
+    for b in plan.builds:
+        why.append(f"4. {b.cpu_arch}: {b.requirement}" + (f"; {b.compat}" if b.compat else
+                                                          "; the driver has this CUDA's full feature set"
+                                                          if b.cuda else ""))
+    return plan

@@ -1,0 +1,99 @@
+"""The launch contract `train` checks before it starts anything, each failure naming the node
+and the fix:
+
+- the launcher's programs on a NON-INTERACTIVE ssh PATH (what pdsh and mpirun get): `pdsh` or
+  `mpirun` on the head, Open MPI's `orted` on every node, `srun` on the head, the venv's
+  `deepspeed` entry point;
+- the rendezvous port reachable from every node to the head (a listener on the head, a
+  connect from each node), not only free on the head;
+- `~/.deepspeed_env` readable the way DeepSpeed's runner reads it (ops/launchenv/dsenv.py), and the
+  variables nodeprep's env file exports that the runner would not forward.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+
+from nodeprep.engine.facts.probe import Fact
+from nodeprep.ops.launchenv import dsenv
+
+PROGRAM_NAMES = ("pdsh", "mpirun", "orted", "srun")
+
+
+def _programs(text: str, rc: int) -> set[str]:
+    return {ln.split(" ", 1)[1] for ln in text.splitlines() if ln.startswith("have ")}
+
+
+PROGRAMS = Fact("programs", lambda _v: "for p in " + " ".join(PROGRAM_NAMES) + "; do "
+                "command -v $p >/dev/null 2>&1 && echo \"have $p\"; done; true", _programs)
+
+
+def needed(launcher: str, ds_launcher: str) -> tuple[list[str], list[str]]:
+    """(programs the head needs, programs every node needs) on its non-interactive PATH."""
+    if launcher == "deepspeed":
+        return (["pdsh"], []) if ds_launcher == "pdsh" else (["mpirun"], ["orted"])
+    if launcher == "mpirun":
+        return ["mpirun"], ["orted"]
+    if launcher == "srun":
+        return ["srun"], []
+    return [], []
+
+
+def missing_programs(launcher: str, ds_launcher: str, have: dict[str, set], head: str) -> list[str]:
+    head_needs, all_need = needed(launcher, ds_launcher)
+    out = []
+    for node, progs in have.items():
+        wants = all_need + (head_needs if node == head else [])
+        for p in wants:
+            if p not in progs:
+                out.append(f"{node}: `{p}` is not on the PATH a non-interactive ssh login gets "
+                           f"({launcher} needs it there): install it, or add its directory to PATH "
+                           "in the login shell's non-interactive startup file")
+    return out
+
+
+def listen_script(python: str, port: int, seconds: int = 15) -> str:
+    """sh: listen on PORT for SECONDS in the background (accepting and closing); says
+    'pid N' and 'ready' (stop it with `kill N` once the nodes have connected)."""
+    py = ("import socket,sys,time\n"
+          "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+          f"s.bind(('', {int(port)})); s.listen(128); s.settimeout(0.5)\n"
+          "print('ready', flush=True); sys.stdout.close()\n"
+          f"end=time.time()+{int(seconds)}\n"
+          "while time.time()<end:\n"
+          "    try: s.accept()[0].close()\n"
+          "    except OSError: pass\n")
+    return (f"setsid {shlex.quote(python)} -c {shlex.quote(py)} > \"$HOME/.nodeprep/listen.$$\" 2>&1 < /dev/null & "
+            "echo \"pid $!\"; i=0; while [ $i -lt 50 ]; do grep -q ready \"$HOME/.nodeprep/listen.$$\" 2>/dev/null && break; "
+            "sleep 0.1; i=$((i+1)); done; cat \"$HOME/.nodeprep/listen.$$\"; rm -f \"$HOME/.nodeprep/listen.$$\"")
+
+
+def connect_script(python: str, address: str, port: int) -> str:
+    py = (f"import socket\ntry:\n    socket.create_connection(({address!r}, {int(port)}), 3).close(); print('ok')\n"
+          "except OSError as e:\n    print('fail', e)\n")
+    return f"{shlex.quote(python)} -c {shlex.quote(py)}"
+
+
+def env_exports(text: str) -> dict[str, str]:
+    """`export NAME=VALUE` lines of nodeprep's env file (what the head's shell sets)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def deepspeed_env_problems(head: str, ds_file: dict | None, env_file: dict | None,
+                           ds_launcher: str, gpus: int) -> list[str]:
+    """~/.deepspeed_env as DeepSpeed parses it, and the exported variables it would drop."""
+    files = []
+    if ds_file and ds_file.get("exists") and ds_file.get("content") is not None:
+        files.append(dsenv.parse(ds_file["content"], f"{head}:~/.deepspeed_env",
+                                 "openmpi" if ds_launcher == "openmpi" else "pdsh"))
+    problems = [p for f in files for p in f.problems]
+    exported = env_exports((env_file or {}).get("content") or "")
+    exported.pop("PATH", None)         # the runner starts each rank with the head's interpreter
+    problems += [f"{head}: {line}" for line in
+                 dsenv.dropped(exported, list(exported), files, "cuda" if gpus else "cpu")]
+    return problems

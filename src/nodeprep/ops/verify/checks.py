@@ -1,0 +1,305 @@
+"""What verify-parity compares and checks on each node: the facts it asks for, the node's
+fingerprint (flat comparable keys), the per-node checks that catch hangs before a launch,
+and the fleet comparison (GPU keys among GPU nodes only).
+
+NCCL keys (nccl.* are GPU keys; absent, never None, where torch is a CPU build or NCCL never
+ran, e.g. gloo):
+  torch.nccl          the NCCL torch was BUILT with (torch.cuda.nccl.version())
+  nccl.lib.path       the libnccl torch really maps after `import torch` (its real path; every
+                      one mapped, comma-joined; "static (in libtorch_cuda.so)" when NCCL is
+                      linked into torch)
+  nccl.lib.version    that library's own ncclGetVersion()
+  nccl.run.net_plugin the net plugin NCCL loaded in --collective's ranks, from NCCL's own log
+                      ("aws-ofi-nccl 1.16.2", "none", "... (initialization failed)")
+  nccl.run.network    the network NCCL used there ("IB", "Socket", "Libfabric", "IBext", ...)
+  nccl.run.transport  the transports of its channels ("NET/IB/GDRDMA, P2P/CUMEM", ...)"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from nodeprep.engine.facts import (DIR, FILE, GPUS, IDENTITY, INTERFACES, ROUTE, LOGIN_SHELL, OS, PORT_LISTENING,
+                                   PYTHON_ON_PATH, TORCH_BUILD, USER, VENV, TorchIn, reaching)
+from nodeprep.ops import pystack, torchplan
+from nodeprep.ops.ssh import paper_mesh
+from nodeprep.ops.verify import parity
+from nodeprep.redact import is_secret
+
+SEVERITY = {"os.kernel": "warning", "os.release": "warning", "gpu.driver": "warning",
+            "net.interfaces": "info", "nccl.run.transport": "warning"}
+GPU_KEYS = ("gpu.", "torch.cuda_available", "torch.covers_gpus", "nccl.")
+RUN_KEYS = "nccl.run."       # from --collective's NCCL log, not from the probe
+DEEPSPEED_ENV = "~/.deepspeed_env"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What one node is checked against: the job directory that must exist, the master port
+    that must be free (the head node only), and the head's address (NCCL must reach it)."""
+    workdir: str | None = None
+    port: int | None = None
+    head: str | None = None
+
+
+def requests(v: dict, deep: bool, want: Expect) -> list:
+    """The fact requests of one node's probe."""
+    workdir, port = want.workdir, want.port
+    reqs = [OS, LOGIN_SHELL, USER, PYTHON_ON_PATH, INTERFACES, GPUS, IDENTITY, VENV(v["venv_path"]),
+            TORCH_BUILD(TorchIn(v["venv_path"], deep)), FILE(DEEPSPEED_ENV), FILE(v["env_file"])]
+    if want.head:
+        reqs.append(ROUTE(want.head))
+    if v.get("ssh_mesh"):
+        reqs += [FILE(p) for p in paper_mesh.FILES]
+    if workdir:
+        reqs.append(DIR(workdir))
+    if port:
+        reqs.append(PORT_LISTENING(port))
+    return reqs
+
+
+def _env_lines(text: str | None, export: bool) -> dict[str, str]:
+    out = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if export:
+            if not line.startswith("export "):
+                continue
+            line = line[len("export "):]
+        if "=" in line and not line.startswith("#"):
+            k, _, v = line.partition("=")
+            out[k.strip()] = v
+    return out
+
+
+def _hide(k: str, v):
+    if v is not None and is_secret(k):
+        return "sha256:" + hashlib.sha256(str(v).encode()).hexdigest()[:12]
+    return v
+
+
+def _covered(archs: list[str], cap: str) -> bool:
+    sms = [f"{a[3:-1]}.{a[-1]}" for a in archs if a.startswith("sm_")]
+    ptx = any(a.startswith("compute_") for a in archs)
+    return torchplan.covers(sms, ptx, cap)
+
+
+def _python_and_torch(fp: dict, v: dict, f) -> None:
+    venv = f.get(VENV(v["venv_path"])) or {}
+    here = pystack.venv_path(v, f) if f.get(USER) else None
+    fp["python.path"] = f"{here}/bin/python" if venv.get("exists") else None
+    fp["python.version"] = venv.get("python")
+    for name, version in (venv.get("packages") or {}).items():
+        fp[f"pkg.{name}"] = version
+    t = f.get(TORCH_BUILD(TorchIn(v["venv_path"])))
+    g = f.get(GPUS) or {}
+    caps = sorted({d["capability"] for d in g.get("devices", []) if d.get("capability")})
+    if t:
+        fp["torch.version"], fp["torch.cuda"] = t.get("version"), t.get("cuda")
+        fp["torch.nccl"], fp["torch.cuda_available"] = t.get("nccl"), t.get("available")
+        archs = [a for a in t.get("arch_list", [])]
+        fp["torch.covers_gpus"] = all(_covered(archs, c) for c in caps) if caps else None
+        _nccl_lib(fp, t.get("nccl_lib"))
+
+
+def _nccl_lib(fp: dict, lib: dict | None) -> None:
+    """The libnccl torch maps, as the probe found it (ncclrt.describe); CPU builds have none."""
+    if not lib:
+        return
+    if lib.get("error"):
+        fp["nccl.lib.path"] = f"error: {lib['error']}"
+        return
+    libs = [lib, *lib.get("also", [])]
+    fp["nccl.lib.path"] = ", ".join(str(x.get("path")) for x in libs)
+    if any(x.get("version") for x in libs):
+        fp["nccl.lib.version"] = ", ".join(x.get("version") or "?" for x in libs)
+
+
+def with_run(fp: dict, logged: dict | None) -> dict:
+    """FP plus what NCCL's log said on this node in --collective (nccllog.parse): only the
+    values it said, so gloo runs add nothing."""
+    for k in ("net_plugin", "network", "transport"):
+        if (logged or {}).get(k):
+            fp[RUN_KEYS + k] = logged[k]
+    return fp
+
+
+def fingerprint(v: dict, f, path_seen: str | None, workdir: str | None) -> dict:
+    """The node's facts as flat comparable keys."""
+    fp: dict = {}
+    _python_and_torch(fp, v, f)
+    g = f.get(GPUS) or {}
+    fp["cpu.arch"] = f[OS]["arch"]
+    fp["os.release"], fp["os.kernel"] = f[OS]["release"], f[OS]["kernel"]
+    fp["gpu.count"], fp["gpu.driver"] = g.get("count", 0), g.get("driver")
+    fp["gpu.models"] = ", ".join(sorted({d["name"] for d in g.get("devices", [])})) or None
+    fp["shell.login"] = f.get(LOGIN_SHELL)
+    fp["shell.noninteractive_python"] = path_seen
+    ds = f.get(FILE(DEEPSPEED_ENV)) or {}
+    fp["env.deepspeed_env"] = "present" if ds.get("exists") else None
+    for k, val in _env_lines(ds.get("content"), export=False).items():
+        fp[f"env.deepspeed.{k}"] = _hide(k, val)
+    for k, val in _env_lines((f.get(FILE(v["env_file"])) or {}).get("content"), export=True).items():
+        fp[f"env.shell.{k}"] = _hide(k, val)
+    fp["net.interfaces"] = ",".join(sorted(n for n in (f.get(INTERFACES) or {}) if n != "lo"))
+    if workdir:
+        fp["job.workdir_exists"] = f.get(DIR(workdir)) is not None
+    return fp
+
+
+def ifname_selects(spec: str, names: list[str]) -> set[str]:
+    """The interfaces NCCL_SOCKET_IFNAME selects (grammar: `^a,b` excludes, `=a,b` exact,
+    else prefixes; lo only when named)."""
+    names = [n for n in names if n != "lo"] if not spec.lstrip("^=").startswith("lo") else names
+    if spec.startswith("^"):
+        bad = [p for p in spec[1:].split(",") if p]
+        return {n for n in names if not any(n.startswith(b.lstrip("=")) for b in bad)}
+    if spec.startswith("="):
+        return {n for n in names if n in spec[1:].split(",")}
+    return {n for n in names if any(n.startswith(p) for p in spec.split(",") if p)}
+
+
+def ifname_matches(spec: str, names: list[str]) -> bool:
+    return bool(ifname_selects(spec, names))
+
+
+def _socket_ifname(bad, fp: dict, f, want: Expect) -> None:
+    """The configured NCCL_SOCKET_IFNAME must select an existing interface, the one this
+    node reaches the head through."""
+    ifs = f.get(INTERFACES) or {}
+    spec = fp.get("env.deepspeed.NCCL_SOCKET_IFNAME") or fp.get("env.shell.NCCL_SOCKET_IFNAME")
+    if not spec:
+        return
+    chosen = ifname_selects(spec.strip("'\""), list(ifs))
+    via = reaching(ifs, f.get(ROUTE(want.head))) if want.head else None
+    if not chosen:
+        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} matches no interface here "
+            f"({', '.join(ifs)})")
+    elif via and via not in chosen:
+        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(sorted(chosen))} "
+            f"here, but the head ({want.head}) is reached through {via}")
+    elif via and len(chosen) > 1:
+        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(sorted(chosen))} "
+            f"here; the head ({want.head}) is reached through {via} alone", "warning")
+
+
+def _release(text) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in str(text).split("+")[0].split("."))
+    except ValueError:
+        return None
+
+
+def _nccl_checks(bad, fp: dict, lib: dict | None) -> None:
+    """The libnccl torch maps against the one it was built with. NCCL keeps its ABI within a
+    major version, so a NEWER runtime is how the aws-ofi-nccl recipes run (a system NCCL
+    newer than torch's): a warning. An OLDER one may lack functions torch's build calls
+    (torch enables them by the NCCL it was compiled with), another major is another ABI:
+    errors."""
+    if not lib:
+        return
+    if lib.get("error"):
+        bad("nccl.lib", f"could not tell which libnccl torch maps: {lib['error'][:160]}", "warning")
+        return
+    if lib.get("also"):
+        bad("nccl.lib", f"{len(lib['also']) + 1} libnccl mapped in one process ({fp['nccl.lib.path']}): "
+            "which one torch calls depends on load order (LD_PRELOAD? LD_LIBRARY_PATH?)")
+    if lib.get("version_error"):
+        bad("nccl.lib.version", f"{lib['path']} does not tell its version: {lib['version_error'][:120]}",
+            "warning")
+    built, runs = _release(fp.get("torch.nccl")), _release(lib.get("version"))
+    if built and runs and built != runs:
+        older = runs < built or runs[0] != built[0]
+        why = (": older than its build, or another major version" if older else
+               ": newer (an upgraded nvidia-nccl wheel, or LD_LIBRARY_PATH or LD_PRELOAD putting another first)")
+        bad("nccl.lib.version", f"torch was built with NCCL {fp['torch.nccl']} but loads {lib['version']} "
+            f"({lib['path']})" + why, "error" if older else "warning")
+    for var in ("LD_LIBRARY_PATH", "LD_PRELOAD"):
+        if fp.get(f"env.deepspeed.{var}") is not None:
+            bad(f"env.deepspeed.{var}", f"~/.deepspeed_env sets {var}: DeepSpeed's ranks get it, the probe "
+                "(and torchrun's ranks) do not, so their libnccl may not be the one above", "warning")
+
+
+def run_checks(fps: dict, logged: dict) -> list[dict]:
+    """--collective: the NCCL version rank 0 announced against the libnccl the probe found
+    on its node; different ones mean the ranks do not load what the probe sees."""
+    out = []
+    for node, got in logged.items():
+        ran, probed = got.get("version"), fps.get(node, {}).get("nccl.lib.version")
+        if ran and probed and ran != probed and "," not in probed:
+            out.append({"node": node, "key": "nccl.lib.version", "severity": "error",
+                        "message": f"the collective's ranks ran NCCL {ran}, the probe found {probed} "
+                                   f"({fps[node].get('nccl.lib.path')}): the ranks load another libnccl"})
+    return out
+
+
+def for_baseline(now: dict, old: dict, ran: bool) -> tuple[dict, dict]:
+    """nccl.run.* exist only where --collective ran: compared with a baseline node only when
+    it ran now and the baseline has them for that node (copies; NOW and OLD stay as given)."""
+    strip = lambda fp: {k: val for k, val in fp.items() if not k.startswith(RUN_KEYS)}
+    now, old = dict(now), dict(old)
+    for n, fp in old.items():
+        if not ran or not any(k.startswith(RUN_KEYS) for k in fp):
+            old[n] = strip(fp)
+            if n in now:
+                now[n] = strip(now[n])
+    return now, old
+
+
+def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
+    """Problems on one node that make launches fail or hang."""
+    out, workdir, port = [], want.workdir, want.port
+
+    def bad(key, msg, severity="error"):
+        out.append({"node": host.name, "key": key, "message": msg, "severity": severity})
+    g = f.get(GPUS) or {}
+    if g.get("error"):
+        bad("gpu", f"nvidia-smi: {g['error'][:120]}")
+    if g.get("count") and host.slots and g["count"] != host.slots:
+        bad("gpu.count", f"{g['count']} GPUs but the inventory gives it {host.slots} slots")
+    if fp.get("torch.covers_gpus") is False:
+        bad("torch.covers_gpus", "torch.cuda.get_arch_list() lacks this node's GPU capability")
+    if g.get("count") and fp.get("torch.cuda_available") is False:
+        bad("torch.cuda_available", "torch.cuda.is_available() is False on a GPU node")
+    if fp.get("python.path") is None:
+        bad("python.path", f"no venv at {v['venv_path']} (run `invoke provision`)")
+    elif fp.get("shell.noninteractive_python") != fp["python.path"]:
+        bad("shell.noninteractive_python", f"a non-interactive ssh shell finds "
+            f"{fp.get('shell.noninteractive_python') or 'no python'}, not {fp['python.path']}")
+    _socket_ifname(bad, fp, f, want)
+    _nccl_checks(bad, fp, (f.get(TORCH_BUILD(TorchIn(v["venv_path"]))) or {}).get("nccl_lib"))
+    if workdir and fp.get("job.workdir_exists") is False:
+        bad("job.workdir", f"{workdir} does not exist (the launchers cd into it on every node)")
+    if port and f.get(PORT_LISTENING(port)):
+        bad("net.master_port", f"port {port} is already in use on the head node")
+    return out
+
+
+def mesh_checks(a, tried: dict, v_of: dict, paper: paper_mesh.PaperMesh) -> list[dict]:
+    """One ssh.mesh error per failing pair A -> B: the real login's result where A tried one
+    (TRIED: {peer: (rc, error)}; it is the stronger proof), else the on-paper reasons (when
+    nodeprep manages the mesh). Costs what fails plus A's tries, not a pass over the fleet."""
+    why = {b: [f"login failed (exit {rc})" + (f": {err}" if err else "")]
+           for b, (rc, err) in tried.items() if rc}
+    if v_of[a.name].get("ssh_mesh"):
+        for b, reasons in paper.failing(a.name).items():
+            if b not in tried:
+                why[b] = reasons
+    return [{"node": a.name, "key": "ssh.mesh", "severity": "error",
+             "message": f"{a.name} -> {b}: " + "; ".join(w)}
+            for b, w in sorted(why.items(), key=lambda kv: paper.order.get(kv[0], len(paper.order)))]
+
+
+def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
+    """GPU keys are compared among the GPU nodes only: a node the inventory marks cpu_only is
+    meant to differ there."""
+    is_gpu = lambda k: k.startswith(GPU_KEYS)
+    rest = {n: {k: v for k, v in fp.items() if not is_gpu(k)} for n, fp in fps.items()}
+    report = parity.compare(rest, SEVERITY, checks, unreachable, order=order)
+    gpu = {n: {k: v for k, v in fp.items() if is_gpu(k)} for n, fp in fps.items() if n not in cpu_only}
+    if gpu:
+        g = parity.compare(gpu, SEVERITY, (), None, order=[n for n in order if n in gpu])
+        report.drift = sorted(report.drift + g.drift,
+                              key=lambda d: (parity.SEVERITIES.index(d.severity), d.key))
+        report.compared_keys += g.compared_keys
+        report.ok = report.ok and g.ok
+    return report
