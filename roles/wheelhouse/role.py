@@ -91,8 +91,9 @@ def _sums(text: str | None) -> dict[str, str]:
     return out
 
 
-def steps(ctx):
-    d = ctx.vars["wheelhouse_dir"]
+def _unplanned(ctx) -> list[Step] | None:
+    """The node's one step when it has no manifest to sync from: the controller could not
+    resolve its platform's wheels, or --check found none in the controller's cache."""
     if ctx.name in ctx.prov.shared.wheelhouse_errors:
         err = ctx.prov.shared.wheelhouse_errors[ctx.name]
         return [Step("wheelhouse.download", [], lambda f: Check(False, err.splitlines()[0]), None,
@@ -101,6 +102,33 @@ def steps(ctx):
     if ctx.name not in ctx.prov.shared.manifests:
         return [Step("wheelhouse.sync", [], lambda f: Check(False, "would download and push the "
                                                                    "wheelhouse"), ":")]
+    return None
+
+
+def _verify(ctx, rl, d: str, files: dict, sums_text: str):
+    """The sync step's action, run after the uploads: check every wheel against the
+    controller's sha256 (but those the relay's arrival check just passed), drop stale ones,
+    then record the sums (the file the next run's check reads)."""
+    def verify(_facts):
+        done = rl.verified.get(ctx.name, set()) if rl else set()
+        todo = "".join(f"{sha}  {n}\n" for n, sha in sorted(files.items()) if n not in done)
+        # each wheel hashed by np_sha256 (the CPU's SHA instructions where openssl has them)
+        check_all = (f"printf %s {_b64(todo)} | base64 -d | {{ np_bad=0; while read -r np_w np_f; do "
+                     f"[ \"$(np_sha256 < \"$np_f\")\" = \"$np_w\" ] || {{ echo \"$np_f: FAILED\" >&2; np_bad=1; }}; "
+                     f"done; [ $np_bad -eq 0 ]; }} && ")
+        return (f"{SHA256_SH}; cd {rpath(d)} && rm -rf {relay.STAGE} && "
+                f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && "
+                + (check_all if todo else "")
+                + f"for f in *.whl; do grep -qF \"  $f\" .sums.new || rm -f -- \"$f\"; done && "
+                f"mv -f .sums.new {SUMS}")
+    return verify
+
+
+def steps(ctx):
+    d = ctx.vars["wheelhouse_dir"]
+    unplanned = _unplanned(ctx)
+    if unplanned:
+        return unplanned
     local, m = ctx.prov.shared.manifests[ctx.name]
     files = m["files"]
     sums_text = "".join(f"{sha}  {name}\n" for name, sha in sorted(files.items()))
@@ -130,21 +158,7 @@ def steps(ctx):
         _push(session, remote_dir, _arrived(session, rl, remote_dir, missing(facts), files), local,
               ctx.prov.shared.relay)       # counts what the controller sends, relay on or off
 
-    # After the uploads: check every wheel against the controller's sha256 (but those the
-    # relay's arrival check just passed), drop stale ones, then record the sums (the file the
-    # next run's check reads).
-    def verify(_facts):
-        done = rl.verified.get(ctx.name, set()) if rl else set()
-        todo = "".join(f"{sha}  {n}\n" for n, sha in sorted(files.items()) if n not in done)
-        # each wheel hashed by np_sha256 (the CPU's SHA instructions where openssl has them)
-        check_all = (f"printf %s {_b64(todo)} | base64 -d | {{ np_bad=0; while read -r np_w np_f; do "
-                     f"[ \"$(np_sha256 < \"$np_f\")\" = \"$np_w\" ] || {{ echo \"$np_f: FAILED\" >&2; np_bad=1; }}; "
-                     f"done; [ $np_bad -eq 0 ]; }} && ")
-        return (f"{SHA256_SH}; cd {rpath(d)} && rm -rf {relay.STAGE} && "
-                f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && "
-                + (check_all if todo else "")
-                + f"for f in *.whl; do grep -qF \"  $f\" .sums.new || rm -f -- \"$f\"; done && "
-                f"mv -f .sums.new {SUMS}")
+    verify = _verify(ctx, rl, d, files, sums_text)      # the action, after the uploads
     fleet = None
     if rl is not None and lack:
         prov = ctx.prov
