@@ -37,7 +37,7 @@ def child(inv, preflight):
     """Run `train` in this process with timers around its stages; print them as JSON."""
     t_imp = time.perf_counter()
     from nodeprep import cli
-    from nodeprep.commands import train as tr
+    from nodeprep.commands.train import run as tr
     from nodeprep.commands.options import TrainOptions
     from nodeprep.engine import fleet, session
     w, t_imp = {}, time.perf_counter() - t_imp
@@ -60,15 +60,15 @@ def child(inv, preflight):
     wrap(fleet.Fleet, "map", lambda a, k: f"map {a[2] if len(a) > 2 else k['stage']} (wall)")
     wrap(fleet.Fleet, "__init__", "Fleet init")
     wrap(fleet.Fleet, "close", "Fleet close")
-    from nodeprep.commands import supervise as sv
-    wrap(tr.Job, "prepare", "Job.prepare (wall, facts+preflight+sync)")
+    from nodeprep.commands.train import supervise as sv
+    wrap(tr, "prepare", "prepare (wall, facts+plan+preflight+sync)")
     wrap(sv.Supervisor, "run", "Supervisor.run (wall, watch+launch+poll+leftover check)")
     wrap(sv.Supervisor, "_stop_all", "Supervisor._stop_all (wall)")
     t = time.perf_counter()
     rc = cli.train(TrainOptions(inv, None, "deepspeed", "health", (), preflight=preflight),
                    bench_settings(Path(os.environ["INVOKE_NODEPREP_STATE_DIR"])))
     w["cli.train total"] = time.perf_counter() - t
-    w["import nodeprep.cli/commands.train/engine.executor"] = t_imp
+    w["import nodeprep.cli/commands.train/engine"] = t_imp
     print("PROFILE " + json.dumps(w), file=sys.stderr, flush=True)
     sys.exit(rc)
 

@@ -19,7 +19,7 @@ trimmed inventory measures the same.
 The first verify after the setup imports torch on every node (the node caches the answer in
 ~/.nodeprep/torch_probe.<machine-id>.json): it is reported apart as the cold cost. When a target is missed,
 an in-process profile times verify's stages (connect, then the probes with the mesh logins:
-verify.Gather(...).all()), each fact of the probe (ops.checks.requests) on one node, and the
+verify.Gather(...).all()), each fact of the probe (ops.fingerprints.requests) on one node, and the
 process start-up."""
 import json
 import os
@@ -295,18 +295,18 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
 
 
 def probe_facts(inv_path: Path, settings: Settings, reps=3) -> dict:
-    """Each fact of verify's batched probe (ops.checks.requests, as the head asks them) run
+    """Each fact of verify's batched probe (ops.fingerprints.requests, as the head asks them) run
     alone on worker-0 (one channel each, sequential): where the probe's remote time goes.
     Median seconds, channel round trip included."""
     from nodeprep.cli.display import Display
     from nodeprep.commands.common import select_hosts
     from nodeprep.engine import facts as factmod
     from nodeprep.engine.fleet import Fleet
-    from nodeprep.ops.verify import checks
+    from nodeprep.ops.verify import fingerprints
     inv, hosts = select_hosts(str(inv_path), None, settings)
     h = hosts[0]
     v = {n: inv.var(h, n) for n in inv.schema}
-    reqs = checks.requests(v, False, checks.Expect(None, 29500, h.address))
+    reqs = fingerprints.requests(v, False, fingerprints.Expect(None, 29500, h.address))
     fleet = Fleet([h], settings, "verify", Display.auto(to_stderr=True, quiet=True))
     s = fleet.sessions[h.name]
     s.connect()
@@ -332,8 +332,8 @@ def startup() -> dict:
             "python: import tasks + the nodeprep modules verify-parity uses":
                 [py, "-c", "import sys; sys.path[:0] = ['src', '.']; import tasks; "
                            "from nodeprep import cli, inventory; "
-                           "from nodeprep.commands import verify; from nodeprep.engine import executor; "
-                           "from nodeprep.ops import parity, pystack"],
+                           "from nodeprep.commands import verify; from nodeprep.engine import fleet; "
+                           "from nodeprep.ops import pystack; from nodeprep.ops.verify import parity"],
             "invoke --help verify-parity (invoke start, task load)":
                 [str(VENV / "invoke"), "--help", "verify-parity"]}
     out = {}

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import subprocess
 
+from nodeprep.engine import facts as factmod
 from nodeprep.ops.train import contract
 
 
 def test_programs_fact_parses_what_the_shell_found():
-    out = subprocess.run(["sh", "-c", contract.PROGRAMS.command(None)], capture_output=True, text=True).stdout
-    found = contract.PROGRAMS.parse(out, 0)
-    assert found <= set(contract.PROGRAM_NAMES)
-    assert contract.PROGRAMS.parse("have pdsh\nhave orted\nnoise\n", 0) == {"pdsh", "orted"}
+    out = subprocess.run(["sh", "-c", factmod.PROGRAMS.command(None)], capture_output=True, text=True).stdout
+    found = factmod.PROGRAMS.parse(out, 0)
+    assert found <= set(factmod.jobs.PROGRAM_NAMES)
+    assert factmod.PROGRAMS.parse("have pdsh\nhave orted\nnoise\n", 0) == {"pdsh", "orted"}
 
 
 def test_each_launcher_names_the_missing_program_and_the_node():

@@ -12,7 +12,7 @@ from nodeprep.errors import InputError
 from nodeprep.inventory import model
 from nodeprep.inventory.yamlfile import read_input
 from nodeprep.ops import pystack
-from nodeprep.ops.train import jobs
+from nodeprep.ops.train import payload
 from nodeprep.ops.verify.parity import baseline_read
 from nodeprep.ops.provision.roles import Provisioning
 from nodeprep.ops.pystack.wheelhouse import read_requirements
@@ -150,12 +150,12 @@ def test_job_file_that_cannot_be_read(tmp_path, monkeypatch):
         return real(self, mode, *a, **kw)
     monkeypatch.setattr(Path, "open", guarded)
     with pytest.raises(InputError) as err:
-        jobs.local_files(tmp_path, tmp_path / "train.py")
+        payload.local_files(tmp_path, tmp_path / "train.py")
     one_line(err.value, f"{tmp_path / 'data.bin'}: cannot read this file of the job directory: "
                         "Permission denied")
 
 
 def test_payload_in_an_unknown_users_home():
     with pytest.raises(InputError) as err:
-        jobs.resolve_payload("~nosuchuser/train.py")
+        payload.resolve_payload("~nosuchuser/train.py")
     one_line(err.value, "--payload '~nosuchuser/train.py': not a builtin")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.ops.train import launchers as L
+from nodeprep.ops.train import gpusplit, launchers as L
 from nodeprep.errors import InputError
 from nodeprep.inventory.model import Host
 from nodeprep.nodeside import BUILTIN, path as payload_path
@@ -171,7 +171,7 @@ def test_srun_cmd():
         L.srun_cmd(L.Program(PY, "t.py"), nodes, 0, {})
 
 
-# ---------------------------------------------------------------- emulate
+# ---------------------------------------------------------------- emulate (ops/train/gpusplit.py)
 
 @pytest.mark.parametrize("gpus, nodes, include, devices, visible", [
     (2, 2, "worker-0:0@worker-1:1", [[0], [1]], ["0", "1"]),
@@ -180,7 +180,7 @@ def test_srun_cmd():
      [[0, 1], [2, 3], [4, 5], [6, 7]], ["0,1", "2,3", "4,5", "6,7"]),
 ])
 def test_emulate(gpus, nodes, include, devices, visible):
-    e = L.emulate(gpus, nodes)
+    e = gpusplit.emulated(gpus, nodes)
     assert e["include"] == include
     assert e["devices"] == devices
     assert e["cuda_visible"] == visible
@@ -194,13 +194,13 @@ def test_emulate(gpus, nodes, include, devices, visible):
 
 
 def test_emulate_prefix_and_errors():
-    assert L.emulate(2, 1, prefix="n")["include"] == "n0:0,1"
+    assert gpusplit.emulated(2, 1, prefix="n")["include"] == "n0:0,1"
     with pytest.raises(InputError, match="3 GPUs do not split evenly over 2 nodes"):
-        L.emulate(3, 2)
+        gpusplit.emulated(3, 2)
     with pytest.raises(InputError, match="cannot emulate 4 nodes on 2 GPU"):
-        L.emulate(2, 4)
+        gpusplit.emulated(2, 4)
     with pytest.raises(InputError, match="cannot emulate"):
-        L.emulate(0, 1)
+        gpusplit.emulated(0, 1)
 
 
 def test_builtin_payloads():

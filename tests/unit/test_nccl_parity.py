@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from nodeprep.engine import facts as F
 from nodeprep.nodeside import nccl_probe
-from nodeprep.ops.verify import checks
+from nodeprep.ops.verify import checks, fingerprints
 from nodeprep.ops.verify import nccllog
 
 V = {"venv_path": "/home/u/.nodeprep/venv", "env_file": "~/.nodeprep/env.sh"}
@@ -32,18 +32,18 @@ def facts(torch: dict | None, gpus: dict | None = None, ds_env: str | None = Non
     f[F.INTERFACES.key] = {"eth0": "10.0.0.1"}
     f[F.VENV(V["venv_path"]).key] = {"exists": True, "python": "3.11.9", "packages": {}}
     f[F.TORCH_BUILD(F.TorchIn(V["venv_path"])).key] = torch
-    f[F.FILE(checks.DEEPSPEED_ENV).key] = {"exists": ds_env is not None, "content": ds_env}
+    f[F.FILE(fingerprints.DEEPSPEED_ENV).key] = {"exists": ds_env is not None, "content": ds_env}
     f[F.FILE(V["env_file"]).key] = {"exists": False, "content": None}
     return f
 
 
 def fp_of(f) -> dict:
-    return checks.fingerprint(V, f, None, None)
+    return fingerprints.fingerprint(V, f, None, None)
 
 
 def checks_of(f, fp) -> list[dict]:
     host = SimpleNamespace(name="gpu-0", slots=None)
-    return [c for c in checks.checks_for(host, V, f, fp, checks.Expect()) if c["key"].startswith(("nccl", "env."))]
+    return [c for c in checks.checks_for(host, V, f, fp, fingerprints.Expect()) if c["key"].startswith(("nccl", "env."))]
 
 
 def lib_from(stem: str, versions: dict) -> dict:
@@ -56,7 +56,7 @@ def lib_from(stem: str, versions: dict) -> dict:
 def test_cpu_build_has_no_nccl_keys_at_all():
     fp = fp_of(facts(CPU_TORCH))
     assert not [k for k in fp if k.startswith("nccl.")]
-    assert checks.with_run(fp, {}) == fp and checks.with_run(dict(fp), None) == fp   # gloo said nothing
+    assert fingerprints.with_run(fp, {}) == fp and fingerprints.with_run(dict(fp), None) == fp   # gloo said nothing
 
 
 def test_cuda_build_keys_are_the_mapped_library():
@@ -124,8 +124,8 @@ def test_a_node_without_the_plugin_drifts_like_any_key():
     fps = fleet()
     ofi = logged("nccl_2.27.3_aws_ofi_nccl_1.16.2_loaded.log")
     for n in ("gpu-0", "gpu-1"):
-        checks.with_run(fps[n], ofi)
-    checks.with_run(fps["gpu-2"], logged("aws_ofi_nccl_initialization_failed_socket.log"))
+        fingerprints.with_run(fps[n], ofi)
+    fingerprints.with_run(fps["gpu-2"], logged("aws_ofi_nccl_initialization_failed_socket.log"))
     report = checks.compare_fleet(fps, set(), [], {}, ["gpu-0", "gpu-1", "gpu-2"])
     drift = {d.key: (d.severity, [(g.nodes, g.value) for g in d.groups]) for d in report.drift}
     failed = "aws-ofi-nccl; aws-ofi-nccl (initialization failed)"
@@ -140,7 +140,7 @@ def test_transport_drift_alone_is_a_warning():
     fps = fleet()
     gdr, plain = "NET/IB/GDRDMA, P2P/CUMEM", "NET/IB, P2P/CUMEM"     # gpu-2: no GPUDirect RDMA
     for n, t in (("gpu-0", gdr), ("gpu-1", gdr), ("gpu-2", plain)):
-        checks.with_run(fps[n], {"net_plugin": "none", "network": "IB", "transport": t})
+        fingerprints.with_run(fps[n], {"net_plugin": "none", "network": "IB", "transport": t})
     report = checks.compare_fleet(fps, set(), [], {}, list(fps))
     assert [(d.key, d.severity) for d in report.drift] == [("nccl.run.transport", "warning")] and report.ok
 
@@ -157,7 +157,7 @@ def test_another_libnccl_on_one_node_drifts():
 def test_cpu_only_node_does_not_drift_on_nccl_keys():
     fps = fleet()
     for fp in fps.values():
-        checks.with_run(fp, {"net_plugin": "none", "network": "IB", "transport": "NET/IB/GDRDMA"})
+        fingerprints.with_run(fp, {"net_plugin": "none", "network": "IB", "transport": "NET/IB/GDRDMA"})
     fps["cpu-0"] = fp_of(facts(CPU_TORCH))
     report = checks.compare_fleet(fps, {"cpu-0"}, [], {}, list(fps))
     assert not [d for d in report.drift if d.key.startswith("nccl.")]
@@ -173,14 +173,14 @@ def test_rank0_version_against_the_probe():
 
 def test_baseline_compares_run_keys_only_where_both_have_them():
     run = {"net_plugin": "none", "network": "IB", "transport": "NET/IB/GDRDMA"}
-    with_run = {n: checks.with_run(dict(fp), run) for n, fp in fleet().items()}
+    with_run = {n: fingerprints.with_run(dict(fp), run) for n, fp in fleet().items()}
     plain = fleet()
-    now, old = checks.for_baseline(plain, with_run, ran=False)     # no --collective now
+    now, old = fingerprints.for_baseline(plain, with_run, ran=False)     # no --collective now
     assert now == plain and old == plain
-    now, old = checks.for_baseline(with_run, plain, ran=True)      # a baseline without it
+    now, old = fingerprints.for_baseline(with_run, plain, ran=True)      # a baseline without it
     assert now == plain and old == plain
     changed = {n: dict(fp) for n, fp in with_run.items()}
     changed["gpu-2"]["nccl.run.network"] = "Socket"
-    now, old = checks.for_baseline(changed, with_run, ran=True)
+    now, old = fingerprints.for_baseline(changed, with_run, ran=True)
     assert now["gpu-2"]["nccl.run.network"] == "Socket" and old["gpu-2"]["nccl.run.network"] == "IB"
     assert with_run["gpu-2"]["nccl.run.network"] == "IB" and "nccl.run.network" in changed["gpu-0"]

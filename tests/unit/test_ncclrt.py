@@ -19,7 +19,7 @@ import pytest
 from nodeprep.nodeside import nccl_probe
 from nodeprep.engine.facts.python import TORCH_PY, TorchIn, _bare_source, _torch_build, _torch_script
 from nodeprep.nodeside import BUILTIN, NCCL_PROBE
-from nodeprep.ops.train import jobs
+from nodeprep.ops.train import payload
 from tests.unit import test_launchers
 
 MAPS = sorted((Path(__file__).parents[1] / "facts" / "nccl_maps").glob("*.maps"))
@@ -64,10 +64,10 @@ def test_the_health_payload_has_no_copy_of_the_probe():
 
 
 def test_train_ships_the_probe_beside_the_health_payload():
-    root, script = jobs.resolve_payload("health")
-    assert jobs.local_files(root, script) == {"health.py": BUILTIN["health"], "nccl_probe.py": NCCL_PROBE}
-    root, script = jobs.resolve_payload("ddp")
-    assert jobs.local_files(root, script) == {"ddp.py": BUILTIN["ddp"]}
+    root, script = payload.resolve_payload("health")
+    assert payload.local_files(root, script) == {"health.py": BUILTIN["health"], "nccl_probe.py": NCCL_PROBE}
+    root, script = payload.resolve_payload("ddp")
+    assert payload.local_files(root, script) == {"ddp.py": BUILTIN["ddp"]}
 
 
 @pytest.mark.parametrize("code,name", [(22105, "2.21.5"), (22703, "2.27.3"), (21903, "2.19.3"),
@@ -250,7 +250,7 @@ def test_health_payload_names_the_loaded_libnccl(torch_python, real_libnccl, tmp
     d = nccl_dir(tmp_path, real_libnccl)
     job = tmp_path / "job"
     job.mkdir()
-    for name, src in jobs.local_files(*jobs.resolve_payload("health")).items():
+    for name, src in payload.local_files(*payload.resolve_payload("health")).items():
         shutil.copy(src, job / name)
     code = ("import ctypes, importlib.util, sys\n"
             f"spec = importlib.util.spec_from_file_location('health', {str(job / 'health.py')!r})\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 import time
 
-from nodeprep.commands.supervise import RunSpec, launch_script, watch_script
+from nodeprep.commands.train.supervise import RunSpec, launch_script, watch_script
+from nodeprep.engine import facts as factmod
 from nodeprep.ops.train.rankwatch import RankWatch, describe_rc
 
 LAYOUT = [["worker-0", 2], ["worker-1", 2]]
@@ -158,16 +159,16 @@ def test_srun_task_labels_are_taken_off_launcher_lines():
 
 
 def test_job_process_and_gpu_app_parsers_on_real_formats():
-    from nodeprep.ops.train import jobs
-    procs = jobs.JOB_PROCESSES.parse("4242\t20261123-abc\t/v/bin/python -u rank.py ddp.py \n"
+    from nodeprep.ops.train import processes
+    procs = factmod.JOB_PROCESSES.parse("4242\t20261123-abc\t/v/bin/python -u rank.py ddp.py \n"
                                      "bad line\n77\tother\tsleep 300\n", 0)
     assert [p["pid"] for p in procs] == [4242, 77]
-    assert jobs.stale(procs, "20261123-abc") == {"other": [{"pid": 77, "job": "other", "args": "sleep 300"}]}
+    assert processes.stale(procs, "20261123-abc") == {"other": [{"pid": 77, "job": "other", "args": "sleep 300"}]}
     # nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
-    apps = jobs.GPU_APPS.parse("12345, /usr/bin/python3, 40536 MiB\n678, python, 512 MiB\n", 0)
+    apps = factmod.GPU_APPS.parse("12345, /usr/bin/python3, 40536 MiB\n678, python, 512 MiB\n", 0)
     assert apps == [{"pid": 12345, "name": "/usr/bin/python3", "memory": "40536 MiB"},
                     {"pid": 678, "name": "python", "memory": "512 MiB"}]
-    assert jobs.GPU_APPS.parse("", 0) == []
+    assert factmod.GPU_APPS.parse("", 0) == []
 
 
 def test_a_plain_exit_status_is_a_failure_even_when_it_arrives_after_the_stop():

@@ -8,9 +8,8 @@ import shlex
 import pytest
 
 from nodeprep.inventory import model as inventory
-from nodeprep.commands import train as T
 from nodeprep.commands.options import TrainOptions
-from nodeprep.engine.events import Events
+from nodeprep.commands.train.prepare import plan_of
 from nodeprep.engine.facts import FactValues
 from nodeprep.ops.train import emulate as E
 from nodeprep.errors import InputError
@@ -25,13 +24,13 @@ def inv(tmp_path):
 
 
 def job(inv, launcher, gpus, m, network=False):
+    """The LaunchPlan train builds for one machine with GPUS emulated as M nodes."""
     hosts = inv.select("gpubox")
-    j = T.Job(TrainOptions(None, None, launcher, "health", ("--x", "a b"), None, 0, 29500, "pdsh", True,
-                           emulate=m, emulate_network=network), inv, hosts, Events())
-    j.python, j.job_dir = "/home/ops/.nodeprep/venv/bin/python", "/home/ops/.nodeprep/jobs/payloads"
-    j.facts = {"gpubox": FactValues({"gpus": {"count": gpus}})}
-    j.emu = E.plan_emulation(hosts[0], m, gpus, launcher, network)
-    return j
+    opts = TrainOptions(None, None, launcher, "health", ("--x", "a b"), None, 0, 29500, "pdsh", True,
+                        emulate=m, emulate_network=network)
+    got = {"gpubox": FactValues({"gpus": {"count": gpus}, "user": {"home": "/home/ops"}})}
+    vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
+    return plan_of(opts, "job1", hosts, got, vars_of, E.plan_emulation(hosts[0], m, gpus, launcher, network))[0]
 
 
 @pytest.mark.parametrize("gpus,m,include", [

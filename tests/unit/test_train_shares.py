@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from nodeprep.commands import train as T
 from nodeprep.commands.options import TrainOptions
-from nodeprep.engine.events import Events
+from nodeprep.commands.train.prepare import plan_of
 from nodeprep.engine.facts import FactValues
 from nodeprep.errors import InputError
 from nodeprep.inventory import load
-from nodeprep.ops.provision.topology import Topology, gpu_shares
 
 
 @pytest.fixture
@@ -22,17 +20,19 @@ def inv(tmp_path):
 
 
 def facts(machine: str, gpus: int):
-    return FactValues({"gpus": {"count": gpus}, "identity": {"machine": machine, "home": machine}})
+    return FactValues({"gpus": {"count": gpus}, "identity": {"machine": machine, "home": machine},
+                       "user": {"home": "/home/ops"}})
 
 
-def job(inv, launcher, limit="half0,half1,other", gpus=4):
+def job(inv, launcher, limit="half0,half1,other", gpus=4, venvs=None):
+    """The LaunchPlan train builds from these facts (VENVS: node -> its venv_path)."""
     hosts = inv.select(limit)
-    j = T.Job(TrainOptions(None, limit, launcher, "health"), inv, hosts, Events())
-    j.python, j.job_dir = "/home/ops/.nodeprep/venv/bin/python", "/home/ops/.nodeprep/jobs/payloads"
-    j.facts = {"half0": facts("box", gpus), "half1": facts("box", gpus), "other": facts("other", gpus)}
-    names = [h.name for h in hosts]
-    j.shares = gpu_shares(Topology.of(j.facts, names), names, {n: j.facts[n]["gpus"]["count"] for n in names})
-    return j
+    got = {"half0": facts("box", gpus), "half1": facts("box", gpus), "other": facts("other", gpus)}
+    vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
+    for node, venv in (venvs or {}).items():
+        vars_of[node]["venv_path"] = venv
+    return plan_of(TrainOptions(None, limit, launcher, "health"), "job1", hosts,
+                   {h.name: got[h.name] for h in hosts}, vars_of)[0]
 
 
 def test_nodes_on_one_machine_split_its_gpus(inv):
@@ -54,8 +54,7 @@ def test_torchrun_needs_equal_shares_and_sets_visible_devices(inv):
 
 def test_refused_shapes(inv):
     j = job(inv, "mpirun")
-    assert any("would share GPUs under mpirun" in p for p in j._share_problems(
-        Topology.of(j.facts, ["half0", "half1", "other"])))
+    assert any("would share GPUs under mpirun" in p for p in j.share_problems())
     with pytest.raises(InputError, match="3 GPU.*do not split evenly over 2 nodes"):
         job(inv, "deepspeed", gpus=3)
 
@@ -67,14 +66,12 @@ def test_cpu_machines_and_lone_nodes_are_not_split(inv):
 
 def test_venv_paths_that_differ_by_group(inv):
     """torchrun starts each node's own interpreter in its own job dir; the others refuse."""
-    got = {n: FactValues({"user": {"home": "/home/ops"}, "gpus": {"count": 0}}) for n in ("half0", "half1")}
-    j = job(inv, "torchrun", limit="half0,half1", gpus=0)
-    j.vars["half1"]["venv_path"] = "~/.nodeprep/venv-aarch64"
-    assert j._paths(got, ["half0", "half1"]) == []
+    aarch64 = {"half1": "~/.nodeprep/venv-aarch64"}
+    j = job(inv, "torchrun", limit="half0,half1", gpus=0, venvs=aarch64)
+    assert j.path_problems() == []
     cmds = j.commands()
     assert "/home/ops/.nodeprep/venv/bin/python -m torch.distributed.run" in cmds["half0"]
     assert "/home/ops/.nodeprep/venv-aarch64/bin/python -m torch.distributed.run" in cmds["half1"]
-    j = job(inv, "deepspeed", limit="half0,half1", gpus=0)
-    j.vars["half1"]["venv_path"] = "~/.nodeprep/venv-aarch64"
-    problem, = j._paths(got, ["half0", "half1"])
+    j = job(inv, "deepspeed", limit="half0,half1", gpus=0, venvs=aarch64)
+    problem, = j.path_problems()
     assert "DeepSpeed needs one path" in problem and "--launcher torchrun" in problem

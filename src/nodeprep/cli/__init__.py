@@ -22,7 +22,8 @@ from nodeprep.cli.display import Display
 from nodeprep.commands import facts as facts_cmd
 from nodeprep.commands import hosts, inventory as inventory_cmd, provision as provision_cmd
 from nodeprep.commands import torch_plan as torch_plan_cmd
-from nodeprep.commands import runs as runs_cmd, train as train_cmd, verify as verify_cmd
+from nodeprep.commands import train as train_cmd, verify as verify_cmd
+from nodeprep.commands.train import control as control_cmd
 from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOptions, ProvisionOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.errors import NodeprepError
@@ -115,7 +116,7 @@ def train(opts: TrainOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def train_status(opts: RunsOptions, settings: Settings = Settings()) -> int:
-    st = runs_cmd.status(opts, settings, Display.auto(to_stderr=True, quiet=True))
+    st = control_cmd.status(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.json:
         _json(st.__dict__)
     else:
@@ -125,7 +126,7 @@ def train_status(opts: RunsOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def train_stop(opts: RunsOptions, settings: Settings = Settings()) -> int:
-    res = runs_cmd.stop(opts, settings, Display.auto(to_stderr=True, quiet=True))
+    res = control_cmd.stop(opts, settings, Display.auto(to_stderr=True, quiet=True))
     render.train_stop(res)
     return res.exit_code
 
@@ -135,12 +136,12 @@ def train_logs(opts: RunsOptions, settings: Settings = Settings()) -> int:
     path = rundir.find(settings.runs, opts.run)
     offsets: dict = {}
     while True:
-        for label, line in runs_cmd.log_lines(path, opts.node, opts.rank, offsets):
+        for label, line in control_cmd.log_lines(path, opts.node, opts.rank, offsets):
             print(f"[{label}] {line}", flush=opts.follow)
-        if not opts.follow or runs_cmd.finished(path) or stdio.stdout_lost():
+        if not opts.follow or control_cmd.finished(path) or stdio.stdout_lost():
             break
         time.sleep(0.5)
-    for label, line in runs_cmd.log_lines(path, opts.node, opts.rank, offsets):
+    for label, line in control_cmd.log_lines(path, opts.node, opts.rank, offsets):
         print(f"[{label}] {line}")      # what came after the last poll
     return 0
 

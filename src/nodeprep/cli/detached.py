@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from nodeprep.errors import NodeprepError
+from nodeprep.engine.results import usable
 from nodeprep.settings import Settings
 
 
@@ -56,7 +57,7 @@ class _FileEvents:
         pass
 
     def status(self, node, stage, status, message=""):
-        if status in ("failed", "unreachable"):
+        if not usable(status):
             self.note(node, f"{stage}: {status} {message}")
 
     def line(self, node, text):
@@ -72,24 +73,24 @@ class _FileEvents:
 
 def main(run_dir: str) -> int:
     from nodeprep.commands.common import select_hosts
-    from nodeprep.commands.supervise import RunSpec, Supervisor
+    from nodeprep.commands.train.supervise import RunSpec, Supervisor
     from nodeprep.engine.fleet import Fleet
     from nodeprep.engine.results import RunLog
-    from nodeprep.ops.train import rundir as bundlemod
+    from nodeprep.ops.train import rundir
 
     path = Path(run_dir)
     settings = Settings(**json.loads((path / "settings.json").read_text()))
-    spec = RunSpec.load(bundlemod.read_json(path / "job.json"))
+    spec = RunSpec.load(rundir.read_json(path / "job.json"))
     events = _FileEvents(sys.stdout)
     _inv, hosts = select_hosts(spec.inventory, spec.limit, settings, events=events)
     hosts = [h for h in hosts if h.name in spec.nodes]
-    bundle = bundlemod.Bundle(path)
+    files = rundir.RunDir(path)
     with Fleet(hosts, settings, "train", events, runlog=RunLog(path)) as fleet:
-        sup = Supervisor(spec, fleet, events, bundle)
+        sup = Supervisor(spec, fleet, events, files)
         signal.signal(signal.SIGTERM, lambda *_: setattr(sup, "stop_requested", "stopped"))
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         out = sup.run()
-    bundle.close()
+    files.close()
     events.note("controller", f"job {spec.job_id}: {out.state}" + (f": {out.failure}" if out.failure else ""))
     return 0 if out.failure is None else 1
 

@@ -6,6 +6,7 @@ import sys
 
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.facts import gpus
+from nodeprep.engine.results import usable
 
 
 # -- facts --------------------------------------------------------------------------------------
@@ -36,7 +37,7 @@ def size(n: int) -> str:
 
 
 def footer(report: dict) -> None:
-    bad = {n: r for n, r in report["nodes"].items() if r["status"] in ("failed", "unreachable")}
+    bad = {n: r for n, r in report["nodes"].items() if not usable(r["status"])}
     for n, r in bad.items():
         print(f"{r['status'].upper()}: {n}: {r.get('message', '')}", file=sys.stderr)
         if r.get("stderr_tail"):
@@ -62,7 +63,7 @@ def provision_summary(res) -> None:
         for s in steps:
             if s["status"] in ("changed", "failed"):
                 print(redact(f"{'':<{width}}    {s['status']}: {s['step']}: {s['message']}"), file=out)
-        if r["status"] in ("failed", "unreachable"):
+        if not usable(r["status"]):
             print(redact(f"{'':<{width}}    {r.get('message', '')}"), file=out)
             for line in (r.get("stderr_tail") or "").splitlines():
                 print(redact(f"{'':<{width}}      | {line}"), file=out)

@@ -13,7 +13,8 @@ import json
 
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
-from nodeprep.commands.train import Job, supervise
+from nodeprep.commands.train.prepare import new_job_id, prepare
+from nodeprep.commands.train.run import run_spec, supervise
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
@@ -48,10 +49,11 @@ def by_node(seen: list[tuple[str, str]]) -> dict[str, dict]:
     return {node: got for node, got in parsed.items() if got}
 
 
-def uses_nccl(job: Job) -> bool:
-    """The allreduce payload takes nccl where torch.cuda.is_available(), as the probe saw it."""
-    return any((f.get(factmod.TORCH_BUILD(factmod.TorchIn(job.vars[n]["venv_path"]))) or {}).get("available")
-               for n, f in job.facts.items())
+def uses_nccl(prep) -> bool:
+    """The allreduce payload takes nccl where torch.cuda.is_available(), as the probe saw it
+    (PREP: the train command's Prepared job)."""
+    return any((f.get(factmod.TORCH_BUILD(factmod.TorchIn(prep.vars[n]["venv_path"]))) or {}).get("available")
+               for n, f in prep.facts.items())
 
 
 class _Lines(Events):
@@ -90,12 +92,12 @@ def collective(opts: TrainOptions, settings: Settings, events: Events) -> dict:
     out = {"ok": False, "launcher": opts.launcher}
     lines = _Lines(events)
     try:
-        job = Job(opts, inv, hosts, lines)
-        run_dir = rundir.run_path(settings.runs, job.id)
+        job_id = new_job_id()
+        run_dir = rundir.run_path(settings.runs, job_id)
         with Fleet(hosts, settings, "collective", lines, runlog=RunLog(run_dir)) as fleet:
-            job.prepare(fleet)
-            spec = job.spec(settings)
-            if uses_nccl(job):
+            prep = prepare(opts, inv, hosts, fleet, lines, job_id)
+            spec = run_spec(prep, opts)
+            if uses_nccl(prep):
                 spec.commands = {label: [node, NCCL_EXPORT + cmd] for label, (node, cmd) in spec.commands.items()}
                 spec.env.update(NCCL_LOG)
             outcome = supervise(spec, fleet, lines, run_dir)

@@ -20,7 +20,7 @@ from nodeprep.engine.transports import slurmrun
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.inventory import nodeset
-from nodeprep.ops.verify import checks
+from nodeprep.ops.verify import checks, fingerprints
 from nodeprep.ops.ssh import paper_mesh
 from nodeprep.ops.verify import parity
 from nodeprep.ops.ssh.logins import fans_out, mesh_collect, mesh_pairs, mesh_start, parse_mesh
@@ -60,10 +60,10 @@ class Gather:
         self.head = hosts[0].name
 
     def requests(self, node: str) -> list:
-        return checks.requests(self.v_of[node], self.opts.deep, self.expect(node))
+        return fingerprints.requests(self.v_of[node], self.opts.deep, self.expect(node))
 
-    def expect(self, node: str) -> checks.Expect:
-        return checks.Expect(self.opts.workdir, self.opts.port if node == self.head else None,
+    def expect(self, node: str) -> fingerprints.Expect:
+        return fingerprints.Expect(self.opts.workdir, self.opts.port if node == self.head else None,
                              self.hosts[0].address)
 
     def node(self, session, peers: list[str]) -> Probe:
@@ -129,22 +129,21 @@ def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report
     head, fps, found, results = hosts[0].name, {}, [], fleet.results
     paper = _mesh_inputs(inv, got, v_of, fleet.store.load())
     for h in hosts:
-        if h.name not in got or results[h.name].status in ("failed", "unreachable"):
+        if h.name not in got or not results[h.name].usable:
             continue
         f, v = got[h.name].facts, v_of[h.name]
-        fps[h.name] = checks.with_run(checks.fingerprint(v, f, got[h.name].python_seen, opts.workdir),
+        fps[h.name] = fingerprints.with_run(fingerprints.fingerprint(v, f, got[h.name].python_seen, opts.workdir),
                                       got[h.name].nccl)
-        want = checks.Expect(opts.workdir, opts.port if h.name == head else None, hosts[0].address)
+        want = fingerprints.Expect(opts.workdir, opts.port if h.name == head else None, hosts[0].address)
         found += checks.checks_for(h, v, f, fps[h.name], want)
         found += checks.mesh_checks(h, got[h.name].mesh, v_of, paper)
     found += checks.run_checks(fps, {n: g.nccl for n, g in got.items()})
-    unreachable = {n: r.message for n, r in results.items() if r.status in ("failed", "unreachable")}
+    unreachable = fleet.unusable()
     order = [h.name for h in hosts]
     if opts.baseline:
-        now, old = checks.for_baseline(fps, parity.baseline_read(opts.baseline)[0], opts.collective)
-        report = parity.against_baseline(now, old, checks.SEVERITY, unreachable, order=order)
+        now, old = fingerprints.for_baseline(fps, parity.baseline_read(opts.baseline)[0], opts.collective)
+        report = parity.against_baseline(now, old, fingerprints.SEVERITY, unreachable, order=order)
         report.checks += found
-        report.ok = report.ok and not any(c["severity"] == "error" for c in found)
     else:
         report = checks.compare_fleet(fps, {h.name for h in hosts if v_of[h.name].get("cpu_only")},
                                       found, unreachable, order)
@@ -167,7 +166,7 @@ def _notes(names: list[str], opts: VerifyOptions, fanned: bool, head: str, direc
 
 
 def _collective(opts: VerifyOptions, settings: Settings, events: Events, fleet) -> dict:
-    unreachable = [n for n, r in fleet.results.items() if r.status in ("failed", "unreachable")]
+    unreachable = list(fleet.unusable())
     if unreachable:
         return {"ok": False, "launcher": "torchrun",
                 "error": f"skipped: unreachable node(s) {', '.join(unreachable)}"}
@@ -193,8 +192,8 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
             got[n].nccl = logged
     report = _compare(inv, hosts, got, fleet, v_of, opts)
     sharing = Topology.of({n: g.facts for n, g in got.items()}, [h.name for h in hosts]).describe()
-    if coll is not None:
-        report.ok = report.ok and coll["ok"]
+    if coll is not None and not coll["ok"]:
+        report.vetoes.append(f"--collective: {coll.get('error') or 'the all_reduce failed'}")
     fanned = not slurm and fans_out(pairs, head, opts.via)
     return VerifyResult(report, coll, sharing + _notes(names, opts, fanned, head, direct if fanned else [])
                         + ([f"(probes ran as srun steps from {head}; sbcast carried the scripts)"] if slurm else []))

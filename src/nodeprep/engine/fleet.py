@@ -85,7 +85,12 @@ class Fleet:
         return {n: s.result for n, s in self.sessions.items()}
 
     def usable(self) -> list[Session]:
-        return [s for s in self.sessions.values() if s.result.status not in ("failed", "unreachable")]
+        """The sessions later stages still run on (NodeResult.usable)."""
+        return [s for s in self.sessions.values() if s.result.usable]
+
+    def unusable(self) -> dict[str, str]:
+        """{node: why} of the nodes that failed or were unreachable."""
+        return {n: s.result.message for n, s in self.sessions.items() if not s.result.usable}
 
     def map(self, fn: Callable[[Session], Any], stage: str, only=None) -> dict[str, Any]:
         """ONLY: node names to restrict this stage to (default: every usable node)."""

@@ -13,6 +13,12 @@ from pathlib import Path
 _RANK = {"ok": 0, "skipped": 0, "changed": 1, "failed": 2, "unreachable": 3}
 
 
+def usable(status: str) -> bool:
+    """The one rule for a node's status: later stages still run on it (not failed, not
+    unreachable). NodeResult.usable and Fleet.usable() ask this; so do reports read back."""
+    return status not in ("failed", "unreachable")
+
+
 @dataclass
 class StepResult:
     name: str
@@ -31,6 +37,11 @@ class NodeResult:
     stderr_tail: str = ""
     steps: list[StepResult] = field(default_factory=list)
     data: dict = field(default_factory=dict)
+
+    @property
+    def usable(self) -> bool:
+        """Whether later stages still run on this node (the one rule: not failed, not unreachable)."""
+        return usable(self.status)
 
     @property
     def changed(self) -> int:

@@ -5,6 +5,7 @@
   gpus.py    GPUS
   files.py   FILE(path) DIR(path)
   python.py  VENV(path) TORCH_BUILD(TorchIn(venv, deep))
+  jobs.py    JOB_PROCESSES GPU_APPS PROGRAMS (and JOB_VAR, the job id every job process carries)
 
 A new fact: a snippet and a parser in the module of its domain, a data-file case per real
 output format under tests/facts/<name>/, and a line in ALL below."""
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from nodeprep.engine.facts.files import DIR, FILE
 from nodeprep.engine.facts.gpus import GPUS
+from nodeprep.engine.facts.jobs import GPU_APPS, JOB_PROCESSES, JOB_VAR, PROGRAMS
 from nodeprep.engine.facts.net import INTERFACES, PORT_LISTENING, ROUTE, primary_address, reaching
 from nodeprep.engine.facts.probe import (Fact, FactValues, Request, gather, key_of, parse_sections,
                                          probe_script, section_tags, split_sections)
@@ -21,7 +23,8 @@ from nodeprep.engine.facts.system import (DISK_FREE, ETC_SHELLS, HOSTNAME, IDENT
 
 # Every fact, by name: for the data-file tests and for messages, never for lookups at run time.
 ALL = {f.name: f for f in (HOSTNAME, OS, USER, LOGIN_SHELL, ETC_SHELLS, PYTHON, PYTHON_ON_PATH,
-                           DISK_FREE, IDENTITY, INTERFACES, PORT_LISTENING, ROUTE, GPUS, FILE, DIR, VENV, TORCH_BUILD)}
+                           DISK_FREE, IDENTITY, INTERFACES, PORT_LISTENING, ROUTE, GPUS, FILE, DIR, VENV, TORCH_BUILD,
+                           JOB_PROCESSES, GPU_APPS, PROGRAMS)}
 
 # What `invoke facts` shows.
 NODE_FACTS = [HOSTNAME, OS, INTERFACES, PYTHON, LOGIN_SHELL, DISK_FREE, GPUS]
@@ -29,4 +32,5 @@ NODE_FACTS = [HOSTNAME, OS, INTERFACES, PYTHON, LOGIN_SHELL, DISK_FREE, GPUS]
 __all__ = ["ALL", "NODE_FACTS", "Fact", "FactValues", "Request", "TorchIn", "gather", "key_of",
            "parse_sections", "primary_address", "probe_script", "reaching", "ROUTE", "section_tags", "split_sections",
            "DIR", "FILE", "GPUS", "INTERFACES", "PORT_LISTENING", "TORCH_BUILD", "VENV", "DISK_FREE",
-           "ETC_SHELLS", "HOSTNAME", "IDENTITY", "LOGIN_SHELL", "OS", "PYTHON", "PYTHON_ON_PATH", "USER"]
+           "ETC_SHELLS", "HOSTNAME", "IDENTITY", "LOGIN_SHELL", "OS", "PYTHON", "PYTHON_ON_PATH", "USER",
+           "GPU_APPS", "JOB_PROCESSES", "JOB_VAR", "PROGRAMS"]

@@ -3,13 +3,13 @@
 Two inventory nodes can be one machine (the single-box recipe: aliases of localhost, or a
 big box split into partitions), and many machines can share one home (an NFS home). A step
 declares what it changes (engine/steps.Step.scope); the planner lets one node of each group
-act for the group (the first in inventory order) and has the others only verify it."""
+act for the group (the first in inventory order) and has the others only verify it. How
+nodes on one machine split its GPUs for a launch is ops/train/gpusplit.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from nodeprep.engine.facts import IDENTITY
-from nodeprep.errors import InputError
 from nodeprep.inventory.nodeset import fold
 
 
@@ -55,22 +55,3 @@ class Topology:
         out += [f"{fold(ns)} are one machine ({ns[0]} acts for it)" for ns in self.machines.values()
                 if len(ns) > 1]
         return out
-
-
-def gpu_shares(topo: Topology, names: list[str], gpus: dict[str, int]) -> dict[str, list[int]]:
-    """Inventory nodes that are one machine split its GPUs: node k of the M selected ones gets
-    [k*K/M, (k+1)*K/M) (as `train --emulate` does), so no two share a GPU. Nodes alone on
-    their machine, or on a machine without GPUs, are not in the answer (they use them all)."""
-    out: dict[str, list[int]] = {}
-    for nodes in topo.machines.values():
-        sel = [n for n in nodes if n in names]
-        k_gpus = gpus.get(sel[0], 0) if sel else 0
-        if len(sel) < 2 or not k_gpus:
-            continue
-        if k_gpus % len(sel):
-            raise InputError(f"{fold(sel)} are one machine with {k_gpus} GPU(s), which do not split "
-                             f"evenly over {len(sel)} nodes",
-                             hint="select a number of its nodes that divides its GPU count (--limit)")
-        per = k_gpus // len(sel)
-        out.update({n: list(range(k * per, (k + 1) * per)) for k, n in enumerate(sel)})
-    return out

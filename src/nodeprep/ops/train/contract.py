@@ -14,19 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from nodeprep.engine.facts.probe import Fact
 from nodeprep.ops.launchenv import dsenv
-
-PROGRAM_NAMES = ("pdsh", "mpirun", "orted", "srun")
-
-
-def _programs(text: str, rc: int) -> set[str]:
-    return {ln.split(" ", 1)[1] for ln in text.splitlines() if ln.startswith("have ")}
-
-
-PROGRAMS = Fact("programs", lambda _v: "for p in " + " ".join(PROGRAM_NAMES) + "; do "
-                "command -v $p >/dev/null 2>&1 && echo \"have $p\"; done; true", _programs)
-
 
 def needed(launcher: str, ds_launcher: str) -> tuple[list[str], list[str]]:
     """(programs the head needs, programs every node needs) on its non-interactive PATH."""

@@ -9,7 +9,7 @@ from nodeprep.engine.hostkeys import host_entry
 from nodeprep.engine.remote import write_script
 from nodeprep.engine.steps import with_block
 from nodeprep.errors import InputError, NodeprepError
-from nodeprep.ops.train import launchers
+from nodeprep.ops.train import gpusplit
 
 EMU_PREFIX = "emu-"
 EMU_BLOCK = "emulated nodes"
@@ -55,7 +55,7 @@ def plan_emulation(host, m: int, gpus: int, launcher: str, network: bool) -> Emu
         raise InputError(f"--emulate with mpirun on {host.name}'s {gpus} GPU(s): Open MPI gives every "
                          "emulated node local ranks from 0, so they would share GPUs",
                          hint="use --launcher deepspeed (--include) or torchrun (CUDA_VISIBLE_DEVICES)")
-    e = launchers.emulate(gpus, m, prefix=EMU_PREFIX)
+    e = gpusplit.emulated(gpus, m, prefix=EMU_PREFIX)
     return Emulation(host.name, e["names"], e["slots"][0], [gpus] * m, e["devices"], e["include"],
                      e["cuda_visible"], network)
 

@@ -248,32 +248,3 @@ def srun_line_node(line: str, names: list[str], per_node: int) -> str | None:
         return None
     i = int(m.group(1)) // per_node
     return names[i] if i < len(names) else None
-
-
-def emulate(gpus: int, nodes: int, prefix: str = "worker-") -> dict:
-    """K GPUs of one machine as M emulated nodes PREFIX0..: node k gets GPUs
-    [k*K/M, (k+1)*K/M); returns slots, devices, include, cuda_visible, hostfile, names."""
-    if not isinstance(gpus, int) or not isinstance(nodes, int) or gpus < 1 or nodes < 1:
-        raise InputError(f"cannot emulate {nodes} node(s) on {gpus} GPU(s)",
-                         "both must be whole numbers >= 1")
-    if nodes > gpus:
-        raise InputError(f"cannot emulate {nodes} nodes on {gpus} GPU(s): a node needs at "
-                         "least one GPU of its own", f"use at most {gpus} nodes")
-    if gpus % nodes:
-        raise InputError(f"{gpus} GPUs do not split evenly over {nodes} nodes",
-                         "pick a node count that divides the GPU count (all nodes must have "
-                         "the same number of GPUs)")
-    per = gpus // nodes
-    names = [f"{prefix}{k}" for k in range(nodes)]
-    devices = [list(range(k * per, (k + 1) * per)) for k in range(nodes)]
-    return {
-        "names": names,
-        "slots": [per] * nodes,
-        "devices": devices,
-        # DeepSpeed slot ids are physical GPU ids here (launch.py turns them into
-        # CUDA_VISIBLE_DEVICES), and must be < the hostfile's slots: so the hostfile gives
-        # every emulated node all K GPUs and --include picks each node's share
-        "include": "@".join(f"{n}:{','.join(map(str, d))}" for n, d in zip(names, devices)),
-        "cuda_visible": [",".join(map(str, d)) for d in devices],  # per node, for torchrun
-        "hostfile": "".join(f"{n} slots={gpus}\n" for n in names),
-    }

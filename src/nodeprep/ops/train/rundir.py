@@ -35,7 +35,7 @@ def split_prefix(prefix: str) -> tuple[str, int | None]:
     return (m.group(1), int(m.group(2))) if m else (prefix, None)
 
 
-class Bundle:
+class RunDir:
     def __init__(self, path: Path):
         self.path = path
         self._lock = threading.Lock()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeprep.errors import InputError
@@ -56,13 +56,23 @@ class Drift:
 
 @dataclass
 class Report:
-    ok: bool
     nodes: list[str]
     drift: list[Drift]
     unreachable: dict[str, str]
     checks: list[dict]
     compared_keys: int
+    compared_nodes: int = 0     # nodes whose values were compared (none compared proves nothing)
     baseline: bool = False      # words the verdict as "changed since the baseline"
+    vetoes: list[str] = field(default_factory=list)   # other parts of the run that failed
+                                                      # (verify --collective's all_reduce)
+
+    @property
+    def ok(self) -> bool:
+        """The one verdict: nodes were compared, none is unreachable, no drift or check of
+        severity error, nothing vetoed it. Warning and info never fail."""
+        return (self.compared_nodes > 0 and not self.unreachable and not self.vetoes
+                and all(d.severity != "error" for d in self.drift)
+                and all(c["severity"] != "error" for c in self.checks))
 
     def as_dict(self) -> dict:
         return {"ok": self.ok,
@@ -103,13 +113,6 @@ def _rank(drift: Drift):
     return SEVERITIES.index(drift.severity), drift.key
 
 
-def _is_ok(drift, checks, unreachable, reachable) -> bool:
-    # Nothing compared proves nothing: a fleet with no reachable node is not "identical".
-    return (bool(reachable) and not unreachable
-            and all(d.severity != "error" for d in drift)
-            and all(c["severity"] != "error" for c in checks))
-
-
 def compare(fingerprints: dict, severity: dict | None = None, checks=(),
             unreachable: dict | None = None, order=None) -> Report:
     """Group every key's values across reachable nodes; keep the keys that differ.
@@ -138,8 +141,7 @@ def compare(fingerprints: dict, severity: dict | None = None, checks=(),
     checks = [{"node": c.get("node", ""), "key": c.get("key", ""), "message": c.get("message", ""),
                "severity": c.get("severity") or severity_of(c.get("key", ""), severity)}
               for c in checks]
-    return Report(_is_ok(drift, checks, unreachable, reachable), nodes, drift,
-                  unreachable, checks, len(keys))
+    return Report(nodes, drift, unreachable, checks, len(keys), len(reachable))
 
 
 def against_baseline(current: dict, baseline: dict, severity: dict | None = None,
@@ -169,8 +171,7 @@ def against_baseline(current: dict, baseline: dict, severity: dict | None = None
                "message": "added since the baseline, nothing to compare it with"
                if n not in baseline else "in the baseline but no fingerprint now"}
               for n in nodes if n not in unreachable and (n in current) != (n in baseline)]
-    return Report(_is_ok(drift, checks, unreachable, both), nodes, drift, unreachable,
-                  checks, len(keys), baseline=True)
+    return Report(nodes, drift, unreachable, checks, len(keys), len(both), baseline=True)
 
 
 def fingerprint_file_write(path, fingerprints: dict, meta: dict | None = None) -> None:

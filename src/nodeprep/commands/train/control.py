@@ -15,14 +15,14 @@ from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import InputError
-from nodeprep.ops.train import rundir as bundlemod
-from nodeprep.ops.train import jobs
+from nodeprep.ops.train import rundir
+from nodeprep.ops.train import processes
 from nodeprep.settings import Settings
 
 
 def supervisor_alive(state: dict) -> bool:
     pid = state.get("pid")
-    if not pid or state.get("state") in bundlemod.FINAL:
+    if not pid or state.get("state") in rundir.FINAL:
         return False
     try:
         os.kill(int(pid), 0)
@@ -58,15 +58,15 @@ def _job_hosts(spec: dict, settings: Settings, events: Events):
 def _processes(spec: dict, path: Path, settings: Settings, events: Events) -> tuple[dict, dict]:
     hosts = _job_hosts(spec, settings, events)
     with Fleet(hosts, settings, "train-status", events, runlog=RunLog(path / "status")) as fleet:
-        got = fleet.map(lambda s: factmod.gather(s, [jobs.JOB_PROCESSES]), "check")
-        bad = {n: r.message for n, r in fleet.results.items() if r.status in ("failed", "unreachable")}
-    return ({n: [p for p in v[jobs.JOB_PROCESSES] if p["job"] == spec["job_id"]] for n, v in got.items()}, bad)
+        got = fleet.map(lambda s: factmod.gather(s, [factmod.JOB_PROCESSES]), "check")
+        bad = fleet.unusable()
+    return ({n: [p for p in v[factmod.JOB_PROCESSES] if p["job"] == spec["job_id"]] for n, v in got.items()}, bad)
 
 
 def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
-    path = bundlemod.find(settings.runs, opts.run)
-    spec = bundlemod.read_json(path / "job.json")
-    state = bundlemod.read_json(path / "state.json")
+    path = rundir.find(settings.runs, opts.run)
+    spec = rundir.read_json(path / "job.json")
+    state = rundir.read_json(path / "state.json")
     st = RunStatus(spec.get("job_id", path.name), str(path), state.get("state", "starting"),
                    spec.get("launcher", ""), spec.get("where", ""))
     st.supervisor = supervisor_alive(state)
@@ -75,7 +75,7 @@ def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
     st.nodes = state.get("nodes", {})
     st.failure = (state.get("outcome") or {}).get("failure")
     st.processes, st.unreachable = _processes(spec, path, settings, events)
-    if st.state not in bundlemod.FINAL and not st.supervisor:
+    if st.state not in rundir.FINAL and not st.supervisor:
         # the supervisor is gone (killed, machine rebooted): what the nodes say is the truth
         st.state = "orphaned" if any(st.processes.values()) else "ended (unsupervised)"
     return st
@@ -96,30 +96,29 @@ class StopResult:
 def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60.0) -> StopResult:
     if not opts.run:
         raise InputError("train.stop needs the run id", hint="`invoke train.status` lists the newest run")
-    path = bundlemod.find(settings.runs, opts.run)
-    spec = bundlemod.read_json(path / "job.json")
-    state = bundlemod.read_json(path / "state.json")
+    path = rundir.find(settings.runs, opts.run)
+    spec = rundir.read_json(path / "job.json")
+    state = rundir.read_json(path / "state.json")
     if supervisor_alive(state):
         os.kill(int(state["pid"]), signal.SIGTERM)   # it stops every rank, then writes its result
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            now = bundlemod.read_json(path / "state.json")
-            if now.get("state") in bundlemod.FINAL:
+            now = rundir.read_json(path / "state.json")
+            if now.get("state") in rundir.FINAL:
                 return StopResult(spec["job_id"], "the supervisor stopped the job", state=now["state"])
             time.sleep(0.3)
     hosts = _job_hosts(spec, settings, events)
-    script = jobs.cleanup_script(spec["job_id"])
+    script = processes.cleanup_script(spec["job_id"])
     with Fleet(hosts, settings, "train-stop", events, runlog=RunLog(path / "stop")) as fleet:
         out = fleet.map(lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop")
-        out.update({n: "unreachable: " + r.message for n, r in fleet.results.items()
-                    if r.status in ("failed", "unreachable")})
+        out.update({n: "unreachable: " + why for n, why in fleet.unusable().items()})
     return StopResult(spec["job_id"], "stopped on the nodes", out, state.get("state", ""))
 
 
 def log_lines(path: Path, node: str | None, rank: int | None, offsets: dict) -> list[tuple[str, str]]:
     """New lines of the run's logs since OFFSETS (updated): (file label, line)."""
     out = []
-    for f in bundlemod.log_files(path, node, rank):
+    for f in rundir.log_files(path, node, rank):
         key = str(f)
         try:
             with open(f, "rb") as fh:
@@ -135,5 +134,5 @@ def log_lines(path: Path, node: str | None, rank: int | None, offsets: dict) -> 
 
 
 def finished(path: Path) -> bool:
-    state = bundlemod.read_json(path / "state.json")
-    return state.get("state") in bundlemod.FINAL or not supervisor_alive(state)
+    state = rundir.read_json(path / "state.json")
+    return state.get("state") in rundir.FINAL or not supervisor_alive(state)

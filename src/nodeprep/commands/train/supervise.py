@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.remote import stop_tagged_script
-from nodeprep.ops.train import rundir as bundlemod
-from nodeprep.ops.train import jobs
-from nodeprep.ops.train.jobs import JOB_VAR
+from nodeprep.ops.train import rundir
+from nodeprep.ops.train import processes
+from nodeprep.engine.facts.jobs import JOB_VAR
 from nodeprep.ops.train.rankwatch import RankWatch, describe_rc
 from nodeprep.redact import MASK, is_secret
 
@@ -105,8 +105,8 @@ def watch_script(job_id: str, python: str, agent: str, launchers: list[int]) -> 
 
 
 class Supervisor:
-    def __init__(self, spec: RunSpec, fleet, events: Events, bundle: bundlemod.Bundle):
-        self.spec, self.fleet, self.events, self.bundle = spec, fleet, events, bundle
+    def __init__(self, spec: RunSpec, fleet, events: Events, run_dir: rundir.RunDir):
+        self.spec, self.fleet, self.events, self.run_dir = spec, fleet, events, run_dir
         self.lock = threading.Lock()
         self.stop_requested: str | None = None      # set by train.stop (SIGTERM) or Ctrl-C
         self.ended: set[str] = set()                # machines whose watcher said goodbye
@@ -132,14 +132,14 @@ class Supervisor:
             if tick.get("end"):
                 self.ended.add(machine)
         for prefix, src, text in lines:
-            self.bundle.line(prefix, src, text)
+            self.run_dir.line(prefix, src, text)
             if src != "stack" and self._shown(prefix, src):
                 self.events.line(prefix, text)
 
     def _shown(self, prefix: str, src: str) -> bool:
         if self.spec.ranks_shown is None or src == "launcher":
             return True
-        return bundlemod.split_prefix(prefix)[1] in self.spec.ranks_shown
+        return rundir.split_prefix(prefix)[1] in self.spec.ranks_shown
 
     def _start_watchers(self) -> list[threading.Thread]:
         threads = []
@@ -171,7 +171,7 @@ class Supervisor:
     def _stop_all(self) -> dict[str, str]:
         with self.lock:
             self.watch.stopping()
-        script = jobs.cleanup_script(self.spec.job_id)
+        script = processes.cleanup_script(self.spec.job_id)
         out = self.fleet.map(lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop",
                              only=[n for n in self.spec.nodes if n not in self.watch.lost_nodes])
         return out
@@ -231,7 +231,7 @@ class Supervisor:
             time.sleep(0.1)
 
     def run(self) -> Outcome:
-        self.bundle.write_json("job.json", asdict(self.spec))
+        self.run_dir.write_json("job.json", asdict(self.spec))
         threads = self._start_watchers()
         self._launch()
         try:
@@ -281,8 +281,8 @@ class Supervisor:
 
     def _leftovers(self) -> tuple[dict, int]:
         nodes = [n for n in self.spec.nodes if n not in self.watch.lost_nodes]
-        got = self.fleet.map(lambda s: factmod.gather(s, [jobs.JOB_PROCESSES]), "leftovers", only=nodes)
-        left = {n: [p for p in v[jobs.JOB_PROCESSES] if p["job"] == self.spec.job_id]
+        got = self.fleet.map(lambda s: factmod.gather(s, [factmod.JOB_PROCESSES]), "leftovers", only=nodes)
+        left = {n: [p for p in v[factmod.JOB_PROCESSES] if p["job"] == self.spec.job_id]
                 for n, v in got.items()}
         return {n: ps for n, ps in left.items() if ps}, len(got)
 
@@ -305,7 +305,7 @@ class Supervisor:
                     if who in w.tails and who not in out.tails:
                         out.tails[who] = list(w.tails[who])
                 out.stop_seconds = w.stop_seconds()
-        self.bundle.write_json("exits.json", out.ranks)
+        self.run_dir.write_json("exits.json", out.ranks)
         self.write_state(out.state, out)
         return out
 
@@ -325,7 +325,7 @@ class Supervisor:
                 "pid": os.getpid()}
         if outcome is not None:
             data["outcome"] = asdict(outcome)
-        self.bundle.write_json("state.json", data)
+        self.run_dir.write_json("state.json", data)
 
 
 def redacted_env(env: dict) -> dict:

@@ -1,0 +1,99 @@
+"""A training job made ready to run: one probe per node, the LaunchPlan built once from what it
+found (ops/train/launchplan.py), preflight (preflight.py), and the job directory and agent
+synced to the same absolute path on every node (once per shared home)."""
+from __future__ import annotations
+
+import secrets
+import time
+
+from nodeprep.commands.options import TrainOptions
+from nodeprep.commands.train import preflight
+from nodeprep.engine import facts as factmod
+from nodeprep.engine.events import Events
+from nodeprep.errors import NodeprepError
+from nodeprep.ops.provision.topology import Topology
+from nodeprep.ops.train import emulate, gpusplit, payload
+from nodeprep.ops.train.launchplan import LaunchPlan, Prepared, node_runs
+
+
+def new_job_id() -> str:
+    """Job ids start with their start time: runs sort by age (train.status, train.logs)."""
+    return time.strftime("%Y%m%d%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def _probe(s, v: dict, head: str, opts: TrainOptions):
+    venv = v["venv_path"]
+    reqs = [factmod.USER, factmod.GPUS, factmod.INTERFACES, factmod.IDENTITY, factmod.VENV(venv),
+            factmod.TORCH_BUILD(factmod.TorchIn(venv)), factmod.JOB_PROCESSES, factmod.GPU_APPS,
+            factmod.PROGRAMS]
+    if s.name == head:
+        reqs.append(factmod.PORT_LISTENING(opts.port))
+        if opts.launcher == "deepspeed":
+            reqs += [factmod.FILE("~/.deepspeed_env"), factmod.FILE(v["env_file"])]
+    return factmod.gather(s, reqs, v)
+
+
+def fail_if_nodes_failed(fleet) -> None:
+    bad = fleet.unusable()
+    if bad:
+        raise NodeprepError("cannot start the job: " + "; ".join(f"{n}: {m}" for n, m in bad.items()))
+
+
+def _emulation(opts: TrainOptions, fleet, head, facts: dict, events: Events):
+    """--emulate M: the one machine's ssh aliases written, the split planned."""
+    if not opts.emulate:
+        return None
+    emu = emulate.plan_emulation(head, opts.emulate, facts[head.name][factmod.GPUS]["count"],
+                                 opts.launcher, opts.emulate_network)
+    fleet.map(lambda s: emulate.write_aliases(s, emu, head), "emulate")
+    fail_if_nodes_failed(fleet)
+    events.note(head.name, emu.describe())
+    return emu
+
+
+def plan_of(opts: TrainOptions, job_id: str, hosts, facts: dict, vars_of: dict, emu=None) -> tuple[LaunchPlan, Topology]:
+    """The LaunchPlan from the probe's FACTS (pure: the unit tests build plans this way)."""
+    root, script = payload.resolve_payload(opts.payload)
+    names = [h.name for h in hosts]
+    topo = Topology.of(facts, names)
+    shares = gpusplit.machine_shares(topo.machines, names, {n: facts[n][factmod.GPUS]["count"] for n in names})
+    rel = script.name if script.parent == root else str(script.relative_to(root))
+    plan = LaunchPlan(job_id, opts.launcher, rel, node_runs(hosts, facts, vars_of, topo.machines, root.name, shares),
+                      args=tuple(opts.args), ds_launcher=opts.ds_launcher, port=opts.port,
+                      max_restarts=opts.max_restarts, shares=shares, emu=emu)
+    return plan, topo
+
+
+def prepare(opts: TrainOptions, inv, hosts, fleet, events: Events, job_id: str | None = None) -> Prepared:
+    """Facts, the plan, preflight and the job directory's sync; raises NodeprepError listing
+    what blocks the launch (unless --no-preflight)."""
+    if opts.emulate:
+        emulate.check_emulate(opts.emulate, hosts, opts.launcher)
+    root, script = payload.resolve_payload(opts.payload)
+    files = payload.local_files(root, script)
+    vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
+    facts = fleet.map(lambda s: _probe(s, vars_of[s.name], hosts[0].name, opts), "facts")
+    fail_if_nodes_failed(fleet)
+    emu = _emulation(opts, fleet, hosts[0], facts, events)
+    plan, topo = plan_of(opts, job_id or new_job_id(), hosts, facts, vars_of, emu)
+    prep = Prepared(plan, facts, vars_of, files, topo)
+    problems = preflight.problems(prep, opts, fleet)
+    if problems and opts.preflight:
+        raise NodeprepError("preflight failed:\n  " + "\n  ".join(problems),
+                            hint="fix these, or --no-preflight to launch anyway")
+    preflight.stale(prep, fleet, opts.kill_stale, events)
+    _sync(prep, fleet, events)
+    return prep
+
+
+def _sync(prep: Prepared, fleet, events: Events) -> None:
+    """The job directory and the agent, once per home: nodes sharing one (NFS) see the same."""
+    plan = prep.plan
+    homes = [ns[0] for ns in prep.topo.homes.values()]
+    pushed = fleet.map(lambda s: payload.sync(s, prep.files, plan.node(s.name).job_dir) +
+                       payload.sync(s, payload.agent_files(), payload.agent_dir(plan.node(s.name).home)),
+                       "sync", only=homes)
+    fail_if_nodes_failed(fleet)
+    events.note(plan.head.name, f"job {plan.job_id}: {sum(pushed.values())} file(s) pushed to "
+                                f"{plan.head.job_dir} on {len(plan.nodes)} node(s)" +
+                (f" ({len(homes)} home(s))" if len(homes) < len(plan.nodes) else ""))

@@ -1,0 +1,246 @@
+"""The launch plan of one `train` run: built ONCE from the inventory and the nodes' facts
+(commands/train/prepare.py), checked by preflight, turned into the supervisor's RunSpec.
+Every launcher's command line is built here and only here (the argv by launchers.py, the GPU
+split by gpusplit.py). Pure: no ssh, so every shape is unit-tested as data."""
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeprep.engine.facts import GPUS, USER
+from nodeprep.engine.facts.jobs import JOB_VAR
+from nodeprep.errors import InputError
+from nodeprep.inventory.nodeset import fold
+from nodeprep.ops.provision.topology import Topology
+from nodeprep.ops.pystack.paths import venv_path
+from nodeprep.ops.train import gpusplit, launchers
+from nodeprep.ops.train.emulate import Emulation
+from nodeprep.ops.train.payload import agent_dir
+
+# --emulate-network: NCCL must take the network path between emulated nodes on one machine
+NETWORK_PATH = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """One inventory node as the launch sees it."""
+    name: str
+    address: str          # on the training network: MASTER_ADDR and the rendezvous use it
+    port: int             # sshd port
+    slots: int            # processes on it: its share of a shared machine, else the inventory's
+                          # slots, its GPUs, cpu_slots, or 1
+    given_slots: int | None   # the inventory's `slots`
+    gpus: int             # GPUs of its machine (the gpus fact)
+    home: str
+    python: str           # its venv's interpreter
+    job_dir: str          # <home>/.nodeprep/jobs/<payload directory name>
+    machine: str          # the first selected node of its machine: that node's watcher covers it
+
+
+def node_runs(hosts, facts: dict, vars_of: dict, machines: dict[str, list[str]], job_name: str,
+              shares: dict[str, list[int]]) -> list[NodeRun]:
+    """HOSTS (inventory order, the head first) with their FACTS (USER, GPUS), variables,
+    MACHINES (Topology.machines) and SHARES (gpusplit.machine_shares)."""
+    machine_of = {n: ns[0] for ns in machines.values() for n in ns}
+    out = []
+    for h in hosts:
+        f = facts[h.name]
+        home, gpus = f[USER]["home"], f[GPUS]["count"]
+        slots = len(shares[h.name]) if h.name in shares else (h.slots or gpus or h.vars.get("cpu_slots") or 1)
+        out.append(NodeRun(h.name, h.address, h.port, slots, h.slots, gpus, home,
+                           venv_path(vars_of[h.name], f) + "/bin/python",
+                           posixpath.join(home, ".nodeprep", "jobs", job_name), machine_of.get(h.name, h.name)))
+    return out
+
+
+@dataclass
+class LaunchPlan:
+    job_id: str
+    launcher: str                     # deepspeed | torchrun | mpirun | srun
+    script: str                       # the payload, relative to the job directory
+    nodes: list[NodeRun]              # the head first
+    args: tuple = ()                  # the payload's own arguments
+    ds_launcher: str = "pdsh"         # DeepSpeed's multinode launcher: pdsh | openmpi
+    port: int = 29500                 # the master (rendezvous) port
+    max_restarts: int = 0             # torchrun --max-restarts
+    shares: dict[str, list[int]] = field(default_factory=dict)   # node -> its GPUs on a shared machine
+    emu: Emulation | None = None      # --emulate: the one machine as M nodes
+
+    def __post_init__(self):
+        self._by_name = {n.name: n for n in self.nodes}
+
+    @property
+    def head(self) -> NodeRun:
+        return self.nodes[0]
+
+    @property
+    def master_addr(self) -> str:
+        return self.head.address
+
+    def node(self, name: str) -> NodeRun:
+        return self._by_name[name]
+
+    def machines(self) -> list[str]:
+        """The node of each machine whose watcher covers it (the one machine under --emulate)."""
+        return [self.head.name] if self.emu else list(dict.fromkeys(n.machine for n in self.nodes))
+
+    def where(self) -> str:
+        return (f"{len(self.emu.names)} emulated node(s) on {self.head.name}" if self.emu
+                else f"{len(self.nodes)} node(s)")
+
+    def session_of(self, label: str) -> str:
+        """The inventory node a command label runs on (emulated nodes: the one machine)."""
+        return self.head.name if self.emu else label
+
+    # -- what preflight checks of the plan itself -----------------------------------------------
+    def _paths(self) -> list[str]:
+        return sorted({n.python for n in self.nodes} | {n.job_dir for n in self.nodes})
+
+    def own_paths(self) -> bool:
+        """Do interpreters or job directories differ between nodes (e.g. by platform group)?"""
+        return len(self._paths()) > 2
+
+    def path_problems(self) -> list[str]:
+        """torchrun starts each node's own interpreter in its own job directory; the other
+        launchers start the head's everywhere, so the paths must be the same."""
+        if self.own_paths() and (self.launcher != "torchrun" or self.emu):
+            return [f"home or venv path differs between nodes ({', '.join(self._paths())}): "
+                    f"{self.launcher} starts the head node's interpreter and cwd everywhere "
+                    "(DeepSpeed needs one path): use one venv_path (and home) for all nodes, "
+                    "or --launcher torchrun, which starts each node's own"]
+        return []
+
+    def share_problems(self) -> list[str]:
+        """Nodes that are one machine: their slots must fit in their share of its GPUs, and
+        mpirun cannot give each its own (Open MPI numbers local ranks from 0 on each)."""
+        out = []
+        for name, devs in self.shares.items():
+            n = self.node(name)
+            if n.given_slots and n.given_slots > len(devs):
+                mates = [m.name for m in self.nodes if m.machine == n.machine]
+                out.append(f"{name}: {n.given_slots} slots, but it shares its machine with "
+                           f"{fold(mates)}: {len(devs)} GPU(s) are its own")
+        if self.shares and self.launcher == "mpirun":
+            out.append(f"{fold(sorted(self.shares))}: nodes on one machine would share GPUs under mpirun "
+                       "(use deepspeed or torchrun)")
+        return out
+
+    # -- what runs where ---------------------------------------------------------------------------
+    def slot_layout(self) -> list[launchers.NodeSlots]:
+        """The hostfile's nodes: the inventory's, or the emulated ones (their ssh aliases carry
+        HostName and Port: no --ssh_port)."""
+        if self.emu:
+            return [launchers.NodeSlots(n, self.head.address, k, 22)
+                    for n, k in zip(self.emu.names, self.emu.hostfile_slots)]
+        return [launchers.NodeSlots(n.name, n.address, n.slots, n.port) for n in self.nodes]
+
+    def layout(self) -> list[list] | None:
+        """[[label, ranks], ...] in global rank order: DeepSpeed (hostfile order, included
+        slots), mpirun (-map-by slot) and srun (block) number the ranks node by node; torchrun's
+        rendezvous picks the order, so its ranks say their node (NODEPREP_NODE)."""
+        if self.launcher == "torchrun":
+            return None
+        if self.emu:
+            counts = ([len(d) for d in self.emu.devices] if self.emu.devices
+                      else [self.emu.per_node] * len(self.emu.names))
+            return [[n, c] for n, c in zip(self.emu.names, counts)]
+        return [[n.name, n.slots] for n in self.nodes]
+
+    def program(self, node: NodeRun | None = None) -> launchers.Program:
+        """What the ranks run: the rank wrapper (nodeside/rank.py, in the agent directory)
+        around the payload, under the head node's interpreter, or NODE's own (torchrun)."""
+        n = node or self.head
+        return launchers.Program(n.python, posixpath.join(agent_dir(n.home), "rank.py"),
+                                 [self.script, *self.args])
+
+    def env(self) -> dict[str, str]:
+        """What every launcher exports to the ranks (besides what the user's files hold)."""
+        out = {JOB_VAR: self.job_id, "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.port)}
+        return {**out, **(NETWORK_PATH if self.emu and self.emu.network else {})}
+
+    def _exports(self) -> str:
+        out = (f"export {JOB_VAR}={shlex.quote(self.job_id)} MASTER_ADDR={shlex.quote(self.master_addr)} "
+               f"MASTER_PORT={self.port}; ")
+        if self.emu and self.emu.network:
+            out += "export " + " ".join(f"{k}={v}" for k, v in NETWORK_PATH.items()) + "; "
+        return out
+
+    def commands(self) -> dict[str, str]:
+        """label (node, or emulated node) -> shell command, run from the job directory."""
+        build = {"torchrun": self._torchrun, "deepspeed": self._deepspeed, "srun": self._srun,
+                 "mpirun": self._mpirun}.get(self.launcher)
+        if build is None:
+            raise InputError(f"--launcher {self.launcher}: not runnable here")
+        return build(self.slot_layout(), f"cd {shlex.quote(self.head.job_dir)} && ")
+
+    def _torchrun(self, slots, cd: str) -> dict[str, str]:
+        per = self.emu.per_node if self.emu else slots[0].slots
+        rdzv = (f"{self.master_addr}:{self.port}", self.job_id)
+
+        def line(node=None) -> str:
+            return shlex.join(launchers.torchrun_cmd(self.program(node), len(slots), per, rdzv, self.max_restarts))
+        head_line = line()
+        if not self.emu and self.own_paths():     # each node its own venv and job directory
+            return {n.name: f"cd {shlex.quote(n.job_dir)} && " + self._exports() + line(n) for n in self.nodes}
+        devices = (self.emu.devices if self.emu else None) or []
+        if not devices and self.shares:           # torchrun: the same --nproc-per-node everywhere
+            if len({s.slots for s in slots}) > 1:
+                raise InputError("torchrun needs the same number of processes on every node, but "
+                                 "nodes sharing a machine get fewer GPUs each",
+                                 hint="use --launcher deepspeed, or select whole machines")
+        visible = dict(zip([s.name for s in slots], gpusplit.visible(devices))) if devices else \
+            {n: gpusplit.visible([d])[0] for n, d in self.shares.items()}
+        return {s.name: cd + self._exports() + (f"export CUDA_VISIBLE_DEVICES={visible[s.name]}; "
+                                                if s.name in visible else "") + head_line for s in slots}
+
+    def _deepspeed(self, slots, cd: str) -> dict[str, str]:
+        include = self.emu.include if self.emu else None
+        if self.shares:       # physical GPU ids: the hostfile gives each such node all of them
+            include = gpusplit.include([s.name for s in slots],
+                                       [self.shares.get(s.name, range(s.slots)) for s in slots])
+            slots = [launchers.NodeSlots(s.name, s.address, self.node(s.name).gpus if s.name in self.shares
+                                         else s.slots, s.port) for s in slots]
+        argv = launchers.deepspeed_cmd(self.program(), slots, (self.master_addr, self.port), self.ds_launcher,
+                                       ssh_port=None if self.emu or self.head.port == 22 else self.head.port,
+                                       include=include)
+        write = f"printf %s {shlex.quote(launchers.hostfile(slots))} > hostfile && "
+        if self.ds_launcher == "openmpi":
+            write += self._openmpi_env_file()
+        return {self.head.name: cd + write + self._exports() + shlex.join(launchers.fill_hostfile(argv, "hostfile"))}
+
+    def _openmpi_env_file(self) -> str:
+        """DeepSpeed's openmpi runner passes no master address to the ranks (launch.py does
+        that for pdsh); it -x exports what its env file holds. DS_ENV_FILE names that file (an
+        absolute path wins over ~ and the cwd in its os.path.join): the user's ~/.deepspeed_env
+        plus the master address, in this run's directory, so nothing is left in the job
+        directory for a later pdsh run to pick up."""
+        dse = f"MASTER_ADDR={self.master_addr}\nMASTER_PORT={self.port}\n"
+        env_file = f'"$HOME/.nodeprep/runs/{self.job_id}/deepspeed_env"'
+        return (f"mkdir -p \"$HOME/.nodeprep/runs/{self.job_id}\" && {{ [ -f \"$HOME/.deepspeed_env\" ] && "
+                f"sed -e '$a\\' \"$HOME/.deepspeed_env\"; printf %s {shlex.quote(dse)}; }} > {env_file} && "
+                f"export DS_ENV_FILE={env_file} && ")
+
+    def _srun(self, slots, cd: str) -> dict[str, str]:
+        argv = launchers.srun_cmd(self.program(), slots, slots[0].slots, self.env())
+        return {self.head.name: cd + shlex.join(argv)}
+
+    def _mpirun(self, slots, cd: str) -> dict[str, str]:
+        names = [k for k in self.env() if k not in ("MASTER_ADDR", "MASTER_PORT")]
+        argv = launchers.mpirun_cmd(self.program(), slots, (self.master_addr, self.port), names)
+        return {self.head.name: cd + self._exports() + shlex.join(argv)}
+
+
+@dataclass
+class Prepared:
+    """A job ready to launch: its plan and what the plan was built from."""
+    plan: LaunchPlan
+    facts: dict                  # node -> the train probe's FactValues
+    vars: dict                   # node -> the node's resolved inventory variables
+    files: dict[str, Path]       # the payload's files, synced into the job directory
+    topo: Topology
+
+    @property
+    def job_id(self) -> str:
+        return self.plan.job_id
