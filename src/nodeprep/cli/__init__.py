@@ -9,7 +9,16 @@ every task and for Invoke's own output (`--list`, `--help`): importing this pack
 both (stdio.py), so the command goes on with its output discarded and exits with the code it
 would have had (not 141: provision still changed the nodes, a training run still ran to its
 end, and `set -o pipefail` scripts should see that result). Only `train.logs --follow`, which
-shows and changes nothing, stops following once stdout's reader is gone."""
+shows and changes nothing, stops following once stdout's reader is gone.
+
+  __init__.py        one entry point per task (tasks.py calls them): run, render, exit code
+  display.py         the live table / plain progress lines (engine events rendered)
+  render.py          results as text: facts, provision summary, train, torch-plan, collective
+  parity_text.py     a parity report as text, clubak style (values grouped under node sets)
+  inventory_text.py  `invoke inventory`: hosts, the group graph, one host's variables
+  stdio.py           a closed stdout or stderr is no error and no traceback
+  detached.py        `train --detach`: the supervisor started in the background, and its main
+"""
 from __future__ import annotations
 
 import functools

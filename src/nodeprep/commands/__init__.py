@@ -1,0 +1,14 @@
+"""The commands: each takes its options object (options.py), orchestrates the layers below and
+returns a result object; it never prints (the cli renders results).
+
+  options.py     one options class per command, built once from the task's flags
+  common.py      what every command does first: load the inventory, select its nodes
+  inventory.py   `invoke inventory`: what was read, with origins (no node contacted)
+  facts.py       `invoke facts`: one probe per node
+  hosts.py       `invoke hosts.forget`: drop pinned host keys after a reinstall
+  provision.py   `invoke provision`: probe, plan every role's steps, apply what differs, in waves
+  torch_plan.py  `invoke torch-plan`: the torch build for a fleet, offline
+  verify.py      `invoke verify-parity`: probes, fingerprints, checks, the mesh, parity
+  collective.py  `verify-parity --collective`: an all_reduce through the train path
+  train/         `invoke train` and train.status / logs / stop
+"""

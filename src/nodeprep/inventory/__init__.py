@@ -1,6 +1,18 @@
-"""The inventory layer, pure data (no ssh): readers for every format users already have
-(sources.py), the variable schema (schema.py), node sets such as worker-[0-7] (nodeset.py), and
-the validated Inventory with its hosts and variable precedence (model.py)."""
+"""The inventory layer, pure data (no ssh): every format users already have, read into one
+validated Inventory.
+
+  reader.py     which form (--inventory NAME, a path, hostfile:, slurm:, sshconfig:, ...) is read how
+  sources.py    the native YAML format, group_vars/ and host_vars/
+  ansible.py    Ansible YAML inventories (with addresses.py: hosts, ports, ranges, group order)
+  ini.py        Ansible INI inventories
+  hostfiles.py  DeepSpeed, Open MPI, MPICH hostfiles, PBS nodefiles, Slurm node lists
+  sshconfig.py  the Host aliases of ~/.ssh/config
+  yamlfile.py   YAML read with file:line for every value, one-line errors
+  schema.py     the variables (defaults.yml) and their types
+  fields.py     what names, addresses, users and values may contain
+  nodeset.py    node sets such as worker-[0-7], folded and expanded
+  model.py      the validated Inventory: hosts, groups, variable precedence, origins
+"""
 from nodeprep.inventory.model import Host, Inventory, load
 
 __all__ = ["Host", "Inventory", "load"]

@@ -9,7 +9,8 @@
   train/       `train`: launchers, the GPU split, emulation, preflight contract, the job's files
                and processes, the run directory, the rank watch, tracebacks of hung ranks
 
-Packages may import each other only one way (tests/unit/test_architecture.py checks the graph):
-provision <- torchplan <- pystack <- launchenv, ssh <- verify, train. Code that runs ON the
-nodes is not here: it is nodeprep/nodeside/.
+Packages import each other one way only (tests/unit/test_architecture.py checks it): provision,
+torchplan and ssh import no other package; pystack imports provision and torchplan; launchenv
+imports provision; verify and train stand on those. Code that runs ON the nodes is not here:
+it is nodeprep/nodeside/.
 """

@@ -1,6 +1,6 @@
 """What `train` uses: pure builders and decisions, and a job's files on the nodes.
 
-  launch.py      the LaunchPlan: built once from the fleet's facts, checked by preflight,
+  launchplan.py  the LaunchPlan: built once from the fleet's facts, checked by preflight,
                  run by the supervisor; every launcher's command lines are built here
   launchers.py   argv builders for deepspeed, torchrun, mpirun and srun (pure)
   gpusplit.py    one machine's GPUs split evenly between nodes (shared machines, --emulate)
