@@ -4,7 +4,7 @@ Fabric's Connection installs paramiko's AutoAddPolicy and loads no known_hosts a
 every Connection the engine opens gets this store's keys and `PinningPolicy` instead.
 A first contact is recorded in the file (never silently accepted in memory only); a key
 that differs from the recorded one makes paramiko raise BadHostKeyException, which the
-executor turns into a per-node failure naming both fingerprints and the fix.
+session turns into a per-node failure naming both fingerprints and the fix.
 """
 from __future__ import annotations
 

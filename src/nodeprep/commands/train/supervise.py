@@ -1,4 +1,4 @@
-"""Running a prepared job (commands/train.py prepares it) and watching it to the end, attached
+"""Running a prepared job (prepare.py prepares it) and watching it to the end, attached
 to the terminal or as a detached supervisor (`train --detach`, cli/detached.py): the same code.
 
 1. One rank watch per machine (payloads/watch.py over ssh; ops/rankwatch decides).

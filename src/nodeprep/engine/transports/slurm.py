@@ -38,7 +38,7 @@ TOOLS = ("srun", "sbcast", "salloc", "sinfo")
 
 @dataclass
 class Answer:
-    """One node's result, as Session.run returns it (engine.executor.CmdResult's fields)."""
+    """One node's result, as Session.run returns it (engine.session.CmdResult's fields)."""
     rc: int
     stdout: str
     stderr: str
