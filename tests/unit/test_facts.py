@@ -1,25 +1,114 @@
-"""Fact parsers against real-format outputs, one data file per case (tests/facts/<fact>/<case>.json),
-plus the probe's section framing."""
+"""Fact parsers against real outputs, one data file per case (tests/facts/<fact>/<case>.json),
+plus the probe's section framing.
+
+A case: {"source": where the output comes from (recorded: machine, date, command; or a URL),
+"case": what it shows (optional), "output": the section text the parser gets, "rc": its exit
+status, and "expected": the value, or "error": the message the parser refuses it with}.
+For a batched fact (FILE), "args" lists the requests that shared the section. The facts are
+the `Fact` objects the modules of nodeprep.engine.facts define, found here, not listed: a fact
+added without cases fails test_every_fact_has_cases."""
+import importlib
 import json
+import pkgutil
+import re
 from pathlib import Path
 
 import pytest
 
 from nodeprep.engine import facts
 from nodeprep.engine.facts import gpus
+from nodeprep.engine.facts.probe import Fact
 
-CASES = sorted((Path(__file__).parents[1] / "facts").glob("*/*.json"))
+DATA = Path(__file__).parents[1] / "facts"
+CASES = sorted(DATA.glob("*/*.json"))
+# tests/facts/ also holds the inputs of other parsers (not facts): nccl_log/*.log, nccl_maps/*.maps
+NOT_FACTS = {"nccl_log", "nccl_maps"}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.stem}" for c in CASES])
-def test_fact_parser(case):
-    data = json.loads(case.read_text())
-    assert facts.ALL[case.parent.name].parse(data["output"], data["rc"]) == data["expected"]
+def _defined_facts() -> dict[str, Fact]:
+    """Every Fact object a module of the facts package defines (ALL may miss one)."""
+    found: dict[str, Fact] = {}
+    for mod in pkgutil.iter_modules(facts.__path__):
+        module = importlib.import_module(f"{facts.__name__}.{mod.name}")
+        for value in vars(module).values():
+            if isinstance(value, Fact):
+                found[value.name] = value
+    return found
+
+
+def _plain(value):
+    """A parsed value as JSON holds it: sets as sorted lists."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def test_cases_are_found():
+    """An empty glob would parametrize test_fact_parser with nothing, which pytest skips."""
+    assert len(CASES) >= len(facts.ALL) >= 17, f"fact cases under {DATA}: {[str(c) for c in CASES]}"
 
 
 def test_every_fact_has_cases():
+    defined = _defined_facts()
+    assert set(defined) == set(facts.ALL), ("a Fact defined in nodeprep.engine.facts is missing "
+                                            "from ALL (or ALL names one no module defines)")
+    assert len(defined) >= 17
     covered = {c.parent.name for c in CASES}
-    assert {"gpus", "os", "interfaces", "python"} <= covered
+    assert sorted(set(defined) - covered) == [], f"facts without a data case under {DATA}/<fact>/"
+    assert sorted(covered - set(defined)) == [], "case directories naming no fact"
+    dirs = {d.name for d in DATA.iterdir() if d.is_dir()}
+    assert sorted(dirs - covered - NOT_FACTS) == [], "directories without any .json case"
+
+
+# Cases from before the rule that every data file names its source (their provenance was
+# not written down); the list may only shrink.
+UNSOURCED = {
+    "gpus/a100_8x", "gpus/driver_not_loaded", "gpus/h100_2x", "gpus/l4_1x", "gpus/no_devices",
+    "gpus/no_nvidia_smi", "gpus/r470_a10_not_a100", "gpus/r470_no_compute_cap_v100", "gpus/rtx3070",
+    "identity/garbage_lines_ignored", "identity/no_boot_id", "identity/no_home_id",
+    "identity/no_machine_id", "identity/normal", "identity/nothing",
+    "interfaces/lab_node", "interfaces/no_ip_command", "interfaces/veth_and_docker",
+    "os/debian12", "os/ubuntu_aarch64",
+    "python/centos7", "python/missing", "python/musl_or_unknown_libc", "python/system",
+}
+
+
+def _id(case: Path) -> str:
+    return f"{case.parent.name}/{case.stem}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_fact_parser(case):
+    data = json.loads(case.read_text())
+    fact = facts.ALL[case.parent.name]
+    if _id(case) not in UNSOURCED:
+        assert str(data.get("source", "")).strip(), f"{case}: no source"
+    assert ("expected" in data) != ("error" in data), f"{case}: give expected or error, not both"
+    if "args" in data:
+        assert fact.split, f"{case}: args, but {fact.name} is not batched"
+        read = lambda: fact.split(data["output"], data["rc"], data["args"])
+        if len(data["args"]) == 1 and "expected" in data:    # the one-request reader too
+            assert _plain(fact.parse(data["output"], data["rc"])) == data["expected"][0]
+    else:
+        read = lambda: fact.parse(data["output"], data["rc"])
+    if "error" in data:
+        with pytest.raises((ValueError, KeyError, IndexError), match=re.escape(data["error"])):
+            read()
+    else:
+        assert _plain(read()) == data["expected"]
+
+
+def test_unsourced_cases_still_exist():
+    """UNSOURCED names only cases that exist and still lack a source (a case given one
+    leaves the list)."""
+    for name in sorted(UNSOURCED):
+        path = DATA / f"{name}.json"
+        assert path.is_file(), path
+        assert not json.loads(path.read_text()).get("source"), f"{name} has a source now: take it off UNSOURCED"
 
 
 def test_probe_sections_roundtrip():
