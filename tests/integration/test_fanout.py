@@ -81,7 +81,10 @@ def wheelhouse(info, i) -> Path:
 
 
 def sums(d: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("*.whl"))}
+    """{wheel: sha256} of a wheelhouse; never empty (two empty ones would compare equal)."""
+    found = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("*.whl"))}
+    assert found, f"no wheels in {d}"
+    return found
 
 
 def wipe(info, *idx):

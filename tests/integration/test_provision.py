@@ -42,6 +42,14 @@ def home(lab, i) -> Path:
     return Path(lab.nodes[i].home)
 
 
+def _run_logs(rep) -> str:
+    """Every file of the run's directory, read as one text (to look for what must not be
+    there); the node logs must be among them, or a secret "not in" it would prove nothing."""
+    files = [p for p in Path(rep["run_dir"]).rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" and p.stat().st_size for p in files), files
+    return "".join(p.read_text() for p in files)
+
+
 def test_from_scratch_then_nothing_changes(prov, lab, capsys):
     code, rep, _ = prov(capsys=capsys)
     assert code == 0, rep
@@ -141,7 +149,7 @@ def test_diff_and_reports_never_show_secrets(prov, lab, lab_settings, capsys):
     assert code == 0 and rep["changed"] == len(lab.nodes)
     assert f"HF_TOKEN={secret}\n" in (home(lab, 2) / ".deepspeed_env").read_text()
     shown = err + json.dumps(rep)
-    logs = "".join(p.read_text() for p in Path(rep["run_dir"]).rglob("*") if p.is_file())
+    logs = _run_logs(rep)
     assert secret not in shown and secret not in logs
     assert prov(capsys=capsys)[0] == 0     # back to the inventory's state
 
@@ -250,7 +258,7 @@ def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settin
     out = capsys.readouterr()
     rep = json.loads(out.out)
     assert code == 0 and rep["nodes"]["worker-1"]["status"] == "changed"
-    logs = "".join(p.read_text() for p in Path(rep["run_dir"]).rglob("*") if p.is_file())
+    logs = _run_logs(rep)
     assert password not in out.out + out.err + logs
     labmod.disable_password(lab, 1)
     code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)

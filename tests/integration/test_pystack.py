@@ -51,7 +51,7 @@ def test_stack_installed_offline_then_nothing_pushed(run, lab, lab_ssh, capsys):
     assert code == 0 and rep["changed"] == 0
     assert [c["status"] for c in rep["controller"] if c["step"].startswith("wheelhouse.download")] == ["ok"]
     logs = "".join(p.read_text() for p in Path(rep["run_dir"]).rglob("*.log"))
-    assert "pushed " not in logs
+    assert logs and "pushed " not in logs       # (no logs at all would prove nothing)
 
 
 def test_package_drift_is_found_and_restored(run, lab, lab_ssh, capsys):

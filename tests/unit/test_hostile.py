@@ -136,6 +136,10 @@ def test_hostile_value_is_refused_in_one_line_or_taken_literally(target, case, t
             assert got is None           # an empty key is no key: ssh's default keys
         else:
             assert str(got) == value or (target == "key" and got.endswith(value))
+    else:
+        wrapped = {"deepspeed_env": {"HOSTILE": value}, "deepspeed_env_key": {value: "1"},
+                   "nccl_env": {"NCCL_HOSTILE": value}, "python_requirements": [value]}
+        assert prov.inventory.var("worker-1", target) == wrapped.get(target, value)
     _consumers_take_it_literally(target, value, prov, tmp_path)
 
 

@@ -32,6 +32,11 @@ def test_bad_inventory_names_file_and_line(case, monkeypatch):
     assert err.value.exit_code == 2
 
 
+def test_bad_cases_are_found():
+    """An empty BAD would parametrize the test above with nothing (pytest skips it)."""
+    assert len(BAD) >= 20, f"cases with an expected.txt under {CASES}: {BAD}"
+
+
 def test_missing_named_inventory(monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(InputError) as err:

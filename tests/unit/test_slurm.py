@@ -87,6 +87,7 @@ def test_a_task_that_died_is_its_nodes_failure_only(tmp_path):
 def test_a_step_that_never_started_fails_every_node_with_sruns_words():
     text = f"@@{TOKEN}:head=1@@\n@@{TOKEN}:err@@ salloc: error: Job submit/allocate failed\n"
     out = slurm.parse(text, TOKEN, ["n1", "n2"], {})
+    assert sorted(out) == ["n1", "n2"]
     assert all(a.rc == 255 and "allocate failed" in a.stderr for a in out.values())
 
 

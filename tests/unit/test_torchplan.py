@@ -138,12 +138,19 @@ def test_no_ptx_promised_outside_2130():
 def test_unreleased_is_never_offered_as_a_fix():
     """2.15 is in the table (unconfirmed) but no fix message ever names it."""
     fleets = [["b:driver=580.82.07,gpu=13.0"], ["v:driver=580.82.07,gpu=7.0"], ["g:driver=600,gpu=12.0,arch=aarch64"]]
+    refused = set()
     for spec in fleets:
         for minor in ("2.0", "2.8", "2.14"):
             try:
-                choose(minor, [parse_node_spec(s) for s in spec])
+                plan = choose(minor, [parse_node_spec(s) for s in spec])
             except PlanError as e:
                 assert "2.15" not in e.fix, e.fix
+                refused.add((spec[0][0], minor))
+            else:
+                assert not any("2.15" in b.requirement for b in plan.builds), plan.builds
+    # the refusals whose fixes were checked: the capability 13.0 GPU at every release asked,
+    # the aarch64 12.0 one at 2.0 (none refused: nothing checked)
+    assert refused == {("b", "2.0"), ("b", "2.8"), ("b", "2.14"), ("g", "2.0")}, refused
 
 
 @pytest.mark.parametrize("today,branch", [
