@@ -246,10 +246,14 @@ def demo(c, nodes=2, keep=True):
 
 
 @task(help={"k": "only tests matching this expression (pytest -k)",
-            "unit": "unit tests only (no root, no sshd needed)"})
-def test(c, k=None, unit=False):
+            "unit": "unit tests only (no root, no sshd needed)",
+            "fast": "the fast tier: unit tests not marked slow (no torch, ansible, downloads or "
+                    "fuzz campaign; see tests/unit/conftest.py), under 2 minutes"})
+def test(c, k=None, unit=False, fast=False):
     """Run the test suite: unit tests, then integration tests against a real emulated lab."""
-    args = ["tests/unit"] if unit else ["tests"]
+    args = ["tests/unit"] if unit or fast else ["tests/unit", "tests/integration"]
+    if fast:
+        args += ["-m", "not slow"]
     if k:
         args += ["-k", k]
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + args

@@ -170,6 +170,7 @@ def _check(name: str, ways: dict) -> list[str]:
     return problems
 
 
+@pytest.mark.slow(reason="starts every task's cases as processes, each in several ways (~60 s)")
 def test_every_task_survives_a_closed_stdout(sandbox):
     env, fill = sandbox
     jobs = [(" ".join([task] + args).strip(), _argv(task, args, fill), task in THOROUGH and i == 0)
@@ -188,6 +189,7 @@ def test_every_task_survives_a_closed_stdout(sandbox):
     assert results["train.logs {run}"]["head -1"][1] == "[n1 r0] step 0\n"
 
 
+@pytest.mark.slow(reason="checks what the tasks above left behind: meaningful only after them")
 def test_nothing_outside_the_sandbox_changed(sandbox):
     """provision --check wrote no controller key or ssh config (they would be under ctl/)."""
     env, fill = sandbox

@@ -329,6 +329,7 @@ def check(spec: str, file_based: bool = True, known_ok: bool = True, record=lamb
 EXAMPLES = 210          # per format: 2,100 in all
 
 
+@pytest.mark.slow(reason="a fuzz campaign: 210 examples per format, 2,100 in all (~90 s)")
 @pytest.mark.parametrize("fmt", sorted(SEEDS))
 @fuzz(EXAMPLES)
 @given(data=st.data())

@@ -53,6 +53,7 @@ def test_venv_create_script(mode, has_nopip, has_ensure):
     assert "'/opt/py 3/bin/python3'" in s and '"$HOME"/' in s
 
 
+@pytest.mark.slow(reason="downloads pip's wheel (pip download), makes a venv and installs it")
 def test_venv_no_pip_bootstrap_really_works_offline(tmp_path):
     """The no-pip script on this machine: venv --without-pip, then pip installs itself from a
     wheel with --no-index (the wheel comes from pip's local cache of the registry here)."""
