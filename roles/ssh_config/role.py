@@ -9,6 +9,7 @@ before anything changes, naming both places (ops/sshblocks), unless the inventor
 `ssh_alias_prefix`. Every value is written as one ssh_config word (config_blocks.word)."""
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import tempfile
@@ -24,19 +25,28 @@ from nodeprep.engine.facts import FILE
 CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
 
 
-def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = "") -> str:
+def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = "",
+            controller: bool = False) -> str:
+    """The block's Host entries. The block goes FIRST in the file (ssh takes the first value it
+    finds: a user's `Host *` above it would override them) and ends with `Match all`, so the
+    user's own lines after it apply as they did before. On the controller the entries say what
+    nodeprep itself connects with: the inventory's user (else this user) and key, then the
+    controller key, so `ssh NODE` goes where nodeprep went."""
     out = []
     word = config_blocks.word
     for h in hosts:
         out.append(f"Host {prefix}{h.name}")
         out.append(f"    HostName {word(h.address)}")
         out.append(f"    Port {int(h.port)}")
-        if h.user:
-            out.append(f"    User {word(h.user)}")
-        if identity:
-            out += [f"    IdentityFile {word(identity)}", "    IdentitiesOnly yes"]
+        user = h.user or (getpass.getuser() if controller else None)
+        if user:
+            out.append(f"    User {word(user)}")
+        keys = ([str(Path(h.key).expanduser())] if controller and h.key else []) + ([identity] if identity else [])
+        out += [f"    IdentityFile {word(k)}" for k in dict.fromkeys(keys)]
+        if keys:
+            out.append("    IdentitiesOnly yes")
         out += [f"    {x}" for x in extra]
-    return "\n".join(out) + "\n"
+    return "\n".join(out + ["Match all"]) + "\n"
 
 
 def validate(prov):
@@ -103,7 +113,7 @@ def steps(ctx):
     built = ctx.prov.shared.ssh_entries
     if identity not in built:
         built[identity] = entries(ctx.prov.inventory.hosts, identity)
-    return [FileBlock("~/.ssh/config", "hosts", built[identity], mode=0o600)]
+    return [FileBlock("~/.ssh/config", "hosts", built[identity], mode=0o600, where="first")]
 
 
 def controller(prov):
@@ -116,10 +126,10 @@ def controller(prov):
     # Lab/inventory keys differ per host in principle; the controller key is on every node.
     _refuse_conflicts(prov)      # again: the file may have changed since validate
     prefix = str(first["ssh_alias_prefix"] or "")
-    body = entries(prov.inventory.hosts, str(key), [known, "StrictHostKeyChecking yes"], prefix)
+    body = entries(prov.inventory.hosts, str(key), [known, "StrictHostKeyChecking yes"], prefix, controller=True)
     old = path.read_text() if path.exists() else None
     block = f"hosts {_block_name(prov)}"
-    new = with_block(old, block, body)
+    new = with_block(old, block, body, "first")
     name = f"file.block {path} [{block}]"
     mode_ok = old is None or (path.stat().st_mode & 0o777) == 0o600
     if new == old and mode_ok:

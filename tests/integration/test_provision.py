@@ -134,7 +134,9 @@ def test_user_lines_outside_the_block_survive(prov, lab, controller, capsys):
     assert code == 0 and rep["nodes"]["worker-0"]["changed"] == 1
     assert cfg.read_text() == mine_top + text + mine_bottom
     ctl = controller["config"].read_text()
-    assert ctl.startswith("# my own settings\nHost gateway\n    HostName 192.0.2.1\n")
+    # the user's lines byte for byte, after nodeprep's block: ssh takes the first value it finds
+    assert ctl.endswith("# my own settings\nHost gateway\n    HostName 192.0.2.1\n")
+    assert ctl.startswith("# BEGIN nodeprep hosts ")
     assert all(f"Host {n.name}\n" in ctl for n in lab.nodes)
 
 

@@ -42,10 +42,13 @@ def test_hostfile_dialects(tmp_path, text, expected, kind):
     assert got == expected and inv.kind == kind
 
 
-def test_mpich_host_colon_n_needs_the_prefix(tmp_path):
+def test_mpich_machinefile_as_a_plain_path(tmp_path):
+    """HOST:N lines are an MPICH/Hydra machinefile, N processes each, as mpiexec reads them
+    (a name with ':' is never a host); Ansible's port reading needs ini: or an .ini file."""
     text = "n1:4\nn2:2\nn3\n"
-    with pytest.raises(InputError, match=r"^hosts:1: ambiguous host list.*hostfile:PATH or --inventory ini:PATH"):
-        load(tmp_path, text)
+    got, inv = load(tmp_path, text)
+    assert got == [("n1", 4, None, None, 22), ("n2", 2, None, None, 22), ("n3", None, None, None, 22)]
+    assert inv.kind == "hostfile"
     got, _ = load(tmp_path, text, prefix="hostfile:")
     assert got == [("n1", 4, None, None, 22), ("n2", 2, None, None, 22), ("n3", None, None, None, 22)]
     got, inv = load(tmp_path, text, prefix="ini:")       # the Ansible reading: ports

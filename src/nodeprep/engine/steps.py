@@ -106,17 +106,41 @@ def without_block(text: str | None, name: str, comment: str = "#") -> str:
     return "".join(lines[:span[0]] + lines[span[1] + 1:]) if span else (text or "")
 
 
+def _leading(lines: list[str], comment: str) -> int:
+    """How many lines at the top of LINES are managed blocks (of any name), blank lines and
+    comments: what can stand before a block that must come first."""
+    i, n = 0, len(lines)
+    prefix = f"{comment} BEGIN nodeprep "
+    while i < n:
+        text = lines[i].rstrip("\r\n")
+        if not text.strip() or (text.lstrip().startswith(comment) and not text.startswith(prefix)):
+            i += 1
+            continue
+        if not text.startswith(prefix):
+            break
+        name = text[len(prefix):].removesuffix(" (managed: edits inside this block are replaced)")
+        end = next((j for j in range(i + 1, n) if lines[j].rstrip("\r\n") == end_marker(name, comment)), None)
+        if end is None:
+            break
+        i = end + 1
+    return i
+
+
 def with_block(text: str | None, name: str, body: str, where: str = "bottom",
                comment: str = "#") -> str:
-    """TEXT with the managed block NAME set to BODY; content outside the block untouched."""
+    """TEXT with the managed block NAME set to BODY; content outside the block untouched.
+    WHERE a new block goes: bottom, top, or first (before any line of the user's, moved there
+    when it is found below one: for files where the first value wins, as ssh_config)."""
     begin, end = begin_marker(name, comment), end_marker(name, comment)
     block = begin + "\n" + body.rstrip("\n") + ("\n" if body.strip() else "") + end + "\n"
     text = text or ""
     lines = text.splitlines(True)
     span = _block_span(lines, name, comment)
+    if span and where == "first" and span[0] >= _leading(lines, comment):
+        text, span = "".join(lines[:span[0]] + lines[span[1] + 1:]), None
     if span:
         return "".join(lines[:span[0]]) + block + "".join(lines[span[1] + 1:])
-    if where == "top":
+    if where in ("top", "first"):
         return block + text
     if text and not text.endswith("\n"):
         text += "\n"

@@ -6,7 +6,10 @@ validated Inventory.
   ansible.py    Ansible YAML inventories (with addresses.py: hosts, ports, ranges, group order)
   ini.py        Ansible INI inventories
   hostfiles.py  DeepSpeed, Open MPI, MPICH hostfiles, PBS nodefiles, Slurm node lists
-  sshconfig.py  the Host aliases of ~/.ssh/config
+  sshconfig.py  `sshconfig:`: the Host aliases of ~/.ssh/config as nodes, with OpenSSH's values
+  sshconfig_files.py  a client config read as ssh reads it: words, comments, Include, the names
+  openssh.py    OpenSSH's own answer for a host (`ssh -G`), many at once, and its refusals
+  dsfilter.py   DeepSpeed's --include/--exclude strings as --limit: nodes and slots
   yamlfile.py   YAML read with file:line for every value, one-line errors
   schema.py     the variables (defaults.yml) and their types
   fields.py     what names, addresses, users and values may contain

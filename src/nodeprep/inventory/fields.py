@@ -27,7 +27,7 @@ MAX_TEXT = 4096
 _LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,255}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_ALIAS_HINT = ("use letters, digits, '-', '_' and dots (a DNS name or an IP address); no spaces, "
+ALIAS_HINT = ("use letters, digits, '-', '_' and dots (a DNS name or an IP address); no spaces, "
                "shell or ssh-config characters")
 
 
@@ -129,7 +129,7 @@ def check_host(host, where: str) -> None:
     variable's text; the error points at the line that set the bad value."""
     problem = name_problem(host.name)
     if problem:
-        raise InputError(problem, _ALIAS_HINT, *split_where(where))
+        raise InputError(problem, ALIAS_HINT, *split_where(where))
     if host.vars.get("address") == "":
         raise InputError(f"host {host.name}: address is empty", "remove the line to use the "
                          "host's name, or give an address", *split_where(host.origin["address"]))

@@ -13,8 +13,9 @@ content, in this order (sniff):
   1. a `[section]` line, or a host line with a NAME=VALUE that no hostfile knows: Ansible INI;
   2. a line with slots=, max_slots=, user= or port= (or their spellings): a DeepSpeed/Open
      MPI hostfile;
-  3. a `HOST:N` line: ambiguous (MPICH processes, or an Ansible INI port): refused, and
-     `hostfile:PATH` or `ini:PATH` says which;
+  3. a `HOST:N` line (and bare names): an MPICH/Hydra machinefile, N processes on HOST, as
+     mpiexec reads it (a name with ':' is never a host; Ansible's `host:port` lines need an
+     .ini file or `ini:PATH`);
   4. only bare names: a nodefile (PBS/Torque; Ansible INI would read the same hosts).
 """
 from __future__ import annotations
@@ -61,13 +62,8 @@ def sniff(path: Path) -> str:
             kinds.setdefault("hostfile", number)
         elif len(tokens) == 1 and _MPICH.match(line):
             kinds.setdefault("colon", number)
-    if "hostfile" in kinds:
+    if "hostfile" in kinds or "colon" in kinds:
         return "hostfile"
-    if "colon" in kinds:
-        raise InputError("ambiguous host list: a `HOST:N` line is N processes in an MPICH "
-                         "hostfile but port N in an Ansible INI inventory",
-                         "say which: --inventory hostfile:PATH or --inventory ini:PATH",
-                         file, kinds["colon"])
     if "any" not in kinds:
         raise InputError("no hosts in the file", "add one host per line", file)
     return "nodefile"

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeprep.inventory import ansible, fields, reader, sources
-from nodeprep.inventory import nodeset
+from nodeprep.inventory import dsfilter, nodeset
 from nodeprep.errors import InputError
 from nodeprep.inventory.schema import VarSpec, load_schema
 from nodeprep.settings import find_project
@@ -78,12 +78,16 @@ class Inventory:
                                          "see the inventory's hosts"))
 
     def select(self, limit: str | None) -> list[Host]:
-        """Hosts matching a comma list of node patterns, globs or groups; `!x` excludes."""
+        """Hosts matching a comma list of node patterns, globs or groups; `!x` excludes. A
+        limit with `@` or `:` is DeepSpeed's --include/--exclude form (dsfilter.py): its
+        nodes here, its slots where a launch knows them."""
         if not self.hosts:
             raise InputError(f"inventory '{self.name}' has no hosts",
                              "`invoke inventory --graph` shows what was read")
         if not limit or not limit.strip():
             return list(self.hosts)
+        if dsfilter.is_filter(limit):
+            return self._select_filter(limit)
         terms = nodeset.split_top(limit)
         wanted: set[str] = set()
         unwanted: set[str] = set()
@@ -93,6 +97,19 @@ class Inventory:
         if all(term.startswith("!") for term in terms):
             wanted = {h.name for h in self.hosts}
         chosen = [h for h in self.hosts if h.name in wanted and h.name not in unwanted]
+        if not chosen:
+            raise InputError(f"limit '{limit}' leaves no host", "check the exclusions")
+        return chosen
+
+    def _select_filter(self, limit: str) -> list[Host]:
+        f = dsfilter.parse(limit)
+        names = [h.name for h in self.hosts]
+        for name in f.nodes:
+            if name not in names:
+                raise InputError(f"limit {limit!r}: node {name!r} is not in inventory '{self.name}'",
+                                 sources.suggest(name, names, dsfilter.HINT))
+        keep = set(f.pick(names))
+        chosen = [h for h in self.hosts if h.name in keep]
         if not chosen:
             raise InputError(f"limit '{limit}' leaves no host", "check the exclusions")
         return chosen

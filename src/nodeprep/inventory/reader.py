@@ -10,7 +10,8 @@
                    (hostfiles.sniff: Ansible INI, DeepSpeed/Open MPI hostfile, nodefile)
   ini:PATH yaml:PATH hostfile:PATH pbs:[PATH] nodefile:PATH   force one reader
   slurm:[LIST]     a Slurm node list; without LIST, $SLURM_JOB_NODELIST
-  sshconfig:[PATTERN]   the Host entries of ~/.ssh/config (matching PATTERN)
+  sshconfig:[PATTERN]   the Host entries of ~/.ssh/config (matching PATTERN), read as ssh reads it
+  sshconfig:FILE   the Host entries of another ssh config file, as `ssh -F FILE` reads it
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import re
 from pathlib import Path
 
 from nodeprep.errors import InputError
-from nodeprep.inventory import ansible, hostfiles, ini, sources, sshconfig
+from nodeprep.inventory import ansible, hostfiles, ini, sources, sshconfig, sshconfig_files
 from nodeprep.inventory.yamlfile import LineDict, shown_path, load_yaml
 
 _NOT_FOUND_HINT = "create it, or use `invoke lab.up` for the local lab"
@@ -62,9 +63,10 @@ def _prefixed(spec: str, kind: str, arg: str, schema) -> sources.Source:
         src = sources.Source(spec, None, Path.cwd())
         hostfiles.read_slurm(src, nodelist)
         return src
-    if kind == "sshconfig":
-        src = sources.Source(spec, None, Path.home() / ".ssh")
-        sshconfig.read_sshconfig(src, arg or None, schema)
+    if kind == "sshconfig":       # a path has a '/', a Host pattern never does
+        path = _expand(arg) if "/" in arg else None
+        src = sources.Source(spec, None, path.parent if path else sshconfig_files.passwd_home() / ".ssh")
+        sshconfig.read_sshconfig(src, None if path else (arg or None), schema, path)
         return src
     if kind == "pbs" and not arg:
         arg = os.environ.get("PBS_NODEFILE", "")

@@ -11,9 +11,10 @@ from nodeprep.commands.train import preflight
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.errors import NodeprepError
+from nodeprep.inventory import dsfilter
 from nodeprep.ops.provision.topology import Topology
 from nodeprep.ops.train import emulate, gpusplit, payload
-from nodeprep.ops.train.launchplan import LaunchPlan, Prepared, node_runs
+from nodeprep.ops.train.launchplan import LaunchPlan, Prepared, Split, node_runs
 
 
 def new_job_id() -> str:
@@ -58,7 +59,9 @@ def plan_of(opts: TrainOptions, job_id: str, hosts, facts: dict, vars_of: dict, 
     topo = Topology.of(facts, names)
     shares = gpusplit.machine_shares(topo.machines, names, {n: facts[n][factmod.GPUS]["count"] for n in names})
     rel = script.name if script.parent == root else str(script.relative_to(root))
-    plan = LaunchPlan(job_id, opts.launcher, rel, node_runs(hosts, facts, vars_of, topo.machines, root.name, shares),
+    chosen = dsfilter.parse(opts.limit) if dsfilter.is_filter(opts.limit) else None   # NAME:SLOTS
+    plan = LaunchPlan(job_id, opts.launcher, rel,
+                      node_runs(hosts, facts, vars_of, root.name, Split(topo.machines, shares, chosen)),
                       args=tuple(opts.args), ds_launcher=opts.ds_launcher, port=opts.port,
                       max_restarts=opts.max_restarts, shares=shares, emu=emu)
     return plan, topo

@@ -6,8 +6,8 @@ send `ssh worker-1` (and every launcher using the alias) to whichever comes firs
 `conflicts()` finds every alias this inventory would write that is already defined elsewhere in
 the file with another HostName or Port, so provision can refuse it naming both places (or the
 inventory sets `ssh_alias_prefix`). Aliases are read as `inventory.sshconfig` reads them: the
-literal names of `Host` lines, resolved with paramiko's SSHConfig (first value wins, `Host *`
-defaults apply), one block at a time.
+literal names of `Host` lines (ssh's quoting and comment rules), resolved by OpenSSH itself
+(`ssh -G`: first value wins, `Host *` defaults apply), one block at a time.
 
 `word()` writes a value as one ssh_config argument: ssh expands %-tokens in HostName,
 IdentityFile and UserKnownHostsFile, so '%' is doubled; a value with whitespace is
@@ -15,11 +15,14 @@ double-quoted; '"' cannot be written at all (ssh_config has no escape for it).
 """
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
-import paramiko
-
+from nodeprep.errors import InputError
+from nodeprep.inventory import openssh
 from nodeprep.inventory.sshconfig import aliases
 
 BEGIN = re.compile(r"# BEGIN nodeprep hosts (.+) \(managed: edits inside this block are replaced\)")
@@ -59,34 +62,46 @@ def _segments(lines: list[str]) -> dict[str | None, list[tuple[int, str]]]:
     return out
 
 
-def defined(text: str, file: str, own: str) -> dict[str, list[Defined]]:
-    """alias -> where TEXT (the file FILE) defines it, outside the managed block OWN."""
+def defined(text: str, file: str, own: str, names: set[str] | None = None) -> dict[str, list[Defined]]:
+    """alias -> where TEXT (the file FILE) defines it, outside the managed block OWN (only the
+    aliases in NAMES, when given). Each block is resolved on its own by OpenSSH (`ssh -G -F`
+    over that block's lines): what it would send the alias to."""
     found: dict[str, list[Defined]] = {}
     for block, numbered in _segments(text.splitlines()).items():
-        if block == own:
+        listed = [(a, n) for a, n in aliases(numbered) if names is None or a in names]
+        if block == own or not listed:
             continue
-        try:
-            config = paramiko.SSHConfig.from_text("\n".join(line.rstrip("\r\n") for _, line in numbered))
-        except Exception:           # paramiko's parse errors vary by version: an unreadable
-            continue                # entry defines nothing ssh could use either
         label = f" (the block of inventory '{block}')" if block else ""
-        for alias, number in aliases(numbered):
-            try:
-                got = config.lookup(alias)
-                port = int(got["port"]) if "port" in got else None
-            except Exception:       # a Match it cannot evaluate here, a bad Port
+        got = _resolve_alone("\n".join(line.rstrip("\r\n") for _, line in numbered) + "\n",
+                             [a for a, _ in listed])
+        for alias, number in listed:
+            r = got.get(alias)
+            if r is None:           # ssh rejects this block: an entry ssh cannot use defines nothing
                 continue
-            hostname = got.get("hostname")
+            hostname = r.hostname
             found.setdefault(alias, []).append(Defined(
-                alias, None if hostname in (None, alias) else hostname, port,
+                alias, None if hostname == alias else hostname, r.port if r.one("port") else None,
                 f"{file}:{number}{label}"))
     return found
+
+
+def _resolve_alone(text: str, names: list[str]) -> dict:
+    """NAMES as `ssh -G -F` answers them over TEXT alone; {} when ssh rejects TEXT."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ssh_config", delete=False) as fh:
+        fh.write(text)
+    try:
+        os.chmod(fh.name, 0o600)
+        return openssh.resolve(names, Path(fh.name))
+    except InputError:
+        return {}
+    finally:
+        os.unlink(fh.name)
 
 
 def conflicts(wanted: list[tuple[str, str, int, str]], text: str, file: str, own: str) -> list[str]:
     """For each (alias, address, port, where it is defined) of WANTED already defined in TEXT
     outside block OWN with another HostName or Port: one sentence naming both places."""
-    known = defined(text, file, own)
+    known = defined(text, file, own, {alias for alias, *_ in wanted})
     out = []
     for alias, address, port, where in wanted:
         for d in known.get(alias, []):

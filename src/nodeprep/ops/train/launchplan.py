@@ -12,6 +12,8 @@ from pathlib import Path
 from nodeprep.engine.facts import GPUS, USER
 from nodeprep.engine.facts.jobs import JOB_VAR
 from nodeprep.errors import InputError
+from nodeprep.inventory import dsfilter
+from nodeprep.inventory.dsfilter import Filter
 from nodeprep.inventory.nodeset import fold
 from nodeprep.ops.provision.topology import Topology
 from nodeprep.ops.pystack.paths import venv_path
@@ -29,7 +31,7 @@ class NodeRun:
     name: str
     address: str          # on the training network: MASTER_ADDR and the rendezvous use it
     port: int             # sshd port
-    slots: int            # processes on it: its share of a shared machine, else the inventory's
+    slots: int            # processes on it: len(devices) when chosen, else the inventory's
                           # slots, its GPUs, cpu_slots, or 1
     given_slots: int | None   # the inventory's `slots`
     gpus: int             # GPUs of its machine (the gpus fact)
@@ -37,21 +39,50 @@ class NodeRun:
     python: str           # its venv's interpreter
     job_dir: str          # <home>/.nodeprep/jobs/<payload directory name>
     machine: str          # the first selected node of its machine: that node's watcher covers it
+    pool: int = 1         # the slots its device ids index (the hostfile's `slots=`): its machine's
+                          # GPUs on a shared machine, else its own slots
+    devices: tuple[int, ...] | None = None   # its GPU (slot) ids when not all of the pool: its share
+                                             # of a shared machine, or the slots --limit chose
 
 
-def node_runs(hosts, facts: dict, vars_of: dict, machines: dict[str, list[str]], job_name: str,
-              shares: dict[str, list[int]]) -> list[NodeRun]:
-    """HOSTS (inventory order, the head first) with their FACTS (USER, GPUS), variables,
-    MACHINES (Topology.machines) and SHARES (gpusplit.machine_shares)."""
-    machine_of = {n: ns[0] for ns in machines.values() for n in ns}
+@dataclass(frozen=True)
+class Split:
+    """Which GPUs each node gets: MACHINES (Topology.machines), the SHARES of shared machines
+    (gpusplit.machine_shares), and the slots a DeepSpeed-style --limit CHOSE
+    (inventory/dsfilter.py: slot i of a node is its i-th GPU)."""
+    machines: dict[str, list[str]]
+    shares: dict[str, list[int]] = field(default_factory=dict)
+    chosen: Filter | None = None
+
+
+def node_runs(hosts, facts: dict, vars_of: dict, job_name: str, split: Split) -> list[NodeRun]:
+    """HOSTS (inventory order, the head first) with their FACTS (USER, GPUS) and variables, as
+    SPLIT divides the GPUs; a node the --limit filter leaves without slots is not in the answer."""
+    shares, chosen = split.shares, split.chosen
+    machine_of = {n: ns[0] for ns in split.machines.values() for n in ns}
+    own = {}
+    for h in hosts:
+        gpus = facts[h.name][GPUS]["count"]
+        own[h.name] = (list(shares[h.name]) if h.name in shares else None,
+                       h.slots or gpus or h.vars.get("cpu_slots") or 1)
+    picked = dsfilter.apply(chosen, {n: len(d) if d is not None else k for n, (d, k) in own.items()}) \
+        if chosen else None
     out = []
     for h in hosts:
+        if picked is not None and h.name not in picked:
+            continue
         f = facts[h.name]
         home, gpus = f[USER]["home"], f[GPUS]["count"]
-        slots = len(shares[h.name]) if h.name in shares else (h.slots or gpus or h.vars.get("cpu_slots") or 1)
+        share, base = own[h.name]
+        devices = share
+        if picked is not None and picked[h.name] != list(range(len(share) if share is not None else base)):
+            devices = [share[i] for i in picked[h.name]] if share is not None else picked[h.name]
+        slots = len(devices) if devices is not None else base
         out.append(NodeRun(h.name, h.address, h.port, slots, h.slots, gpus, home,
                            venv_path(vars_of[h.name], f) + "/bin/python",
-                           posixpath.join(home, ".nodeprep", "jobs", job_name), machine_of.get(h.name, h.name)))
+                           posixpath.join(home, ".nodeprep", "jobs", job_name), machine_of.get(h.name, h.name),
+                           gpus if share is not None else base,
+                           tuple(devices) if devices is not None else None))
     return out
 
 
@@ -117,8 +148,8 @@ class LaunchPlan:
         mpirun cannot give each its own (Open MPI numbers local ranks from 0 on each)."""
         out = []
         for name, devs in self.shares.items():
-            n = self.node(name)
-            if n.given_slots and n.given_slots > len(devs):
+            n = self._by_name.get(name)
+            if n and n.given_slots and n.given_slots > len(devs):
                 mates = [m.name for m in self.nodes if m.machine == n.machine]
                 out.append(f"{name}: {n.given_slots} slots, but it shares its machine with "
                            f"{fold(mates)}: {len(devs)} GPU(s) are its own")
@@ -178,30 +209,36 @@ class LaunchPlan:
     def _torchrun(self, slots, cd: str) -> dict[str, str]:
         per = self.emu.per_node if self.emu else slots[0].slots
         rdzv = (f"{self.master_addr}:{self.port}", self.job_id)
+        visible = self._visible(slots)
 
-        def line(node=None) -> str:
-            return shlex.join(launchers.torchrun_cmd(self.program(node), len(slots), per, rdzv, self.max_restarts))
-        head_line = line()
+        def line(label: str, node=None) -> str:
+            argv = launchers.torchrun_cmd(self.program(node), len(slots), per, rdzv, self.max_restarts)
+            return self._exports() + (f"export CUDA_VISIBLE_DEVICES={visible[label]}; " if label in visible
+                                      else "") + shlex.join(argv)
         if not self.emu and self.own_paths():     # each node its own venv and job directory
-            return {n.name: f"cd {shlex.quote(n.job_dir)} && " + self._exports() + line(n) for n in self.nodes}
-        devices = (self.emu.devices if self.emu else None) or []
-        if not devices and self.shares:           # torchrun: the same --nproc-per-node everywhere
-            if len({s.slots for s in slots}) > 1:
-                raise InputError("torchrun needs the same number of processes on every node, but "
-                                 "nodes sharing a machine get fewer GPUs each",
-                                 hint="use --launcher deepspeed, or select whole machines")
-        visible = dict(zip([s.name for s in slots], gpusplit.visible(devices))) if devices else \
-            {n: gpusplit.visible([d])[0] for n, d in self.shares.items()}
-        return {s.name: cd + self._exports() + (f"export CUDA_VISIBLE_DEVICES={visible[s.name]}; "
-                                                if s.name in visible else "") + head_line for s in slots}
+            return {n.name: f"cd {shlex.quote(n.job_dir)} && " + line(n.name, n) for n in self.nodes}
+        return {s.name: cd + line(s.name) for s in slots}
+
+    def _visible(self, slots) -> dict[str, str]:
+        """CUDA_VISIBLE_DEVICES per label: the emulated nodes' split, or the chosen devices
+        (torchrun takes one --nproc-per-node for every node: they must get as many)."""
+        if self.emu:
+            return dict(zip([s.name for s in slots], gpusplit.visible(self.emu.devices or [])))
+        chosen = [n for n in self.nodes if n.devices is not None]
+        if chosen and len({s.slots for s in slots}) > 1:
+            raise InputError("torchrun needs the same number of processes on every node, but "
+                             + ", ".join(f"{n.name} gets {n.slots}" for n in self.nodes),
+                             hint="use --launcher deepspeed, or select whole machines and the "
+                                  "same number of slots on each node")
+        return {n.name: gpusplit.visible([n.devices])[0] for n in chosen}
 
     def _deepspeed(self, slots, cd: str) -> dict[str, str]:
         include = self.emu.include if self.emu else None
-        if self.shares:       # physical GPU ids: the hostfile gives each such node all of them
-            include = gpusplit.include([s.name for s in slots],
-                                       [self.shares.get(s.name, range(s.slots)) for s in slots])
-            slots = [launchers.NodeSlots(s.name, s.address, self.node(s.name).gpus if s.name in self.shares
-                                         else s.slots, s.port) for s in slots]
+        if not self.emu and any(n.devices is not None for n in self.nodes):
+            # physical ids: the hostfile gives each node its whole pool, --include picks
+            include = gpusplit.include([n.name for n in self.nodes],
+                                       [n.devices if n.devices is not None else range(n.pool) for n in self.nodes])
+            slots = [launchers.NodeSlots(n.name, n.address, n.pool, n.port) for n in self.nodes]
         argv = launchers.deepspeed_cmd(self.program(), slots, (self.master_addr, self.port), self.ds_launcher,
                                        ssh_port=None if self.emu or self.head.port == 22 else self.head.port,
                                        include=include)
@@ -222,11 +259,22 @@ class LaunchPlan:
                 f"sed -e '$a\\' \"$HOME/.deepspeed_env\"; printf %s {shlex.quote(dse)}; }} > {env_file} && "
                 f"export DS_ENV_FILE={env_file} && ")
 
+    def _whole_nodes(self) -> None:
+        """mpirun and srun start N ranks per node with local ranks from 0: they cannot give a
+        node chosen GPUs (--limit NAME:SLOTS); on a shared machine preflight says so first."""
+        chosen = [n.name for n in self.nodes if n.devices is not None and n.name not in self.shares]
+        if chosen:
+            raise InputError(f"{self.launcher} cannot run on chosen slots of {fold(chosen)} (--limit "
+                             "NAME:SLOTS): it numbers each node's ranks from 0",
+                             hint="use --launcher deepspeed or torchrun, or select whole nodes")
+
     def _srun(self, slots, cd: str) -> dict[str, str]:
+        self._whole_nodes()
         argv = launchers.srun_cmd(self.program(), slots, slots[0].slots, self.env())
         return {self.head.name: cd + shlex.join(argv)}
 
     def _mpirun(self, slots, cd: str) -> dict[str, str]:
+        self._whole_nodes()
         names = [k for k in self.env() if k not in ("MASTER_ADDR", "MASTER_PORT")]
         argv = launchers.mpirun_cmd(self.program(), slots, (self.master_addr, self.port), names)
         return {self.head.name: cd + self._exports() + shlex.join(argv)}
