@@ -28,7 +28,8 @@ def _done(code: int) -> None:
 
 @task(help={"inventory": "inventory name under inventory/, a path, hostfile:F, slurm:[LIST] "
                          "or pbs:[F] (default: nodeprep.default_inventory, 'local')",
-            "limit": "only these nodes: ranges (worker-[0-3]), globs, groups; !x excludes",
+            "limit": "only these nodes: ranges (worker-[0-3]), globs, groups; !x excludes; or "
+                     "DeepSpeed's NAME[:SLOTS][@NAME...] (! first: exclude)",
             "json": "print the report as JSON on stdout"})
 def facts(c, inventory=None, limit=None, json=False):
     """Show each node's hostname, IP, OS, arch, kernel, python, login shell, GPUs, free disk."""
@@ -96,7 +97,8 @@ def inventory_(c, inventory=None, list=False, graph=False, host=None, json=False
 @task(iterable=["set"],
       help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
             "roles": "comma list of roles to apply (default: all of roles/site.yml, in order)",
-            "limit": "only these nodes: ranges, globs, groups; !x excludes",
+            "limit": "only these nodes: ranges, globs, groups; !x excludes; or DeepSpeed's "
+                     "NAME[:SLOTS][@NAME...]",
             "check": "change nothing; list what would change",
             "diff": "show file diffs (secrets redacted)",
             "json": "print the report as JSON on stdout",
@@ -115,7 +117,8 @@ def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
-            "limit": "only these nodes: ranges, globs, groups; !x excludes",
+            "limit": "only these nodes: ranges, globs, groups; !x excludes; or DeepSpeed's "
+                     "NAME[:SLOTS][@NAME...]",
             "json": "print {ok, drift, unreachable, checks} as JSON",
             "deep": "re-import torch on every node instead of using its cached answer",
             "workdir": "job directory that must exist on every node (the launchers cd into it)",
@@ -140,7 +143,8 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
-            "limit": "only these nodes (the first one is the head node)",
+            "limit": "only these nodes (the first one is the head node); DeepSpeed's "
+                     "NAME[:SLOTS][@NAME...] picks GPUs too (! first: exclude)",
             "launcher": "deepspeed (default), torchrun, mpirun or srun",
             "payload": "builtin health or ddp, or a script path (its directory is synced)",
             "timeout": "seconds before every rank is stopped (default: none)",
