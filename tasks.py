@@ -3,6 +3,7 @@
 Argument parsing only: each task builds its command's options object (nodeprep/commands/
 options.py) and hands it to the cli layer (nodeprep/cli/), which runs and renders it.
 """
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -22,6 +23,12 @@ def _settings(c, **overrides) -> Settings:
 
 
 def _done(code: int) -> None:
+    if code == 130:
+        # Ctrl-C: the cli said what each node was doing and released what it could within its
+        # deadline; threads still waiting on a silent node must not hold the exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     if code:
         raise Exit(code=code)
 

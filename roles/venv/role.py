@@ -11,7 +11,8 @@ from nodeprep.ops import pystack
 from nodeprep.ops.launchenv import dsenv
 from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
-from nodeprep.engine.steps import Check, FileBlock, Step, scope_of
+from nodeprep.engine.steps import Check, FileBlock, Room, Step, scope_of
+from nodeprep.ops.provision import room
 from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, USER, VENV
 
 MODES = ("auto", "no-pip", "ensurepip")
@@ -58,6 +59,24 @@ def create_script(python: str, venv: str, wh: str, mode: str) -> str:
         return ensure
     # A failed `venv` leaves a venv without pip behind: start the fallback from scratch.
     return f"{{ {ensure}; }} || {{ echo 'ensurepip failed; using the pushed pip wheel'; rm -rf {env}; {nopip}; }}"
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def _venv_room(venv: str, key, manifest):
+    """The room pip.install needs: about VENV_BYTES_PER_WHEEL_BYTE times the wheels of the
+    packages it still has to install (ops/provision/room.py)."""
+    local, m = manifest
+
+    def need(facts) -> Room:
+        have = (facts.get(key) or {}).get("packages") or {}
+        lack = {_norm(p.split("==")[0]) for p in m["lock"] if have.get(p.split("==")[0]) != p.split("==")[1]}
+        size = sum((local / n).stat().st_size for n in m["files"] if _norm(n.split("-")[0]) in lack)
+        return Room(venv, int(size * room.VENV_BYTES_PER_WHEEL_BYTE),
+                    int(size / 2**20 * room.VENV_FILES_PER_WHEEL_MB), "the venv")
+    return need
 
 
 def steps(ctx):
@@ -110,7 +129,7 @@ def steps(ctx):
         out.append(Step("pip.install requirements.lock", [VENV(venv)], installed,
                         f"{rpath(venv)}/bin/python -m pip install -q --disable-pip-version-check "
                         f"--no-index --find-links {rpath(wh)} -r {rpath(posixpath.join(wh, 'requirements.lock'))}",
-                        scope=scope_of(venv)))
+                        scope=scope_of(venv), room=_venv_room(venv, key, manifest)))
     env = pystack.path_env(v, f)["PATH"].split(":")[0]
     out.append(FileBlock(v["env_file"], "venv", f"export PATH={shlex.quote(env)}:\"$PATH\"\n", mode=0o600))
     return out

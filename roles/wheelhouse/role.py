@@ -15,7 +15,7 @@ from nodeprep.ops.pystack import relay
 from nodeprep.ops.pystack import wheelcast
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.engine.remote import SHA256_SH, rpath
-from nodeprep.engine.steps import Check, FileContent, Step, scope_of
+from nodeprep.engine.steps import Check, FileContent, Room, Step, scope_of
 from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, USER
 
 SUMS = "SHA256SUMS"
@@ -164,9 +164,12 @@ def steps(ctx):
         prov = ctx.prov
         how = wheelcast.run if prov.shared.via == "slurm" else relay.run   # sbcast, or the chain
         fleet = ("wheelhouse.relay", lambda fl, nodes: how(fl, nodes, rl, prov.events, prov.notes))
+    def room(facts) -> Room:
+        lack = missing(facts)
+        return Room(d, sum((local / n).stat().st_size for n in lack), len(lack) + 2, f"{len(lack)} wheels")
     return [Step(f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
                  [DIR(d), FILE(posixpath.join(d, SUMS))], check, verify, before=upload,
-                 hint="see the node's free disk space and the run log", scope=scope_of(d), fleet=fleet),
+                 hint="see the run log", scope=scope_of(d), fleet=fleet, room=room),
             FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644)]
 
 

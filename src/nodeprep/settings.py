@@ -28,9 +28,13 @@ def find_project(start: Path | None = None) -> Path:
 class Settings:
     default_inventory: str = "local"
     width: int = 64                 # nodes worked on at once
-    connect_timeout: float = 10.0   # seconds for the TCP + SSH handshake
-    command_timeout: float = 900.0  # seconds for one remote command
-    connect_retries: int = 3        # extra tries, for connection errors only
+    connect_timeout: float = 10.0   # seconds for the TCP + SSH handshake: a silent address is
+                                    # named after this, never retried
+    silent_after: float = 15.0      # a connected node that acknowledges nothing (data, TCP
+                                    # keepalives) this long is unreachable: its steps stop there
+    probe_timeout: float = 120.0    # seconds for one fact probe (nvidia-smi, `import torch`)
+    command_timeout: float = 900.0  # seconds for any other remote command
+    connect_retries: int = 3        # extra tries, only for a refused or reset connection
     retry_backoff: float = 0.5      # seconds, doubled after each failed try
     pin_new_host_keys: bool = True  # record a first-contact host key (never silently)
     lock_wait: float = 900.0        # seconds a run waits for another run's home/machine lock

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from nodeprep.commands.provision import _fleet_work, _passes
+from nodeprep.commands.waves import _fleet_work, _passes
 from nodeprep.engine.steps import Check, Step
 from nodeprep.ops.pystack import relay
 from nodeprep.ops.pystack.relay import Chain, MeshLogin, Want, plan

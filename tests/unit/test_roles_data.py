@@ -4,7 +4,7 @@ the form the fact parsers produce, keyed by the fact's key) and the plan the rol
 from them; tests/roles/README.md describes the format. For every case:
 
   1. the plan: the roles' validate(prov) and steps(ctx), run as `provision` runs them
-     (commands.provision.validated and _plan_node), give the expected steps, in order, with
+     (commands.provision.validated and plan_node), give the expected steps, in order, with
      their checks (ok, or the `why` they report) and the files they leave; or the expected
      one-line error;
   2. convergence on paper: the effect of each differing step is applied to its node's facts
@@ -30,7 +30,8 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from nodeprep.commands.options import ProvisionOptions
-from nodeprep.commands.provision import _converged, _plan_node, validated
+from nodeprep.commands.provision import _converged, validated
+from nodeprep.commands.waves import plan_node
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.facts import FILE, LOGIN_SHELL, PYTHON, FactValues
@@ -151,7 +152,7 @@ class Run:
         prov.facts = facts
         self._give(prov)
         self._declared_facts_given(roles, prov)
-        return roles, prov, {h.name: _plan_node(rolemod.Ctx(h, prov), roles) for h in prov.hosts}
+        return roles, prov, {h.name: plan_node(rolemod.Ctx(h, prov), roles) for h in prov.hosts}
 
     def _give(self, prov) -> None:
         """The case's Shared fields: what controller(prov) would have computed with the network,

@@ -204,7 +204,7 @@ def test_nccl_env_block_quotes_and_keeps_node_ld_path():
 def test_two_blocks_in_one_new_file_in_one_batch(tmp_path):
     """Two roles' blocks in the same (missing) file, applied in one batch: the second action is
     planned on top of the first, so both blocks end up in the file."""
-    from nodeprep.commands.provision import apply_script
+    from nodeprep.commands.waves import apply_script
     from nodeprep.engine.facts import FactValues
     path = str(tmp_path / "env.sh")
     a, b = steps.FileBlock(path, "nccl", "export A=1\n"), steps.FileBlock(path, "venv", "export B=2\n")

@@ -6,13 +6,14 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
-from nodeprep.commands import provision
-from nodeprep.commands.provision import _check_all
+from nodeprep.commands import waves
+from nodeprep.commands.waves import _check_all
 from nodeprep.engine.facts import FILE, IDENTITY, FactValues
 from nodeprep.engine.results import NodeResult, StepResult
 from nodeprep.engine.steps import Check, FileBlock, FileContent, Step, scope_of, with_block
 from nodeprep.ops.provision.roles import Role
 from nodeprep.ops.provision.topology import Topology
+from nodeprep.settings import Settings
 
 WORKERS = [f"worker-{i}" for i in range(4)]
 MID = "8e5f2c1a9b3d4e7f8a6b5c4d3e2f1a0b"
@@ -303,6 +304,10 @@ class LocalNode:
         self.name, self.home, self.events = name, home, display
         self.host = SimpleNamespace(name=name)
         self.result = NodeResult(name)
+        self.settings = Settings()
+
+    def silent(self) -> bool:
+        return False
 
     def run(self, script, timeout=None, label=None, **_kw):
         env = dict(os.environ, HOME=str(self.home))
@@ -337,12 +342,12 @@ def _provision(tmp_path, homes: dict, machines: dict):
     fleet = LocalFleet({n: dirs[h] for n, h in homes.items()})
     roles = [SHELL_ROLE]
     prov = SimpleNamespace(vars={n: {} for n in homes}, facts={})
-    prov.facts = fleet.map(lambda s: provision._probe(s, roles, prov), "facts")
+    prov.facts = fleet.map(lambda s: waves.probe(s, roles, prov), "facts")
     # the ids this machine reports are the same for every node: give each its own
     for n in homes:
         prov.facts[n][IDENTITY.key] = {"home": homes[n], "machine": machines[n]}
     prov.topology = Topology.of(prov.facts, list(homes))
-    provision.Waves(fleet, roles, prov, check=False).all(list(homes))
+    waves.Waves(fleet, roles, prov, check=False).all(list(homes))
     return {n: [(r.status, r.message) for r in s.result.steps] for n, s in fleet.sessions.items()}, dirs
 
 

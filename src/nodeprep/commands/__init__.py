@@ -6,7 +6,8 @@ returns a result object; it never prints (the cli renders results).
   inventory.py   `invoke inventory`: what was read, with origins (no node contacted)
   facts.py       `invoke facts`: one probe per node
   hosts.py       `invoke hosts.forget`: drop pinned host keys after a reinstall
-  provision.py   `invoke provision`: probe, plan every role's steps, apply what differs, in waves
+  provision.py   `invoke provision`: probe, locks, the controller's work, the report
+  waves.py       its plan-and-apply: each node's steps checked, room, one batched apply, waves
   torch_plan.py  `invoke torch-plan`: the torch build for a fleet, offline
   verify.py      `invoke verify-parity`: probes, fingerprints, checks, the mesh, parity
   collective.py  `verify-parity --collective`: an all_reduce through the train path

@@ -6,8 +6,12 @@ limit, no timeouts and no output prefix, hence this module.
 """
 from __future__ import annotations
 
+import os
 import secrets
+import signal
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -16,10 +20,23 @@ from fabric import Config
 from nodeprep.engine import hostkeys, runners
 from nodeprep.engine.events import Events
 from nodeprep.engine.fds import ensure_open_files
+from nodeprep.engine.remote import RUN_VAR, stop_tagged_script
 from nodeprep.engine.results import NodeResult, RunLog
 from nodeprep.engine.session import Session, Unreachable
 from nodeprep.errors import NodeprepError
 from nodeprep.settings import Settings
+
+
+# After Ctrl-C every piece of work left on the nodes (stopping the run's commands, releasing its
+# locks, closing) waits at most this long, so the whole command ends within 3 s.
+AFTER_INTERRUPT = 1.0
+
+
+def _exit_now(*_):
+    """A second Ctrl-C: leave at once (the first one's cleanup is still under way)."""
+    sys.stderr.write("interrupted again: leaving at once\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 
 class Fleet:
@@ -45,12 +62,15 @@ class Fleet:
         self.transport = None          # engine/slurmrun.use() sets it (--via slurm)
         self._pool: ThreadPoolExecutor | None = None
         self._in_pool = threading.local()
+        self.interrupted: float | None = None    # when Ctrl-C came (time.monotonic)
         self.events.start([h.name for h in hosts])
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, *exc):
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            self.interrupt()
         self.close()
 
     def close(self):
@@ -58,8 +78,40 @@ class Fleet:
             self.transport.close()
         self._each(lambda s: s.close(), list(self.sessions.values()))
         if self._pool:
-            self._pool.shutdown()
+            # after Ctrl-C the workers may still wait on a silent node: nothing waits for them
+            self._pool.shutdown(wait=self.interrupted is None, cancel_futures=self.interrupted is not None)
         self.events.stop()
+
+    def interrupt(self) -> None:
+        """Ctrl-C: one line per node saying what it was doing, the run's commands still running
+        on the nodes stopped (those that answer; the tag every command carries), and from now on
+        every stage waits AFTER_INTERRUPT s at most (lock releases, closing): files written
+        atomically stay whole. A second Ctrl-C exits at once."""
+        if self.interrupted is not None:
+            return
+        self.interrupted = time.monotonic()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, _exit_now)
+        busy = []
+        for s in self.sessions.values():
+            if s.doing:
+                busy.append(s.name)
+                s.result.mark("failed", f"interrupted (Ctrl-C) during {s.stage}: {s.doing}")
+            self.events.note(s.name, f"interrupted during {s.stage}: {s.doing}" if s.doing
+                             else f"interrupted: nothing running there (last stage: {s.stage})")
+        stop = stop_tagged_script(RUN_VAR, self.run_id)
+        self.cleanup(lambda s: s.run(stop, timeout=1, label="stop this run's commands (Ctrl-C)"),
+                     "interrupt", only=busy)
+
+    def _until(self, fn: Callable[[Session], None], sessions: list[Session], seconds: float) -> None:
+        """FN on every session in threads that nothing waits for after SECONDS (after Ctrl-C:
+        a silent node must not hold the command)."""
+        threads = [threading.Thread(target=fn, args=(s,), daemon=True) for s in sessions]
+        for t in threads:
+            t.start()
+        end = time.monotonic() + seconds
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
 
     def _each(self, fn: Callable[[Session], None], sessions: list[Session]) -> None:
         """FN on every session, at most settings.width at once, on ONE pool of threads kept
@@ -67,6 +119,9 @@ class Fleet:
         half a second of thread starts). A stage started from inside a stage gets its own.
         Under a Slurm transport the transport runs the stage (its runs batched into steps)."""
         if not sessions:
+            return
+        if self.interrupted is not None:
+            self._until(fn, sessions, AFTER_INTERRUPT)
             return
         if self.transport is not None:
             self.transport.each(fn, sessions)
@@ -93,28 +148,44 @@ class Fleet:
         return {n: s.result.message for n, s in self.sessions.items() if not s.result.usable}
 
     def map(self, fn: Callable[[Session], Any], stage: str, only=None) -> dict[str, Any]:
-        """ONLY: node names to restrict this stage to (default: every usable node)."""
+        """ONLY: node names to restrict this stage to (default: every usable node). Ctrl-C
+        while it runs: interrupt(), then KeyboardInterrupt goes on up."""
         sessions = [s for s in self.usable() if only is None or s.name in only]
         out: dict[str, Any] = {}
-
-        def one(s: Session):
-            s.stage = stage
-            self.events.status(s.name, stage, "running")
-            try:
-                s.connect()
-                out[s.name] = fn(s)
-            except Unreachable as e:
-                s.result.mark("unreachable", str(e))
-            except NodeprepError as e:
-                s.result.mark("failed", str(e))
-            except Exception as e:  # a bug or an odd remote answer: fail the node, keep the rest
-                s.result.mark("failed", f"{stage}: {type(e).__name__}: {e}")
-            s.log(f"== {stage}: {s.result.status} {s.result.message}\n")
-            self.runlog.close(s.name, stage)      # open files stay ~width, not N x stages
-            self.events.status(s.name, stage, s.result.status, s.result.message)
-
-        self._each(one, sessions)
+        try:
+            self._each(lambda s: self._one(fn, s, stage, out), sessions)
+        except KeyboardInterrupt:
+            self.interrupt()
+            raise
         return out
+
+    def _one(self, fn: Callable[[Session], Any], s: Session, stage: str, out: dict) -> None:
+        """FN(S) for one node, its failure recorded on the node, not raised (unless the run
+        was interrupted: interrupt() already said what the node was doing)."""
+        s.stage = stage
+        self.events.status(s.name, stage, "running")
+        try:
+            s.connect()
+            out[s.name] = fn(s)
+        except Exception as e:
+            if self.interrupted is not None:
+                return
+            self._failed(s, stage, e)
+        s.doing = None
+        s.log(f"== {stage}: {s.result.status} {s.result.message}\n")
+        self.runlog.close(s.name, stage)      # open files stay ~width, not N x stages
+        self.events.status(s.name, stage, s.result.status, s.result.message)
+
+    @staticmethod
+    def _failed(s: Session, stage: str, e: Exception) -> None:
+        if isinstance(e, Unreachable):
+            s.result.mark("unreachable", str(e))
+        elif s.silent():      # an sftp transfer or a channel cut by the dead-peer rule
+            s.result.mark("unreachable", str(s.silence(f"the {stage} stage")))
+        elif isinstance(e, NodeprepError):
+            s.result.mark("failed", str(e))
+        else:                 # a bug or an odd remote answer: fail the node, keep the rest
+            s.result.mark("failed", f"{stage}: {type(e).__name__}: {e}")
 
     def cleanup(self, fn: Callable[[Session], Any], stage: str, only=None) -> None:
         """Run FN on every node it concerns that is still connected, failed ones included

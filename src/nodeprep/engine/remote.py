@@ -50,11 +50,13 @@ _STOP_TAGGED = r'''
 # dash's builtin kill rejects `--` and errors went to /dev/null, so use procps kill, and
 # select process groups with `ps -e -o pgid=` (ps -g means session).
 tag="$1"; pgs=""
+# never this script's own group: its pipes' children carry the tag too when it stops its own run
+me=$(ps -o pgid= -p $$ 2>/dev/null | tr -d ' ')
 for p in /proc/[0-9]*; do
   [ "${p#/proc/}" = "$$" ] && continue
   if { tr '\0' '\n' < "$p/environ"; } 2>/dev/null | grep -qxF "$tag"; then
     pg=$(ps -o pgid= -p "${p#/proc/}" 2>/dev/null | tr -d ' ')
-    [ -n "$pg" ] && pgs="$pgs $pg"
+    [ -n "$pg" ] && [ "$pg" != "$me" ] && pgs="$pgs $pg"
   fi
 done
 pgs=$(echo $pgs | tr ' ' '\n' | sort -u)

@@ -31,24 +31,50 @@ from nodeprep.errors import NodeprepError
 # reports the node as unreachable itself, in one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-# Errors worth a retry: the node may still be booting or sshd briefly overloaded. Auth and
-# host-key errors are never retried: trying again cannot fix them.
-_RETRYABLE = (socket.timeout, ConnectionError, paramiko.ssh_exception.NoValidConnectionsError,
-              EOFError)
-
-
 class Unreachable(NodeprepError):
     pass
 
 
-def _socket(address: str, port: int, timeout: float) -> socket.socket:
-    """A connected TCP socket with Nagle off. SSH exchanges many small messages (kex, auth,
-    channel open + exec); with Nagle on, a second small write waits for the first one's ACK,
-    which the peer delays up to 40 ms: measured on the lab, connect 65 -> 19 ms and one
-    command's round trip 44 -> 2 ms. (paramiko leaves Nagle on unless given a socket.)"""
+def _socket(address: str, port: int, timeout: float, silent_after: float) -> socket.socket:
+    """A connected TCP socket with Nagle off and a dead-peer rule.
+
+    Nagle: SSH exchanges many small messages (kex, auth, channel open + exec); with Nagle on,
+    a second small write waits for the first one's ACK, which the peer delays up to 40 ms:
+    measured on the lab, connect 65 -> 19 ms and one command's round trip 44 -> 2 ms.
+
+    Dead peer: a node that loses power, its link or its kernel sends no RST: its packets just
+    stop, and a read waits for ever. The kernel keeps watch instead of a thread per node: TCP
+    keepalives probe an idle connection every SILENT_AFTER/3 s, and TCP_USER_TIMEOUT drops the
+    connection when sent data or a probe stays unacknowledged SILENT_AFTER s (Linux, tcp(7)).
+    A node busy on a long command still acknowledges the probes: only silence counts."""
     sock = socket.create_connection((address, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    every = max(1, int(silent_after // 3))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, value in (("TCP_KEEPIDLE", every), ("TCP_KEEPINTVL", every), ("TCP_KEEPCNT", 3),
+                       ("TCP_USER_TIMEOUT", int(silent_after * 1000))):
+        if hasattr(socket, opt):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
     return sock
+
+
+def _connect_error(e: BaseException, seconds: float, limit: float) -> tuple[str, bool]:
+    """(what happened, whether a retry can fix it). A retry helps a node whose sshd is starting
+    (refused, reset, closed during the banner); never a silent address: waiting again cannot
+    make it answer, and every retry would add CONNECT_TIMEOUT to the run."""
+    if isinstance(e, (socket.timeout, TimeoutError)) or seconds >= limit - 0.5:
+        return f"no answer within {limit:.0f} s (a silent address: the node is down or a firewall drops it)", False
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused (no sshd listening yet?)", True
+    if isinstance(e, (ConnectionResetError, EOFError, BrokenPipeError)):
+        return f"connection reset ({type(e).__name__})", True
+    if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
+        return str(e), True
+    if isinstance(e, paramiko.SSHException):
+        return f"ssh handshake failed: {e}", _transient(e)
+    if isinstance(e, OSError):
+        return f"{e.strerror or e} (errno {e.errno})", e.errno in (104, 111, 113)
+    return f"{type(e).__name__}: {e}", False
 
 
 @dataclass
@@ -120,6 +146,7 @@ class Session:
         self.runlog, self.events = fleet.runlog, fleet.events
         self.name = host.name
         self.stage = "connect"
+        self.doing: str | None = None    # the command running now (what a Ctrl-C interrupts)
         self._conn: Connection | None = None
         # engine/slurmrun.Transport when the run rides Slurm (--via slurm): every run() goes
         # into a batch the head runs as one srun step; only the head holds an ssh connection
@@ -155,12 +182,14 @@ class Session:
         if getattr(h, "connection", "ssh") == "local":      # the controller itself, no ssh
             self._conn = LocalConnection()
             return
-        kwargs: dict[str, Any] = {"transport_factory": ciphers.GcmFirst}
+        kwargs: dict[str, Any] = {"transport_factory": ciphers.GcmFirst, "banner_timeout": s.connect_timeout,
+                                  "auth_timeout": s.connect_timeout}
         if h.key:
             kwargs.update(key_filename=[str(Path(h.key).expanduser())])
         if self._password:
             kwargs.update(password=self._password)  # tried after the keys, as OpenSSH does
-        delay = s.retry_backoff
+        delay, tried = s.retry_backoff, []
+        self.doing = f"connecting to {h.address}:{h.port}"
         for attempt in range(s.connect_retries + 1):
             # A Config per connection: Connection.__init__ writes to its config, and a shared
             # one raced across threads ("No attribute or config key found for 'gateway'").
@@ -168,10 +197,11 @@ class Session:
                               connect_timeout=s.connect_timeout, connect_kwargs=kwargs)
             hostkeys.attach(conn.client, self.store, (h.address, h.port), s.pin_new_host_keys,
                             on_pin=self._pinned)
+            t0 = time.monotonic()
             try:
-                conn.connect_kwargs["sock"] = _socket(h.address, h.port, s.connect_timeout)
+                conn.connect_kwargs["sock"] = _socket(h.address, h.port, s.connect_timeout, s.silent_after)
                 conn.open()
-                self._conn = conn
+                self._conn, self.doing = conn, None
                 return
             except paramiko.BadHostKeyException as e:
                 raise hostkeys.HostKeyChanged(
@@ -184,13 +214,14 @@ class Session:
                 raise Unreachable(f"authentication failed for {h.user or 'current user'}@"
                                   f"{h.address}:{h.port}: {e}",
                                   hint="check the inventory's user/key for this node") from None
-            except _RETRYABLE + (paramiko.SSHException, OSError) as e:
-                if isinstance(e, paramiko.SSHException) and not _transient(e):
-                    raise Unreachable(f"ssh to {h.address}:{h.port} failed: {e}") from None
-                if attempt == s.connect_retries:
-                    raise Unreachable(f"cannot reach {h.address}:{h.port} after "
-                                      f"{attempt + 1} tries: {e or type(e).__name__}") from None
-                self.log(f"connect attempt {attempt + 1} failed ({e}); retrying in {delay:.1f}s\n")
+            except (paramiko.SSHException, OSError, EOFError) as e:
+                why, retry = _connect_error(e, time.monotonic() - t0, s.connect_timeout)
+                tried.append(why)
+                if not retry or attempt == s.connect_retries:
+                    raise Unreachable(f"cannot reach {h.address}:{h.port}: {why}" +
+                                      (f" ({len(tried)} tries)" if len(tried) > 1 else ""),
+                                      hint=None if retry else "--connect-timeout S waits longer") from None
+                self.log(f"connect attempt {attempt + 1} failed ({why}); retrying in {delay:.1f}s\n")
                 time.sleep(delay)
                 delay *= 2
 
@@ -220,7 +251,8 @@ class Session:
         nodes) and its output is shown and logged when its node's answer comes back."""
         self.connect()
         log = self.runlog.node_log(self.name, self.stage)
-        log.write(f"$ {label or script.strip().splitlines()[0][:200]}\n")
+        self.doing = label or script.strip().splitlines()[0][:200]
+        log.write(f"$ {self.doing}\n")
         show = self._shower(stream)
         sink = log if log_output else io.StringIO()
         out, err = _LineSink(sink, show, on_line), _LineSink(sink, show)
@@ -232,7 +264,7 @@ class Session:
             out.finish()
             err.finish()
             return self._logged(log, res, log_output)
-        return self._logged(log, self._run_ssh(script, limit, out, err), log_output)
+        return self._logged(log, self._run_ssh(script, limit, out, err, label), log_output)
 
     def _shower(self, stream) -> Callable[[str], None] | None:
         if callable(stream):          # the name depends on the line (srun --label: task -> node)
@@ -243,6 +275,7 @@ class Session:
         return None
 
     def _logged(self, log, res: "CmdResult", log_output: bool) -> "CmdResult":
+        self.doing = None
         if not log_output:
             log.write(f"[{len(res.stdout)} bytes of output not logged]\n")
         log.write(f"[exit {res.rc}]\n")
@@ -257,9 +290,24 @@ class Session:
         log.write(f"$ {label}\n")
         sink = io.StringIO()
         out, err = _LineSink(sink, None), _LineSink(sink, None)
-        return self._logged(log, self._run_ssh(script, max(1, int(timeout)), out, err), False)
+        return self._logged(log, self._run_ssh(script, max(1, int(timeout)), out, err, label), False)
 
-    def _run_ssh(self, script: str, limit: int, out: "_LineSink", err: "_LineSink") -> "CmdResult":
+    def silent(self) -> bool:
+        """Did the node go silent (its connection dropped by the dead-peer rule, or closed)?"""
+        client = getattr(self._conn, "client", None)
+        if self._conn is None or client is None or isinstance(self._conn, LocalConnection):
+            return False
+        transport = client.get_transport()
+        return transport is None or not transport.is_active()
+
+    def silence(self, doing: str) -> Unreachable:
+        """The error for a node that went silent while DOING."""
+        return Unreachable(f"silent for {self.settings.silent_after:.0f} s during {doing}: the node "
+                           "stopped answering (power, network or a hung kernel); its remaining "
+                           "steps are not run", hint="bring it back, then run again")
+
+    def _run_ssh(self, script: str, limit: int, out: "_LineSink", err: "_LineSink",
+                 label: str | None = None) -> "CmdResult":
         t0 = time.monotonic()
         try:
             # The local timer is only a backstop for a connection that hangs.
@@ -275,6 +323,8 @@ class Session:
         finally:
             out.finish()
             err.finish()
+        if res.rc == -1 and self.silent():     # no exit status: the connection was dropped
+            raise self.silence(f"'{label or script.strip().splitlines()[0][:80]}'")
         return res
 
 

@@ -47,6 +47,18 @@ class Step:
     # steps before it (e.g. the ssh mesh), then f runs ONCE per key over the nodes that have
     # the step (e.g. the wheelhouse relay, node to node over that mesh), then the pass.
     fleet: tuple[str, Callable] | None = None
+    # The room its action needs, for the steps that fill a disk (a push, a venv): f(facts) ->
+    # Room. Checked before anything of the node is applied; a failure is explained by it.
+    room: Callable[[dict], "Room"] | None = None
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a step will write: where (a node path), how many bytes and files, and in words."""
+    path: str
+    bytes: int
+    files: int
+    what: str                    # "26 wheels", "the venv"
 
 
 def scope_of(path: str) -> str:

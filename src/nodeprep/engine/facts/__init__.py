@@ -1,6 +1,7 @@
 """Facts by domain, each an object the code names directly (see probe.py for the machinery):
 
   system.py  HOSTNAME OS USER LOGIN_SHELL ETC_SHELLS PYTHON PYTHON_ON_PATH DISK_FREE IDENTITY
+             ROOM(path): space, inodes, writable where a path is or would be
   net.py     INTERFACES PORT_LISTENING(port) ROUTE(address)
   gpus.py    GPUS
   files.py   FILE(path) DIR(path)
@@ -18,13 +19,13 @@ from nodeprep.engine.facts.net import INTERFACES, PORT_LISTENING, ROUTE, primary
 from nodeprep.engine.facts.probe import (Fact, FactValues, Request, gather, key_of, parse_sections,
                                          probe_script, section_tags, split_sections)
 from nodeprep.engine.facts.python import TORCH_BUILD, VENV, TorchIn
-from nodeprep.engine.facts.system import (DISK_FREE, ETC_SHELLS, HOSTNAME, IDENTITY, LOGIN_SHELL, OS,
+from nodeprep.engine.facts.system import (DISK_FREE, ETC_SHELLS, HOSTNAME, IDENTITY, LOGIN_SHELL, OS, ROOM,
                                           PYTHON, PYTHON_ON_PATH, USER)
 
 # Every fact, by name: for the data-file tests and for messages, never for lookups at run time.
 ALL = {f.name: f for f in (HOSTNAME, OS, USER, LOGIN_SHELL, ETC_SHELLS, PYTHON, PYTHON_ON_PATH,
                            DISK_FREE, IDENTITY, INTERFACES, PORT_LISTENING, ROUTE, GPUS, FILE, DIR, VENV, TORCH_BUILD,
-                           JOB_PROCESSES, GPU_APPS, PROGRAMS)}
+                           JOB_PROCESSES, GPU_APPS, PROGRAMS, ROOM)}
 
 # What `invoke facts` shows.
 NODE_FACTS = [HOSTNAME, OS, INTERFACES, PYTHON, LOGIN_SHELL, DISK_FREE, GPUS]
@@ -32,5 +33,5 @@ NODE_FACTS = [HOSTNAME, OS, INTERFACES, PYTHON, LOGIN_SHELL, DISK_FREE, GPUS]
 __all__ = ["ALL", "NODE_FACTS", "Fact", "FactValues", "Request", "TorchIn", "gather", "key_of",
            "parse_sections", "primary_address", "probe_script", "reaching", "ROUTE", "section_tags", "split_sections",
            "DIR", "FILE", "GPUS", "INTERFACES", "PORT_LISTENING", "TORCH_BUILD", "VENV", "DISK_FREE",
-           "ETC_SHELLS", "HOSTNAME", "IDENTITY", "LOGIN_SHELL", "OS", "PYTHON", "PYTHON_ON_PATH", "USER",
+           "ETC_SHELLS", "HOSTNAME", "IDENTITY", "LOGIN_SHELL", "OS", "PYTHON", "PYTHON_ON_PATH", "ROOM", "USER",
            "GPU_APPS", "JOB_PROCESSES", "JOB_VAR", "PROGRAMS"]

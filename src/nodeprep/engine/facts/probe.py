@@ -153,5 +153,6 @@ def gather(session, requests: list, host_vars: dict | None = None) -> FactValues
     token = secrets.token_hex(6)
     label = "probe " + ",".join(key_of(r) for r in requests)
     r = session.run(probe_script(requests, host_vars or {}, token), label=label[:300],
+                    timeout=session.settings.probe_timeout,
                     log_output=False)
     return parse_sections(session.name, requests, r.stdout, token, r.rc, r.tail(3))

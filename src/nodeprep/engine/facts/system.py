@@ -6,6 +6,7 @@ import re
 import shlex
 
 from nodeprep.engine.facts.probe import Fact
+from nodeprep.engine.remote import rpath
 
 
 def _hostname(text, rc):
@@ -107,6 +108,35 @@ def _disk_free(text, rc):
 
 
 DISK_FREE = Fact("disk_free", lambda _v: "df -Pk \"$HOME\"", _disk_free)
+
+
+def _room_script(path: str) -> str:
+    """The file system a path is (or would be) on: its nearest existing directory, `df -Pk`
+    and `df -Pi` there (space and inodes), whether that directory is writable, and the mount
+    options of its file system (ro)."""
+    return (f"p={rpath(path)}; while [ ! -d \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
+            "echo \"dir $p\"; [ -w \"$p\" ] && echo writable; LC_ALL=C df -Pk \"$p\" | tail -n 1; "
+            "LC_ALL=C df -Pi \"$p\" | tail -n 1; m=$(LC_ALL=C df -P \"$p\" | tail -n 1); m=${m##* }; "
+            "while read -r _d mp _t opts _r; do [ \"$mp\" = \"$m\" ] && o=$opts; done < /proc/mounts; "
+            "echo \"opts ${o:-?}\"; true")
+
+
+def _room(text: str, rc: int) -> dict:
+    """{dir, mount, free (bytes), size (bytes), inodes_free (None where the file system has
+    no inode count, as btrfs), writable, readonly} of ROOM(path)."""
+    lines = text.strip().splitlines()
+    d = next(ln[4:] for ln in lines if ln.startswith("dir "))
+    opts = next((ln[5:] for ln in lines if ln.startswith("opts ")), "?")
+    dfk, dfi = [ln.split() for ln in lines if not ln.startswith(("dir ", "opts ")) and ln != "writable"][:2]
+    # df's fields counted from the right: a device name may hold spaces
+    inodes = int(dfi[-3]) if dfi[-3].isdigit() and dfi[-5] != "0" else None
+    return {"dir": d, "mount": dfk[-1], "free": int(dfk[-3]) * 1024, "size": int(dfk[-5]) * 1024,
+            "inodes_free": inodes, "writable": "writable" in lines,
+            "readonly": "ro" in opts.split(",")}
+
+
+# ROOM(path): space, inodes and writability where PATH is or would be (a push, a venv)
+ROOM = Fact("room", _room_script, _room)
 
 
 def _etc_shells(text, rc):
