@@ -141,6 +141,37 @@ def test_gpu_summary():
     assert gpus.summary(gpus.parse("NO_NVIDIA_SMI")) == "none"
 
 
+def _run_os_probe(etc, usr_lib, env=None):
+    """The OS fact's section, run by /bin/sh (dash on Debian, as on the nodes), with the node's
+    /etc/os-release at ETC and /usr/lib/os-release at USR_LIB (files that may not exist)."""
+    import subprocess
+    script = facts.probe_script([facts.OS], {}, "t")
+    assert "/etc/os-release" in script and "/usr/lib/os-release" in script
+    script = script.replace("/etc/os-release", str(etc)).replace("/usr/lib/os-release", str(usr_lib))
+    out = subprocess.run(["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin", **(env or {})},
+                         capture_output=True, text=True, check=True).stdout
+    return facts.parse_sections("n", [facts.OS], out, "t", 0)["os"]
+
+
+def test_os_probe_without_an_os_release_file(tmp_path):
+    """A `.` of a missing file ends a POSIX sh: before the fix, a node without /etc/os-release
+    gave an empty section and the fact failed to parse. Now: the fallback os-release(5)
+    names, /usr/lib/os-release; with neither, an unknown release (the kernel name); one in
+    the environment is not taken for the node's."""
+    import os
+    uname = os.uname()
+    etc, usr_lib = tmp_path / "etc-os-release", tmp_path / "usr-lib-os-release"
+    unknown = {"release": uname.sysname, "kernel": uname.release, "arch": uname.machine}
+    assert _run_os_probe(etc, usr_lib) == unknown
+    assert _run_os_probe(etc, usr_lib, {"PRETTY_NAME": "Not This One"}) == unknown
+    usr_lib.write_text('NAME="Fallback"\nPRETTY_NAME="Fallback OS 1"\n')
+    assert _run_os_probe(etc, usr_lib)["release"] == "Fallback OS 1"
+    etc.write_text('PRETTY_NAME="Etc OS 2"\n')
+    assert _run_os_probe(etc, usr_lib)["release"] == "Etc OS 2"
+    etc.write_text('NAME="No pretty name"\n')       # as before: the kernel name
+    assert _run_os_probe(etc, usr_lib) == unknown
+
+
 def _run_python_probe(home, python):
     import subprocess
     script = facts.probe_script([facts.PYTHON], {"python": str(python)}, "t")

@@ -19,14 +19,20 @@ HOSTNAME = Fact("hostname", lambda _v: "IFS= read -r h 2>/dev/null < /proc/sys/k
 
 
 def _os(text, rc):
-    """OS release name, kernel name, kernel release, machine (CPU architecture)."""
+    """OS release name, kernel name, kernel release, machine (CPU architecture). A node with
+    no os-release file, or one without PRETTY_NAME, has an unknown release: the kernel name
+    ("Linux", os-release(5)'s default for PRETTY_NAME)."""
     lines = text.strip().splitlines()
     system, kernel, arch = lines[-1].split()
     return {"release": lines[0] if len(lines) > 1 else system, "kernel": kernel, "arch": arch}
 
 
-OS = Fact("os", lambda _v: ". /etc/os-release 2>/dev/null && printf '%s\\n' \"$PRETTY_NAME\"; uname -srm",
-          _os)
+# os-release(5): /etc/os-release, else /usr/lib/os-release. Tested before `.` reads it: a `.`
+# of a missing file ends a POSIX sh (dash), and the section with it (no output at all).
+# PRETTY_NAME is emptied first: one in the login's environment is not the node's.
+OS = Fact("os", lambda _v: "PRETTY_NAME=; for np_f in /etc/os-release /usr/lib/os-release; do "
+          "[ -r \"$np_f\" ] && { . \"$np_f\" 2>/dev/null; break; }; done; "
+          "printf '%s\\n' \"$PRETTY_NAME\"; uname -srm", _os)
 
 
 PY_CODE = ("import os, sys; print(sys.executable); print(\"%d.%d.%d\" % sys.version_info[:3]); "
