@@ -113,6 +113,8 @@ def _torch_script(arg: TorchIn) -> str:
     """The cache is per machine (homes may be shared by machines with other drivers) and
     written through a temp file of this process's own, then renamed: two probes at once
     (two inventory nodes on one machine, or a shared home) never read a half-written one.
+    A probe that fails or is stopped removes its temp file (an EXIT trap; the section is a
+    subshell of its own, so the trap is the probe's alone).
 
     The probe runs in the environment of a non-interactive ssh shell, the one torchrun's,
     mpirun's and srun's ranks (and `verify-parity --collective`) start from: the env file
@@ -137,7 +139,10 @@ def _torch_script(arg: TorchIn) -> str:
             "k=\"$* | $d | $LD_LIBRARY_PATH | $LD_PRELOAD\"; c=; a=; "
             f"[ -f {cache} ] && {{ IFS= read -r c; while IFS= read -r l || [ -n \"$l\" ]; do a=$l; done; }} < {cache}; "
             "if [ -n \"$c\" ] && [ \"$c\" = \"$k\" ]; then printf '%s\\n' \"$a\"; "
-            f"else mkdir -p \"$HOME/.nodeprep\" && tmp={cache[:-1]}.$$.tmp\" && {{ printf '%s\\n' \"$k\"; "
+            # the temp file goes however the probe ends: torch failing to import, or the probe
+            # stopped (TERM to its process group, from `timeout` or a Ctrl-C on the controller)
+            f"else tmp={cache[:-1]}.$$.tmp\"; trap 'rm -f -- \"$tmp\"' EXIT; trap 'exit 143' HUP INT TERM; "
+            f"mkdir -p \"$HOME/.nodeprep\" && {{ printf '%s\\n' \"$k\"; "
             f"{v}/bin/python -I -c {shlex.quote(TORCH_PY)}; }} > \"$tmp\" && "
             "tail -n 1 \"$tmp\" && mv -f \"$tmp\" " + cache + "; fi")
 
