@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -238,23 +239,97 @@ def test_finalize_takes_a_listed_sum_only_when_it_is_the_controllers(tmp_path):
     assert out == ""       # .relay went with the first run
 
 
-def test_a_hop_whose_store_dies_at_once_still_ends(tmp_path):
-    """python3 on the node is broken (exits before it opens the fifo): the next hop's ssh,
-    blocked opening the fifo, must still get its end of file, and the hop ends with the
-    store's failure instead of waiting out its timeout."""
+def relaying_hop(tmp_path, python3=None, ssh="cat >/dev/null"):
+    """A hop script to a next node n1 (HOME, PATH) whose `ssh` runs SSH (sh) with the stream on
+    its stdin, and `python3` is PYTHON3 (sh) or the real one; returns (command, env)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    for tool in ("rm", "mkdir", "tar", "tee", "mkfifo", "cat", "timeout"):
+    for tool in ("rm", "mkdir", "tar", "tee", "mkfifo", "cat", "timeout", "head"):
         (bin_ / tool).symlink_to(shutil.which(tool))
-    (bin_ / "python3").write_text("#!/bin/sh\nexit 3\n")
-    (bin_ / "ssh").write_text("#!/bin/sh\ncat >/dev/null\n")       # the next node swallows it
-    for f in ("python3", "ssh"):
-        (bin_ / f).chmod(0o755)
+    if python3 is None:
+        (bin_ / "python3").symlink_to(sys.executable)
+    else:
+        (bin_ / "python3").write_text(f"#!/bin/sh\n{python3}\n")
+        (bin_ / "python3").chmod(0o755)
+    (bin_ / "ssh").write_text(f"#!/bin/sh\n{ssh}\n")
+    (bin_ / "ssh").chmod(0o755)
     home = tmp_path / "home"
     (home / ".nodeprep").mkdir(parents=True)
     script = home / ".nodeprep" / "relay-tok.sh"
     script.write_text(relay.hop_script("n0", str(tmp_path / "wh"), ("n1", relay.MeshLogin("10.0.0.2", 22, None)),
                                        "tok", 60))
-    p = subprocess.run(["/bin/sh", str(script)], input=tar_bytes(FILES), capture_output=True,
-                       env={"HOME": str(home), "PATH": str(bin_)}, timeout=30)
+    return ["/bin/sh", str(script)], {"HOME": str(home), "PATH": str(bin_)}
+
+
+def test_a_hop_whose_store_dies_at_once_still_ends(tmp_path):
+    """python3 on the node is broken (exits before it opens the fifo): the next hop's ssh
+    must still get its end of file, and the hop ends with the store's failure instead of
+    waiting out its timeout."""
+    cmd, env = relaying_hop(tmp_path, python3="exit 3")         # the next node swallows it
+    p = subprocess.run(cmd, input=tar_bytes(FILES), capture_output=True, env=env, timeout=30)
     assert p.returncode == 3
+
+
+def test_a_store_dying_at_once_never_strands_the_reader_whatever_runs_first(tmp_path):
+    """The same, 24 hops let go at once, 3 times: they compete for the CPUs, so a next hop's
+    reader may reach its open() of the fifo only after the store has died. Its end of file
+    must come all the same. (Before the fix the shell gave a reader blocked in open() its end
+    of file by opening and closing the fifo once the store had ended: a reader that was not
+    in open() yet then blocked for ever. That failed 5 runs of 9 of this test on the 2-core
+    dev machine, the test above alone 0 of 15 there, idle: it lost the race under load.)"""
+    cmd, env = relaying_hop(tmp_path, python3="exit 3")
+    script = Path(cmd[1]).read_text()
+    (tmp_path / "stream").write_bytes(tar_bytes({"a.whl": b"a" * 70_000}))
+    hops = 24
+    for round_ in range(3):
+        run = tmp_path / f"r{round_}"
+        for k in range(hops):
+            (run / f"h{k}" / ".nodeprep").mkdir(parents=True)
+            (run / f"h{k}" / ".nodeprep" / "relay-tok.sh").write_text(
+                script.replace(str(tmp_path / "wh"), str(run / f"h{k}" / "wh")))
+        # every hop waits at a barrier (opening the fifo `go`), then all are let go at once
+        os.mkfifo(run / "go")
+        start = (f"for k in $(seq 0 {hops - 1}); do (: <go; cd h$k && HOME=$PWD "
+                 "/bin/sh .nodeprep/relay-tok.sh <../../stream; echo $? >rc) & done; "
+                 "sleep 0.1; exec 3<>go; wait")
+        p = subprocess.Popen(["/bin/sh", "-c", start], cwd=run, start_new_session=True,
+                             env={"PATH": f"{env['PATH']}:/usr/bin:/bin"}, stderr=subprocess.DEVNULL)
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)   # the hops this test started, blocked for ever
+            p.wait()
+        rcs = [(run / f"h{k}" / "rc").read_text().strip() if (run / f"h{k}" / "rc").exists()
+               else "stuck" for k in range(hops)]
+        assert rcs == ["3"] * hops, f"round {round_}"
+
+
+def test_a_next_hop_failing_at_once_does_not_stop_this_one(tmp_path):
+    """The next node's ssh fails before reading anything (refused, a host key that is not the
+    pinned one), possibly before the store has opened the fifo: the store neither blocks in
+    its open() nor on a full pipe, this node's copy is whole, the failure is reported."""
+    cmd, env = relaying_hop(tmp_path, ssh="echo 'Host key verification failed.' >&2; exit 255")
+    p = subprocess.run(cmd, input=tar_bytes(FILES), capture_output=True, env=env, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.decode().splitlines() == ["Host key verification failed.", "relay n0 -> n1: exit 255"]
+    assert stored(tmp_path / "wh" / relay.STAGE) == FILES
+
+
+def test_a_next_hop_that_stops_reading_does_not_stop_this_one(tmp_path):
+    """The next node takes a little of the stream and dies: the rest (more than a pipe holds)
+    still reaches this node's store, which ends."""
+    cmd, env = relaying_hop(tmp_path, ssh="head -c 1000 >/dev/null; exit 255")
+    p = subprocess.run(cmd, input=tar_bytes(FILES), capture_output=True, env=env, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert stored(tmp_path / "wh" / relay.STAGE) == FILES
+
+
+def test_a_hop_stores_its_copy_and_passes_every_byte_on(tmp_path):
+    """The hop script itself, all well: the next node gets the stream, byte for byte, and its
+    end (no write end of the fifo is left open anywhere), this node a whole copy."""
+    cmd, env = relaying_hop(tmp_path, ssh='case " $* " in *" -O exit "*) exit 0;; esac; cat >"$HOME/next"')
+    stream = tar_bytes(FILES)
+    p = subprocess.run(cmd, input=stream, capture_output=True, env=env, timeout=30)
+    assert (p.returncode, p.stderr) == (0, b"")
+    assert (tmp_path / "home" / "next").read_bytes() == stream
+    assert stored(tmp_path / "wh" / relay.STAGE) == FILES and set(listed(tmp_path / "wh" / relay.STAGE)) == set(FILES)

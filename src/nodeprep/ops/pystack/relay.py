@@ -162,13 +162,19 @@ def hop_script(node: str, dest: str, nxt: tuple[str, MeshLogin] | None, token: s
         return "\n".join(lines) + "\n"
     name, login = nxt
     remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(token)}"
+    # No open() of the fifo may wait for ever, whatever runs first. This shell holds a write end
+    # (fd 4, opened via fd 3 read-write, closed at once) from before the reader starts until the
+    # store ends: the reader's open() returns at once, its end of file comes even where the store
+    # died unopened (a writer coming and going after the store missed a reader not yet in open).
+    # The reader keeps its end, draining what its ssh left, until then: a store opening after the
+    # ssh failed, or writing after it stopped reading, never blocks. No child keeps fd 4.
     lines += [f"mkfifo -- {s}/.fifo || exit 1",
-              f"{_ssh(login, remote, timeout + 10, token)} < {s}/.fifo >&2 &",
+              f"exec 3<> {s}/.fifo 4> {s}/.fifo 3<&-",
+              f"{{ {_ssh(login, remote, timeout + 10, token)}; np_x=$?; cat >/dev/null; exit $np_x; }} "
+              f"< {s}/.fifo 4>&- >&2 &",
               "np_next=$!",
-              _store(s, f"{s}/.fifo") + "; np_rc=$?",
-              # a store that died before opening the fifo leaves the next hop's reader blocked
-              # in open(): a writer coming and going gives it its end of file
-              f": 2>/dev/null <> {s}/.fifo",
+              _store(s, f"{s}/.fifo") + " 4>&-; np_rc=$?",
+              "exec 4>&-",
               "wait $np_next; np_nrc=$?",
               f"rm -f -- {s}/.fifo",
               f"ssh -S \"$HOME/{socket_path(token)}\" -O exit -- {shlex.quote(login.address)} >/dev/null 2>&1",
