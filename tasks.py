@@ -22,6 +22,30 @@ def _settings(c, **overrides) -> Settings:
     return Settings.from_mapping(dict(c.config.get("nodeprep", {}))).with_(project_root=HERE, **overrides)
 
 
+# the deadlines every task that reaches nodes takes (defaults: invoke.yaml's nodeprep section)
+LIVENESS = {"connect_timeout": "seconds a silent address gets before it is named unreachable "
+                               "(default 10; never retried)",
+            "silent_after": "seconds a connected node may answer nothing (no TCP ack, no keepalive "
+                            "reply) before it is named unreachable (default 15)"}
+
+
+def _deadlines(c, connect_timeout, silent_after) -> Settings:
+    """Settings with --connect-timeout / --silent-after applied (seconds > 0)."""
+    out = {}
+    for flag, value in (("connect-timeout", connect_timeout), ("silent-after", silent_after)):
+        if value is None:
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            print(f"error: --{flag} {value!r}: expected seconds > 0", file=sys.stderr)
+            raise Exit(code=2)
+        out[flag.replace("-", "_")] = seconds
+    return _settings(c, **out)
+
+
 def _done(code: int) -> None:
     if code == 130:
         # Ctrl-C: the cli said what each node was doing and released what it could within its
@@ -37,10 +61,10 @@ def _done(code: int) -> None:
                          "or pbs:[F] (default: nodeprep.default_inventory, 'local')",
             "limit": "only these nodes: ranges (worker-[0-3]), globs, groups; !x excludes; or "
                      "DeepSpeed's NAME[:SLOTS][@NAME...] (! first: exclude)",
-            "json": "print the report as JSON on stdout"})
-def facts(c, inventory=None, limit=None, json=False):
+            "json": "print the report as JSON on stdout", **LIVENESS})
+def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silent_after=None):
     """Show each node's hostname, IP, OS, arch, kernel, python, login shell, GPUs, free disk."""
-    _done(cli.facts(FactsOptions(inventory, limit, json), _settings(c)))
+    _done(cli.facts(FactsOptions(inventory, limit, json), _deadlines(c, connect_timeout, silent_after)))
 
 
 @task(help={"nodes": "how many emulated nodes (worker-0 .. worker-N-1)",
@@ -115,12 +139,13 @@ def inventory_(c, inventory=None, list=False, graph=False, host=None, json=False
             "via": "ssh: a connection from here to every node; slurm: one ssh connection, to the "
                    "first node, whose srun runs each stage's scripts on all nodes as one step "
                    "(sbcast carries them); auto (default): slurm inside an allocation holding "
-                   "every node, else ssh"})
+                   "every node, else ssh", **LIVENESS})
 def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False, json=False,
-              ask_pass=False, set=None, via="auto"):
+              ask_pass=False, set=None, via="auto", connect_timeout=None, silent_after=None):
     """Prepare every node the same way: the roles of roles/site.yml; idempotent."""
     _done(cli.provision(ProvisionOptions(inventory, limit, roles, check, diff, json, tuple(set or ()),
-                                         via=via), _settings(c), ask_pass=ask_pass))
+                                         via=via), _deadlines(c, connect_timeout, silent_after),
+                        ask_pass=ask_pass))
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
@@ -141,12 +166,14 @@ def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False
                    "those logins (one connection from here); direct: connect from here to "
                    "every node (also proves this machine reaches each one); slurm: the probes run "
                    "as one srun step from the first node (auto picks it inside an allocation "
-                   "holding every node)"})
+                   "holding every node)", **LIVENESS})
 def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir=None, port=29500,
-                  baseline=None, save_baseline=None, mesh="auto", collective=False, via="auto"):
+                  baseline=None, save_baseline=None, mesh="auto", collective=False, via="auto",
+                  connect_timeout=None, silent_after=None):
     """Prove the nodes are the same where training cares; show drift grouped by value."""
     _done(cli.verify_parity(VerifyOptions(inventory, limit, json, deep, workdir, int(port) or None,
-                                          baseline, save_baseline, mesh, collective, via), _settings(c)))
+                                          baseline, save_baseline, mesh, collective, via),
+                            _deadlines(c, connect_timeout, silent_after)))
 
 
 @task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
@@ -169,10 +196,12 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
             "ranks": "show only these ranks' lines, e.g. 0 or 0,3 (every rank is still logged)",
             "detach": "start the job and return: it runs on without this terminal "
                       "(train.status, train.logs, train.stop)",
-            "kill_stale": "stop earlier nodeprep jobs still running on the nodes before launching"})
+            "kill_stale": "stop earlier nodeprep jobs still running on the nodes before launching",
+            **LIVENESS})
 def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=None,
           max_restarts=None, port=None, ds_launcher="pdsh", no_preflight=False, dry_run=False,
-          emulate=None, emulate_network=False, hang_timeout=None, ranks=None, detach=False, kill_stale=False):
+          emulate=None, emulate_network=False, hang_timeout=None, ranks=None, detach=False, kill_stale=False,
+          connect_timeout=None, silent_after=None):
     """Start the payload on every node; stop every rank everywhere if one fails (or hangs, with
     --hang-timeout). Payload arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
     args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
@@ -185,7 +214,7 @@ def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health",
                                  _number("--port", port, int) or 29500, ds_launcher, not no_preflight, dry_run,
                                  _number("--emulate", emulate, int) or 0, emulate_network,
                                  _number("--hang-timeout", hang_timeout, float) or None, shown,
-                                 detach, kill_stale), _settings(c)))
+                                 detach, kill_stale), _deadlines(c, connect_timeout, silent_after)))
 
 
 def _number(flag: str, value, kind):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+import time
 
 from nodeprep.ops import pystack
 from nodeprep.ops.pystack import relay
@@ -193,17 +194,39 @@ def _arrived(session, rl, remote_dir: str, lack: list[str], files: dict) -> list
     return push
 
 
+class _Pace:
+    """The push's deadline from its work: after a 30 s grace it must average relay.MIN_RATE
+    (a link that still acknowledges but trickles would otherwise hold the run for hours; a
+    silent one is the dead-peer rule's)."""
+
+    def __init__(self, node: str):
+        self.node, self.t0, self.done, self.base = node, time.monotonic(), 0, 0
+
+    def next_file(self) -> None:
+        self.base = self.done
+
+    def __call__(self, sent: int, _total: int) -> None:
+        self.done = self.base + sent
+        took = time.monotonic() - self.t0
+        if took > 30 and self.done / took < relay.MIN_RATE:
+            raise NodeprepError(f"{self.done / 2**20:.0f} MiB in {took:.0f} s ({self.done / took / 2**20:.2f} MiB/s, "
+                                f"below the {relay.MIN_RATE / 2**20:.0f} MiB/s floor): the link to the node "
+                                "is too slow or stalls")
+
+
 def _push(session, remote_dir: str, names: list[str], local, rl) -> None:
     sftp = session.conn.sftp()
+    pace = _Pace(session.name)
     try:
         for name in names:
             tmp = f"{remote_dir}/.{name}.part"
-            sftp.put(str(local / name), tmp)
+            pace.next_file()
+            sftp.put(str(local / name), tmp, callback=pace)
             sftp.posix_rename(tmp, f"{remote_dir}/{name}")
             if rl is not None:
                 rl.count(session.name, (local / name).stat().st_size)
             session.log(f"pushed {name}\n")
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, NodeprepError) as e:
         raise NodeprepError(f"pushing wheels to {remote_dir} failed: {e}") from None
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from nodeprep import cli as api
 from nodeprep import lab as labmod
-from nodeprep.commands.options import TrainOptions
+from nodeprep.commands.options import RunsOptions, TrainOptions
 from nodeprep.ops.train import rundir
 
 NODES = "worker-[0-1]"
@@ -222,3 +222,40 @@ def test_stale_job_refuses_the_launch_until_kill_stale(provisioned, lab, lab_set
                          kill_stale=True)
     assert code == 0 and "stopped earlier job old-job on worker-1" in out, out
     assert leftovers(lab_ssh, lab) == []
+
+
+@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+def test_a_silent_node_stops_the_other_nodes(provisioned, lab, lab_settings, lab_ssh, capfd, lab_up, launcher, ds):
+    """worker-1 goes silent (blackhole routes: no RST, no answer) in the middle of training:
+    the rank watch names it within its deadline and every rank on the other nodes is stopped,
+    without waiting for the launcher's own timeout; once it answers again, what the job left
+    there is stopped by train.stop."""
+    result = {}
+    before = set(rundir.runs_of(lab_settings.runs))
+
+    def go():
+        result["r"] = train(lab, lab_settings, capfd, launcher, LONG, ds)
+    t = threading.Thread(target=go)
+    t.start()
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:      # this run's rank 1 has written a line
+            runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
+            if runs and (runs[-1] / "nodes" / "worker-1" / "r1.out").exists():
+                break
+            time.sleep(0.3)
+        time.sleep(1)
+        labmod.silence_node(lab, 1)
+        silenced = time.monotonic()
+        t.join(120)
+        ended = time.monotonic()
+    finally:
+        labmod.silence_node(lab, 1, silent=False)
+    code, out, _ = result["r"]
+    assert code == 1, out
+    assert "FAILED: worker-1 stopped answering" in summary(out), out
+    assert ended - silenced < 45, ended - silenced            # not the launcher's own 240 s timeout
+    run = [r for r in rundir.runs_of(lab_settings.runs) if r not in before][-1]
+    api.train_stop(RunsOptions(run.name[len(rundir.PREFIX):]), lab_settings)
+    assert leftovers(lab_ssh, lab) == []
+    lab_up()

@@ -356,3 +356,17 @@ def test_two_runs_wanting_two_locks_in_opposite_order_both_finish(home):
     _race(home, [a, b], [b, a], hold_s=0.3)
     assert not (home / ".nodeprep" / "lock").exists()
     assert not (home / "machine.lock").exists()
+
+
+def test_a_lock_left_by_an_ended_run_of_this_process_is_stale():
+    """A run that could not release a lock (its node had gone silent) ended; the same process's
+    next run takes the lock over when the node is back, instead of waiting for itself."""
+    from nodeprep.engine import locks
+    run = _run_id("ended")
+    mine = Owner(HOST, os.getpid(), time.time(), run)
+    assert stale(mine, 0, 3600) is None                       # a live run of this process
+    locks.ENDED_RUNS.add(run)
+    try:
+        assert "an earlier run of this process" in stale(mine, 0, 3600)
+    finally:
+        locks.ENDED_RUNS.discard(run)

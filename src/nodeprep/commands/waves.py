@@ -125,7 +125,8 @@ def _apply(session, differ, facts: dict, redact: Redactor) -> None:
             continue
         session.events.status(session.name, "apply", "running", f"upload for {st.role}: {st.name}")
         try:
-            st.before(session, facts)
+            with session.busy(f"upload for {st.role}: {st.name}"):
+                st.before(session, facts)
         except (OSError, NodeprepError) as e:   # an upload failed: nothing after it runs
             if isinstance(e, Unreachable) or session.silent():
                 raise

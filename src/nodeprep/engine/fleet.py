@@ -97,6 +97,7 @@ class Fleet:
             if s.doing:
                 busy.append(s.name)
                 s.result.mark("failed", f"interrupted (Ctrl-C) during {s.stage}: {s.doing}")
+                s.result.interrupted = True
             self.events.note(s.name, f"interrupted during {s.stage}: {s.doing}" if s.doing
                              else f"interrupted: nothing running there (last stage: {s.stage})")
         stop = stop_tagged_script(RUN_VAR, self.run_id)
@@ -171,6 +172,8 @@ class Fleet:
             if self.interrupted is not None:
                 return
             self._failed(s, stage, e)
+        if self.interrupted is not None:
+            return                  # cut by the interrupt: interrupt() said what it was doing
         s.doing = None
         s.log(f"== {stage}: {s.result.status} {s.result.message}\n")
         self.runlog.close(s.name, stage)      # open files stay ~width, not N x stages

@@ -57,11 +57,17 @@ class Lock:
 
 
 def _try_script(path: str, owner: Owner) -> str:
+    """ACQUIRED; or HELD, the holder's owner line, the lock's mtime and the node's clock; or
+    FAILED and why the lock could not be made at all (a read-only or full file system, a
+    directory the user may not write): no holder to wait for."""
     p = rpath(path)
     return (f'mkdir -p "$(dirname {p})" 2>/dev/null; '
-            f'if mkdir {p} 2>/dev/null; then printf "%s\\n" {shlex.quote(owner.line())} > {p}/owner; '
-            f'echo ACQUIRED; else echo HELD; cat {p}/owner 2>/dev/null; '
-            f'echo; stat -c %Y {p} 2>/dev/null; date +%s; fi')
+            f'if e=$(LC_ALL=C mkdir {p} 2>&1); then '
+            f'if printf "%s\\n" {shlex.quote(owner.line())} > {p}/owner 2>/dev/null; then echo ACQUIRED; '
+            f'else rm -rf {p}; echo "FAILED cannot write {path}/owner (no space left?)"; fi; '
+            f'elif [ -d {p} ]; then echo HELD; cat {p}/owner 2>/dev/null; '
+            f'echo; stat -c %Y {p} 2>/dev/null; date +%s; '
+            f'else echo "FAILED $e"; fi')
 
 
 def _takeover_script(path: str, owner: Owner, old: str, mtime: str) -> str:
@@ -98,6 +104,12 @@ def _alive_here(owner: Owner) -> bool:
     return True
 
 
+# The runs of THIS process that have released their locks: a lock one of them still holds on a
+# node was left there because the node could not be reached to release it (it had gone
+# silent), and is taken over like a dead process's.
+ENDED_RUNS: set[str] = set()
+
+
 def stale(owner: Owner | None, lock_age: float, max_age: float) -> str | None:
     """Why the holder no longer counts (None: it does)."""
     if owner is None:
@@ -105,6 +117,8 @@ def stale(owner: Owner | None, lock_age: float, max_age: float) -> str | None:
         return f"no owner recorded for {lock_age:.0f}s" if lock_age > 60 else None
     if not _alive_here(owner):
         return f"its holder ({owner.describe()}) is gone"
+    if owner.host == socket.gethostname() and owner.pid == os.getpid() and owner.run in ENDED_RUNS:
+        return f"its holder, an earlier run of this process ({owner.run}), has ended"
     if time.time() - owner.start > max_age:
         return f"its holder ({owner.describe()}) started more than {max_age:.0f}s ago"
     return None
@@ -119,6 +133,9 @@ def try_lock(session, lock: Lock, owner: Owner, max_age: float) -> Owner | None 
         raise NodeprepError(f"cannot lock {lock.path} on {lock.node}: {r.tail(2) or 'no answer'}")
     if lines[0] == "ACQUIRED":
         return None
+    if lines[0].startswith("FAILED"):
+        raise NodeprepError(f"cannot make the lock {lock.path} on {lock.node}: {lines[0][7:].strip()}",
+                            hint="the home must be writable, with room for a directory")
     text = lines[1] if len(lines) > 1 else ""
     holder = Owner.parse(text)
     if holder is not None and holder.run == owner.run:
@@ -164,7 +181,7 @@ class Locks:
             busy = self._round(max_age)
             if not busy:
                 return said
-            self.release()        # all or nothing: never hold some while waiting for others
+            self._unlock()        # all or nothing: never hold some while waiting for others
             if not said:
                 lk, holder = next(iter(busy.items()))
                 who = holder.describe() if isinstance(holder, Owner) else str(holder)
@@ -180,6 +197,11 @@ class Locks:
             time.sleep(min(1.0 + random.random(), max(0.0, deadline - time.monotonic())))
 
     def release(self) -> None:
+        """The run is done with its locks: released (where the nodes answer), the run ended."""
+        ENDED_RUNS.add(self.owner.run)
+        self._unlock()
+
+    def _unlock(self) -> None:
         held, self.held = self.held, []
         by_node: dict[str, list[Lock]] = {}
         for lk in held:

@@ -37,6 +37,7 @@ class NodeResult:
     stderr_tail: str = ""
     steps: list[StepResult] = field(default_factory=list)
     data: dict = field(default_factory=dict)
+    interrupted: bool = False    # Ctrl-C: what it was doing is the message; later noise is not
 
     @property
     def usable(self) -> bool:
@@ -53,6 +54,8 @@ class NodeResult:
         return n or int(self.status == "failed")
 
     def mark(self, status: str, message: str = "", stderr_tail: str = "") -> None:
+        if self.interrupted:
+            return
         if _RANK[status] >= _RANK[self.status]:
             self.status = status
             self.message = message or self.message

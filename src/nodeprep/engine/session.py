@@ -7,6 +7,7 @@ logs each command and its exit, and streams output lines to the run's events. It
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import logging
 import socket
@@ -147,6 +148,7 @@ class Session:
         self.name = host.name
         self.stage = "connect"
         self.doing: str | None = None    # the command running now (what a Ctrl-C interrupts)
+        self._outer: str | None = None   # the work a busy() block names, around its commands
         self._conn: Connection | None = None
         # engine/slurmrun.Transport when the run rides Slurm (--via slurm): every run() goes
         # into a batch the head runs as one srun step; only the head holds an ssh connection
@@ -275,7 +277,7 @@ class Session:
         return None
 
     def _logged(self, log, res: "CmdResult", log_output: bool) -> "CmdResult":
-        self.doing = None
+        self.doing = self._outer
         if not log_output:
             log.write(f"[{len(res.stdout)} bytes of output not logged]\n")
         log.write(f"[exit {res.rc}]\n")
@@ -291,6 +293,15 @@ class Session:
         sink = io.StringIO()
         out, err = _LineSink(sink, None), _LineSink(sink, None)
         return self._logged(log, self._run_ssh(script, max(1, int(timeout)), out, err, label), False)
+
+    @contextlib.contextmanager
+    def busy(self, doing: str):
+        """Work of this node that is no remote command (an sftp upload): what a Ctrl-C names."""
+        self.doing = self._outer = doing
+        try:
+            yield
+        finally:
+            self.doing = self._outer = None
 
     def silent(self) -> bool:
         """Did the node go silent (its connection dropped by the dead-peer rule, or closed)?"""

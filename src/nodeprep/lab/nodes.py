@@ -4,13 +4,14 @@ take the lab key out of its authorized_keys. The package (__init__.py) exports t
 """
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
 from nodeprep.errors import InputError, NodeprepError
 
 from . import host, local, net
-from .config import PASSWORD_FLAG, LabInfo, LabNode
+from .config import LAB_HOME, PASSWORD_FLAG, LabInfo, LabNode
 
 HOST_KEY = "ssh_host_ed25519_key"
 
@@ -137,3 +138,52 @@ def remove_authorized_key(info: LabInfo, index: int) -> None:
     elif path.exists():
         with open(path, "r+") as fh:
             fh.truncate(0)
+
+
+def _halves(address: str) -> list[str]:
+    """The lab's /24 as two /25 routes: more specific than the node's own subnet route."""
+    base = address.rsplit(".", 1)[0]
+    return [f"{base}.0/25", f"{base}.128/25"]
+
+
+def silence_node(info: LabInfo, index: int, silent: bool = True) -> None:
+    """Make node INDEX silent the way a power loss looks from outside (SILENT=False heals
+    it): blackhole routes for the whole lab subnet in its network namespace, so whatever it
+    would send (replies, ACKs, RSTs) is dropped without a word. Its processes keep running and
+    its open connections stay open on both ends, as with a dead switch port."""
+    node = info.nodes[index]
+    _rootful_dir(info, index, "silencing a node")
+    for net_ in _halves(node.address):
+        argv = ["ip", "-n", node.netns, "route", "replace" if silent else "del", "blackhole", net_]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode and silent:
+            raise NodeprepError(f"cannot silence {node.name}: {proc.stderr.strip()}")
+
+
+def _mount(info: LabInfo, index: int, command: str, what: str) -> None:
+    proc = node_shell(info, index, command)
+    if proc.returncode:
+        raise NodeprepError(f"lab {info.nodes[index].name}: {what} failed: {(proc.stderr or proc.stdout).strip()}")
+
+
+def limit_space(info: LabInfo, index: int, rel: str = ".nodeprep", size: str | None = "16m") -> None:
+    """A small file system (a tmpfs of SIZE, owned by the lab user) over ~/REL of node INDEX,
+    in the node's mount namespace (what its sshd and sessions see), as a nearly full home looks; SIZE None takes it away again
+    (what was below it comes back)."""
+    _rootful_dir(info, index, "a small file system")
+    path = shlex.quote(f"{LAB_HOME}/{rel}")
+    if size is None:
+        _mount(info, index, f"umount {path}", "unmounting the small file system")
+        return
+    user = shlex.quote(info.user)
+    _mount(info, index, f"runuser -u {user} -- mkdir -p {path} && "
+                        f"mount -t tmpfs -o size={shlex.quote(size)},mode=0700 tmpfs {path} && chown {user}: {path}",
+           "mounting a small file system")
+
+
+def readonly_home(info: LabInfo, index: int, readonly: bool = True) -> None:
+    """Node INDEX's home remounted read-only (READONLY=False: read-write again), as after a
+    file server's error or a full quota enforcement turned read-only."""
+    _rootful_dir(info, index, "a read-only home")
+    path = shlex.quote(str(LAB_HOME))
+    _mount(info, index, f"mount -o remount,bind,{'ro' if readonly else 'rw'} {path}", "remounting the home")
