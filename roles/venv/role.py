@@ -48,17 +48,24 @@ def reads(ctx):
     return [VENV(ctx.vars["venv_path"]), FILE(ctx.vars["env_file"])]
 
 
+# In a venv being made, until it is whole: a venv whose making was cut (Ctrl-C, a node gone
+# silent) is then nodeprep's to replace, where a directory without pyvenv.cfg is refused.
+MAKING = ".nodeprep-making"
+
+
 def create_script(python: str, venv: str, wh: str, mode: str) -> str:
     py, env, house = shlex.quote(python), rpath(venv), rpath(wh)
-    nopip = (f"{py} -m venv --without-pip {env} && set -- {house}/pip-*.whl && [ -f \"$1\" ] && "
+    mark = f"mkdir -p {env} && : > {env}/{MAKING}"
+    nopip = (f"{mark} && {py} -m venv --without-pip {env} && set -- {house}/pip-*.whl && [ -f \"$1\" ] && "
              f"{env}/bin/python \"$1\"/pip install -q --no-index \"$1\" && echo 'bootstrap: offline pip wheel'")
-    ensure = f"{py} -m venv {env} && echo 'bootstrap: ensurepip'"
+    ensure = f"{mark} && {py} -m venv {env} && echo 'bootstrap: ensurepip'"
     if mode == "no-pip":
-        return nopip
-    if mode == "ensurepip":
-        return ensure
-    # A failed `venv` leaves a venv without pip behind: start the fallback from scratch.
-    return f"{{ {ensure}; }} || {{ echo 'ensurepip failed; using the pushed pip wheel'; rm -rf {env}; {nopip}; }}"
+        make = nopip
+    elif mode == "ensurepip":
+        make = ensure
+    else:   # a failed `venv` leaves a venv without pip behind: start the fallback from scratch
+        make = f"{{ {ensure}; }} || {{ echo 'ensurepip failed; using the pushed pip wheel'; rm -rf {env}; {nopip}; }}"
+    return f"{{ {make}; }} && rm -f {env}/{MAKING}"
 
 
 def _norm(name: str) -> str:
@@ -107,11 +114,11 @@ def steps(ctx):
             return Check(True)
         return Check(False, "missing" if not e["exists"] else "no pip" if e["python"] else
                      "broken (its python does not run)")
-    # Only ever delete a directory that is a venv (has pyvenv.cfg), never a user's directory.
+    # Only ever delete a directory that is a venv (has pyvenv.cfg) or one nodeprep was making,
+    # never a user's directory.
     refuse = shlex.quote(f"{venv} exists and is not a venv; refusing to replace it")
-    replace = (f"if [ -e {rpath(venv)} ]; then [ -f {rpath(venv)}/pyvenv.cfg ] || {{ echo "
-               f"{refuse} >&2; exit 1; }}; "
-               f"rm -rf {rpath(venv)}; fi; ")
+    replace = (f"if [ -e {rpath(venv)} ]; then [ -f {rpath(venv)}/pyvenv.cfg ] || [ -f {rpath(venv)}/{MAKING} ] "
+               f"|| {{ echo {refuse} >&2; exit 1; }}; rm -rf {rpath(venv)}; fi; ")
     out.append(Step(f"venv.create {venv}", [VENV(venv)], exists,
                     replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"]),
                     scope=scope_of(venv)))

@@ -29,12 +29,21 @@ ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 30.0        # a silent node is named within this, by default
 
 
+# what an interrupted run left running on a node (every command of a run carries NODEPREP_RUN)
+_LEFT_BEHIND = ("myns=$(readlink /proc/self/ns/net); for p in /proc/[0-9]*; do "
+                "[ \"$(readlink $p/ns/net 2>/dev/null)\" = \"$myns\" ] || continue; "
+                "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^NODEPREP_RUN=' && kill -9 ${p#/proc/} 2>/dev/null; "
+                "done; true")
+
+
 @pytest.fixture
 def heal(lab, lab_up):
-    """Heal every node after the test (routes, mounts), the lab as it was."""
+    """Heal every node after the test (routes), stop what interrupted runs left running there
+    (the next run's lock takeover would; the next TEST must not race it), the lab as it was."""
     yield
     for node in lab.nodes:
         labmod.silence_node(lab, node.index, silent=False)
+        labmod.node_shell(lab, node.index, _LEFT_BEHIND)
     lab_up()
 
 
@@ -200,6 +209,10 @@ def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, 
     assert "worker-2  interrupted during apply" in out and "Traceback" not in out
     assert _no_locks(lab, [1])                                   # the node that answers: released
     labmod.silence_node(lab, 2, silent=False)
+    # healed: the next run takes over the lock the silent node kept (its holder is gone), stops
+    # what the interrupted run left running there, replaces the venv it was making, converges
+    assert api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", sets=tuple(sets[1::2])),
+                         lab_settings) == 0
 
 
 def test_ctrl_c_while_pushing_wheels(lab, lab_settings, heal, tmp_path):

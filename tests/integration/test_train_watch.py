@@ -99,8 +99,9 @@ def test_hang_dumps_stacks_and_names_the_hung_rank(provisioned, lab, lab_setting
     assert (last_run(lab_settings) / "nodes" / "worker-0" / "r0.stack").read_text().strip()
 
 
-@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
-def test_node_loss_stops_the_other_nodes(provisioned, lab, lab_settings, lab_ssh, capfd, lab_up, launcher, ds):
+def _lose_worker_1(lab, lab_settings, capfd, launcher, ds, lose, heal) -> tuple:
+    """Train on worker-[0-1], LOSE(lab, 1) once rank 1 has written a line, HEAL(); returns
+    (code, output, seconds from the loss to the end of the run, the run's directory)."""
     result = {}
     before = set(rundir.runs_of(lab_settings.runs))
 
@@ -116,11 +117,19 @@ def test_node_loss_stops_the_other_nodes(provisioned, lab, lab_settings, lab_ssh
                 break
             time.sleep(0.3)
         time.sleep(1)
-        labmod.stop_node(lab, 1)
+        lose(lab, 1)
+        lost = time.monotonic()
         t.join(120)
+        ended = time.monotonic()
     finally:
-        lab_up()
+        heal()
     code, out, _ = result["r"]
+    return code, out, ended - lost, [r for r in rundir.runs_of(lab_settings.runs) if r not in before][-1]
+
+
+@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+def test_node_loss_stops_the_other_nodes(provisioned, lab, lab_settings, lab_ssh, capfd, lab_up, launcher, ds):
+    code, out, _took, _run = _lose_worker_1(lab, lab_settings, capfd, launcher, ds, labmod.stop_node, lab_up)
     assert code == 1, out
     assert "FAILED: worker-1 stopped answering" in summary(out), out
     assert leftovers(lab_ssh, lab) == []
@@ -230,32 +239,11 @@ def test_a_silent_node_stops_the_other_nodes(provisioned, lab, lab_settings, lab
     the rank watch names it within its deadline and every rank on the other nodes is stopped,
     without waiting for the launcher's own timeout; once it answers again, what the job left
     there is stopped by train.stop."""
-    result = {}
-    before = set(rundir.runs_of(lab_settings.runs))
-
-    def go():
-        result["r"] = train(lab, lab_settings, capfd, launcher, LONG, ds)
-    t = threading.Thread(target=go)
-    t.start()
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:      # this run's rank 1 has written a line
-            runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
-            if runs and (runs[-1] / "nodes" / "worker-1" / "r1.out").exists():
-                break
-            time.sleep(0.3)
-        time.sleep(1)
-        labmod.silence_node(lab, 1)
-        silenced = time.monotonic()
-        t.join(120)
-        ended = time.monotonic()
-    finally:
-        labmod.silence_node(lab, 1, silent=False)
-    code, out, _ = result["r"]
+    code, out, took, run = _lose_worker_1(lab, lab_settings, capfd, launcher, ds, labmod.silence_node,
+                                          lambda: labmod.silence_node(lab, 1, silent=False))
     assert code == 1, out
     assert "FAILED: worker-1 stopped answering" in summary(out), out
-    assert ended - silenced < 45, ended - silenced            # not the launcher's own 240 s timeout
-    run = [r for r in rundir.runs_of(lab_settings.runs) if r not in before][-1]
+    assert took < 45, took                        # not the launcher's own 240 s timeout
     api.train_stop(RunsOptions(run.name[len(rundir.PREFIX):]), lab_settings)
     assert leftovers(lab_ssh, lab) == []
     lab_up()
