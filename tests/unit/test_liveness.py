@@ -100,3 +100,18 @@ def test_a_push_below_the_floor_rate_is_given_up(monkeypatch):
     pace.t0 = time.monotonic() - 120              # then it trickles: 60 MiB in 120 s
     with pytest.raises(NodeprepError, match=r"60 MiB in 120 s \(0\.50 MiB/s, below the 2 MiB/s floor\)"):
         pace(1, 100)
+
+
+def test_a_connection_the_peer_closed_is_not_silence():
+    """The peer's FIN (a node whose sshd was killed): end-of-file in CLOSE_WAIT, not the
+    dead-peer rule's abort (TCP_CLOSE; tests/integration/test_silence.py makes that one)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    sock = _socket("127.0.0.1", server.getsockname()[1], 5, 15)
+    peer, _ = server.accept()
+    peer.close()
+    assert sock.recv(10) == b""
+    assert sock.aborted is False and sock.error is None
+    sock.close()
+    server.close()

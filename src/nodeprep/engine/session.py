@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import io
 import logging
 import socket
@@ -36,6 +37,57 @@ class Unreachable(NodeprepError):
     pass
 
 
+_TCP_CLOSE = 7        # tcp_states.h: aborted (the dead-peer rule fired, or a reset)
+
+
+class _Socket(socket.socket):
+    """A socket that remembers how it ended. paramiko reports every end as an EOFError, but the
+    dead-peer rule's end must read "silent", a node that closed the connection must not. When
+    the kernel aborts a connection for TCP_USER_TIMEOUT, recv returns end-of-file (measured on
+    the lab's kernel, 2026-11-25) with the socket in TCP_CLOSE; a peer's FIN leaves it in
+    CLOSE_WAIT, a reset raises ECONNRESET."""
+    error: OSError | None = None
+    aborted: bool = False
+
+    def _seen(self, call, *a):
+        try:
+            return call(*a)
+        except OSError as e:
+            if not isinstance(e, socket.timeout):
+                self.error = self.error or e
+            raise
+
+    def recv(self, *a):
+        data = self._seen(super().recv, *a)
+        if not data and self.error is None:
+            try:
+                self.aborted = self.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] == _TCP_CLOSE
+            except OSError:
+                pass
+        return data
+
+    def send(self, *a):
+        return self._seen(super().send, *a)
+
+    def sendall(self, *a):
+        return self._seen(super().sendall, *a)
+
+
+def _connected(address: str, port: int, timeout: float) -> _Socket:
+    """socket.create_connection, with our socket class."""
+    err = None
+    for family, kind, proto, _name, where in socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM):
+        sock = _Socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(where)
+            return sock
+        except OSError as e:
+            err = e
+            sock.close()
+    raise err or OSError(f"cannot resolve {address}")
+
+
 def _socket(address: str, port: int, timeout: float, silent_after: float) -> socket.socket:
     """A connected TCP socket with Nagle off and a dead-peer rule.
 
@@ -48,7 +100,7 @@ def _socket(address: str, port: int, timeout: float, silent_after: float) -> soc
     keepalives probe an idle connection every SILENT_AFTER/3 s, and TCP_USER_TIMEOUT drops the
     connection when sent data or a probe stays unacknowledged SILENT_AFTER s (Linux, tcp(7)).
     A node busy on a long command still acknowledges the probes: only silence counts."""
-    sock = socket.create_connection((address, port), timeout=timeout)
+    sock = _connected(address, port, timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     every = max(1, int(silent_after // 3))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -304,12 +356,18 @@ class Session:
             self.doing = self._outer = None
 
     def silent(self) -> bool:
-        """Did the node go silent (its connection dropped by the dead-peer rule, or closed)?"""
+        """Did the node go silent: its connection dropped by the dead-peer rule (the kernel's
+        ETIMEDOUT: nothing acknowledged for silent_after s)? A connection the node closed or
+        reset (sshd killed, the node rebooting) is no silence: the caller sees it end."""
         client = getattr(self._conn, "client", None)
         if self._conn is None or client is None or isinstance(self._conn, LocalConnection):
             return False
         transport = client.get_transport()
-        return transport is None or not transport.is_active()
+        if transport is None or transport.is_active():
+            return False
+        sock = transport.sock
+        e = getattr(sock, "error", None)
+        return (isinstance(e, OSError) and e.errno == errno.ETIMEDOUT) or (e is None and getattr(sock, "aborted", False))
 
     def silence(self, doing: str) -> Unreachable:
         """The error for a node that went silent while DOING."""

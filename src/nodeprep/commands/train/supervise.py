@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.remote import stop_tagged_script
+from nodeprep.errors import NodeprepError
 from nodeprep.ops.train import rundir
 from nodeprep.ops.train import processes
 from nodeprep.engine.facts.jobs import JOB_VAR
@@ -148,11 +149,15 @@ class Supervisor:
             script = watch_script(self.spec.job_id, python, agent, self._launchers_on(machine))
 
             def one(s=s, machine=machine, script=script):
-                r = s.run(script, timeout=(self.spec.timeout or 7 * 86400) + 600, label="rank watch",
-                          log_output=False, on_line=lambda ln: self._on_tick(machine, ln))
+                try:
+                    r = s.run(script, timeout=(self.spec.timeout or 7 * 86400) + 600, label="rank watch",
+                              log_output=False, on_line=lambda ln: self._on_tick(machine, ln))
+                    why = f"its ssh session ended, exit {r.rc}"
+                except NodeprepError as e:        # silent (the dead-peer rule), or unreachable
+                    why = str(e).split(":")[0]
                 if machine not in self.ended:
                     with self.lock:
-                        self.watch.lost(machine, f"its ssh session ended, exit {r.rc}")
+                        self.watch.lost(machine, why)
             t = threading.Thread(target=one, daemon=True)
             t.start()
             threads.append(t)
