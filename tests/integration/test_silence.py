@@ -136,6 +136,8 @@ def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, he
     assert failed and failed[0]["message"].startswith("no space on /home/nodeprep/.nodeprep/wheelhouse: 16 MiB free")
     assert "wheels needs" in failed[0]["message"]
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed")
+    # room again: the next run converges
+    assert api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", sets=sets), lab_settings) == 0
 
 
 def test_a_read_only_home_is_named_as_such(lab, lab_settings, heal, tmp_path, capsys):
@@ -230,3 +232,21 @@ def test_ctrl_c_while_pushing_wheels(lab, lab_settings, heal, tmp_path):
     # what was pushed whole stays; the next run completes the node
     assert api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", sets=tuple(sets[1::2])),
                          lab_settings) == 0
+
+
+def test_ctrl_c_while_training(provisioned, lab, lab_settings, heal):
+    """Training: every rank on every node stopped, within 3 s, nothing of the job left."""
+    proc = _invoke(lab, lab_settings, "train", "--limit", "worker-[0-1]", "--payload", "ddp", "--launcher",
+                   "torchrun", "--", "--epochs", "100", "--steps-per-epoch", "40", "--sleep-per-step", "0.1")
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True)
+    reader.start()
+    _wait_for(lambda: any("rank 1 epoch 0 step" in line for line in seen), 120)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(30)
+    took = time.monotonic() - t0
+    reader.join(5)
+    out = "".join(seen)
+    assert proc.returncode == 130 and took < 3, out[-3000:]
+    assert "FAILED: interrupted (Ctrl-C)" in out and "0 processes left on 2 node(s)" in out

@@ -11,7 +11,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from nodeprep.engine.session import _connect_error, _socket
+from nodeprep.engine.session import _connect_error
+from nodeprep.engine.tcp import connect as _socket
 from nodeprep.engine.steps import Room
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.provision import room

@@ -1,6 +1,7 @@
 """The engine: reaching nodes and running things on them; it never imports a role or a command.
 
   session.py     one node's connection for the run (pinned keys, retries, deadlines, logs)
+  tcp.py         the TCP socket under it: Nagle off, the dead-peer rule, how it ended
   fleet.py       the nodes of a run: sessions in parallel (bounded), a result per node
   transports/    other ways a session's commands travel: local, through the head, Slurm
   facts/         facts: a sh snippet plus a parser, ONE probe per node per phase
