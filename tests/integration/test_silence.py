@@ -162,7 +162,10 @@ def test_a_read_only_home_is_named_as_such(lab, lab_settings, heal, tmp_path, ca
 def _invoke(lab, lab_settings, *args) -> subprocess.Popen:
     env = dict(os.environ, INVOKE_NODEPREP_STATE_DIR=lab_settings.state_dir,
                INVOKE_NODEPREP_LAB_ROOT=lab_settings.lab_root, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([str(ROOT / ".venv" / "bin" / "invoke"), *args, "--inventory", str(lab.inventory)],
+    args = list(args)
+    cut = args.index("--") if "--" in args else len(args)      # options before the payload's own
+    args[cut:cut] = ["--inventory", str(lab.inventory)]
+    return subprocess.Popen([str(ROOT / ".venv" / "bin" / "invoke"), *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -173,13 +176,13 @@ def _interrupt(proc: subprocess.Popen) -> tuple[int, float, str]:
     return proc.returncode, time.monotonic() - t0, out
 
 
-def _wait_for(check, seconds: float) -> None:
+def _wait_for(check, seconds: float, seen=None) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if check():
             return
         time.sleep(0.2)
-    raise AssertionError("the state to interrupt never came")
+    raise AssertionError("the state to interrupt never came" + ("; output:\n" + "".join(seen)[-3000:] if seen else ""))
 
 
 def _no_locks(lab, indexes) -> bool:
@@ -241,7 +244,7 @@ def test_ctrl_c_while_training(provisioned, lab, lab_settings, heal):
     seen: list[str] = []
     reader = threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True)
     reader.start()
-    _wait_for(lambda: any("rank 1 epoch 0 step" in line for line in seen), 120)
+    _wait_for(lambda: any("rank 1 epoch 0 step" in line for line in seen), 120, seen)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     proc.wait(30)
