@@ -11,7 +11,7 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 from nodeprep import cli
-from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOptions, ProvisionOptions,
+from nodeprep.commands.options import (FactsOptions, ForgetOptions, HealthOptions, InventoryOptions, ProvisionOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.settings import Settings
 
@@ -67,6 +67,22 @@ def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silen
     _done(cli.facts(FactsOptions(inventory, limit, json), _deadlines(c, connect_timeout, silent_after)))
 
 
+@task(iterable=["check", "ignore"],
+      help={"inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory)",
+            "limit": "only these nodes (ranges, globs, groups; !x excludes)",
+            "json": "print the findings as JSON on stdout",
+            "list_checks": "list every check with its codes and sources, and exit",
+            "check": "run only this check (repeatable; names from --list-checks)",
+            "ignore": "a finding code to show apart and never hold against a node (repeatable)",
+            **LIVENESS})
+def health(c, inventory=None, limit=None, json=False, list_checks=False, check=None, ignore=None,
+           connect_timeout=None, silent_after=None):
+    """Is every node fit to run a job: GPUs (ECC, row remap, PCIe, clocks, NVLink, Xids), disk,
+    memory, /dev/shm, limits, clock, RDMA ports, the job network. Exit 1 on a CRITICAL finding."""
+    _done(cli.health(HealthOptions(inventory, limit, json, tuple(check or ()), tuple(ignore or ())),
+                     _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
+
+
 @task(help={"nodes": "how many emulated nodes (worker-0 .. worker-N-1)",
             "name": "lab name (<= 6 chars); 'local' writes inventory/local/",
             "slurm": "also run a real Slurm over the nodes (slurmctld + munged here, slurmd in "
@@ -81,16 +97,21 @@ def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silen
                          "differing NIC names; '-' for eth0 everywhere); kept by later lab.up runs",
             "no_sudo": "comma list of node indices whose user may not sudo (this lab.up)",
             "link_rate": "limit each node's link both ways (tc on its veth), e.g. 200mbit; none "
-                         "removes it; kept by later lab.up runs"})
+                         "removes it; kept by later lab.up runs",
+            "gpu_record": "DIR or NODE=DIR (repeatable): a stand-in nvidia-smi answering from a real "
+                          "machine's recording (DIR/nvidia-smi-q.xml ...; docs/lab.md); none drops it; "
+                          "kept by later lab.up runs"},
+      iterable=["gpu_record"])
 def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False, shared_home=False,
-           private_homes=False, aliases=0, nic_names=None, no_sudo="", link_rate=None):
+           private_homes=False, aliases=0, nic_names=None, no_sudo="", link_rate=None, gpu_record=None):
     """Start (or resize) the emulated cluster: one netns, sshd and home per node."""
     nics = None if nic_names is None else tuple(n for n in nic_names.split(",") if n not in ("", "-"))
     _done(cli.lab_up(int(nodes), name, _settings(c), slurm=True if slurm else (False if no_slurm else None),
                      shared_home=True if shared_home else (False if private_homes else None),
                      aliases=int(aliases), nic_names=nics,
                      no_sudo=tuple(int(i) for i in str(no_sudo).split(",") if i.strip().isdigit()),
-                     link_rate=None if link_rate is None else str(link_rate)))
+                     link_rate=None if link_rate is None else str(link_rate),
+                     gpu_records=tuple(gpu_record) if gpu_record else None))
 
 
 @task(help={"name": "lab name", "purge": "also delete node homes and host keys"})
@@ -197,11 +218,14 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
             "detach": "start the job and return: it runs on without this terminal "
                       "(train.status, train.logs, train.stop)",
             "kill_stale": "stop earlier nodeprep jobs still running on the nodes before launching",
-            **LIVENESS})
+            "no_health_gate": "launch without the passive health checks (docs/health.md)",
+            "exclude_unhealthy": "launch on the healthy nodes, leaving out those with a CRITICAL finding",
+            "health_ignore": "a health finding code the gate does not hold against a node (repeatable)",
+            **LIVENESS}, iterable=["health_ignore"])
 def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=None,
           max_restarts=None, port=None, ds_launcher="pdsh", no_preflight=False, dry_run=False,
           emulate=None, emulate_network=False, hang_timeout=None, ranks=None, detach=False, kill_stale=False,
-          connect_timeout=None, silent_after=None):
+          no_health_gate=False, exclude_unhealthy=False, health_ignore=None, connect_timeout=None, silent_after=None):
     """Start the payload on every node; stop every rank everywhere if one fails (or hangs, with
     --hang-timeout). Payload arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
     args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
@@ -214,7 +238,8 @@ def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health",
                                  _number("--port", port, int) or 29500, ds_launcher, not no_preflight, dry_run,
                                  _number("--emulate", emulate, int) or 0, emulate_network,
                                  _number("--hang-timeout", hang_timeout, float) or None, shown,
-                                 detach, kill_stale), _deadlines(c, connect_timeout, silent_after)))
+                                 detach, kill_stale, not no_health_gate, exclude_unhealthy,
+                                 tuple(health_ignore or ())), _deadlines(c, connect_timeout, silent_after)))
 
 
 def _number(flag: str, value, kind):
@@ -311,4 +336,4 @@ train_ns.add_task(train, "run", default=True)
 train_ns.add_task(train_status, "status")
 train_ns.add_task(train_logs, "logs")
 train_ns.add_task(train_stop, "stop")
-ns = Collection(facts, inventory_, provision, verify_parity, torch_plan, demo, test, lab, hosts, train_ns)
+ns = Collection(facts, health, inventory_, provision, verify_parity, torch_plan, demo, test, lab, hosts, train_ns)

@@ -62,9 +62,10 @@ def _lab_session(lab_settings, lab_inventory_dir):
     labmod.down(LAB_NAME, lab_settings, log=lambda msg: None)
     holder: dict[str, LabInfo] = {}
 
-    def lab_up(nodes: int = LAB_NODES, log=lambda msg: None, slurm: bool | None = None) -> LabInfo:
+    def lab_up(nodes: int = LAB_NODES, log=lambda msg: None, slurm: bool | None = None,
+               gpu_records: tuple[str, ...] | None = None) -> LabInfo:
         options = labmod.UpOptions(inventory_dir=lab_inventory_dir, subnet=LAB_SUBNET,
-                                   slurm=slurm)
+                                   slurm=slurm, gpu_records=gpu_records)
         info = labmod.up(nodes, LAB_NAME, lab_settings, options, log=log)
         if "info" in holder:         # keep the session's `lab` object current
             vars(holder["info"]).update(vars(info))

@@ -42,6 +42,7 @@ hosts:
 CASES: dict[str, list[list[str]]] = {
     "facts": [["-i", "{inv}"], ["-i", "{inv}", "--json"]],
     "inventory": [["-i", "{inv}"], ["-i", "{inv}", "--host", "n1"]],
+    "health": [["-i", "{inv}"], ["--list-checks"]],
     "provision": [  # --check changes nothing; controller key and ssh config would go to tmp
         ["-i", "{inv}", "--check", "--set", "controller_key={ctl}/id",
          "--set", "controller_ssh_config={ctl}/config"],

@@ -140,17 +140,17 @@ def test_subnets():
 
 
 def test_node_argv_passes_values_as_arguments():
-    argv = lc.node_argv("np-t-0", "worker-0", Path("/l/t/worker-0/etc"),
-                        Path("/l/t/worker-0/home"), Path("/home/nodeprep"),
-                        Path("/l/t/worker-0/sshd_config"))
+    argv = lc.node_argv("np-t-0", "worker-0", Path("/l/t/worker-0"),
+                        Path("/l/t/worker-0/home"), Path("/home/nodeprep"))
     assert argv[:4] == ["ip", "netns", "exec", "np-t-0"]
     assert argv[4:9] == ["unshare", "--mount", "--uts", "--propagation", "private"]
     script = argv[argv.index("-c") + 1]
     assert "/l/t" not in script and "worker-0" not in script   # only "$N" in the script
     assert 'mount --bind "$2" /etc' in script                   # the whole directory
     assert script.rstrip("; }").endswith('exec /usr/sbin/sshd -D -e -f "$5"')
-    assert argv[-5:] == ["worker-0", "/l/t/worker-0/etc", "/l/t/worker-0/home",
-                         "/home/nodeprep", "/l/t/worker-0/sshd_config"]
+    assert 'mount --bind "$6" /usr/local/bin' in script           # the node's own (GPU stand-in)
+    assert argv[-6:] == ["worker-0", "/l/t/worker-0/etc", "/l/t/worker-0/home",
+                         "/home/nodeprep", "/l/t/worker-0/sshd_config", "/l/t/worker-0/usr-local-bin"]
 
 
 def test_password_node_sshd_config():

@@ -15,6 +15,7 @@ shows and changes nothing, stops following once stdout's reader is gone.
   display.py         the live table / plain progress lines (engine events rendered)
   render.py          results as text: facts, provision summary, train, torch-plan, collective
   parity_text.py     a parity report as text, clubak style (values grouped under node sets)
+  health_text.py     `invoke health`: verdicts per node, findings with fixes, the check list
   inventory_text.py  `invoke inventory`: hosts, the group graph, one host's variables
   stdio.py           a closed stdout or stderr is no error and no traceback
   detached.py        `train --detach`: the supervisor started in the background, and its main
@@ -26,14 +27,14 @@ import json
 import sys
 import time
 
-from nodeprep.cli import detached, inventory_text, parity_text, render, stdio
+from nodeprep.cli import detached, health_text, inventory_text, parity_text, render, stdio
 from nodeprep.cli.display import Display
-from nodeprep.commands import facts as facts_cmd
+from nodeprep.commands import facts as facts_cmd, health as health_cmd
 from nodeprep.commands import hosts, inventory as inventory_cmd, provision as provision_cmd
 from nodeprep.commands import torch_plan as torch_plan_cmd
 from nodeprep.commands import train as train_cmd, verify as verify_cmd
 from nodeprep.commands.train import control as control_cmd
-from nodeprep.commands.options import (FactsOptions, ForgetOptions, InventoryOptions, ProvisionOptions,
+from nodeprep.commands.options import (FactsOptions, ForgetOptions, HealthOptions, InventoryOptions, ProvisionOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.train import rundir
@@ -68,6 +69,21 @@ def facts(opts: FactsOptions, settings: Settings = Settings()) -> int:
     else:
         print(render.facts_table(res.report))
         render.footer(res.report)
+    return res.exit_code
+
+
+@guarded
+def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bool = False) -> int:
+    if list_checks:
+        from nodeprep.ops.health import catalogue
+        checks = catalogue.select(opts.checks)
+        print(health_text.catalogue(checks, catalogue.COMMAND_CODES))
+        return 0
+    res = health_cmd.health(opts, settings, Display.auto(to_stderr=True, quiet=True))
+    if opts.json:
+        _json(res.as_dict())
+    else:
+        print(health_text.findings(res))
     return res.exit_code
 
 

@@ -5,6 +5,7 @@ returns a result object; it never prints (the cli renders results).
   common.py      what every command does first: load the inventory, select its nodes
   inventory.py   `invoke inventory`: what was read, with origins (no node contacted)
   facts.py       `invoke facts`: one probe per node
+  health.py      `invoke health`: one probe per node, the checks of ops/health, findings
   hosts.py       `invoke hosts.forget`: drop pinned host keys after a reinstall
   provision.py   `invoke provision`: probe, locks, the controller's work, the report
   waves.py       its plan-and-apply: each node's steps checked, room, one batched apply, waves

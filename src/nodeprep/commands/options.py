@@ -17,6 +17,15 @@ class FactsOptions:
 
 
 @dataclass(frozen=True)
+class HealthOptions:
+    inventory: str | None = None
+    limit: str | None = None
+    json: bool = False
+    checks: tuple[str, ...] = ()      # --check NAME (repeatable); none: every check
+    ignore: tuple[str, ...] = ()      # --ignore CODE (repeatable): shown apart, never CRITICAL
+
+
+@dataclass(frozen=True)
 class ProvisionOptions:
     inventory: str | None = None
     limit: str | None = None
@@ -71,6 +80,9 @@ class TrainOptions:
     ranks: tuple[int, ...] | None = None  # show only these ranks' lines (all are logged)
     detach: bool = False              # run on in the background; train.status/logs/stop
     kill_stale: bool = False          # stop earlier nodeprep jobs still running on the nodes
+    health_gate: bool = True          # the passive health checks before the launch
+    exclude_unhealthy: bool = False   # launch on the healthy nodes instead of refusing
+    health_ignore: tuple[str, ...] = ()   # finding codes the gate does not hold against a node
 
     def check(self) -> None:
         if self.hang_timeout is not None and self.hang_timeout <= 0:

@@ -16,7 +16,7 @@ from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.settings import Settings
 
-from . import etc, host, local, net, slurm
+from . import etc, gpu, host, local, net, slurm
 from .config import (LAB_HOME, LAB_USER, LabInfo, LabNode, UpOptions, bridge_address,
                      bridge_name, hosts_text, inventory_path, inventory_text, netns_name, node_address,
                      node_name, pubkey, subnet_for, link_rates, validate_count, validate_name)
@@ -72,6 +72,7 @@ class _Up:
     no_sudo: tuple[int, ...] = ()  # nodes whose user may not sudo
     link_rate: str = ""        # each node's link limit both ways ("" none), tc on its veth
     had_rate: str = ""         # the limit its veths have now
+    gpu_records: dict[int, str] = field(default_factory=dict)   # node index -> recording (lab/gpu.py)
     changes: list[str] = field(default_factory=list)
 
     @property
@@ -113,7 +114,8 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     net.write_if_changed(state.lab / STATE, json.dumps(
         {"subnet": state.octet, "nodes": state.count, "inventory": str(inventory),
          "slurm": state.slurm, "shared_home": state.shared_home, "aliases": state.aliases,
-         "nic_names": list(state.nics), "link_rate": state.link_rate}) + "\n")
+         "nic_names": list(state.nics), "link_rate": state.link_rate,
+         "gpu_records": {str(k): v for k, v in state.gpu_records.items()}}) + "\n")
     if state.changes:
         log(f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
             f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})")
@@ -156,6 +158,8 @@ def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
     up = _Up(name, nodes, lab, octet, running, with_slurm, shared, options.aliases)
     up.nics, up.no_sudo = nics, tuple(options.no_sudo)
     up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
+    up.gpu_records = gpu.records(options.gpu_records, (state or {}).get("gpu_records"), nodes,
+                                 [node_name(i) for i in range(nodes)])
     return up
 
 
@@ -229,6 +233,8 @@ def _node_files(state: _Up, pub: str, ids: tuple[int, int]) -> None:
         state.changes.append("refreshed node /etc from the host")
     for node in state.nodes():
         host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo)
+        if gpu.install(node.home.parent, state.gpu_records.get(node.index)):
+            state.changes.append(f"{node.name}: GPU recording {state.gpu_records.get(node.index) or 'removed'}")
     missing = [nd / HOST_KEY for nd in dirs]
     net.keygen([p for p in missing if not p.exists()])
 
@@ -271,11 +277,11 @@ def _sshd_keeps_running(state: _Up, i: int, fresh: list[int]) -> bool:
     if i in fresh:                           # an sshd left in a namespace that is gone
         net.kill_wait([pid])
         return False
-    if not etc.mounted(pid, node.home.parent):
-        # Started before nodes had their own /etc: it runs on the host's. Restart it
-        # with its sessions, as stop_node does.
+    if not etc.mounted(pid, node.home.parent) or not gpu.bound(pid, node.home.parent):
+        # Started before nodes had their own /etc (or /usr/local/bin): it runs on the host's.
+        # Restart it with its sessions, as stop_node does.
         net.kill_wait(sorted({pid, *net.netns_pids([node.netns])[node.netns]}))
-        state.changes.append(f"restarted {node.name} on its own /etc")
+        state.changes.append(f"restarted {node.name} on its own /etc and /usr/local/bin")
         return False
     return True
 

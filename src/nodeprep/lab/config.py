@@ -74,6 +74,8 @@ class UpOptions:
     # Each node's link limited to this rate both ways ("200mbit": tc on both ends of its veth;
     # the bridge is not limited), "" for no limit, None: as the lab had it.
     link_rate: str | None = None
+    # --gpu-record values: DIR (every node) or NODE=DIR, `none` to drop (lab/gpu.py); None: as it was.
+    gpu_records: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -236,22 +238,28 @@ def inventory_text(user: str, key: Path, hosts: list[tuple[str, str, int]],
 
 
 # The shell that becomes one node, run as `ip netns exec NS unshare --mount --uts
-# --propagation private /bin/sh -c NODE_INIT sh HOSTNAME ETC HOME_SRC HOME CONFIG`.
+# --propagation private /bin/sh -c NODE_INIT sh HOSTNAME ETC HOME_SRC HOME CONFIG BIN`.
 # Values come in as positional arguments, so nothing is quoted into the script.
 # ETC is the node's own copy of /etc (its passwd, shells, sudoers, hosts, resolv.conf), bound
 # as a whole directory: `usermod` replaces /etc/passwd by renaming /etc/passwd+ over it, which
 # a bind mount of the single file would refuse (EBUSY).
 # `umount -l /run/netns`: the private copy of the host's mount table would otherwise hold
 # every other node's netns alive after `ip netns del` (and with it that node's veth).
+# BIN, the node's own /usr/local/bin (lab/gpu.py: the stand-in nvidia-smi of a GPU-shaped
+# node, else empty).
 NODE_INIT = ('hostname "$1" && mount --bind "$2" /etc && mount --bind "$3" "$4" && '
-             '{ umount -l /run/netns 2>/dev/null; exec /usr/sbin/sshd -D -e -f "$5"; }')
+             'mount --bind "$6" /usr/local/bin && { umount -l /run/netns 2>/dev/null; '
+             'exec /usr/sbin/sshd -D -e -f "$5"; }')
 
 
-def node_argv(netns: str, hostname: str, etc: Path, home_src: Path, home: Path,
-              config: Path) -> list[str]:
+BIN = "usr-local-bin"   # in each node's directory, bound over /usr/local/bin (lab/gpu.py)
+
+
+def node_argv(netns: str, hostname: str, node_dir: Path, home_src: Path, home: Path) -> list[str]:
+    """NODE_DIR holds the node's etc/, sshd_config and BIN."""
     return ["ip", "netns", "exec", netns, "unshare", "--mount", "--uts", "--propagation",
-            "private", "/bin/sh", "-c", NODE_INIT, "sh", hostname, str(etc), str(home_src),
-            str(home), str(config)]
+            "private", "/bin/sh", "-c", NODE_INIT, "sh", hostname, str(node_dir / "etc"), str(home_src),
+            str(home), str(node_dir / "sshd_config"), str(node_dir / BIN)]
 
 
 def shells_text(current: str, shells: list[str] | tuple[str, ...]) -> str:

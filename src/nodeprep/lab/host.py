@@ -120,8 +120,7 @@ def start(lab_name: str, nodes: list[LabNode]) -> list:
     for node in nodes:
         nd = node.home.parent
         (nd / "sshd.pid").unlink(missing_ok=True)
-        argv = node_argv(node.netns, node.name, nd / "etc", node.home, LAB_HOME,
-                         nd / "sshd_config")
+        argv = node_argv(node.netns, node.name, nd, node.home, LAB_HOME)
         proc = net.spawn(argv, nd / "sshd.log")
         targets.append((f"lab {lab_name} {node.name}", node.address, node.port, proc,
                         nd / "sshd.log"))

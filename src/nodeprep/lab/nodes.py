@@ -187,3 +187,34 @@ def readonly_home(info: LabInfo, index: int, readonly: bool = True) -> None:
     _rootful_dir(info, index, "a read-only home")
     path = shlex.quote(str(LAB_HOME))
     _mount(info, index, f"mount -o remount,bind,{'ro' if readonly else 'rw'} {path}", "remounting the home")
+
+
+def limit_shm(info: LabInfo, index: int, size: str | None = "64m") -> None:
+    """Node INDEX's /dev/shm a tmpfs of SIZE (Docker's default is 64m), in its own mount
+    namespace; SIZE None takes it away (the host's /dev/shm shows again)."""
+    _rootful_dir(info, index, "a small /dev/shm")
+    if size is None:
+        _mount(info, index, "umount /dev/shm", "unmounting the small /dev/shm")
+        return
+    _mount(info, index, f"mount -t tmpfs -o size={shlex.quote(size)},mode=1777 tmpfs /dev/shm",
+           "mounting a small /dev/shm")
+
+
+def limit_memlock(info: LabInfo, index: int, kib: int | None = 64) -> None:
+    """The soft locked-memory limit of node INDEX's sshd, so every new session has it, as on a
+    node without the cluster's limits.d line; KIB None: back up to the hard limit (only the
+    soft one moves: raising a hard limit needs CAP_SYS_RESOURCE, which a container may lack)."""
+    node = info.nodes[index]
+    _rootful_dir(info, index, "a memlock limit")
+    pid = _live_pid(node)
+    if pid is None:
+        raise NodeprepError(f"lab {node.name}: its sshd does not run")
+    if kib is None:
+        hard = subprocess.run(["prlimit", "--pid", str(pid), "--memlock", "--raw", "--noheadings", "-o", "HARD"],
+                              capture_output=True, text=True).stdout.strip() or "unlimited"
+        value = hard
+    else:
+        value = str(int(kib) * 1024)
+    proc = subprocess.run(["prlimit", "--pid", str(pid), f"--memlock={value}:"], capture_output=True, text=True)
+    if proc.returncode:
+        raise NodeprepError(f"lab {node.name}: prlimit failed: {proc.stderr.strip()}")

@@ -6,11 +6,13 @@
   launchenv/   the environment launchers carry to the ranks: NCCL/aws-ofi-nccl, ~/.deepspeed_env
   ssh/         the ssh mesh: the controller's config blocks, logins from the head, the mesh on paper
   verify/      verify-parity: fingerprints, checks, parity, NCCL's own log
+  health/      `health`: checks of GPUs, disk, memory, limits, clock, RDMA and the job network
+               (findings with verdicts, codes and fixes; Xids)
   train/       `train`: launchers, the GPU split, emulation, preflight contract, the job's files
                and processes, the run directory, the rank watch, tracebacks of hung ranks
 
 Packages import each other one way only (tests/unit/test_architecture.py checks it): provision,
 torchplan and ssh import no other package; pystack imports provision and torchplan; launchenv
-imports provision; verify and train stand on those. Code that runs ON the nodes is not here:
+imports provision; verify and train stand on those; health imports none. Code that runs ON the nodes is not here:
 it is nodeprep/nodeside/.
 """

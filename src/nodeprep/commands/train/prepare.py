@@ -7,7 +7,7 @@ import secrets
 import time
 
 from nodeprep.commands.options import TrainOptions
-from nodeprep.commands.train import preflight
+from nodeprep.commands.train import gate, preflight
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.errors import NodeprepError
@@ -22,12 +22,16 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def _probe(s, v: dict, head: str, opts: TrainOptions):
+def _probe(s, v: dict, hosts, opts: TrainOptions):
+    """One probe per node; a node that may become the head (the first, or any under
+    --exclude-unhealthy) also reads the head's files and port."""
     venv = v["venv_path"]
     reqs = [factmod.USER, factmod.GPUS, factmod.INTERFACES, factmod.IDENTITY, factmod.VENV(venv),
             factmod.TORCH_BUILD(factmod.TorchIn(venv)), factmod.JOB_PROCESSES, factmod.GPU_APPS,
             factmod.PROGRAMS]
-    if s.name == head:
+    if opts.health_gate:
+        reqs += gate.requests(hosts)
+    if s.name == hosts[0].name or (opts.health_gate and opts.exclude_unhealthy):
         reqs.append(factmod.PORT_LISTENING(opts.port))
         if opts.launcher == "deepspeed":
             reqs += [factmod.FILE("~/.deepspeed_env"), factmod.FILE(v["env_file"])]
@@ -75,8 +79,17 @@ def prepare(opts: TrainOptions, inv, hosts, fleet, events: Events, job_id: str |
     root, script = payload.resolve_payload(opts.payload)
     files = payload.local_files(root, script)
     vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
-    facts = fleet.map(lambda s: _probe(s, vars_of[s.name], hosts[0].name, opts), "facts")
+    windows: dict[str, tuple[float, float]] = {}
+
+    def probe(s):
+        t0 = time.time()
+        got = _probe(s, vars_of[s.name], hosts, opts)
+        windows[s.name] = (t0, time.time())          # the controller's clock around it
+        return got
+    facts = fleet.map(probe, "facts")
     fail_if_nodes_failed(fleet)
+    hosts = gate.apply(opts, hosts, facts, windows, events)
+    facts = {h.name: facts[h.name] for h in hosts}
     emu = _emulation(opts, fleet, hosts[0], facts, events)
     plan, topo = plan_of(opts, job_id or new_job_id(), hosts, facts, vars_of, emu)
     prep = Prepared(plan, facts, vars_of, files, topo)

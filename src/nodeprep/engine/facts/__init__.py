@@ -4,6 +4,8 @@
              ROOM(path): space, inodes, writable where a path is or would be
   net.py     INTERFACES PORT_LISTENING(port) ROUTE(address)
   gpus.py    GPUS
+  gpuhealth.py  GPU_DETAIL (nvidia-smi -q -x, nvlink -s) KERNEL_LOG FABRIC
+  nodehealth.py LIMITS CLOCK RDMA_PORTS NET_LINKS
   files.py   FILE(path) DIR(path)
   python.py  VENV(path) TORCH_BUILD(TorchIn(venv, deep))
   jobs.py    JOB_PROCESSES GPU_APPS PROGRAMS (and JOB_VAR, the job id every job process carries)
@@ -13,8 +15,10 @@ output format under tests/facts/<name>/, and a line in ALL below."""
 from __future__ import annotations
 
 from nodeprep.engine.facts.files import DIR, FILE
+from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, KERNEL_LOG
 from nodeprep.engine.facts.gpus import GPUS
 from nodeprep.engine.facts.jobs import GPU_APPS, JOB_PROCESSES, JOB_VAR, PROGRAMS
+from nodeprep.engine.facts.nodehealth import CLOCK, LIMITS, NET_LINKS, RDMA_PORTS
 from nodeprep.engine.facts.net import INTERFACES, PORT_LISTENING, ROUTE, primary_address, reaching
 from nodeprep.engine.facts.probe import (Fact, FactValues, Request, gather, key_of, parse_sections,
                                          probe_script, section_tags, split_sections)
@@ -25,7 +29,8 @@ from nodeprep.engine.facts.system import (DISK_FREE, ETC_SHELLS, HOSTNAME, IDENT
 # Every fact, by name: for the data-file tests and for messages, never for lookups at run time.
 ALL = {f.name: f for f in (HOSTNAME, OS, USER, LOGIN_SHELL, ETC_SHELLS, PYTHON, PYTHON_ON_PATH,
                            DISK_FREE, IDENTITY, INTERFACES, PORT_LISTENING, ROUTE, GPUS, FILE, DIR, VENV, TORCH_BUILD,
-                           JOB_PROCESSES, GPU_APPS, PROGRAMS, ROOM)}
+                           JOB_PROCESSES, GPU_APPS, PROGRAMS, ROOM, GPU_DETAIL, KERNEL_LOG, FABRIC,
+                           LIMITS, CLOCK, RDMA_PORTS, NET_LINKS)}
 
 # What `invoke facts` shows.
 NODE_FACTS = [HOSTNAME, OS, INTERFACES, PYTHON, LOGIN_SHELL, DISK_FREE, GPUS]
@@ -34,4 +39,5 @@ __all__ = ["ALL", "NODE_FACTS", "Fact", "FactValues", "Request", "TorchIn", "gat
            "parse_sections", "primary_address", "probe_script", "reaching", "ROUTE", "section_tags", "split_sections",
            "DIR", "FILE", "GPUS", "INTERFACES", "PORT_LISTENING", "TORCH_BUILD", "VENV", "DISK_FREE",
            "ETC_SHELLS", "HOSTNAME", "IDENTITY", "LOGIN_SHELL", "OS", "PYTHON", "PYTHON_ON_PATH", "ROOM", "USER",
-           "GPU_APPS", "JOB_PROCESSES", "JOB_VAR", "PROGRAMS"]
+           "GPU_APPS", "JOB_PROCESSES", "JOB_VAR", "PROGRAMS", "GPU_DETAIL", "KERNEL_LOG", "FABRIC",
+           "LIMITS", "CLOCK", "RDMA_PORTS", "NET_LINKS"]

@@ -1,0 +1,11 @@
+"""Node health: is each node fit to run a job, beyond being identical to the others.
+
+  findings.py   Verdict (OK/WARN/UNKNOWN/CRITICAL), Finding, Check, Thresholds, Context
+  gpu.py        one node's GPUs: nvidia-smi, persistence, ECC, row remap, retired pages, PCIe,
+                clock events, NVLink, Xids, fabric manager, busy GPUs
+  node.py       one node besides its GPUs: disk, memory, /dev/shm, limits, clock
+  fleet.py      nodes against each other: GPU count, ECC and MIG modes, RDMA ports, the job
+                network's speed and MTU
+  xids.py       Xid lines of a kernel log and what each code means (xids.yml, NVIDIA's table)
+  catalogue.py  every check by name with its codes and sources; --check / --ignore
+"""

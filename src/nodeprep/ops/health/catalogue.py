@@ -1,0 +1,110 @@
+"""Every check by name, with the codes it can give and its sources (`invoke health
+--list-checks` prints this), and the selection that --check and --ignore make."""
+from __future__ import annotations
+
+from nodeprep.errors import InputError
+from nodeprep.ops.health import fleet, gpu, node
+from nodeprep.ops.health.findings import Check
+
+_AZ = "azurehpc-health-checks"
+CHECKS: tuple[Check, ...] = (
+    Check("nvidia_smi", "nvidia-smi answers in time, on every node with NVIDIA devices",
+          {"SMI_OK": "answered", "NO_GPUS": "a node without NVIDIA GPUs", "SMI_MISSING": "devices, no nvidia-smi",
+           "SMI_HUNG": "no answer within 15 s", "SMI_ERROR": "nvidia-smi failed"}, gpu.FACTS, gpu.nvidia_smi,
+          source="DCGM diag level 1 (NVML answers); Imbue cluster-health (timeouts are UNKNOWN)"),
+    Check("gpu_count", "as many GPUs as the fleet's other nodes of that model",
+          {"GPU_COUNT": "fewer GPUs than the best node of the same model"}, fleet.FACTS, fleet.gpu_count,
+          fleet=True, source=f"{_AZ} (GPU count)"),
+    Check("persistence", "persistence mode on", {"PERSISTENCE_OFF": "off on some GPU"}, gpu.FACTS,
+          gpu.persistence, source="DCGM diag level 1"),
+    Check("ecc", "no uncorrected ECC errors; corrected under the threshold; ECC mode as it will stay",
+          {"ECC_UNCORRECTED": "uncorrected errors (volatile or SRAM)", "ECC_CORRECTED": "corrected over 1000",
+           "ECC_MODE_PENDING": "the mode changes at the next reset"}, gpu.FACTS, gpu.ecc,
+          source=f"{_AZ} (SRAM uncorrected: any); Imbue (0 uncorrected)"),
+    Check("ecc_mode", "ECC mode equal across the fleet", {"ECC_MODE_MISMATCH": "differs from most nodes"},
+          fleet.FACTS, fleet.ecc_mode, fleet=True, source="Imbue cluster-health (golden config)"),
+    Check("row_remap", "no row remap pending (reset) or failed (RMA)",
+          {"REMAP_PENDING": "needs a GPU reset", "REMAP_FAILED": "RMA"}, gpu.FACTS, gpu.row_remap,
+          source=f"{_AZ}; NVIDIA A100/H100 row remapping docs"),
+    Check("retired_pages", "no page retirement pending; few retired pages",
+          {"RETIRED_PENDING": "needs a GPU reset", "RETIRED_MANY": "10 or more retired"}, gpu.FACTS,
+          gpu.retired_pages, source="NVIDIA dynamic page retirement docs; Meta GCM (10 pages)"),
+    Check("pcie", "PCIe link at the device's width (and gen when busy); no 'limited by' kernel line",
+          {"PCIE_WIDTH": "narrower than the device's max", "PCIE_GEN": "slower gen while busy",
+           "PCIE_LIMITED": "the kernel says the link limits it"}, gpu.FACTS, gpu.pcie,
+          source="Imbue ('PCIe limited' in dmesg); IBM Autopilot (PCIe bandwidth)"),
+    Check("clock_events", "no hardware slowdown, thermal or power brake holding the clocks",
+          {"CLOCK_HW_SLOWDOWN": "HW slowdown / HW thermal / power brake", "CLOCK_SW_THERMAL": "SW thermal"},
+          gpu.FACTS, gpu.clock_events, source=f"{_AZ} (throttling); NVML clocks_event_reasons"),
+    Check("nvlink", "every NVLink link up on every GPU", {"NVLINK_DOWN": "inactive links",
+          "NVLINK_UNKNOWN": "nvidia-smi nvlink did not answer"}, gpu.FACTS, gpu.nvlink,
+          source=f"{_AZ} (NVLink inactive); Imbue"),
+    Check("mig_mode", "MIG mode equal across the fleet", {"MIG_MISMATCH": "differs from most nodes"},
+          fleet.FACTS, fleet.mig_mode, fleet=True, source="Imbue (golden config)"),
+    Check("gpu_busy", "no other process on the GPUs", {"GPU_BUSY": "a compute process holds a GPU"},
+          gpu.FACTS, gpu.busy, source="Google cluster-health-scanner prolog"),
+    Check("xid", "no hardware Xid in the kernel log in the window (2 h); application Xids listed",
+          {"XID_HW": "a hardware Xid", "XID_WARN": "an Xid that needs watching", "XID_APP": "an application's Xid",
+           "GPU_OFF_BUS": "'fallen off the bus' without an Xid line", "KLOG_UNREADABLE": "the kernel log cannot be read"}, gpu.FACTS, gpu.xid,
+          source=f"NVIDIA Xid table; {_AZ} (last 2 h); Imbue"),
+    Check("fabric_manager", "nvidia-fabricmanager runs where NVSwitches are; fabric state Completed",
+          {"FABRIC_MANAGER_DOWN": "NVSwitches without the fabric manager", "FABRIC_NOT_READY": "fabric state"},
+          gpu.FACTS, gpu.fabric_manager, source="Imbue cluster-health (fabric manager)"),
+    Check("disk", "room in the home, /tmp and ~/.nodeprep", {"DISK_FULL": "under 1 GiB or no inodes",
+          "DISK_LOW": "under 5 GiB or 95% used", "DISK_READONLY": "read-only or not writable"},
+          node.FACTS, node.disk, source="Imbue (95%)"),
+    Check("memory", "memory available", {"MEM_LOW": "under 1 GiB (CRITICAL) or 10% (WARN)"}, node.FACTS,
+          node.memory),
+    Check("shm", "/dev/shm of 512 MiB or more", {"SHM_SMALL": "under 512 MiB", "SHM_MISSING": "none"},
+          node.FACTS, node.shm, source="DeepSpeed ds_report (512 MiB); NCCL troubleshooting (Docker's 64 MB)"),
+    Check("limits", "locked memory unlimited where RDMA ports are, open files 4096 or more",
+          {"MEMLOCK_LOW": "memlock limited on a node with RDMA", "NOFILE_LOW": "open files under 4096"},
+          node.FACTS, node.limits, source="NCCL and AWS EFA docs (ulimit -l unlimited)"),
+    Check("limits_equal", "locked memory and open files no lower than most nodes'",
+          {"MEMLOCK_BELOW_FLEET": "memlock below the fleet's", "NOFILE_BELOW_FLEET": "open files below the fleet's"},
+          fleet.FACTS, fleet.limits_equal, fleet=True, source="a node without the others' limits.d line"),
+    Check("clock", "clock within 1 s of the controller's; a time-sync daemon runs",
+          {"CLOCK_OFFSET": "over 1 s (WARN) or 30 s (CRITICAL)", "TIME_SYNC": "no sync daemon",
+           "CLOCK_UNKNOWN": "time unreadable"}, node.FACTS, node.clock),
+    Check("rdma", "InfiniBand/RoCE/EFA ports ACTIVE and at the fleet's rate",
+          {"RDMA_PORT_DOWN": "a port down that is ACTIVE elsewhere", "RDMA_RATE": "below the fleet's rate",
+           "RDMA_MISSING": "a device the others have"}, fleet.FACTS, fleet.rdma, fleet=True,
+          source=f"{_AZ} (IB rate); /sys/class/infiniband"),
+    Check("net_link", "the job network's interface: speed and MTU equal across the fleet",
+          {"NET_SPEED": "slower than the best node", "NET_MTU": "MTU differs", "NET_UNKNOWN": "no interface found"},
+          fleet.FACTS, fleet.net_link, fleet=True),
+)
+
+BY_NAME = {c.name: c for c in CHECKS}
+# Codes the command itself gives: a node that does not answer, a check that could not read it.
+COMMAND_CODES = {"NODE_UNREACHABLE": "the node did not answer (CRITICAL)",
+                 "CHECK_ERROR": "a check could not read the node's answer (UNKNOWN)"}
+CODES = {code: c.name for c in CHECKS for code in c.codes} | {c: "health" for c in COMMAND_CODES}
+
+
+def select(names: tuple[str, ...] = ()) -> tuple[Check, ...]:
+    """The checks named (all when none); an unknown name is a bad input."""
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise InputError(f"no health check named {', '.join(map(repr, unknown))}",
+                            hint=f"`invoke health --list-checks` lists them: {', '.join(BY_NAME)}")
+    return tuple(BY_NAME[n] for n in names) if names else CHECKS
+
+
+def check_ignored(codes: tuple[str, ...]) -> None:
+    unknown = [c for c in codes if c not in CODES]
+    if unknown:
+        raise InputError(f"--ignore: no finding code {', '.join(map(repr, unknown))}",
+                            hint="`invoke health --list-checks` lists every code")
+
+
+def facts_of(checks) -> list:
+    """The fact requests the selected checks read, each once, in order."""
+    seen, out = set(), []
+    for c in checks:
+        for f in c.facts:
+            key = getattr(f, "key", None)
+            if key not in seen:
+                seen.add(key)
+                out.append(f)
+    return out
