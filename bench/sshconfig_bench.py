@@ -48,7 +48,7 @@ def write_configs(tmp: Path, n: int) -> tuple[Path, Path]:
 
 def listed(expect: int):
     def check(output: str) -> None:
-        got = json.loads(output[output.index("{"):])
+        got = json.JSONDecoder().raw_decode(output[output.index("{"):])[0]
         if len(got["hosts"]) != expect:
             raise SystemExit(f"bench: listed {len(got['hosts'])} hosts, expected {expect}")
     return check
@@ -89,7 +89,7 @@ def facts(tmp: Path) -> dict:
 
 def listed_facts(expect: int):
     def check(output: str) -> None:
-        got = json.loads(output[output.index("{"):])
+        got = json.JSONDecoder().raw_decode(output[output.index("{"):])[0]
         ok = [n for n, r in got["nodes"].items() if r["status"] == "ok"]
         if len(ok) != expect:
             raise SystemExit(f"bench: facts answered on {len(ok)} of {expect} nodes")

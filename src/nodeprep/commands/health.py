@@ -43,9 +43,25 @@ class HealthResult:
         return 1 if self.unhealthy() else 0
 
 
-def _interface(values, head_route) -> str | None:
-    ifs = values.get(factmod.INTERFACES) or {}
-    return factmod.reaching(ifs, values.get(head_route)) if head_route is not None else None
+def requests(checks, hosts) -> list:
+    """The probe's requests for CHECKS: their facts, and for net_link the interface toward the
+    first node (INTERFACES and ROUTE to its address)."""
+    reqs = catalogue.facts_of(checks)
+    if any(c.name == "net_link" for c in checks) and hosts:
+        reqs += [factmod.INTERFACES, factmod.ROUTE(hosts[0].address)]
+    return reqs
+
+
+def contexts(hosts, facts: dict, windows: dict, thresholds: Thresholds = Thresholds()) -> dict[str, Context]:
+    """Each answering node's Context: the controller's clock around its probe, the interface
+    its traffic to the first node (of HOSTS, answering or not) takes, when the probe asked."""
+    route = factmod.ROUTE(hosts[0].address) if hosts else None
+    out = {}
+    for h in (h for h in hosts if h.name in facts):
+        v = facts[h.name]
+        iface = factmod.reaching(v.get(factmod.INTERFACES) or {}, v.get(route)) if route and route in v else None
+        out[h.name] = Context(thresholds, windows.get(h.name), iface)
+    return out
 
 
 def _run_check(check, node: str, facts, ctx) -> list[Finding]:
@@ -80,23 +96,18 @@ def judge(checks, facts: dict, ctxs: dict[str, Context]) -> list[Finding]:
     return out
 
 
-def gather(fleet: Fleet, checks, hosts, thresholds: Thresholds) -> tuple[dict, dict]:
+def gather(fleet: Fleet, checks, hosts) -> tuple[dict, dict]:
     """({node: facts}, {node: Context}) from one probe per usable node."""
-    requests = catalogue.facts_of(checks)
-    head_route = None
-    if any(c.name == "net_link" for c in checks) and hosts:
-        head_route = factmod.ROUTE(hosts[0].address)
-        requests = requests + [factmod.INTERFACES, head_route]
+    reqs = requests(checks, hosts)
     windows: dict[str, tuple[float, float]] = {}
 
     def probe(s):
         t0 = time.time()
-        values = factmod.gather(s, requests, s.host.vars)
+        values = factmod.gather(s, reqs, s.host.vars)
         windows[s.name] = (t0, time.time())
         return values
     facts = fleet.map(probe, "health")
-    ctxs = {n: Context(thresholds, windows.get(n), _interface(v, head_route)) for n, v in facts.items()}
-    return facts, ctxs
+    return facts, contexts(hosts, facts, windows)
 
 
 def health(opts: HealthOptions, settings: Settings, events: Events) -> HealthResult:
@@ -104,7 +115,7 @@ def health(opts: HealthOptions, settings: Settings, events: Events) -> HealthRes
     catalogue.check_ignored(opts.ignore)
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     with Fleet(hosts, settings, "health", events) as fleet:
-        facts, ctxs = gather(fleet, checks, hosts, Thresholds())
+        facts, ctxs = gather(fleet, checks, hosts)
         found = judge(checks, facts, ctxs)
         for node, why in fleet.unusable().items():
             found.append(Finding(node, "reach", "NODE_UNREACHABLE", Verdict.CRITICAL, why,

@@ -5,28 +5,24 @@ nodes only (the launchers then get a hostfile / node list without them). `gpu_bu
 preflight, which names an earlier job's processes and stops them under --kill-stale."""
 from __future__ import annotations
 
-from nodeprep.commands.health import judge
+from nodeprep.commands import health
 from nodeprep.commands.options import TrainOptions
-from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.health import catalogue
-from nodeprep.ops.health.findings import Context, Finding, Thresholds, Verdict
+from nodeprep.ops.health.findings import Finding, Verdict
 
 CHECKS = tuple(c for c in catalogue.CHECKS if c.name != "gpu_busy")
 
 
 def requests(hosts) -> list:
     """What the gate adds to the job's probe."""
-    return catalogue.facts_of(CHECKS) + [factmod.ROUTE(hosts[0].address)]
+    return health.requests(CHECKS, hosts)
 
 
 def critical(hosts, facts: dict, windows: dict, ignore: tuple[str, ...]) -> list[Finding]:
-    route = factmod.ROUTE(hosts[0].address)
-    ctxs = {h.name: Context(Thresholds(), windows.get(h.name),
-                            factmod.reaching(facts[h.name].get(factmod.INTERFACES) or {}, facts[h.name].get(route)))
-            for h in hosts}
-    found = judge(CHECKS, {h.name: facts[h.name] for h in hosts}, ctxs)
+    ctxs = health.contexts(hosts, facts, windows)
+    found = health.judge(CHECKS, {h.name: facts[h.name] for h in hosts}, ctxs)
     return [f for f in found if f.verdict is Verdict.CRITICAL and f.code not in ignore]
 
 

@@ -30,7 +30,8 @@ def _probe(s, v: dict, hosts, opts: TrainOptions):
             factmod.TORCH_BUILD(factmod.TorchIn(venv)), factmod.JOB_PROCESSES, factmod.GPU_APPS,
             factmod.PROGRAMS]
     if opts.health_gate:
-        reqs += gate.requests(hosts)
+        have = {factmod.key_of(r) for r in reqs}
+        reqs += [r for r in gate.requests(hosts) if factmod.key_of(r) not in have]
     if s.name == hosts[0].name or (opts.health_gate and opts.exclude_unhealthy):
         reqs.append(factmod.PORT_LISTENING(opts.port))
         if opts.launcher == "deepspeed":

@@ -198,8 +198,10 @@ def parse_nvlink(text: str, rc: int) -> dict:
 # needs the adm or systemd-journal group. Either gives monotonic stamps (seconds since boot),
 # compared with /proc/uptime for the age. Only the matching lines travel.
 KLOG_PATTERN = r"NVRM: Xid|SXid|fallen off the bus|available PCIe bandwidth, limited by|nvidia-nvswitch"
+# Only a node with NVIDIA GPUs (or their driver's tool) reads it: the lines looked for are theirs.
 KERNEL_LOG_PROBE = (
     "read -r np_up _ < /proc/uptime; echo \"uptime $np_up\"\n"
+    "[ -e /dev/nvidia0 ] || command -v nvidia-smi >/dev/null 2>&1 || { echo 'via skipped'; exit 0; }\n"
     "if np_out=$(timeout -k 2 10 dmesg 2>&1); then echo 'via dmesg'\n"
     "elif command -v journalctl >/dev/null 2>&1 && "
     "np_j=$(timeout -k 2 10 journalctl -k -b -o short-monotonic --no-pager -q 2>&1) && "
@@ -211,7 +213,8 @@ _STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]\s*(.*)$")
 
 
 def parse_kernel_log(text: str, rc: int) -> dict:
-    """{readable, via, error, uptime, lines: [{age (seconds, None if unstamped), text}]}."""
+    """{readable, via (dmesg, journalctl, or skipped: no NVIDIA GPU), error, uptime, lines:
+    [{age (seconds, None if unstamped), text}]}."""
     uptime, via, lines, error = None, None, [], None
     for line in text.splitlines():
         if line.startswith("uptime "):
@@ -238,7 +241,7 @@ KERNEL_LOG = Fact("kernel_log", lambda _v: KERNEL_LOG_PROBE, parse_kernel_log)
 
 FABRIC_PROBE = (
     "n=0; for d in /proc/driver/nvidia-nvswitch/devices/* /dev/nvidia-nvswitch[0-9]*; do "
-    "[ -e \"$d\" ] && n=$((n+1)); done; echo \"nvswitches $n\"\n"
+    "[ -e \"$d\" ] && n=$((n+1)); done; echo \"nvswitches $n\"; [ \"$n\" -gt 0 ] || exit 0\n"
     "if command -v systemctl >/dev/null 2>&1; then "
     "echo \"manager $(timeout 5 systemctl is-active nvidia-fabricmanager 2>/dev/null || true)\"; "
     "else echo 'manager unknown'; fi\n"
@@ -248,6 +251,8 @@ FABRIC_PROBE = (
 def parse_fabric(text: str, rc: int) -> dict:
     """{nvswitches, manager: the systemd state or None, running}."""
     vals = dict(ln.split(" ", 1) if " " in ln else (ln, "") for ln in text.strip().splitlines())
+    if "manager" not in vals:                        # no NVSwitch: nothing else asked
+        return {"nvswitches": int(vals.get("nvswitches", "0") or 0), "manager": None, "running": False}
     state = (vals.get("manager") or "").strip() or None
     return {"nvswitches": int(vals.get("nvswitches", "0") or 0),
             "manager": None if state == "unknown" else state,

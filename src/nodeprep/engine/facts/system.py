@@ -119,10 +119,11 @@ DISK_FREE = Fact("disk_free", lambda _v: "df -Pk \"$HOME\"", _disk_free)
 def _room_script(path: str) -> str:
     """The file system a path is (or would be) on: its nearest existing directory, `df -Pk`
     and `df -Pi` there (space and inodes), whether that directory is writable, and the mount
-    options of its file system (ro)."""
-    return (f"p={rpath(path)}; while [ ! -d \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
-            "echo \"dir $p\"; [ -w \"$p\" ] && echo writable; LC_ALL=C df -Pk \"$p\" | tail -n 1; "
-            "LC_ALL=C df -Pi \"$p\" | tail -n 1; m=$(LC_ALL=C df -P \"$p\" | tail -n 1); m=${m##* }; "
+    options of its file system (ro). Two execs (the df's): the rest is shell builtins."""
+    last = "{ read -r _h; read -r np_x; printf '%s\\n' \"$np_x\"; }"      # df's line after its header
+    return (f"p={rpath(path)}; while [ ! -d \"$p\" ] && [ \"$p\" != / ]; do p=${{p%/*}}; p=${{p:-/}}; done; "
+            f"echo \"dir $p\"; [ -w \"$p\" ] && echo writable; k=$(LC_ALL=C df -Pk \"$p\" | {last}); "
+            f"printf '%s\\n' \"$k\"; LC_ALL=C df -Pi \"$p\" | {last}; m=${{k##* }}; "
             "while read -r _d mp _t opts _r; do [ \"$mp\" = \"$m\" ] && o=$opts; done < /proc/mounts; "
             "echo \"opts ${o:-?}\"; true")
 
