@@ -11,7 +11,7 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 from nodeprep import cli
-from nodeprep.commands.options import (FactsOptions, ForgetOptions, HealthOptions, InventoryOptions, ProvisionOptions,
+from nodeprep.commands.options import (BandwidthOptions, FactsOptions, ForgetOptions, HealthOptions, InventoryOptions, ProvisionOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.settings import Settings
 
@@ -81,6 +81,24 @@ def health(c, inventory=None, limit=None, json=False, list_checks=False, check=N
     memory, /dev/shm, limits, clock, RDMA ports, the job network. Exit 1 on a CRITICAL finding."""
     _done(cli.health(HealthOptions(inventory, limit, json, tuple(check or ()), tuple(ignore or ())),
                      _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
+
+
+@task(help={"inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory)",
+            "limit": "only these nodes (at least two)",
+            "json": "print the matrix and the flagged nodes as JSON on stdout",
+            "quick": "one round of disjoint pairs, then each suspect against a known-good node "
+                     "(default: every ordered pair, N-1 rounds)",
+            "png": "also write the matrix as a heatmap PNG (needs matplotlib)",
+            "seconds": "seconds each node sends per round (default 3)",
+            "port": "TCP port the nodes listen on (default 29511)", **LIVENESS})
+def bandwidth(c, inventory=None, limit=None, json=False, quick=False, png=None, seconds=None, port=None,
+              connect_timeout=None, silent_after=None):
+    """TCP bandwidth and latency for every pair of nodes, in rounds where every node sends and
+    receives at once; names the node common to the slow pairs. Exit 1 when one is flagged."""
+    _done(cli.bandwidth(BandwidthOptions(inventory, limit, json, quick, png,
+                                         _number("--seconds", seconds, float) or 3.0,
+                                         _number("--port", port, int) or 29511),
+                        _deadlines(c, connect_timeout, silent_after)))
 
 
 @task(help={"nodes": "how many emulated nodes (worker-0 .. worker-N-1)",
@@ -336,4 +354,4 @@ train_ns.add_task(train, "run", default=True)
 train_ns.add_task(train_status, "status")
 train_ns.add_task(train_logs, "logs")
 train_ns.add_task(train_stop, "stop")
-ns = Collection(facts, health, inventory_, provision, verify_parity, torch_plan, demo, test, lab, hosts, train_ns)
+ns = Collection(facts, health, bandwidth, inventory_, provision, verify_parity, torch_plan, demo, test, lab, hosts, train_ns)

@@ -43,6 +43,7 @@ CASES: dict[str, list[list[str]]] = {
     "facts": [["-i", "{inv}"], ["-i", "{inv}", "--json"]],
     "inventory": [["-i", "{inv}"], ["-i", "{inv}", "--host", "n1"]],
     "health": [["-i", "{inv}"], ["--list-checks"]],
+    "bandwidth": [["-i", "{inv}", "--seconds", "0.2"], ["--help"]],
     "provision": [  # --check changes nothing; controller key and ssh config would go to tmp
         ["-i", "{inv}", "--check", "--set", "controller_key={ctl}/id",
          "--set", "controller_ssh_config={ctl}/config"],

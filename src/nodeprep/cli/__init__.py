@@ -15,7 +15,8 @@ shows and changes nothing, stops following once stdout's reader is gone.
   display.py         the live table / plain progress lines (engine events rendered)
   render.py          results as text: facts, provision summary, train, torch-plan, collective
   parity_text.py     a parity report as text, clubak style (values grouped under node sets)
-  health_text.py     `invoke health`: verdicts per node, findings with fixes, the check list
+  health_text.py     `invoke health`: verdicts per node, findings with fixes, the check list;
+                     `invoke bandwidth`: the matrix, the flagged nodes, the heatmap PNG
   inventory_text.py  `invoke inventory`: hosts, the group graph, one host's variables
   stdio.py           a closed stdout or stderr is no error and no traceback
   detached.py        `train --detach`: the supervisor started in the background, and its main
@@ -29,14 +30,14 @@ import time
 
 from nodeprep.cli import detached, health_text, inventory_text, parity_text, render, stdio
 from nodeprep.cli.display import Display
-from nodeprep.commands import facts as facts_cmd, health as health_cmd
+from nodeprep.commands import bandwidth as bandwidth_cmd, facts as facts_cmd, health as health_cmd
 from nodeprep.commands import hosts, inventory as inventory_cmd, provision as provision_cmd
 from nodeprep.commands import torch_plan as torch_plan_cmd
 from nodeprep.commands import train as train_cmd, verify as verify_cmd
 from nodeprep.commands.train import control as control_cmd
-from nodeprep.commands.options import (FactsOptions, ForgetOptions, HealthOptions, InventoryOptions, ProvisionOptions,
+from nodeprep.commands.options import (BandwidthOptions, FactsOptions, ForgetOptions, HealthOptions, InventoryOptions, ProvisionOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
-from nodeprep.errors import NodeprepError
+from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops.train import rundir
 from nodeprep.settings import Settings
 
@@ -84,6 +85,22 @@ def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bo
         _json(res.as_dict())
     else:
         print(health_text.findings(res))
+    return res.exit_code
+
+
+@guarded
+def bandwidth(opts: BandwidthOptions, settings: Settings = Settings()) -> int:
+    import importlib.util
+    if opts.png and importlib.util.find_spec("matplotlib") is None:     # before any node is touched
+        raise InputError("--png needs matplotlib, which is not installed here",
+                         hint=".venv/bin/pip install matplotlib (or leave out --png)")
+    res = bandwidth_cmd.bandwidth(opts, settings, Display.auto(to_stderr=True, quiet=True))
+    if opts.json:
+        _json(res.as_dict())
+    else:
+        print(health_text.bandwidth(res))
+    if opts.png:
+        health_text.heatmap_png(res, opts.png)
     return res.exit_code
 
 

@@ -39,3 +39,53 @@ def catalogue(checks, command_codes: dict) -> str:
     lines.append("the command itself:")
     lines += [f"  {code:<20} {what}" for code, what in command_codes.items()]
     return "\n".join(lines)
+
+
+def bandwidth(res, width: int = 12) -> str:
+    """The N x N matrix (Gbit/s, sender rows, receiver columns) up to WIDTH nodes, else the
+    slowest pairs ranked; then the flagged nodes and the rule."""
+    m = res.matrix
+    lines = [f"bandwidth ({res.mode}: {res.rounds} round(s) of {res.seconds:g} s, every node sending and "
+             f"receiving at once), Gbit/s"]
+    if len(m.names) <= width:
+        w = max(8, max(len(n) for n in m.names) + 1)
+        lines.append(" " * w + "".join(f"{n:>{w}}" for n in m.names))
+        for a in m.names:
+            cells = ["-" if a == b else f"{m.rate[(a, b)]:.2f}" if (a, b) in m.rate else
+                     "fail" if (a, b) in m.errors else "" for b in m.names]
+            lines.append(f"{a:<{w}}" + "".join(f"{c:>{w}}" for c in cells))
+    else:
+        ranked = sorted(m.rate.items(), key=lambda kv: kv[1])[:20]
+        lines.append("slowest pairs:")
+        lines += [f"  {a} -> {b}  {v:.2f} Gbit/s  rtt {m.rtt.get((a, b), float('nan')):.2f} ms" for (a, b), v in ranked]
+    for (a, b), err in sorted(m.errors.items()):
+        lines.append(f"failed: {a} -> {b}: {err}")
+    med = m.median()
+    lines.append(f"median {med:.2f} Gbit/s over {len(m.rate)} pair(s); rule: {m.as_dict()['rule']}"
+                 if med else "no pair completed")
+    for n, why in res.flagged.items():
+        lines.append(f"SLOW {n}: {why}")
+    if not res.flagged and not m.errors:
+        lines.append("no node flagged")
+    return "\n".join(lines)
+
+
+def heatmap_png(res, path: str) -> None:
+    """The matrix as a heatmap PNG (matplotlib, imported only here)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    m = res.matrix
+    n = len(m.names)
+    grid = [[m.rate.get((a, b), float("nan")) for b in m.names] for a in m.names]
+    fig, ax = plt.subplots(figsize=(max(4, n * 0.5 + 2), max(3.5, n * 0.5 + 1.5)))
+    im = ax.imshow(grid, cmap="viridis")
+    ax.set_xticks(range(n), m.names, rotation=90, fontsize=7)
+    ax.set_yticks(range(n), m.names, fontsize=7)
+    ax.set_xlabel("receiver")
+    ax.set_ylabel("sender")
+    ax.set_title(f"TCP Gbit/s ({res.mode})")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

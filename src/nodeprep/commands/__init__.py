@@ -6,6 +6,7 @@ returns a result object; it never prints (the cli renders results).
   inventory.py   `invoke inventory`: what was read, with origins (no node contacted)
   facts.py       `invoke facts`: one probe per node
   health.py      `invoke health`: one probe per node, the checks of ops/health, findings
+  bandwidth.py   `invoke bandwidth`: rounds of node pairs sending at once, the matrix, the slow node
   hosts.py       `invoke hosts.forget`: drop pinned host keys after a reinstall
   provision.py   `invoke provision`: probe, locks, the controller's work, the report
   waves.py       its plan-and-apply: each node's steps checked, room, one batched apply, waves

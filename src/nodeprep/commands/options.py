@@ -26,6 +26,23 @@ class HealthOptions:
 
 
 @dataclass(frozen=True)
+class BandwidthOptions:
+    inventory: str | None = None
+    limit: str | None = None
+    json: bool = False
+    quick: bool = False               # one matching, then each suspect against a good node
+    png: str | None = None            # a heatmap of the matrix (needs matplotlib)
+    seconds: float = 3.0              # each round's send
+    port: int = 29511
+
+    def check(self) -> None:
+        if not 0.2 <= self.seconds <= 60:
+            raise InputError(f"--seconds {self.seconds!r}: expected 0.2 to 60")
+        if not 1024 <= self.port <= 65535:
+            raise InputError(f"--port {self.port!r}: expected 1024 to 65535")
+
+
+@dataclass(frozen=True)
 class ProvisionOptions:
     inventory: str | None = None
     limit: str | None = None

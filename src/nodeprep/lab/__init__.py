@@ -10,7 +10,7 @@ real cluster. Every node's /etc (etc.py) offers bash, zsh and tcsh in /etc/shell
 lets the lab user `sudo -n usermod -s SHELL nodeprep` (its own shell, nothing else), as a
 cloud image's default user could. Node operations (node_shell, stop/restart, host key,
 password login, authorized_keys; silence, a small file system, a read-only home, a small
-/dev/shm, a memlock limit) are in nodes.py and exported here; gpu.py makes GPU-shaped nodes
+/dev/shm, a memlock limit, a slow link) are in nodes.py and exported here; gpu.py makes GPU-shaped nodes
 (a stand-in nvidia-smi over a real machine's recording).
 Without root, local.py gives a lower-fidelity stand-in (sshds on 127.0.0.1 ports).
 
@@ -27,11 +27,11 @@ keys are pinned in the project's known_hosts by up(), since the lab made them.
 """
 from .cluster import down, status, up
 from .config import LabInfo, LabNode, UpOptions
-from .nodes import (disable_password, enable_password, limit_memlock, limit_shm, limit_space, node_shell,
+from .nodes import (disable_password, enable_password, limit_link, limit_memlock, limit_shm, limit_space, node_shell,
                     readonly_home, regenerate_host_key, remove_authorized_key, restart_node, silence_node,
                     stop_node)
 
 __all__ = ["LabInfo", "LabNode", "UpOptions", "up", "down", "status", "node_shell",
            "stop_node", "restart_node", "regenerate_host_key", "enable_password",
            "disable_password", "remove_authorized_key", "silence_node", "limit_space", "readonly_home",
-           "limit_shm", "limit_memlock"]
+           "limit_shm", "limit_memlock", "limit_link"]

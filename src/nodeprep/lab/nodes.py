@@ -218,3 +218,16 @@ def limit_memlock(info: LabInfo, index: int, kib: int | None = 64) -> None:
     proc = subprocess.run(["prlimit", "--pid", str(pid), f"--memlock={value}:"], capture_output=True, text=True)
     if proc.returncode:
         raise NodeprepError(f"lab {node.name}: prlimit failed: {proc.stderr.strip()}")
+
+
+def limit_link(info: LabInfo, index: int, rate: str | None = "20mbit") -> None:
+    """Node INDEX's link limited to RATE both ways (tc on both ends of its veth), as a node on
+    a slower or failing link; None: unlimited again (the lab's --link-rate, if any, is not
+    restored: lab.up restores it)."""
+    node = info.nodes[index]
+    _rootful_dir(info, index, "a limited link")
+    out = subprocess.run(["ip", "-n", node.netns, "-o", "link", "show"], capture_output=True, text=True).stdout
+    nics = [ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines() if ln.split(":")[1].strip() != "lo"]
+    if not nics:
+        raise NodeprepError(f"lab {node.name}: no interface in {node.netns}")
+    net.limit_links([(node.netns, nics[0])], rate or "")

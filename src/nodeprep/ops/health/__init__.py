@@ -8,4 +8,5 @@
                 network's speed and MTU
   xids.py       Xid lines of a kernel log and what each code means (xids.yml, NVIDIA's table)
   catalogue.py  every check by name with its codes and sources; --check / --ignore
+  pairs.py      `bandwidth`: the rounds of pairs (ring shift, matching), the matrix, the slow node
 """
