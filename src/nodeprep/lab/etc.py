@@ -260,9 +260,13 @@ def _write_sudoers(etc: Path, text: str) -> bool:
 def mounted(pid: int, nd: Path) -> bool:
     """Whether the node process PID runs on this node's /etc copy (a node started before
     nodes had their own /etc runs on the host's and must be restarted)."""
-    want = f"/{nd.name}/etc"
+    return bind_mounted(pid, "/etc", f"/{nd.name}/etc")
+
+
+def bind_mounted(pid: int, target: str, source_end: str) -> bool:
+    """Whether process PID sees a bind mount on TARGET whose source path ends in SOURCE_END."""
     try:
         lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
     except OSError:
         return False
-    return any((f := ln.split())[4] == "/etc" and f[3].endswith(want) for ln in lines)
+    return any((f := ln.split())[4] == target and f[3].endswith(source_end) for ln in lines)

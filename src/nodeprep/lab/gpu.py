@@ -15,6 +15,7 @@ from pathlib import Path
 
 from nodeprep.engine.facts.gpus import capability_from_name
 from nodeprep.errors import InputError
+from nodeprep.lab import etc
 from nodeprep.lab.config import BIN
 from nodeprep.nodeside import GPU_STANDIN
 RECORD = ".gpu-record"
@@ -152,9 +153,4 @@ def _present(bin_dir: Path) -> dict | None:
 def bound(pid: int, node_dir: Path) -> bool:
     """Whether node process PID sees its own /usr/local/bin (a node started before GPU-shaped
     nodes existed does not, and is restarted by up())."""
-    want = f"/{node_dir.name}/{BIN}"
-    try:
-        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-    except OSError:
-        return False
-    return any((f := ln.split())[4] == "/usr/local/bin" and f[3].endswith(want) for ln in lines)
+    return etc.bind_mounted(pid, "/usr/local/bin", f"/{node_dir.name}/{BIN}")
