@@ -74,12 +74,19 @@ def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silen
             "list_checks": "list every check with its codes and sources, and exit",
             "check": "run only this check (repeatable; names from --list-checks)",
             "ignore": "a finding code to show apart and never hold against a node (repeatable)",
+            "via": "ssh, slurm (the probes as srun steps through the first node) or auto (default: "
+                   "slurm inside an allocation holding every node)",
+            "drain": "drain each CRITICAL node in Slurm, reason 'nodeprep: CODES'; a node someone "
+                     "else drained keeps its reason",
+            "undrain": "return to service the nodes nodeprep drained that are healthy now (never "
+                       "one drained for another reason)",
             **LIVENESS})
 def health(c, inventory=None, limit=None, json=False, list_checks=False, check=None, ignore=None,
-           connect_timeout=None, silent_after=None):
+           via="auto", drain=False, undrain=False, connect_timeout=None, silent_after=None):
     """Is every node fit to run a job: GPUs (ECC, row remap, PCIe, clocks, NVLink, Xids), disk,
     memory, /dev/shm, limits, clock, RDMA ports, the job network. Exit 1 on a CRITICAL finding."""
-    _done(cli.health(HealthOptions(inventory, limit, json, tuple(check or ()), tuple(ignore or ())),
+    _done(cli.health(HealthOptions(inventory, limit, json, tuple(check or ()), tuple(ignore or ()), via,
+                                   drain, undrain),
                      _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
 
 

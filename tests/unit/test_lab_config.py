@@ -184,14 +184,36 @@ def test_sudoers_rule_names_each_command_exactly():
     assert "nodeprep ALL=(root) NOPASSWD:" in text and "ALL:" not in text.replace("(root)", "")
 
 
-def test_sudoers_rule_passes_visudo(tmp_path):
+@pytest.mark.parametrize("text", [lc.sudoers_text(), lc.sudoers_slurm_text()], ids=["shell", "slurm"])
+def test_sudoers_rule_passes_visudo(tmp_path, text):
     if shutil.which("visudo") is None:
         pytest.skip("visudo missing: requirements/bootstrap.sh installs sudo")
     f = tmp_path / "rule"
-    f.write_text(lc.sudoers_text())
+    f.write_text(text)
     f.chmod(0o440)
     proc = subprocess.run(["visudo", "-cf", str(f)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_sudoers_slurm_rule_allows_exactly_nodeprep_drain_and_resume():
+    """The rule's regular expression (sudoers escapes undone) against what drain.py sends."""
+    import re
+    import shlex
+    from nodeprep.ops.health import drain
+    line = lc.sudoers_slurm_text().splitlines()[1]
+    assert "*" not in line
+    pattern = re.compile(line.split("/usr/bin/scontrol ", 1)[1].replace("\\", ""))
+
+    def args(action):
+        return " ".join(shlex.split(action.command())[1:])
+    ok = [drain.Action("w1", "worker-1", "drain", "", drain.reason(["DISK_FULL", "XID_HW"])),
+          drain.Action("w1", "gpu-a.b_c", "resume", "")]
+    for a in ok:
+        assert pattern.match(args(a)), args(a)
+    for bad in ("update NodeName=worker-1 State=DOWN", "update NodeName=worker-1 State=DRAIN Reason=maint",
+                "update NodeName=worker-1 State=RESUME Weight=0", "delete NodeName=worker-1",
+                "update NodeName=w1 State=DRAIN Reason=nodeprep: X (invoke health) State=DOWN"):
+        assert not pattern.match(bad), bad
 
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIlabkey nodeprep-lab-t\n"

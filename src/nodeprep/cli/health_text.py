@@ -20,6 +20,10 @@ def findings(res) -> str:
                 lines.append(f"  {'':<8} {'':<18} fix: {f.fix}")
     for f in res.ignored:
         lines.append(f"ignored: {f.node} {f.verdict.name} {f.code} {f.reason}")
+    for a, err in res.slurm:
+        what = {"drain": f"drained ({a.reason})", "resume": "returned to service", "keep": "unchanged"}[a.op]
+        lines.append(f"slurm: {a.node}{'' if a.slurm in ('', a.node) else f' ({a.slurm})'}: "
+                     + (f"{a.op} FAILED: {err}" if err else f"{what}: {a.why}"))
     bad = res.unhealthy()
     counts = {v: sum(1 for n in res.nodes if res.verdict(n) is v) for v in Verdict}
     summary = ", ".join(f"{counts[v]} {v.name}" for v in reversed(Verdict) if counts[v])

@@ -1,7 +1,9 @@
 """`invoke health`: is every node fit to run a job. One probe per node gathers what the
 selected checks read (ops/health/catalogue.py), the controller's clock brackets it (the
 clock check), then each node's checks and the checks that compare nodes run on the
-answers. A node that does not answer is itself a CRITICAL finding (NODE_UNREACHABLE)."""
+answers. A node that does not answer is itself a CRITICAL finding (NODE_UNREACHABLE).
+With --drain / --undrain, Slurm is then told (ops/health/drain.py decides; scontrol runs on
+the first node that answered, over its own ssh connection)."""
 from __future__ import annotations
 
 import time
@@ -12,7 +14,9 @@ from nodeprep.commands.options import HealthOptions
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
-from nodeprep.ops.health import catalogue
+from nodeprep.engine.transports import slurm, slurmrun
+from nodeprep.errors import InputError, NodeprepError
+from nodeprep.ops.health import catalogue, drain
 from nodeprep.ops.health.findings import Context, Finding, Thresholds, Verdict, worst
 from nodeprep.settings import Settings
 
@@ -24,6 +28,7 @@ class HealthResult:
     ignored: list[Finding] = field(default_factory=list)     # non-OK findings whose code --ignore names
     checks: tuple[str, ...] = ()
     report: dict = field(default_factory=dict)
+    slurm: list[tuple[drain.Action, str]] = field(default_factory=list)   # (action, "" or why it failed)
 
     def verdict(self, node: str) -> Verdict:
         return worst(f.verdict for f in self.findings if f.node == node)
@@ -36,11 +41,13 @@ class HealthResult:
         return {"nodes": {n: {"verdict": self.verdict(n).name,
                               "findings": [f.as_dict() for f in self.findings if f.node == n]} for n in self.nodes},
                 "unhealthy": self.unhealthy(), "ignored": [f.as_dict() for f in self.ignored],
-                "checks": list(self.checks), "run_dir": self.report.get("run_dir")}
+                "checks": list(self.checks), "run_dir": self.report.get("run_dir"),
+                **({"slurm": [{"node": a.node, "slurm_node": a.slurm, "action": a.op, "why": a.why,
+                               "reason": a.reason, "error": err} for a, err in self.slurm]} if self.slurm else {})}
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.unhealthy() else 0
+        return 1 if self.unhealthy() or any(err for _a, err in self.slurm) else 0
 
 
 def requests(checks, hosts) -> list:
@@ -110,17 +117,64 @@ def gather(fleet: Fleet, checks, hosts) -> tuple[dict, dict]:
     return facts, contexts(hosts, facts, windows)
 
 
+def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> None:
+    """--drain / --undrain: Slurm's view of the nodes read on the first node that answered,
+    the plan (drain.plan), then one scontrol per change, each with its outcome in RES.slurm."""
+    head = next((fleet.sessions[h.name] for h in hosts if h.name in {s.name for s in fleet.usable()}), None)
+    if head is None:
+        raise NodeprepError("--drain/--undrain: no node answered, and scontrol runs on one",
+                            hint="bring a node of the cluster back, then run again")
+    r = head.run_ssh(f"command -v scontrol >/dev/null || echo '@@missing scontrol'; {slurm.SINFO} && "
+                     f"echo @@state && {drain.STATE}", 60, "slurm: nodes and their states (sinfo)")
+    if "@@missing scontrol" in r.stdout:
+        raise InputError(f"--drain/--undrain: scontrol not found on {head.name} (the first node that "
+                         "answered runs the Slurm commands)",
+                         hint="run against a Slurm cluster's nodes, or leave out --drain/--undrain")
+    if r.rc != 0 or "@@state" not in r.stdout:
+        raise NodeprepError(f"--drain/--undrain: sinfo on {head.name} failed: {r.tail(2)}",
+                            hint="is slurmctld up? `sinfo -N` on that node says")
+    names_text, _, state_text = r.stdout.partition("@@state\n")
+    names = {}
+    for h in hosts:                  # a node Slurm does not list is said so, not an error
+        try:
+            names.update(slurm.node_map([h], names_text, head.name))
+        except InputError:
+            pass
+    critical: dict[str, list[str]] = {}
+    for f in res.findings:
+        if f.verdict is Verdict.CRITICAL:
+            critical.setdefault(f.node, []).append(f.code)
+    for a in drain.plan(critical, res.nodes, names, drain.parse_state(state_text), opts.drain, opts.undrain):
+        err = ""
+        if a.op != "keep":
+            done = head.run_ssh(drain.script(a), 30, f"slurm: {a.op} {a.slurm}")
+            err = "" if done.ok else (done.tail(2) or f"exit {done.rc}")
+        res.slurm.append((a, err))
+
+
 def health(opts: HealthOptions, settings: Settings, events: Events) -> HealthResult:
     checks = catalogue.select(opts.checks)
     catalogue.check_ignored(opts.ignore)
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
+    via = opts.via
+    slurmrun.resolve(via, hosts)     # a bad --via: exit 2 before any node is touched
+    if opts.undrain:                 # a drained node takes no srun step: probe it over ssh
+        if via == "slurm":
+            raise InputError("--undrain --via slurm: Slurm runs no step on a drained node, so the "
+                             "nodes to return could not be probed", hint="use --via ssh (the default "
+                                                                          "outside an allocation)")
+        via = "ssh"
     with Fleet(hosts, settings, "health", events) as fleet:
+        slurmrun.use(fleet, via)
         facts, ctxs = gather(fleet, checks, hosts)
         found = judge(checks, facts, ctxs)
         for node, why in fleet.unusable().items():
             found.append(Finding(node, "reach", "NODE_UNREACHABLE", Verdict.CRITICAL, why,
                                  "bring the node back (or leave it out with --limit '!NODE')"))
-        report = fleet.report(inventory=inv.name)
-    ignored = [f for f in found if f.code in opts.ignore and f.verdict is not Verdict.OK]
-    kept = [f for f in found if f not in ignored]
-    return HealthResult([h.name for h in hosts], kept, ignored, tuple(c.name for c in checks), report)
+        ignored = [f for f in found if f.code in opts.ignore and f.verdict is not Verdict.OK]
+        res = HealthResult([h.name for h in hosts], [f for f in found if f not in ignored], ignored,
+                           tuple(c.name for c in checks))
+        if opts.drain or opts.undrain:
+            tell_slurm(fleet, hosts, res, opts)
+        res.report = fleet.report(inventory=inv.name)
+    return res

@@ -23,6 +23,9 @@ class HealthOptions:
     json: bool = False
     checks: tuple[str, ...] = ()      # --check NAME (repeatable); none: every check
     ignore: tuple[str, ...] = ()      # --ignore CODE (repeatable): shown apart, never CRITICAL
+    via: str = "auto"                 # ssh | slurm | auto: how the probes reach the nodes
+    drain: bool = False               # drain CRITICAL nodes in Slurm (reason `nodeprep: ...`)
+    undrain: bool = False             # resume nodes nodeprep drained that are healthy now
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from pathlib import Path
 from nodeprep.errors import NodeprepError
 
 from . import net
-from .config import LAB_USER, LOGIN_SHELLS, SUDOERS_NAME, shells_text, sudoers_text
+from .config import (LAB_USER, LOGIN_SHELLS, SUDOERS_NAME, SUDOERS_SLURM_NAME, shells_text,
+                     sudoers_slurm_text, sudoers_text)
 
 HOST_ETC = Path("/etc")
 STAMP = "etc.synced"         # in the node directory: its mtime is the last refresh
@@ -36,7 +37,7 @@ ACCOUNTS = ("passwd", "group", "shadow", "gshadow")
 # subordinate id ranges) and what the lab writes itself.
 NODE_OWNED = {f"{a}{s}" for a in ACCOUNTS + ("subuid", "subgid") for s in ("", "-")} | {
     ".pwd.lock", "hosts", "resolv.conf", "hostname", "shells", f"sudoers.d/{SUDOERS_NAME}",
-    "slurm/slurm.conf", "slurm/cgroup.conf"}     # lab --slurm writes these (slurm.py)
+    f"sudoers.d/{SUDOERS_SLURM_NAME}", "slurm/slurm.conf", "slurm/cgroup.conf"}     # lab --slurm writes these (slurm.py)
 
 
 def _clock(lab: Path) -> int:
@@ -217,24 +218,26 @@ def write_files(nd: Path, hostname: str, hosts: str, sudo: bool = True) -> bool:
              net.write_if_changed(etc / "resolv.conf", ""),
              net.write_if_changed(etc / "hostname", f"{hostname}\n"),
              net.write_if_changed(etc / "shells", shells_text(shells, offered)),
-             _write_sudoers(etc, sudoers_text(LAB_USER, offered)) if sudo else _no_sudoers(etc)]
+             *([_write_sudoers(etc, SUDOERS_NAME, sudoers_text(LAB_USER, offered)),
+                _write_sudoers(etc, SUDOERS_SLURM_NAME, sudoers_slurm_text(LAB_USER))] if sudo
+               else [_no_sudoers(etc, SUDOERS_NAME), _no_sudoers(etc, SUDOERS_SLURM_NAME)])]
     return any(wrote)
 
 
 _VALID: set[str] = set()     # sudoers texts visudo accepted: one check per up, not per node
 
 
-def _no_sudoers(etc: Path) -> bool:
+def _no_sudoers(etc: Path, name: str) -> bool:
     """A node whose user may not sudo at all (as on many HPC clusters)."""
-    path = etc / "sudoers.d" / SUDOERS_NAME
+    path = etc / "sudoers.d" / name
     if os.path.lexists(path):
         path.unlink()
         return True
     return False
 
 
-def _write_sudoers(etc: Path, text: str) -> bool:
-    path = etc / "sudoers.d" / SUDOERS_NAME
+def _write_sudoers(etc: Path, name: str, text: str) -> bool:
+    path = etc / "sudoers.d" / name
     try:
         if path.read_text() == text and not path.is_symlink():
             return False
@@ -242,7 +245,7 @@ def _write_sudoers(etc: Path, text: str) -> bool:
         pass
     if shutil.which("visudo") is None or not (etc / "sudoers.d").is_dir():
         raise NodeprepError("sudo not found: run requirements/bootstrap.sh")
-    tmp = path.with_name(f".{SUDOERS_NAME}.new")
+    tmp = path.with_name(f".{name}.new")
     tmp.write_text(text)
     os.chmod(tmp, 0o440)
     # sudo ignores a sudoers.d file whose name has a dot, so the half-made one is inert;
