@@ -80,13 +80,20 @@ def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silen
                      "else drained keeps its reason",
             "undrain": "return to service the nodes nodeprep drained that are healthy now (never "
                        "one drained for another reason)",
+            "deep": "also the deep tier (minutes): dcgmi diag -r 2, a GPU burn, an all_reduce over "
+                    "each node's GPUs against its model's floor",
+            "emulate_gpus": "the deep tier's burn and all_reduce on N CPU devices where a node has no "
+                            "GPU (to see the tier work; its figures say nothing of a GPU)",
+            "burn_seconds": "seconds each GPU burns in the deep tier (default 10)",
             **LIVENESS})
 def health(c, inventory=None, limit=None, json=False, list_checks=False, check=None, ignore=None,
-           via="auto", drain=False, undrain=False, connect_timeout=None, silent_after=None):
+           via="auto", drain=False, undrain=False, deep=False, emulate_gpus=None, burn_seconds=None,
+           connect_timeout=None, silent_after=None):
     """Is every node fit to run a job: GPUs (ECC, row remap, PCIe, clocks, NVLink, Xids), disk,
     memory, /dev/shm, limits, clock, RDMA ports, the job network. Exit 1 on a CRITICAL finding."""
     _done(cli.health(HealthOptions(inventory, limit, json, tuple(check or ()), tuple(ignore or ()), via,
-                                   drain, undrain),
+                                   drain, undrain, deep, _number("--emulate-gpus", emulate_gpus, int) or 0,
+                                   _number("--burn-seconds", burn_seconds, float) or 10.0),
                      _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
 
 

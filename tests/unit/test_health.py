@@ -78,7 +78,7 @@ def codes(check, f, c=None) -> dict[str, Verdict]:
 
 
 def run_all(per_node: dict) -> list:
-    return judge(catalogue.CHECKS, per_node, {n: ctx() for n in per_node})
+    return judge(catalogue.select(), per_node, {n: ctx() for n in per_node})     # the passive tier
 
 
 # -- parsers on every recording -----------------------------------------------------------------
@@ -438,7 +438,7 @@ def test_recorded_narrow_links_and_a_vgpu_of_mostly_na():
     assert [c for c, _v, _r, _f in found] == ["PCIE_WIDTH"] and "x1 of x16" in found[0][2]
     assert codes(gpu.pcie, facts(_xml("telegraf-a10g"))) == {"PCIE_WIDTH": Verdict.CRITICAL}
     vgpu = facts(_xml("telegraf-grid-p4-1q-vgpu"))               # nearly every field N/A
-    got = judge([c for c in catalogue.CHECKS if not c.fleet], {"p4": vgpu}, {"p4": ctx()})
+    got = judge([c for c in catalogue.select() if not c.fleet], {"p4": vgpu}, {"p4": ctx()})
     assert "CHECK_ERROR" not in {f.code for f in got}
 
 
@@ -461,7 +461,7 @@ def test_eight_v100s_under_load_one_job_on_every_gpu():
 def _gate_facts(bad: dict) -> tuple[list, dict, dict]:
     from types import SimpleNamespace
     from nodeprep.engine.facts import INTERFACES, ROUTE
-    hosts = [SimpleNamespace(name=f"w{i}", address=f"10.0.0.{i + 1}") for i in range(3)]
+    hosts = [SimpleNamespace(name=f"w{i}", address=f"10.0.0.{i + 1}", vars={}) for i in range(3)]
     out = {}
     for h in hosts:
         f = bad.get(h.name) or facts()

@@ -77,7 +77,7 @@ def facts(opts: FactsOptions, settings: Settings = Settings()) -> int:
 def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bool = False) -> int:
     if list_checks:
         from nodeprep.ops.health import catalogue
-        checks = catalogue.select(opts.checks)
+        checks = catalogue.select(opts.checks, deep=True)
         print(health_text.catalogue(checks, catalogue.COMMAND_CODES))
         return 0
     res = health_cmd.health(opts, settings, Display.auto(to_stderr=True, quiet=True))

@@ -35,7 +35,8 @@ def findings(res) -> str:
 def catalogue(checks, command_codes: dict) -> str:
     lines = []
     for c in checks:
-        lines.append(f"{c.name:<15} {c.about}" + (" [compares nodes]" if c.fleet else ""))
+        lines.append(f"{c.name:<15} {c.about}" + (" [compares nodes]" if c.fleet else "")
+                     + (" [--deep]" if c.tier == "deep" else ""))
         for code, what in c.codes.items():
             lines.append(f"  {code:<20} {what}")
         if c.source:

@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import HealthOptions
 from nodeprep.engine import facts as factmod
+from nodeprep.engine.facts.gpudeep import DCGM_DIAG, DCGM_TIMEOUT, GPU_DEEP, DcgmIn, DeepIn
+from nodeprep.engine.facts.gpuhealth import GPU_DETAIL
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.transports import slurm, slurmrun
 from nodeprep.errors import InputError, NodeprepError
-from nodeprep.ops.health import catalogue, drain
+from nodeprep.ops.health import catalogue, deep, drain
 from nodeprep.ops.health.findings import Context, Finding, Thresholds, Verdict, worst
 from nodeprep.settings import Settings
 
@@ -59,16 +61,32 @@ def requests(checks, hosts) -> list:
     return reqs
 
 
-def contexts(hosts, facts: dict, windows: dict, thresholds: Thresholds = Thresholds()) -> dict[str, Context]:
+def contexts(hosts, facts: dict, windows: dict, thresholds: Thresholds = Thresholds(),
+             emulate_gpus: int = 0) -> dict[str, Context]:
     """Each answering node's Context: the controller's clock around its probe, the interface
-    its traffic to the first node (of HOSTS, answering or not) takes, when the probe asked."""
+    its traffic to the first node (of HOSTS, answering or not) takes, when the probe asked;
+    the deep tier's emulation and the inventory's all_reduce floor."""
     route = factmod.ROUTE(hosts[0].address) if hosts else None
     out = {}
     for h in (h for h in hosts if h.name in facts):
         v = facts[h.name]
         iface = factmod.reaching(v.get(factmod.INTERFACES) or {}, v.get(route)) if route and route in v else None
-        out[h.name] = Context(thresholds, windows.get(h.name), iface)
+        out[h.name] = Context(thresholds, windows.get(h.name), iface, emulate_gpus, _floor(h))
     return out
+
+
+def _floor(host) -> float | None:
+    """The inventory's health_allreduce_floor_gbps for HOST (GB/s of busbw), None if unset."""
+    v = host.vars.get("health_allreduce_floor_gbps")
+    if v in (None, ""):
+        return None
+    try:
+        if isinstance(v, bool) or float(v) <= 0:
+            raise ValueError
+        return float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"{host.name}: health_allreduce_floor_gbps {v!r}: expected a positive number "
+                         "(GB/s of all_reduce bus bandwidth)", hint="fix it in the inventory") from None
 
 
 def _run_check(check, node: str, facts, ctx) -> list[Finding]:
@@ -92,7 +110,8 @@ def _run_fleet_check(check, facts: dict, ctxs: dict) -> list[Finding]:
 
 
 def judge(checks, facts: dict, ctxs: dict[str, Context]) -> list[Finding]:
-    """Every selected check on the nodes' facts ({node: FactValues}): pure, no I/O."""
+    """Every selected check on the nodes' facts ({node: FactValues}): pure, no I/O. A finding
+    two checks give alike (the deep tier's missing torch) is kept once."""
     out: list[Finding] = []
     for check in checks:
         if check.fleet:
@@ -100,10 +119,11 @@ def judge(checks, facts: dict, ctxs: dict[str, Context]) -> list[Finding]:
         else:
             for node, f in facts.items():
                 out += _run_check(check, node, f, ctxs[node])
-    return out
+    seen: set = set()
+    return [f for f in out if (f.node, f.code, f.reason) not in seen and not seen.add((f.node, f.code, f.reason))]
 
 
-def gather(fleet: Fleet, checks, hosts) -> tuple[dict, dict]:
+def gather(fleet: Fleet, checks, hosts, emulate_gpus: int = 0) -> tuple[dict, dict]:
     """({node: facts}, {node: Context}) from one probe per usable node."""
     reqs = requests(checks, hosts)
     windows: dict[str, tuple[float, float]] = {}
@@ -114,7 +134,35 @@ def gather(fleet: Fleet, checks, hosts) -> tuple[dict, dict]:
         windows[s.name] = (t0, time.time())
         return values
     facts = fleet.map(probe, "health")
-    return facts, contexts(hosts, facts, windows)
+    return facts, contexts(hosts, facts, windows, emulate_gpus=emulate_gpus)
+
+
+def deep_requests(checks, passive, venv: str, opts: HealthOptions) -> list:
+    """What the deep stage asks of one node, given its passive answers (PASSIVE)."""
+    names = {c.name for c in checks if c.tier == "deep"}
+    gpus = deep.has_gpus(passive)
+    reqs = [DCGM_DIAG(DcgmIn(2))] if "dcgm_diag" in names and gpus else []
+    if names & {"gpu_burn", "allreduce_node"} and (gpus or opts.emulate_gpus):
+        reqs.append(GPU_DEEP(DeepIn(venv, opts.burn_seconds, deep.message_bytes(passive.get(GPU_DETAIL)),
+                                    opts.emulate_gpus)))
+    return reqs
+
+
+def gather_deep(fleet: Fleet, checks, facts: dict, opts: HealthOptions) -> None:
+    """The deep stage (minutes): one more probe per node that answered, its answers added to
+    FACTS; a node that goes silent here is unreachable like any other."""
+    if not any(c.tier == "deep" for c in checks):
+        return
+    limit = DCGM_TIMEOUT + opts.burn_seconds + 300
+
+    def probe(s):
+        reqs = deep_requests(checks, facts[s.name], s.host.vars.get("venv_path") or "~/.nodeprep/venv", opts)
+        got = factmod.gather(s, reqs, s.host.vars, timeout=limit) if reqs else {}
+        return {r.fact.key: got[r] for r in reqs}       # the checks read them by the fact itself
+    for node, got in fleet.map(probe, "health --deep", only=[n for n in facts]).items():
+        facts[node].update(got)
+    for node in [n for n in facts if n in fleet.unusable()]:
+        del facts[node]
 
 
 def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> None:
@@ -153,8 +201,14 @@ def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> N
 
 
 def health(opts: HealthOptions, settings: Settings, events: Events) -> HealthResult:
-    checks = catalogue.select(opts.checks)
+    checks = catalogue.select(opts.checks, opts.deep)
     catalogue.check_ignored(opts.ignore)
+    if not 0 <= opts.emulate_gpus <= 16 or not 1 <= opts.burn_seconds <= 600:
+        raise InputError(f"--emulate-gpus {opts.emulate_gpus} / --burn-seconds {opts.burn_seconds:g}: "
+                         "expected 0-16 devices and 1-600 seconds")
+    if (opts.emulate_gpus or opts.burn_seconds != 10.0) and not any(c.tier == "deep" for c in checks):
+        raise InputError("--emulate-gpus and --burn-seconds belong to the deep tier",
+                         hint="add --deep (or --check gpu_burn / allreduce_node)")
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     via = opts.via
     slurmrun.resolve(via, hosts)     # a bad --via: exit 2 before any node is touched
@@ -166,8 +220,9 @@ def health(opts: HealthOptions, settings: Settings, events: Events) -> HealthRes
         via = "ssh"
     with Fleet(hosts, settings, "health", events) as fleet:
         slurmrun.use(fleet, via)
-        facts, ctxs = gather(fleet, checks, hosts)
-        found = judge(checks, facts, ctxs)
+        facts, ctxs = gather(fleet, checks, hosts, opts.emulate_gpus)
+        gather_deep(fleet, checks, facts, opts)
+        found = judge(checks, facts, {n: ctxs[n] for n in facts})
         for node, why in fleet.unusable().items():
             found.append(Finding(node, "reach", "NODE_UNREACHABLE", Verdict.CRITICAL, why,
                                  "bring the node back (or leave it out with --limit '!NODE')"))

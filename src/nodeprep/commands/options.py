@@ -26,6 +26,9 @@ class HealthOptions:
     via: str = "auto"                 # ssh | slurm | auto: how the probes reach the nodes
     drain: bool = False               # drain CRITICAL nodes in Slurm (reason `nodeprep: ...`)
     undrain: bool = False             # resume nodes nodeprep drained that are healthy now
+    deep: bool = False                # also the deep tier: dcgmi diag -r 2, the burn, the all_reduce
+    emulate_gpus: int = 0             # the deep tier's burn and all_reduce on N CPU devices (no GPU)
+    burn_seconds: float = 10.0        # how long each GPU burns
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from nodeprep.errors import NodeprepError
 from nodeprep.ops.health import catalogue
 from nodeprep.ops.health.findings import Finding, Verdict
 
-CHECKS = tuple(c for c in catalogue.CHECKS if c.name != "gpu_busy")
+CHECKS = tuple(c for c in catalogue.CHECKS if c.tier == "passive" and c.name != "gpu_busy")
 
 
 def requests(hosts) -> list:

@@ -148,11 +148,12 @@ def parse_sections(node: str, requests: list, output: str, token: str, rc: int,
     return values
 
 
-def gather(session, requests: list, host_vars: dict | None = None) -> FactValues:
-    """One round trip to the node for all REQUESTS; returns their values."""
+def gather(session, requests: list, host_vars: dict | None = None, timeout: float | None = None) -> FactValues:
+    """One round trip to the node for all REQUESTS; returns their values. TIMEOUT: the
+    probe's limit (default: the settings' probe_timeout)."""
     token = secrets.token_hex(6)
     label = "probe " + ",".join(key_of(r) for r in requests)
     r = session.run(probe_script(requests, host_vars or {}, token), label=label[:300],
-                    timeout=session.settings.probe_timeout,
+                    timeout=timeout or session.settings.probe_timeout,
                     log_output=False)
     return parse_sections(session.name, requests, r.stdout, token, r.rc, r.tail(3))

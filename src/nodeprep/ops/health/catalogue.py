@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nodeprep.errors import InputError
-from nodeprep.ops.health import fleet, gpu, node
+from nodeprep.ops.health import deep, fleet, gpu, node
 from nodeprep.ops.health.findings import Check
 
 _AZ = "azurehpc-health-checks"
@@ -73,6 +73,25 @@ CHECKS: tuple[Check, ...] = (
     Check("net_link", "the job network's interface: speed and MTU equal across the fleet",
           {"NET_SPEED": "slower than the best node", "NET_MTU": "MTU differs", "NET_UNKNOWN": "no interface found"},
           fleet.FACTS, fleet.net_link, fleet=True),
+    # -- the deep tier (--deep, minutes) --
+    Check("dcgm_diag", "DCGM's diagnostic, level 2 (`dcgmi diag -r 2`: software, PCIe, memory; about 2 min)",
+          {"DCGM_PASS": "every result passed", "DCGM_FAIL": "a test failed", "DCGM_WARN": "a test warned",
+           "DCGM_MISSING": "no dcgmi on the node", "DCGM_HUNG": "no answer within 15 min",
+           "DCGM_ERROR": "dcgmi gave no result"}, deep.FACTS, deep.dcgm, tier="deep",
+          source="NVIDIA DCGM diagnostics (run levels 1-4); Meta GCM and Google CHS run it"),
+    Check("gpu_burn", "every GPU multiplies the same fp32 matrices for 10 s: answers equal, speed even",
+          {"BURN_OK": "all agree", "BURN_MISMATCH": "a GPU gave two answers to one product",
+           "BURN_DISAGREE": "a GPU's answer differs from the others'", "BURN_SLOW": "under 0.8x its node's fastest",
+           "BURN_ERROR": "the burn failed on a GPU", "DEEP_NO_TORCH": "no venv with torch",
+           "DEEP_NO_CUDA": "torch sees no CUDA device", "DEEP_ERROR": "the GPU program failed",
+           "DEEP_HUNG": "the GPU program did not finish in time"},
+          deep.FACTS, deep.burn, tier="deep", source="wilicc/gpu-burn (GEMM compare, 10 s default)"),
+    Check("allreduce_node", "all_reduce over the node's GPUs (NCCL) at a large message against the model's floor",
+          {"ALLREDUCE_OK": "at or over the floor", "ALLREDUCE_SLOW": "under the floor",
+           "ALLREDUCE_WRONG": "a wrong sum", "ALLREDUCE_FAIL": "the all_reduce failed",
+           "ALLREDUCE_NO_FLOOR": "measured; no floor for this model", "ALLREDUCE_NA": "one GPU"},
+          deep.FACTS, deep.allreduce, tier="deep",
+          source="azurehpc-health-checks check_nccl_allreduce (floors.yml); nccl-tests busbw"),
 )
 
 BY_NAME = {c.name: c for c in CHECKS}
@@ -82,13 +101,16 @@ COMMAND_CODES = {"NODE_UNREACHABLE": "the node did not answer (CRITICAL)",
 CODES = {code: c.name for c in CHECKS for code in c.codes} | {c: "health" for c in COMMAND_CODES}
 
 
-def select(names: tuple[str, ...] = ()) -> tuple[Check, ...]:
-    """The checks named (all when none); an unknown name is a bad input."""
+def select(names: tuple[str, ...] = (), deep: bool = False) -> tuple[Check, ...]:
+    """The checks named, or else every passive check (and the deep tier's with DEEP); an
+    unknown name is a bad input. Naming a deep check runs it: the name says what is wanted."""
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         raise InputError(f"no health check named {', '.join(map(repr, unknown))}",
                             hint=f"`invoke health --list-checks` lists them: {', '.join(BY_NAME)}")
-    return tuple(BY_NAME[n] for n in names) if names else CHECKS
+    if names:
+        return tuple(BY_NAME[n] for n in names)
+    return tuple(c for c in CHECKS if deep or c.tier == "passive")
 
 
 def check_ignored(codes: tuple[str, ...]) -> None:

@@ -70,6 +70,8 @@ class Context:
     thresholds: Thresholds = field(default_factory=Thresholds)
     clock_window: tuple[float, float] | None = None   # the controller's clock around the probe
     interface: str | None = None                      # the interface the node's address is on
+    emulate_gpus: int = 0                             # --deep --emulate-gpus N: CPU devices stand in
+    allreduce_floor_gbps: float | None = None         # the inventory's health_allreduce_floor_gbps
 
 
 def worst(verdicts) -> Verdict:
