@@ -104,14 +104,16 @@ def health(c, inventory=None, limit=None, json=False, list_checks=False, check=N
                      "(default: every ordered pair, N-1 rounds)",
             "png": "also write the matrix as a heatmap PNG (needs matplotlib)",
             "seconds": "seconds each node sends per round (default 3)",
-            "port": "TCP port the nodes listen on (default 29511)", **LIVENESS})
+            "port": "TCP port the nodes listen on (default 29511)",
+            "tool": "iperf3, builtin (a standard-library sender) or auto (default: iperf3 where every "
+                    "node has it)", **LIVENESS})
 def bandwidth(c, inventory=None, limit=None, json=False, quick=False, png=None, seconds=None, port=None,
-              connect_timeout=None, silent_after=None):
+              tool="auto", connect_timeout=None, silent_after=None):
     """TCP bandwidth and latency for every pair of nodes, in rounds where every node sends and
     receives at once; names the node common to the slow pairs. Exit 1 when one is flagged."""
     _done(cli.bandwidth(BandwidthOptions(inventory, limit, json, quick, png,
                                          _number("--seconds", seconds, float) or 3.0,
-                                         _number("--port", port, int) or 29511),
+                                         _number("--port", port, int) or 29511, tool),
                         _deadlines(c, connect_timeout, silent_after)))
 
 

@@ -1,6 +1,7 @@
 """`invoke bandwidth --quick` on N lab nodes (issue 29: under 30 s at 32 nodes), whole
-processes, median of RUNS; also the full ring (N-1 rounds) on 8 of them for scale. Each flow
-sends for --seconds 1. The exit status is recorded, not required: on the lab's 2 shared cores
+processes, median of RUNS; also the full ring (N-1 rounds) on 8 of them for scale; each with
+iperf3 (what `--tool auto` picks on the lab) and with the builtin sender. Each flow sends for
+--seconds 1. The exit status is recorded, not required: on the lab's 2 shared cores
 every flow is CPU-bound, so a node may be flagged by noise (the count is printed).
 Usage: bench/bandwidth_bench.py [NODES=32] [RUNS=3]"""
 import statistics
@@ -14,7 +15,9 @@ info, settings, env = bench_lab(nodes)
 inv = str(info.inventory)
 results = []
 try:
-    for name, extra in ((f"quick, {nodes} nodes", ["--quick"]), ("full, 8 nodes", ["--limit", "worker-[0-7]"])):
+    cases = [(f"{shape}, {tool}", [*extra, "--tool", tool]) for tool in ("iperf3", "builtin")
+             for shape, extra in ((f"quick, {nodes} nodes", ["--quick"]), ("full, 8 nodes", ["--limit", "worker-[0-7]"]))]
+    for name, extra in cases:
         cmd = [str(VENV / "invoke"), "bandwidth", "--inventory", inv, "--seconds", "1", *extra]
         flagged = []
 

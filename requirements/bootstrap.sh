@@ -2,6 +2,7 @@
 # Set up everything nodeprep needs on this machine; safe to run again (does nothing then).
 #   - Debian packages: openssh-server/client (the lab's sshd), pdsh and openmpi-bin (launchers),
 #     iproute2 (the lab's namespaces), sudo/zsh/tcsh (each lab node's sudo rule and login shells),
+#     iperf3 (`invoke bandwidth` measures with it where the nodes have it),
 #     slurmd/slurmctld/slurm-client/munge (`lab.up --slurm`: a real Slurm for `--launcher srun`)
 #   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
 #   - .venv-ansible/ with requirements/ansible.txt: the reference ansible-inventory that the
@@ -10,7 +11,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 missing=""
-for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux sudo zsh tcsh \
+for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux sudo zsh tcsh iperf3 \
            slurmd slurmctld slurm-client munge; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
 done

@@ -6,6 +6,9 @@ import json
 import socket
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from nodeprep import nodeside
 from nodeprep.ops.health import pairs
@@ -97,3 +100,48 @@ def test_bwpair_program_sends_to_a_listener_for_real():
     assert r.returncode == 0 and out["error"] is None and out["received_error"] is None, r.stderr
     assert out["sent_bytes"] > 0 and out["received_bytes"] == out["sent_bytes"]
     assert out["rtt_ms"] is not None and out["seconds"] >= 0.3
+
+
+REC = Path(__file__).resolve().parents[1] / "recordings" / "iperf3"
+
+
+def test_iperf3_client_json_read_as_the_builtin_answer():
+    got = pairs.iperf3_result((REC / "client-1s-lab-veth.json").read_text() + "@@end\n")
+    assert got == {"sent_bytes": 1863319552, "seconds": 1.002052, "rtt_ms": 0.053, "error": None}   # received
+    refused = pairs.iperf3_result((REC / "client-refused.json").read_text())
+    assert refused["error"] == "iperf3: unable to connect to server: Connection refused" and not refused["seconds"]
+    assert pairs.iperf3_result("sh: 1: iperf3: not found\n@@end\n")["error"] == "sh: 1: iperf3: not found"
+    assert pairs.iperf3_result("")["error"] == "iperf3 printed nothing"
+
+
+class _Fleet:
+    """Stands in for Fleet.map over nodes that have iperf3 (HAS) or not."""
+    def __init__(self, has: dict):
+        self.has = has
+
+    def map(self, fn, stage):
+        return dict(self.has)
+
+
+def test_the_tool_is_iperf3_only_where_every_node_has_it():
+    from nodeprep.commands.bandwidth import choose_tool
+    from nodeprep.errors import InputError
+    assert choose_tool(_Fleet({"a": True, "b": True}), "auto") == "iperf3"
+    assert choose_tool(_Fleet({"a": True, "b": False}), "auto") == "builtin"
+    assert choose_tool(_Fleet({"a": True, "b": True}), "builtin") == "builtin"
+    with pytest.raises(InputError, match="no iperf3 on b"):
+        choose_tool(_Fleet({"a": True, "b": False}), "iperf3")
+
+
+def test_iperf3pair_runs_for_real_against_itself():
+    """nodeside/iperf3pair.sh with its own address as the peer: its server takes its client."""
+    import shutil
+    if shutil.which("iperf3") is None:
+        pytest.skip("iperf3 missing: requirements/bootstrap.sh installs it")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run(["sh", "-c", nodeside.IPERF3PAIR.read_text(), "-", str(port), "127.0.0.1", "1", "30"],
+                       capture_output=True, text=True, timeout=60)
+    got = pairs.iperf3_result(r.stdout)
+    assert r.returncode == 0 and got["error"] is None and got["sent_bytes"] > 0 and 0.9 < got["seconds"] < 2, r.stdout[-500:]

@@ -51,6 +51,17 @@ def test_first_bad_exit_is_the_root_cause_and_later_ones_are_consequences():
     assert [f.who for f in w.failures if f is not root] == ["worker-0 r0"]
 
 
+def test_the_moment_a_script_failed_beats_the_moment_its_exit_was_seen():
+    """The lab's case (tests/integration/test_user_script.py, mpirun): rank 1's script calls
+    sys.exit(1) at 100.0, its interpreter takes 0.3 s to tear down; rank 0 aborts on the closed
+    connection at 100.2, before rank 1's exit is seen at 100.3: rank 1 is still the cause."""
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), start(1)]})
+    w.feed("worker-0", {"ev": [dict(end(0, -6, 100.25), failed_at=100.2)]})      # SIGABRT after a RuntimeError
+    w.feed("worker-0", {"ev": [dict(end(1, 1, 100.3), failed_at=100.0)]})
+    assert w.root_cause().who == "worker-0 r1"
+
+
 def test_ranks_ended_by_nodeprep_are_stopped_not_failed():
     w = watch()
     w.feed("worker-0", {"ev": [start(0), start(1)]})
@@ -183,3 +194,4 @@ def test_a_plain_exit_status_is_a_failure_even_when_it_arrives_after_the_stop():
     w.feed("worker-1", {"ev": [end(3, 1, now - 0.4), end(2, -signal.SIGTERM, now + 0.1)]})
     assert w.root_cause().who == "worker-1 r3" and w.root_cause().what == "exited with status 1"
     assert w.ranks[(2, 1)].how == "stopped" and w.ranks[(0, 1)].how == "failed"
+

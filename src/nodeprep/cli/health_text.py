@@ -50,7 +50,8 @@ def bandwidth(res, width: int = 12) -> str:
     """The N x N matrix (Gbit/s, sender rows, receiver columns) up to WIDTH nodes, else the
     slowest pairs ranked; then the flagged nodes and the rule."""
     m = res.matrix
-    lines = [f"bandwidth ({res.mode}: {res.rounds} round(s) of {res.seconds:g} s, every node sending and "
+    secs = max(1, round(res.seconds)) if res.tool == "iperf3" else res.seconds
+    lines = [f"bandwidth ({res.mode}, {res.tool}: {res.rounds} round(s) of {secs:g} s, every node sending and "
              f"receiving at once), Gbit/s"]
     if len(m.names) <= width:
         w = max(8, max(len(n) for n in m.names) + 1)

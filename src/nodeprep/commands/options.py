@@ -40,8 +40,11 @@ class BandwidthOptions:
     png: str | None = None            # a heatmap of the matrix (needs matplotlib)
     seconds: float = 3.0              # each round's send
     port: int = 29511
+    tool: str = "auto"                # iperf3 | builtin | auto (iperf3 where every node has it)
 
     def check(self) -> None:
+        if self.tool not in ("auto", "iperf3", "builtin"):
+            raise InputError(f"--tool {self.tool!r}: expected auto, iperf3 or builtin")
         if not 0.2 <= self.seconds <= 60:
             raise InputError(f"--seconds {self.seconds!r}: expected 0.2 to 60")
         if not 1024 <= self.port <= 65535:

@@ -11,6 +11,7 @@ by the paths below. tests/unit/test_architecture.py enforces both rules.
   nccl_probe.py  which libnccl a process has mapped and its version (inside the torch probe,
                  and beside the health payload)
   bwpair.py      one node's part of a bandwidth round: listen, send to the peer, time it
+  iperf3pair.sh  the same round's part with iperf3, where every node has it
   gpudeep.py     health --deep on one node: the GPU burn and the all_reduce over its GPUs
   gpu_standin.py the lab's stand-in nvidia-smi (and dmesg): answers from a real machine's
                  recording (lab.up --gpu-record)
@@ -37,6 +38,7 @@ NCCL_PROBE = _HERE / "nccl_probe.py"
 GPU_STANDIN = _HERE / "gpu_standin.py"
 BWPAIR = _HERE / "bwpair.py"
 GPUDEEP = _HERE / "gpudeep.py"
+IPERF3PAIR = _HERE / "iperf3pair.sh"
 
 # What a builtin payload needs beside it in the job directory (it imports them by name).
 COMPANIONS: dict[str, list[Path]] = {"health": [NCCL_PROBE]}

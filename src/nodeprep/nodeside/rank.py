@@ -5,19 +5,32 @@ The wrapper is the rank's parent, so it learns how the rank ended (exit status o
 an OOM kill from the cgroup's counters or the kernel log where readable) and records it:
 
   ~/.nodeprep/runs/<job>/ranks/<R>.<attempt>.start   {rank, pid, child, machine, ...}
-  ~/.nodeprep/runs/<job>/ranks/<R>.<attempt>.exit    {rc, signal, oom, end}
+  ~/.nodeprep/runs/<job>/ranks/<R>.<attempt>.exit    {rc, signal, oom, end, failed_at}
   ~/.nodeprep/runs/<job>/rank-<R>.out / .err         the rank's stdout / stderr (appended)
   ~/.nodeprep/runs/<job>/rank-<R>.stack              Python stacks dumped on STACK_SIGNAL
 
+failed_at: when the script itself raised or called sys.exit with a failure (the child stamps it
+before the interpreter tears down: the moment the rank failed, not the later moment its exit
+was seen; ranks that die of the broken connections it leaves come after it).
 The node's watcher (watch.py) reads these and streams them to the controller. The child runs
 the script as __main__ with faulthandler registered on STACK_SIGNAL, so a hung rank's stack
 can be dumped without ptrace. The wrapper forwards TERM/INT/HUP/USR1/USR2 to the child and
 ends the way the child ended (same status, same signal), so launchers see no difference; a
 restart by torchrun starts a new wrapper: attempt + 1.
+
+One rank contract for every launcher (contract_env): the script gets RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE (and, under Slurm, MASTER_ADDR/MASTER_PORT) from the launcher's
+own variables where the launcher did not set them (Open MPI's OMPI_COMM_WORLD_*, MPICH/Intel
+MPI's PMI_*/MPI_LOCALRANKID, PMIx's PMIX_RANK, Slurm's SLURM_*), never overriding one it set: a
+plain `dist.init_process_group()` with env:// runs unchanged under deepspeed, torchrun, mpirun
+and srun. And one argument contract (local_rank_args): a script that declares --local_rank (or
+--local-rank) in argparse always gets it, one that does not never does (DeepSpeed's launcher
+passes it to every script, torchrun to none).
 """
 import faulthandler
 import json
 import os
+import re
 import runpy
 import signal
 import subprocess
@@ -36,6 +49,90 @@ def rank_env():
         if names[0] in os.environ:
             return int(os.environ[names[0]]), int(os.environ.get(names[1], "0") or 0)
     return None, None
+
+
+# Each contract variable and the launchers' variables it is taken from, in order.
+CONTRACT = (
+    ("RANK", ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")),
+    ("WORLD_SIZE", ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "SLURM_NPROCS")),
+    ("LOCAL_RANK", ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")),
+    ("LOCAL_WORLD_SIZE", ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_SIZE")),   # DeepSpeed's
+)
+
+
+def slurm_tasks_here(tasks_per_node, node_id):
+    """This node's task count from SLURM_TASKS_PER_NODE ("2(x3),1": 2 on each of 3 nodes,
+    then 1) and SLURM_NODEID; None if either is unreadable."""
+    try:
+        counts = []
+        for part in tasks_per_node.split(","):
+            m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+            counts += [int(m.group(1))] * int(m.group(2) or 1)
+        return counts[int(node_id)]
+    except (AttributeError, ValueError, IndexError, TypeError):
+        return None
+
+
+def first_host(nodelist):
+    """The first host of a Slurm node list ("gpu[007-009,012],cpu1" -> "gpu007")."""
+    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist or "")
+    if not m:
+        return None
+    return m.group(1) + (re.split(r"[-,]", m.group(2))[0] if m.group(2) else "")
+
+
+def contract_env(env):
+    """The variables to ADD to ENV (a dict) so the script sees the rank contract."""
+    add = {}
+    for var, sources in CONTRACT:
+        if var not in env:
+            got = next((env[s] for s in sources if env.get(s, "") != ""), None)
+            if got is not None:
+                add[var] = got
+    if "LOCAL_WORLD_SIZE" not in env and "LOCAL_WORLD_SIZE" not in add and "SLURM_TASKS_PER_NODE" in env:
+        n = slurm_tasks_here(env["SLURM_TASKS_PER_NODE"], env.get("SLURM_NODEID", "0"))
+        if n is not None:
+            add["LOCAL_WORLD_SIZE"] = str(n)
+    if "SLURM_PROCID" in env and "MASTER_ADDR" not in env:
+        host = first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"))
+        if host:
+            add["MASTER_ADDR"] = host
+    if "SLURM_PROCID" in env and "MASTER_PORT" not in env:
+        add["MASTER_PORT"] = "29500"          # torch's own default port
+    return add
+
+
+LOCAL_RANK_ARG = re.compile(r"""add_argument\([^)]*?['"]--local[_-]rank['"]""", re.S)
+
+
+def declares_local_rank(script):
+    """Does SCRIPT's argparse declare --local_rank / --local-rank (read as text)?"""
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            return bool(LOCAL_RANK_ARG.search(f.read()))
+    except OSError:
+        return False
+
+
+def local_rank_args(argv, local_rank):
+    """ARGV (script first) with --local_rank as the script declares it: given once when it
+    does (the launcher's own value kept), dropped when it does not."""
+    script, rest, found = argv[0], [], []
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--local_rank") or a.startswith("--local-rank"):
+            take = 1 if "=" in a else 2
+            found += argv[i:i + take]
+            i += take
+            continue
+        rest.append(a)
+        i += 1
+    if not declares_local_rank(script):
+        return [script, *rest]
+    if found:
+        return [script, *rest, *found]
+    return [script, *rest] + ([f"--local_rank={local_rank}"] if local_rank is not None else [])
 
 
 def run_dir(job):
@@ -90,8 +187,8 @@ def oom_in_kernel_log(pid):
                for ln in out.stdout.splitlines()[-200:])
 
 
-def child_env(d, rank):
-    env = dict(os.environ, PYTHONUNBUFFERED="1",
+def child_env(d, rank, base):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", NODEPREP_FAIL_FILE=base + ".fail",
                NODEPREP_STACK_FILE=os.path.join(d, f"rank-{rank}.stack"),
                NODEPREP_HEARTBEAT=os.path.join(d, f"rank-{rank}.beat"))
     if os.path.exists("/dev/nvidiactl"):
@@ -121,9 +218,10 @@ def script_first(argv):
 
 
 def wrap(argv):
-    argv = script_first(argv)
+    os.environ.update(contract_env(os.environ))
     job = os.environ.get(JOB_VAR)
     rank, local = rank_env()
+    argv = local_rank_args(script_first(argv), local)
     if not job or rank is None:          # not under nodeprep: just be the script
         os.execv(sys.executable, [sys.executable, "-u", *argv])
     d = run_dir(job)
@@ -136,7 +234,7 @@ def wrap(argv):
             open(os.path.join(d, f"rank-{rank}.err"), "ab") as err:
         child = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), "--exec", *argv],
                                  stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                 env=child_env(d, rank))
+                                 env=child_env(d, rank, base))
     for sig in FORWARD:
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     write_json(base + ".start", {"rank": rank, "local_rank": local, "attempt": attempt,
@@ -154,8 +252,13 @@ def wrap(argv):
     if rc == -signal.SIGKILL:
         oom1 = oom_kills()
         oom = (oom1 > oom0) if oom0 is not None and oom1 is not None else oom_in_kernel_log(child.pid)
-    write_json(base + ".exit", {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom,
-                                "end": time.time()})
+    record = {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom, "end": time.time()}
+    try:
+        with open(base + ".fail") as f:
+            record["failed_at"] = float(f.read().strip())
+    except (OSError, ValueError):
+        pass
+    write_json(base + ".exit", record)
     if rc < 0:                           # end the way the child ended: the same signal
         signal.signal(-rc, signal.SIG_DFL)
         os.kill(os.getpid(), -rc)
@@ -172,7 +275,26 @@ def run_script(argv):
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    runpy.run_path(script, run_name="__main__")
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            mark_failed()
+        raise
+    except BaseException:
+        mark_failed()
+        raise
+
+
+def mark_failed():
+    """Stamp the moment the script failed (before teardown closes its connections)."""
+    path = os.environ.get("NODEPREP_FAIL_FILE")
+    if path:
+        try:
+            with open(path, "w") as f:
+                f.write(repr(time.time()))
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ measured: with 2 there is nothing to compare (no node is flagged; a failed flow 
 error). A pair is listed as slow under SLOW of the median of all pairs."""
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, field
 
@@ -104,3 +105,28 @@ def second_pass(m: Matrix, suspects: set[str]) -> list[list[tuple[str, str]]]:
         now, todo = todo[:len(good)], todo[len(good):]
         rounds.append(both_ways(list(zip(now, good))))
     return rounds
+
+
+def iperf3_result(text: str) -> dict:
+    """The client's `iperf3 -J` document (nodeside/iperf3pair.sh) as the builtin sender's
+    answer: {"sent_bytes", "seconds", "rtt_ms", "error"}. The bytes are what the receiver got
+    (sum_received, iperf3's own receiver figure: what the sender wrote includes what still sat
+    in its socket buffer when the time was up); rtt_ms: the kernel's smoothed RTT of the
+    sending stream under load (iperf3's mean_rtt, Linux), not an idle ping."""
+    body = text.split("\n@@end", 1)[0]
+    start = body.find("{")
+    try:
+        doc = json.loads(body[start:]) if start >= 0 else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return {"sent_bytes": 0, "seconds": 0.0, "rtt_ms": None,
+                "error": " ".join(body.split())[-200:] or "iperf3 printed nothing"}
+    if doc.get("error"):
+        return {"sent_bytes": 0, "seconds": 0.0, "rtt_ms": None, "error": f"iperf3: {doc['error']}"}
+    end = doc.get("end") or {}
+    sent = end.get("sum_received") or end.get("sum_sent") or {}
+    streams = (doc.get("end") or {}).get("streams") or [{}]
+    rtt = (streams[0].get("sender") or {}).get("mean_rtt")
+    return {"sent_bytes": int(sent.get("bytes") or 0), "seconds": float(sent.get("seconds") or 0.0),
+            "rtt_ms": rtt / 1000 if isinstance(rtt, (int, float)) else None, "error": None}

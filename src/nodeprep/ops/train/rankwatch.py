@@ -165,7 +165,9 @@ class RankWatch:
             r.how = "restarted"       # torchrun's agent restarts the workers: not a failure yet
         else:
             r.how = "failed"
-            self.failures.append(Failure(r.end, "rank", r.name, describe_rc(r.rc, r.oom), r.rank))
+            # when the script itself failed, where it said (before its exit was seen)
+            t = min(r.end, float(ev.get("failed_at") or r.end))
+            self.failures.append(Failure(t, "rank", r.name, describe_rc(r.rc, r.oom), r.rank))
 
     def _by_our_stop(self, rc: int, end: float) -> bool:
         """An end nodeprep's stop explains: TERM/KILL (or a shell's 143/137 for them) after

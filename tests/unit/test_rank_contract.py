@@ -1,0 +1,73 @@
+"""The rank contract of nodeside/rank.py (the wrapper every launcher starts around the script):
+RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (and MASTER_* under Slurm) from each launcher's
+own variables, on real launchers' environments recorded on the lab (tests/recordings/
+launcher-env/SOURCE.md); and --local_rank given exactly to the scripts that declare it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodeprep.nodeside import rank as rankmod
+
+ENVS = Path(__file__).resolve().parents[1] / "recordings" / "launcher-env"
+
+
+def _ranks(name: str) -> list[dict]:
+    """Each recorded rank's launcher variables."""
+    return [dict(kv.split("=", 1) for kv in line.split()) for line in (ENVS / name).read_text().splitlines()
+            if line.strip() and "=" in line]
+
+
+def _contract(env: dict) -> dict:
+    return {**env, **rankmod.contract_env(env)}
+
+
+@pytest.mark.parametrize("name,want", [
+    ("mpirun-openmpi-3ranks-2nodes.env", {("0", "3", "0", "2"), ("1", "3", "1", "2"), ("2", "3", "0", "1")}),
+    ("srun-3tasks-2nodes.env", {("0", "3", "0", "2"), ("1", "3", "1", "2"), ("2", "3", "0", "1")}),
+    ("torchrun-standalone-2.env", {("0", "2", "0", "2"), ("1", "2", "1", "2")})])
+def test_every_launcher_gives_the_same_contract(name, want):
+    got = [_contract(e) for e in _ranks(name)]
+    assert {(g["RANK"], g["WORLD_SIZE"], g["LOCAL_RANK"], g["LOCAL_WORLD_SIZE"]) for g in got} == want
+    if name.startswith("srun"):
+        assert {g["MASTER_ADDR"] for g in got} == {"worker-0"} and {g["MASTER_PORT"] for g in got} == {"29500"}
+
+
+def test_the_contract_never_overrides_what_a_launcher_set():
+    env = {**_ranks("srun-3tasks-2nodes.env")[0], "RANK": "7", "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29511"}
+    add = rankmod.contract_env(env)
+    assert "RANK" not in add and "MASTER_ADDR" not in add and "MASTER_PORT" not in add
+    assert rankmod.contract_env(_ranks("torchrun-standalone-2.env")[0]) == {}       # torchrun set them all
+    assert rankmod.contract_env({"PMI_RANK": "3", "PMI_SIZE": "8", "MPI_LOCALRANKID": "1",
+                                 "MPI_LOCALNRANKS": "4"}) == {      # MPICH / Intel MPI's names
+        "RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+
+
+@pytest.mark.parametrize("tasks,node,want", [("2(x3),1", "2", 2), ("2(x3),1", "3", 1), ("4", "0", 4),
+                                             ("2,1", "1", 1), ("garbage", "0", None), ("2", "5", None)])
+def test_slurm_tasks_on_this_node(tasks, node, want):
+    assert rankmod.slurm_tasks_here(tasks, node) == want
+
+
+@pytest.mark.parametrize("nodelist,want", [("worker-[0-1]", "worker-0"), ("gpu[007-009,012],cpu1", "gpu007"),
+                                           ("node3,node4", "node3"), ("a1", "a1"), ("", None)])
+def test_first_host_of_a_slurm_node_list(nodelist, want):
+    assert rankmod.first_host(nodelist) == want
+
+
+def test_local_rank_argument_as_the_script_declares_it(tmp_path):
+    plain = tmp_path / "plain.py"
+    plain.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--steps')\n")
+    ds = tmp_path / "ds.py"
+    ds.write_text('import argparse\np = argparse.ArgumentParser()\np.add_argument(\n    "--local_rank", type=int, default=-1)\n')
+    dash = tmp_path / "dash.py"
+    dash.write_text("parser.add_argument('--local-rank', type=int)\n")
+    # DeepSpeed passes --local_rank=N: dropped for a script that does not take it, kept for one that does
+    assert rankmod.local_rank_args([str(plain), "--steps", "3", "--local_rank=1"], 1) == [str(plain), "--steps", "3"]
+    assert rankmod.local_rank_args([str(ds), "--local_rank=1", "--x"], 1) == [str(ds), "--x", "--local_rank=1"]
+    assert rankmod.local_rank_args([str(ds), "--local_rank", "1"], 1) == [str(ds), "--local_rank", "1"]
+    # torchrun, mpirun, srun pass none: given to a script that declares it, from the contract
+    assert rankmod.local_rank_args([str(ds), "--x"], 0) == [str(ds), "--x", "--local_rank=0"]
+    assert rankmod.local_rank_args([str(dash)], 2) == [str(dash), "--local_rank=2"]
+    assert rankmod.local_rank_args([str(plain)], 0) == [str(plain)]
