@@ -269,3 +269,27 @@ def test_hosts_nodeprep_cannot_reach_are_named_when_selected(tmp_path, monkeypat
         with pytest.raises(InputError, match=message) as err:
             select_hosts("hosts.ini", name, settings)
         assert err.value.exit_code == 2 and "--limit" in str(err.value)
+
+
+def test_a_plugin_config_is_refused_with_the_command_that_reads_it(tmp_path):
+    from nodeprep.errors import InputError
+    from nodeprep.inventory.model import load
+    f = tmp_path / "aws_ec2.yml"
+    f.write_text("plugin: amazon.aws.aws_ec2\nregions: [us-east-1]\n")
+    with pytest.raises(InputError) as e:
+        load(str(f))
+    assert e.value.line == 1 and f"ansible-inventory -i {f} --list > hosts.json" in str(e.value.hint)
+
+
+def test_an_inventory_script_that_prints_no_json_is_named(tmp_path):
+    from nodeprep.errors import InputError
+    from nodeprep.inventory.model import load
+    f = tmp_path / "inv.sh"
+    f.write_text("#!/bin/sh\necho '{not json'\n")
+    f.chmod(0o755)
+    with pytest.raises(InputError) as e:
+        load(str(f))
+    assert "--list" in str(e.value.file) and "invalid YAML" in str(e.value)
+    f.chmod(0o644)          # not executable: read as a file (and refused as one)
+    with pytest.raises(InputError):
+        load(str(f))

@@ -80,7 +80,7 @@ def run_ansible(entry: str) -> Run:
         env.update(ANSIBLE_CONFIG=str(config), ANSIBLE_HOME=tmp, ANSIBLE_LOCAL_TEMP=tmp,
                    ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
                    ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
-                   ANSIBLE_INVENTORY_ENABLED="yaml,ini", ANSIBLE_NOCOLOR="1")
+                   ANSIBLE_INVENTORY_ENABLED="script,yaml,ini", ANSIBLE_NOCOLOR="1")
         argv = [str(ANSIBLE_INVENTORY), "-i", str(CORPUS / entry), "--list"]
         # cwd is the empty temp dir: ansible-inventory would read group_vars/ and host_vars/
         # (and ansible.cfg) from its working directory too
@@ -237,4 +237,27 @@ def test_reads_like_ansible(entry, runs):
         diff = difflib.unified_diff(render(theirs_view), render(ours_view),
                                     "ansible-inventory", "nodeprep", lineterm="")
         pytest.fail(f"{entry}: nodeprep reads it differently from Ansible\n" + "\n".join(diff),
+                    pytrace=False)
+
+
+GOOD = [e for e in ENTRIES if not e.startswith("bad_")]
+
+
+@pytest.mark.parametrize("entry", GOOD)
+def test_reads_the_json_ansible_inventory_lists(entry, runs, tmp_path):
+    """What any Ansible inventory (a cloud plugin's included) becomes for nodeprep:
+    `ansible-inventory -i ENTRY --list > hosts.json`. nodeprep reading that JSON must give
+    Ansible's own view of ENTRY."""
+    require_ansible()
+    ans = runs.get("ansible", entry)
+    assert ans.rc == 0, ans.describe()
+    theirs_view = ansible_view(json.loads(ans.stdout))
+    listed = tmp_path / "hosts.json"
+    listed.write_text(ans.stdout)
+    inv = load(str(listed), root=ROOT, check_fields=not unsafe_fields(theirs_view))
+    ours_view = nodeprep_view(InventoryView(inv).as_dict())
+    if ours_view != theirs_view:
+        diff = difflib.unified_diff(render(theirs_view), render(ours_view),
+                                    "ansible-inventory", "nodeprep (its --list JSON)", lineterm="")
+        pytest.fail(f"{entry}: nodeprep reads Ansible's --list JSON differently\n" + "\n".join(diff),
                     pytrace=False)

@@ -5,6 +5,7 @@ validated Inventory.
   sources.py    the native YAML format, group_vars/ and host_vars/
   ansible.py    Ansible YAML inventories (with addresses.py: hosts, ports, ranges, group order)
   ini.py        Ansible INI inventories
+  dynamic.py    Ansible's dynamic inventories: inventory scripts and `ansible-inventory --list` JSON
   hostfiles.py  DeepSpeed, Open MPI, MPICH hostfiles, PBS nodefiles, Slurm node lists
   sshconfig.py  `sshconfig:`: the Host aliases of ~/.ssh/config as nodes, with OpenSSH's values
   sshconfig_files.py  a client config read as ssh reads it: words, comments, Include, the names

@@ -3,6 +3,8 @@ groups as Ansible's yaml plugin walks them, host keys with ports and ranges
 (addresses.py), and the order in which group variables apply (group_order)."""
 from __future__ import annotations
 
+import shlex
+
 from nodeprep.errors import InputError
 from nodeprep.inventory import addresses
 from nodeprep.inventory.sources import (GROUP_KEYS, Schema, Source, Vars, read_vars,
@@ -14,10 +16,11 @@ def read_ansible(src: Source, data: LineDict, schema: Schema):
     """An Ansible YAML inventory, read as Ansible's yaml plugin reads it."""
     src.ansible, src.kind = True, "ansible-yaml"
     if "plugin" in data:
+        name = shlex.quote(data.file)
         raise InputError("this is the configuration of an Ansible inventory plugin, not an "
-                         "inventory", "nodeprep reads static inventories: write one with "
-                         "`ansible-inventory -i FILE --list -y > hosts.yml`",
-                         data.file, data.line_of("plugin"))
+                         "inventory", f"let Ansible run the plugin, then give nodeprep what it "
+                         f"found: `ansible-inventory -i {name} --list > hosts.json` and "
+                         "--inventory hosts.json", data.file, data.line_of("plugin"))
     for group, body in data.items():
         _walk_group(src, str(group), body, schema, data.file, data.line_of(group))
 

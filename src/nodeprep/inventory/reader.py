@@ -4,7 +4,9 @@
   DIR              every inventory file in it, as Ansible reads a directory: sorted by name,
                    hidden files, group_vars/, host_vars/ and backup/doc extensions skipped;
                    a later file's values win; group_vars/ and host_vars/ beside them
-  FILE.yml/.yaml/.json   YAML: nodeprep's native format (top-level hosts:) or Ansible's
+  SCRIPT           an executable file with a shebang: Ansible's inventory script (--list, --host)
+  FILE.yml/.yaml/.json   YAML: nodeprep's native format (top-level hosts:) or Ansible's, or
+                   the JSON `ansible-inventory --list` prints (dynamic.py)
   FILE.ini         Ansible INI
   FILE             any other file: a YAML mapping is YAML, else told apart by content
                    (hostfiles.sniff: Ansible INI, DeepSpeed/Open MPI hostfile, nodefile)
@@ -20,7 +22,7 @@ import re
 from pathlib import Path
 
 from nodeprep.errors import InputError
-from nodeprep.inventory import ansible, hostfiles, ini, sources, sshconfig, sshconfig_files
+from nodeprep.inventory import ansible, dynamic, hostfiles, ini, sources, sshconfig, sshconfig_files
 from nodeprep.inventory.yamlfile import LineDict, shown_path, load_yaml
 
 _NOT_FOUND_HINT = "create it, or use `invoke lab.up` for the local lab"
@@ -133,7 +135,9 @@ def _read_tree(into: sources.Source, path: Path, schema) -> list[str]:
 def read_file(src: sources.Source, path: Path, schema, alone: bool) -> None:
     """One file by its extension, or (none or another) by content. ALONE: given by itself,
     so hostfiles and nodefiles are candidates; in a directory a file is YAML or INI, as
-    for Ansible."""
+    for Ansible. An executable file with a shebang is an inventory script, as for Ansible."""
+    if dynamic.is_script(path):
+        return dynamic.read_script(src, path, schema)
     if path.suffix in YAML_EXTS:
         return read_yaml(src, path, schema)
     if path.suffix == ".ini":
@@ -164,7 +168,9 @@ def read_yaml(src: sources.Source, path: Path, schema, data=None) -> None:
     if not isinstance(data, LineDict):
         raise InputError("the top level must be a mapping", "start with `hosts:`, or "
                          "Ansible's `all:`", file, getattr(data, "line", 1))
-    if _native(data):
+    if dynamic.is_list_json(data):
+        dynamic.read_list(src, data, schema, file)
+    elif _native(data):
         sources.read_native(src, data, schema)
         if not src.hosts:
             raise InputError("the inventory has no hosts", "add hosts under `hosts:`", file,

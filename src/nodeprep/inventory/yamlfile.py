@@ -215,7 +215,11 @@ def load_yaml(path: Path | str):
     """The document in `path` (None for an empty file), or InputError naming file:line."""
     path = Path(path)
     shown = shown_path(path)
-    text = read_input(path, shown)
+    return load_text(read_input(path, shown), shown)
+
+
+def load_text(text: str, shown: str):
+    """The document in TEXT (a program's output: an inventory script's JSON), SHOWN in errors."""
     loader = None
     try:
         loader = _Loader(text)           # the reader refuses control characters here already
