@@ -31,9 +31,11 @@ def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = ""
     finds: a user's `Host *` above it would override them) and ends with `Match all`, so the
     user's own lines after it apply as they did before. On the controller the entries say what
     nodeprep itself connects with: the inventory's user (else this user) and key, then the
-    controller key, so `ssh NODE` goes where nodeprep went."""
+    controller key, and the node's jump hosts (ProxyJump, each hop with its user, and an entry
+    per hop with the same keys and known_hosts), so `ssh NODE` goes where nodeprep went."""
     out = []
     word = config_blocks.word
+    hops: dict = {}
     for h in hosts:
         out.append(f"Host {prefix}{h.name}")
         out.append(f"    HostName {word(h.address)}")
@@ -45,8 +47,25 @@ def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = ""
         out += [f"    IdentityFile {word(k)}" for k in dict.fromkeys(keys)]
         if keys:
             out.append("    IdentitiesOnly yes")
+        if controller and getattr(h, "jump", ()):
+            chain = [_hop(hop, user) for hop in h.jump]
+            out.append(f"    ProxyJump {word(','.join(chain))}")
+            for hop in h.jump:
+                hops.setdefault(hop.address, keys)
+        out += [f"    {x}" for x in extra]
+    for address, keys in hops.items():       # the hops' own entries: the same keys and pins
+        out.append(f"Host {address}")
+        out += [f"    IdentityFile {word(k)}" for k in dict.fromkeys(keys)]
+        out += ["    IdentitiesOnly yes"] if keys else []
         out += [f"    {x}" for x in extra]
     return "\n".join(out + ["Match all"]) + "\n"
+
+
+def _hop(hop, user: str | None) -> str:
+    """A ProxyJump destination: the hop's user (else the node's), its address, its port."""
+    who = hop.user or user
+    addr = f"[{hop.address}]" if ":" in hop.address else hop.address
+    return f"{who + '@' if who else ''}{addr}" + (f":{hop.port}" if hop.port != 22 else "")
 
 
 def validate(prov):

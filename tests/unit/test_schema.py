@@ -32,7 +32,7 @@ def test_core_and_role_variables():
 
 
 def test_no_roles_dir_gives_core_only(tmp_path):
-    assert set(load_schema([tmp_path])) == {"address", "port", "user", "key", "slots", "cpu_slots", "connection",
+    assert set(load_schema([tmp_path])) == {"address", "port", "user", "key", "proxy_jump", "slots", "cpu_slots", "connection",
                                             "cpu_only", "python"}
 
 

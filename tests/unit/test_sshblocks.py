@@ -103,3 +103,31 @@ def test_an_alias_prefix_resolves_it(tmp_path):
     _roles, prov = validated(ProvisionOptions(str(inv), roles="ssh_config"),
                              Settings(state_dir=str(tmp_path / "s")), Events())
     assert prov.vars["worker-0"]["ssh_alias_prefix"] == "b-"
+
+
+def test_the_controller_block_writes_the_jump_hosts_and_their_own_entries(tmp_path):
+    """A node behind a chain: ProxyJump with each hop's user (else the node's), a Host entry per
+    hop with the same keys and pins; OpenSSH itself reads the block back (ssh -G)."""
+    import importlib.util
+    import shutil
+    import subprocess
+    from pathlib import Path
+    from nodeprep.inventory.model import load
+    spec = importlib.util.spec_from_file_location("ssh_config_role", Path(__file__).parents[2] / "roles" /
+                                                  "ssh_config" / "role.py")
+    role = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(role)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("vars: {user: ops, proxy_jump: 'admin@outer.example.com:2222,inner'}\n"
+                   "hosts: {gpu1: {address: 10.0.0.11}}\n")
+    body = role.entries(load(str(inv)).hosts, "/k/ctl", ["UserKnownHostsFile /p/known", "StrictHostKeyChecking yes"],
+                        controller=True)
+    assert "    ProxyJump admin@outer.example.com:2222,ops@inner\n" in body
+    assert "Host outer.example.com\n    IdentityFile /k/ctl\n    IdentitiesOnly yes\n" in body
+    assert "Host inner\n" in body and body.count("UserKnownHostsFile /p/known") == 3
+    if shutil.which("ssh") is None:
+        pytest.skip("no OpenSSH client: requirements/bootstrap.sh installs it")
+    cfg = tmp_path / "config"
+    cfg.write_text(body)
+    got = subprocess.run(["ssh", "-G", "-F", str(cfg), "gpu1"], capture_output=True, text=True, check=True).stdout
+    assert "proxyjump admin@outer.example.com:2222,ops@inner" in got and "hostname 10.0.0.11" in got

@@ -253,6 +253,6 @@ def lab_status(name: str = "local", settings: Settings = Settings()) -> int:
     if info is None:
         print(f"lab {name}: not up")
         return 1
-    for n in info.nodes:
+    for n in info.nodes + ([info.bastion] if info.bastion else []):
         state = f"sshd pid {n.sshd_pid}" if n.sshd_pid else "DOWN"
         print(f"{n.name:<10} {n.address}:{n.port:<6} {state}")

@@ -35,13 +35,11 @@ def select_hosts(spec: str | None, limit: str | None, settings: Settings, extra_
     return inv, hosts
 
 
-_SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")
-
-
 def reach_problem(h, alone: bool) -> tuple[str, str] | None:
     """(variable, why) when nodeprep cannot reach host H the way its inventory says: a
-    connection other than ssh or local, a local node among others (they would have to reach
-    it by an address the inventory does not give), or a jump host."""
+    connection other than ssh or local, or a local node among others (they would have to reach
+    it by an address the inventory does not give). Jump hosts are reached (engine/bastions.py);
+    a jump form nodeprep cannot honour is refused when the inventory is read (inventory/jumps.py)."""
     if h.connection == "local" and not alone:
         return "connection", ("connection local (the controller itself) in a run with other "
                               "nodes: they reach each other over ssh, and an address for it is "
@@ -50,14 +48,6 @@ def reach_problem(h, alone: bool) -> tuple[str, str] | None:
     if h.connection not in ("ssh", "local"):
         return "connection", (f"connection '{h.connection}' is not supported: nodeprep reaches "
                               "a node over ssh, or runs on the controller for local")
-    for name in ("proxyjump", "proxycommand", *_SSH_ARGS):
-        value = str(h.extra.get(name) or "")
-        if name.startswith("proxy") and value and value.lower() != "none":
-            return name, f"{name} {value} in the ssh config: jump hosts are not supported yet"
-        words = value.replace("=", " ").split()
-        if not name.startswith("proxy") and any(
-                w.lower() in ("proxyjump", "proxycommand") or w.startswith("-J") for w in words):
-            return name, f"{name} asks for a jump host ({value}): not supported yet"
     return None
 
 

@@ -2,6 +2,7 @@
 
   session.py     one node's connection for the run (pinned keys, retries, deadlines, logs)
   tcp.py         the TCP socket under it: Nagle off, the dead-peer rule, how it ended
+  bastions.py    jump hosts: one connection per bastion per run, each node a channel through it
   fleet.py       the nodes of a run: sessions in parallel (bounded), a result per node
   transports/    other ways a session's commands travel: local, through the head, Slurm
   facts/         facts: a sh snippet plus a parser, ONE probe per node per phase

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from fabric import Config
 
 from nodeprep.engine import hostkeys, runners
+from nodeprep.engine.bastions import Bastions
 from nodeprep.engine.events import Events
 from nodeprep.engine.fds import ensure_open_files
 from nodeprep.engine.remote import RUN_VAR, stop_tagged_script
@@ -49,6 +50,7 @@ class Fleet:
         self.events = events or Events()
         self.runlog = runlog or RunLog.create(settings.runs, task)
         self.store = hostkeys.PinnedHostKeys(settings.known_hosts)
+        self.bastions = Bastions(settings, self.store, self.events)   # one connection per jump host
         self.fabric_config = Config(overrides={"load_ssh_configs": False, "runners": dict(runners.RUNNERS)})
         # tags every remote command of this run (remote.RUN_VAR): unique even for two runs
         # started in the same second by one process
@@ -77,6 +79,7 @@ class Fleet:
         if self.transport is not None:
             self.transport.close()
         self._each(lambda s: s.close(), list(self.sessions.values()))
+        self.bastions.close()
         if self._pool:
             # after Ctrl-C the workers may still wait on a silent node: nothing waits for them
             self._pool.shutdown(wait=self.interrupted is None, cancel_futures=self.interrupted is not None)

@@ -132,6 +132,7 @@ class Session:
         # into a batch the head runs as one srun step; only the head holds an ssh connection
         self.transport = None
         self._fabric_config = fleet.fabric_config
+        self._bastions = fleet.bastions
         self._password = fleet.password  # --ask-pass: in memory only, never logged
         self._tag = f"{RUN_VAR}={fleet.run_id}; export {RUN_VAR}\n"
         self.result = NodeResult(host.name)
@@ -179,7 +180,8 @@ class Session:
                             on_pin=self._pinned)
             t0 = time.monotonic()
             try:
-                conn.connect_kwargs["sock"] = tcp.connect(h.address, h.port, s.connect_timeout, s.silent_after)
+                conn.connect_kwargs["sock"] = (self._bastions.channel(h) if getattr(h, "jump", ()) else
+                                               tcp.connect(h.address, h.port, s.connect_timeout, s.silent_after))
                 conn.open()
                 self._conn, self.doing = conn, None
                 return

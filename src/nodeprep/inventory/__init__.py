@@ -10,6 +10,7 @@ validated Inventory.
   sshconfig.py  `sshconfig:`: the Host aliases of ~/.ssh/config as nodes, with OpenSSH's values
   sshconfig_files.py  a client config read as ssh reads it: words, comments, Include, the names
   openssh.py    OpenSSH's own answer for a host (`ssh -G`), many at once, and its refusals
+  jumps.py      jump hosts (bastions) from proxy_jump, Ansible's ssh arguments, the ssh config
   dsfilter.py   DeepSpeed's --include/--exclude strings as --limit: nodes and slots
   yamlfile.py   YAML read with file:line for every value, one-line errors
   schema.py     the variables (defaults.yml) and their types

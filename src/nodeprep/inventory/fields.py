@@ -139,6 +139,13 @@ def check_host(host, where: str) -> None:
         if why:
             origin = host.origin.get(var, where)
             raise InputError(f"host {host.name}: {why}", _hint(var, origin), *split_where(origin))
+    for hop in host.jump:                     # a hop reaches an ssh config: literally or not at all
+        why = address_problem(hop.address) or (hop.user is not None and user_problem(hop.user))
+        if why:
+            var = next((v for v in ("proxy_jump", "ansible_ssh_common_args", "ansible_ssh_extra_args",
+                                    "proxyjump", "proxycommand") if v in host.origin), "proxy_jump")
+            raise InputError(f"host {host.name}: jump host {hop}: {why}", "give [user@]host[:port]",
+                             *split_where(host.origin.get(var, where)))
     for var, value in host.vars.items():
         why = text_problem(value)
         if why:

@@ -33,7 +33,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodeprep.inventory import ansible, fields, reader, sources
+from nodeprep.inventory import ansible, fields, jumps, reader, sources
 from nodeprep.inventory import dsfilter, nodeset
 from nodeprep.errors import InputError
 from nodeprep.inventory.schema import VarSpec, load_schema
@@ -53,6 +53,7 @@ class Host:
     slots: int | None
     connection: str = "ssh"          # ssh, local, or what an Ansible inventory said
     extra: dict = field(default_factory=dict)   # variables nodeprep does not use (Ansible's)
+    jump: tuple = ()                 # jumps.Hop chain in front of the node (a bastion)
 
 
 @dataclass
@@ -237,7 +238,7 @@ def _host(name: str, layers: list, member: list[str], src: sources.Source, schem
         key=key,
         groups=tuple(g for g in member if g != "ungrouped"), vars=known, origin=origin,
         slots=known.get("slots"), connection=str(known.get("connection") or "ssh"),
-        extra=extra)
+        extra=extra, jump=jumps.of_host(name, known, extra, origin))
 
 
 def _members(src: sources.Source, group: str, seen: set) -> list[str]:

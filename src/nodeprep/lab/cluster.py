@@ -16,7 +16,7 @@ from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.settings import Settings
 
-from . import etc, gpu, host, local, net, slurm
+from . import bastion, etc, gpu, host, local, net, slurm
 from .config import (LAB_HOME, LAB_USER, LabInfo, LabNode, UpOptions, bridge_address,
                      bridge_name, hosts_text, inventory_path, inventory_text, netns_name, node_address,
                      node_name, pubkey, subnet_for, link_rates, validate_count, validate_name)
@@ -73,6 +73,7 @@ class _Up:
     link_rate: str = ""        # each node's link limit both ways ("" none), tc on its veth
     had_rate: str = ""         # the limit its veths have now
     gpu_records: dict[int, str] = field(default_factory=dict)   # node index -> recording (lab/gpu.py)
+    bastion: bool = False      # a jump host in front (lab/bastion.py)
     changes: list[str] = field(default_factory=list)
 
     @property
@@ -110,12 +111,14 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     _start_sshds(state, fresh)
     _slurm(state)
     _pin_host_keys(state, settings)
+    bastion.converge(state, ids, pub, PinnedHostKeys(settings.known_hosts))
     inventory = _write_inventory(state, options.inventory_dir, settings.project)
     net.write_if_changed(state.lab / STATE, json.dumps(
         {"subnet": state.octet, "nodes": state.count, "inventory": str(inventory),
          "slurm": state.slurm, "shared_home": state.shared_home, "aliases": state.aliases,
          "nic_names": list(state.nics), "link_rate": state.link_rate,
-         "gpu_records": {str(k): v for k, v in state.gpu_records.items()}}) + "\n")
+         "gpu_records": {str(k): v for k, v in state.gpu_records.items()},
+         "bastion": state.bastion}) + "\n")
     if state.changes:
         log(f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
             f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})")
@@ -160,6 +163,8 @@ def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
     up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
     up.gpu_records = gpu.records(options.gpu_records, (state or {}).get("gpu_records"), nodes,
                                  [node_name(i) for i in range(nodes)])
+    up.bastion = bool((state or {}).get("bastion")) if options.bastion is None else options.bastion
+    bastion.check(with_slurm, up.bastion)
     return up
 
 
@@ -311,7 +316,8 @@ def _write_inventory(state: _Up, inventory_dir: Path | None, root: Path) -> Path
     inventory.parent.mkdir(parents=True, exist_ok=True)
     hostlist = [(node.name, node.address, 22) for node in state.nodes()]
     hostlist += [(node_name(state.count + k), state.node(k).address, 22) for k in range(state.aliases)]
-    if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist)):
+    jump = f"{LAB_USER}@{bastion.address(state.octet)}" if state.bastion else None
+    if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist, jump=jump)):
         state.changes.append(f"wrote {inventory}")
     return inventory
 
@@ -332,7 +338,7 @@ def down(name: str = "local", settings: Settings = Settings(), log=print,
     net.require_tools()
     t0 = time.monotonic()
     lab, bridge = _lab_dir(settings, name), bridge_name(name)
-    nss = list(_ours(name).values())
+    nss = list(_ours(name).values()) + bastion.down(name)
     if slurm.stop(name, lab):
         log(f"lab {name}: Slurm stopped")
     if not nss and not net.link_exists(bridge):
@@ -359,6 +365,7 @@ def _purge(name: str, lab: Path, settings: Settings, log) -> None:
     if state:
         for nd in lab.glob("worker-*"):
             store.forget(host_entry(node_address(state["subnet"], int(nd.name[7:])), 22))
+        store.forget(host_entry(bastion.address(state["subnet"]), 22))
         Path(state["inventory"]).unlink(missing_ok=True)
     shutil.rmtree(lab, ignore_errors=True)
     log(f"lab {name}: purged {lab} (homes, /etc copies, host keys, controller key)")
@@ -377,4 +384,7 @@ def status(name: str = "local", settings: Settings = Settings()) -> LabInfo | No
     found = [_node(name, lab, state["subnet"], i) for i in range(state["nodes"])]
     for node in found:
         node.sshd_pid = _sshd_pid(node) if node.index in present else None
-    return LabInfo(name, found, LAB_USER, lab / "id_ed25519", Path(state["inventory"]), True)
+    b = bastion.node(name, lab, state["subnet"]) if state.get("bastion") and bastion.exists(name) else None
+    if b is not None:
+        b.sshd_pid = _sshd_pid(b)
+    return LabInfo(name, found, LAB_USER, lab / "id_ed25519", Path(state["inventory"]), True, b)

@@ -14,7 +14,7 @@ from pathlib import Path
 from nodeprep.errors import InputError, NodeprepError
 
 from . import etc, net
-from .config import (LAB_HOME, LAB_USER, PASSWORD_FLAG, LabNode, authorized_keys_text,
+from .config import (DENY_FLAG, LAB_HOME, LAB_USER, PASSWORD_FLAG, LabNode, SshdAccess, authorized_keys_text,
                      bridge_address, node_argv, sshd_config)
 
 
@@ -97,7 +97,9 @@ def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
 
 def node_sshd_config(node: LabNode) -> str:
     nd = node.home.parent
-    return sshd_config(nd, node.address, node=node.name, password=(nd / PASSWORD_FLAG).exists())
+    deny = (nd / DENY_FLAG).read_text().strip() if (nd / DENY_FLAG).exists() else None
+    return sshd_config(nd, node.address, node=node.name, password=(nd / PASSWORD_FLAG).exists(),
+                       login=SshdAccess(deny_from=deny))
 
 
 def ensure_authorized_key(path: Path, pub: str, ids: tuple[int, int]) -> bool:
