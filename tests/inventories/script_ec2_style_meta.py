@@ -9,7 +9,8 @@ HOSTS = {
     "ip-10-0-1-11.ec2.internal": {"ansible_host": "10.0.1.11", "ansible_user": "ubuntu",
                                   "ec2_instance_type": "p4d.24xlarge", "ec2_tag_Role": "gpu"},
     "ip-10-0-1-12.ec2.internal": {"ansible_host": "10.0.1.12", "ansible_user": "ubuntu",
-                                  "ec2_instance_type": "p4d.24xlarge", "ec2_tag_Role": "gpu"},
+                                  "ec2_instance_type": "p4d.24xlarge", "ec2_tag_Role": "gpu",
+                                  "ansible_ssh_common_args": "-o ProxyJump=ec2-user@10.0.0.5:2222"},
     "ip-10-0-0-5.ec2.internal": {"ansible_host": "10.0.0.5", "ansible_port": 2222,
                                  "ansible_user": "ec2-user", "ec2_tag_Role": "login"},
 }

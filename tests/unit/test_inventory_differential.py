@@ -6,8 +6,10 @@ sources side by side plus group_vars/ and host_vars/) is read by the reference
 requirements/bootstrap.sh) and by `invoke inventory --list --json`, and both results are
 reduced to the same view:
 
-  hosts:  {name: (address, port, user)}  address = ansible_host or the name, port =
-          int(ansible_port) or 22, user = ansible_user or None
+  hosts:  {name: (address, port, user, jump)}  address = ansible_host or the name, port =
+          int(ansible_port) or 22, user = ansible_user or None, jump = the jump chain OpenSSH
+          itself reads from the host's ansible_ssh_common_args + ansible_ssh_extra_args
+          (`ssh -G ARGS HOST`: its proxyjump, or the hop a plain `ssh -W` proxycommand is)
   groups: {group: sorted hosts in it, directly or through its children}, every group but
           `all`; a group with no host at all is left out on both sides, because
           ansible-inventory --list omits groups without hosts and children (and lists an
@@ -160,19 +162,38 @@ def ansible_view(out: dict) -> dict:
         user = hv.get("ansible_user")
         hosts[name] = (name if address is None else str(address),
                        22 if port is None else int(port),
-                       None if user is None else str(user))
+                       None if user is None else str(user),
+                       openssh_jump(" ".join(str(hv.get(k) or "") for k in
+                                             ("ansible_ssh_common_args", "ansible_ssh_extra_args"))))
     return _view(hosts, groups)
 
 
+def openssh_jump(args: str) -> str | None:
+    """The jump chain OpenSSH reads from ssh arguments ARGS (`ssh -G`), as hops joined by ','."""
+    import shlex
+    from nodeprep.inventory import jumps
+    if "proxyjump" not in args.lower() and "proxycommand" not in args.lower() and "-J" not in args:
+        return None
+    r = subprocess.run(["ssh", "-G", "-F", "/dev/null", *shlex.split(args), "oracle-host"],
+                       capture_output=True, text=True, timeout=30)
+    said = dict(ln.split(" ", 1) for ln in r.stdout.splitlines() if " " in ln)
+    if said.get("proxyjump", "none") != "none":
+        return ",".join(str(h) for h in jumps.parse_chain(said["proxyjump"]))
+    if said.get("proxycommand", "none") != "none":
+        hop = jumps.hop_of_command(said["proxycommand"])
+        return str(hop) if hop else "unsupported: " + said["proxycommand"]
+    return None
+
+
 def nodeprep_view(out: dict) -> dict:
-    hosts = {name: (h["address"], h["port"], h["user"]) for name, h in out["hosts"].items()}
+    hosts = {name: (h["address"], h["port"], h["user"], h.get("jump")) for name, h in out["hosts"].items()}
     return _view(hosts, out["groups"])
 
 
 def unsafe_fields(view: dict) -> list[str]:
     """The names, addresses and users in VIEW that nodeprep refuses (inventory.fields)."""
     out = []
-    for name, (address, _port, user) in view["hosts"].items():
+    for name, (address, _port, user, _jump) in view["hosts"].items():
         out += [name] if fields.name_problem(name) else []
         out += [address] if fields.address_problem(address) else []
         out += [user] if user is not None and fields.user_problem(user) else []
@@ -180,8 +201,8 @@ def unsafe_fields(view: dict) -> list[str]:
 
 
 def render(view: dict) -> list[str]:
-    lines = [f"host {name}: address={a} port={p} user={u}"
-             for name, (a, p, u) in view["hosts"].items()]
+    lines = [f"host {name}: address={a} port={p} user={u}" + (f" jump={j}" if j else "")
+             for name, (a, p, u, j) in view["hosts"].items()]
     lines += [f"group {g}: {' '.join(m)}" for g, m in view["groups"].items()]
     return lines
 

@@ -39,7 +39,8 @@ def graph(view) -> str:
 def host(view) -> str:
     h = view.host
     lines = [f"{h.name}: {h.user + '@' if h.user else ''}{h.address}:{h.port} "
-             f"({h.connection}), groups: {', '.join(h.groups) or '-'}"]
+             f"({h.connection}), groups: {', '.join(h.groups) or '-'}"
+             + (f", through {' -> '.join(str(hop) for hop in h.jump)}" if h.jump else "")]
     rows = [[v.name, _value(v.value), v.origin + ("" if v.used else "  (not used by nodeprep)")]
             for v in view.variables]
     return "\n".join(lines) + "\n" + _table(["variable", "value", "from"], rows)

@@ -63,7 +63,8 @@ class InventoryView:
 
 
 def _reach(h: Host) -> dict:
-    return {"address": h.address, "port": h.port, "user": h.user, "connection": h.connection}
+    return {"address": h.address, "port": h.port, "user": h.user, "connection": h.connection,
+            "jump": ",".join(str(hop) for hop in h.jump) or None}
 
 
 def inventory(opts: InventoryOptions, settings: Settings) -> InventoryView:
