@@ -127,17 +127,20 @@ def stacked(bast):
     return bast
 
 
-def test_verify_parity_through_the_bastion(stacked, capsys):
-    info, settings, *_ = stacked
-    code = api.verify_parity(VerifyOptions(str(info.inventory)), settings)
+@pytest.mark.parametrize("form", ["proxy_jump", "sshconfig"])
+def test_verify_parity_through_the_bastion(stacked, capsys, form):
+    info, settings, _sets, base, _up = stacked
+    code = api.verify_parity(VerifyOptions(forms(info, base)[form]), settings)
     out = capsys.readouterr()
     assert code == 0 and "PARITY OK" in out.out + out.err, out.out + out.err
 
 
-@pytest.mark.parametrize("launcher", ["deepspeed", "torchrun", "mpirun"])
-def test_train_through_the_bastion(stacked, capfd, launcher):
-    info, settings, *_ = stacked
-    code = api.train(TrainOptions(str(info.inventory), None, launcher, "health", timeout=180), settings)
+@pytest.mark.parametrize("form,launcher", [("proxy_jump", "deepspeed"), ("proxy_jump", "torchrun"),
+                                            ("proxy_jump", "mpirun"), ("ansible", "deepspeed"),
+                                            ("sshconfig", "torchrun"), ("ansible", "mpirun")])
+def test_train_through_the_bastion(stacked, capfd, form, launcher):
+    info, settings, _sets, base, _up = stacked
+    code = api.train(TrainOptions(forms(info, base)[form], None, launcher, "health", timeout=180), settings)
     out = capfd.readouterr()
     text = out.out + out.err
     assert code == 0 and f"health: OK world_size={NODES}" in text, text
