@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass
 
 from nodeprep import nodeside
-from nodeprep.engine.facts.probe import Fact
+from nodeprep.engine.facts.probe import Fact, json_document
 from nodeprep.engine.remote import rpath
 
 DCGM_TIMEOUT = 900      # seconds: level 2 takes about 2 minutes, level 3 about 15 (DCGM docs)
@@ -114,12 +114,8 @@ def parse_dcgm(text: str, rc: int) -> dict:
     code = int(tail.split()[0]) if tail.split() and tail.split()[0].isdigit() else rc
     if code in _HUNG:
         return {"state": "hung"}
-    start = body.find("{")
-    try:
-        doc = json.loads(body[start:]) if start >= 0 else None
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
+    doc = json_document(body)
+    if doc is None:
         return {"state": "error", "error": " ".join(body.split())[-300:] or f"dcgmi exit {code}"}
     tests = _tests(doc)
     runtime = _find(doc, "runtime_error")

@@ -9,6 +9,7 @@ its string key, "user", "file:~/.ssh/config") as the key.
 """
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -157,3 +158,14 @@ def gather(session, requests: list, host_vars: dict | None = None, timeout: floa
                     timeout=timeout or session.settings.probe_timeout,
                     log_output=False)
     return parse_sections(session.name, requests, r.stdout, token, r.rc, r.tail(3))
+
+
+def json_document(text: str) -> dict | None:
+    """The JSON object a tool printed (dcgmi -j, iperf3 -J), after whatever text came before
+    it (a warning line); None when there is none."""
+    start = text.find("{")
+    try:
+        doc = json.loads(text[start:]) if start >= 0 else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -14,9 +14,10 @@ measured: with 2 there is nothing to compare (no node is flagged; a failed flow 
 error). A pair is listed as slow under SLOW of the median of all pairs."""
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
+
+from nodeprep.engine.facts.probe import json_document
 
 SLOW = 0.5
 
@@ -114,12 +115,8 @@ def iperf3_result(text: str) -> dict:
     in its socket buffer when the time was up); rtt_ms: the kernel's smoothed RTT of the
     sending stream under load (iperf3's mean_rtt, Linux), not an idle ping."""
     body = text.split("\n@@end", 1)[0]
-    start = body.find("{")
-    try:
-        doc = json.loads(body[start:]) if start >= 0 else None
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
+    doc = json_document(body)
+    if doc is None:
         return {"sent_bytes": 0, "seconds": 0.0, "rtt_ms": None,
                 "error": " ".join(body.split())[-200:] or "iperf3 printed nothing"}
     if doc.get("error"):
