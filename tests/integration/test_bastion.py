@@ -21,7 +21,7 @@ from nodeprep import cli as api
 from nodeprep import lab as labmod
 from nodeprep.lab import host as labhost
 from nodeprep.lab import net as labnet
-from nodeprep.commands.options import FactsOptions, ProvisionOptions, TrainOptions, VerifyOptions
+from nodeprep.commands.options import FactsOptions, ForgetOptions, ProvisionOptions, TrainOptions, VerifyOptions
 from nodeprep.settings import Settings
 
 NAME, NODES = "bast", 3
@@ -163,3 +163,9 @@ def test_a_changed_bastion_key_is_refused_for_every_node(bast, capsys):
         msg = rep["nodes"][n].get("message", "")
         assert "jump host" in msg and "CHANGED" in msg, rep["nodes"][n]
     assert logins(info) == before
+    # the reinstall was deliberate: forget the jump host's pin (by its address, as the error
+    # says), and the next contact pins the new key and goes through
+    assert api.hosts_forget(ForgetOptions(info.bastion.address, str(info.inventory)), settings) == 0
+    assert f"jump host {info.bastion.address}: removed 1 pinned key(s)" in capsys.readouterr().out
+    assert api.facts(FactsOptions(str(info.inventory), json=True), settings) == 0
+    assert logins(info) == before + 1

@@ -85,7 +85,7 @@ class Bastions:
                 f"pinned {hostkeys.key_fingerprint(e.expected_key)}, it offers "
                 f"{hostkeys.key_fingerprint(e.key)}; refusing to connect through it",
                 hint=f"if the jump host was reinstalled on purpose, run `invoke hosts.forget "
-                     f"{hop.address}` and connect again") from None
+                     f"{hop.address} --inventory INVENTORY` and connect again") from None
         except paramiko.AuthenticationException as e:
             raise Unreachable(f"authentication failed on the jump host {hop}: {e}",
                               hint="the node's user and key log in to the jump host too; give the "
