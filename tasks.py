@@ -169,6 +169,7 @@ def lab_status(c, name="local"):
             "inventory": "inventory (default: local)"})
 def hosts_forget(c, nodes, inventory=None):
     """Forget pinned host keys after a deliberate node reinstall (next contact re-pins)."""
+    _help_if_asked("hosts.forget", nodes, inventory)
     _done(cli.hosts_forget(ForgetOptions(nodes, inventory), _settings(c)))
 
 
@@ -292,6 +293,15 @@ def _number(flag: str, value, kind):
         raise Exit(f"error: {flag} {value!r}: expected a {'whole ' if kind is int else ''}number", code=2)
 
 
+def _help_if_asked(name: str, *values) -> None:
+    """Invoke takes `--help` after a task with a positional argument as that argument's value:
+    show the task's help instead (exit 0), as `invoke --help NAME` does."""
+    if any(v in ("-h", "--help") for v in values):
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "invoke", "-r", str(Path(__file__).resolve().parent),
+                                  "--help", name])
+
+
 def _run_id(run):
     """RUN as the user typed it; `last` (or `latest`) is the newest run."""
     return None if run in ("last", "latest") else run
@@ -300,6 +310,7 @@ def _run_id(run):
 @task(positional=["run"], help={"run": "run id, or `last` for the newest", "json": "print the status as JSON"})
 def train_status(c, run=None, json=False):
     """A training run's state per node: ranks alive, last line, elapsed; checked against the nodes."""
+    _help_if_asked("train.status", run)
     _done(cli.train_status(RunsOptions(_run_id(run), json=json), _settings(c)))
 
 
@@ -307,6 +318,7 @@ def train_status(c, run=None, json=False):
             "rank": "only this rank's logs", "follow": "keep printing until the run ends"})
 def train_logs(c, run=None, node=None, rank=None, follow=False):
     """A training run's logs: per node and rank, launcher output, stack dumps."""
+    _help_if_asked("train.logs", run, node, rank)
     _done(cli.train_logs(RunsOptions(_run_id(run), node, _number("--rank", rank, int), follow),
                          _settings(c)))
 
@@ -314,6 +326,7 @@ def train_logs(c, run=None, node=None, rank=None, follow=False):
 @task(positional=["run"], help={"run": "run id (required)"})
 def train_stop(c, run=None):
     """Stop a (detached) training run: every rank on every node."""
+    _help_if_asked("train.stop", run)
     _done(cli.train_stop(RunsOptions(run), _settings(c)))
 
 
@@ -328,6 +341,7 @@ def train_stop(c, run=None):
 def torch_plan(c, torch, node=None, arch=None, index=None, json=False, explain=False):
     """Which torch build fits a fleet (no node touched): per CPU platform the variant, the exact
     pin and index, or the node that blocks and how to fix it."""
+    _help_if_asked("torch-plan", torch, arch, index, *(node or ()))
     _done(cli.torch_plan(TorchPlanOptions(torch, tuple(node or ()), arch, index, json, explain)))
 
 

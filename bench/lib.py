@@ -48,20 +48,11 @@ def bench_lab_down(name: str = "bench") -> None:
 
 
 def forget_controller_block(inventory: Path, config: Path = Path("~/.ssh/config")) -> None:
-    """Remove the `hosts <inventory>` block the ssh_config role wrote into the controller's
-    ssh config: a torn-down bench lab's `Host worker-N` entries would otherwise conflict with
-    the next inventory that names its nodes alike (`invoke demo` refuses them, rightly)."""
-    from nodeprep.engine.steps import without_block
-    path = config.expanduser()
-    if not path.exists():
-        return
-    old = path.read_text()
-    new = without_block(old, f"hosts {inventory.resolve()}")
-    if new != old:
-        tmp = path.with_name(path.name + ".nodeprep-bench.tmp")
-        tmp.write_text(new)
-        os.chmod(tmp, path.stat().st_mode & 0o777)
-        os.replace(tmp, path)
+    """Remove the blocks the ssh_config role wrote for INVENTORY into the controller's ssh
+    config (lab.down does it too): a torn-down bench lab's `Host worker-N` entries would
+    otherwise conflict with the next inventory that names its nodes alike."""
+    from nodeprep.lab.host import forget_ssh_blocks
+    forget_ssh_blocks(inventory, ROOT, config)
 
 
 def timed(cmd: list[str], env=None, check=True, verify=None) -> float:

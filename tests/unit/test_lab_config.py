@@ -392,3 +392,28 @@ def test_lab_slurm_never_trusts_a_stale_pid_file(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_lab_down_forgets_its_own_controller_ssh_blocks_only(tmp_path):
+    """The blocks provision wrote for the lab's inventory (named inventory/NAME, or by the
+    inventory's file or directory path) go; the user's lines and other inventories' blocks
+    stay byte for byte."""
+    from nodeprep.lab.host import forget_ssh_blocks
+    project = tmp_path / "proj"
+    inv = project / "inventory" / "rel" / "hosts.yml"
+    inv.parent.mkdir(parents=True)
+    inv.write_text("hosts: {}\n")
+    other = tmp_path / "elsewhere" / "hosts.yml"
+
+    def block(name, alias):
+        return (f"# BEGIN nodeprep hosts {name} (managed: edits inside this block are replaced)\n"
+                f"Host {alias}\n    HostName 10.0.0.1\nMatch all\n# END nodeprep hosts {name}\n")
+    user = "Host mine\n  HostName example.org  # mine\n\n"
+    cfg = tmp_path / "config"
+    cfg.write_text(block("rel", "worker-0") + user + block(str(other), "worker-0") + block(str(inv), "w9"))
+    cfg.chmod(0o600)
+    assert forget_ssh_blocks(inv, project, cfg)
+    assert cfg.read_text() == user + block(str(other), "worker-0")
+    assert cfg.stat().st_mode & 0o777 == 0o600
+    assert not forget_ssh_blocks(inv, project, cfg)                 # nothing left of it: no write
+    assert not forget_ssh_blocks(inv, project, tmp_path / "missing")

@@ -13,7 +13,7 @@ from nodeprep.commands.options import InventoryOptions
 from nodeprep.errors import InputError
 from nodeprep.inventory import load
 from nodeprep.inventory.model import Host, Inventory
-from nodeprep.redact import MASK, is_secret
+from nodeprep.redact import masked
 from nodeprep.settings import Settings
 
 # names that look secret but hold a path (the value is no secret)
@@ -21,8 +21,8 @@ _PATH_VARS = ("key", "controller_key", "ansible_ssh_private_key_file")
 
 
 def shown(name: str, value):
-    """VALUE as it may be shown: a secret's value is masked."""
-    return MASK if is_secret(name) and name not in _PATH_VARS else value
+    """VALUE as it may be shown: a secret's value is masked, at any depth."""
+    return masked(name, value, _PATH_VARS)
 
 
 @dataclass

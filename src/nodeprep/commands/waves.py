@@ -15,15 +15,15 @@ from nodeprep.engine.steps import Step, action_for
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.provision import roles as rolemod
 from nodeprep.ops.provision import room
-from nodeprep.redact import Redactor, is_secret
+from nodeprep.redact import Redactor, secret_values
 
 
 def _redactor(prov: rolemod.Provisioning, steps: list[Step]) -> Redactor:
     """Secrets are the values of secret-looking names in the environment mappings that reach
     the ranks, plus what steps declare (e.g. the cluster private key). Inventory variables such
     as `key` or `controller_key` are paths, not secrets."""
-    values = [str(v) for vs in prov.vars.values() for m in ("deepspeed_env", "nccl_env")
-              for k, v in (vs.get(m) or {}).items() if is_secret(k)]
+    values = [s for vs in prov.vars.values() for m in ("deepspeed_env", "nccl_env")
+              for s in secret_values(m, vs.get(m) or {})]
     values += [s for st in steps for s in st.secrets]
     return Redactor(values)
 

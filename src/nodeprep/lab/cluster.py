@@ -355,6 +355,9 @@ def down(name: str = "local", settings: Settings = Settings(), log=print,
         if leaked:
             raise NodeprepError(f"lab {name}: mounts left after down: {', '.join(leaked)}")
         log(f"lab {name}: {len(nss)} nodes down in {time.monotonic() - t0:.2f} s")
+    state = _read_state(lab)
+    if state and host.forget_ssh_blocks(Path(state["inventory"]), Path(settings.project)):
+        log(f"lab {name}: its block removed from ~/.ssh/config")
     if purge:
         _purge(name, lab, settings, log)
 

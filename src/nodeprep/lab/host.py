@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from nodeprep.engine.steps import without_block
 from nodeprep.errors import InputError, NodeprepError
 
 from . import etc, net
@@ -144,3 +145,28 @@ def remove(nss: list[str], timeout: float = 3.0) -> None:
             net.ip_batch([f"link del {ns}" for ns in left], force=True)
             break
         time.sleep(0.005)
+
+
+def forget_ssh_blocks(inventory: Path, project: Path, config: Path = Path("~/.ssh/config")) -> bool:
+    """Remove from the controller's ssh config the blocks provision wrote for the lab's
+    INVENTORY (the ssh_config role names a block after inventory/NAME, else the inventory's
+    path: its file or its directory), so a later lab naming its nodes alike is not refused.
+    Everything else in the file is kept byte for byte."""
+    path = config.expanduser()
+    if not path.is_file():
+        return False
+    inv = inventory.resolve()
+    names = {str(inv), str(inv.parent)}
+    if inv.parent.parent == (project / "inventory").resolve():
+        names.add(inv.parent.name)
+    old = path.read_text()
+    new = old
+    for name in names:
+        new = without_block(new, f"hosts {name}")
+    if new == old:
+        return False
+    tmp = path.with_name(f".{path.name}.nodeprep-lab.tmp")
+    tmp.write_text(new)
+    os.chmod(tmp, path.stat().st_mode & 0o777)
+    os.replace(tmp, path)
+    return True
