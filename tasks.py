@@ -11,7 +11,8 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 from nodeprep import cli
-from nodeprep.commands.options import (BandwidthOptions, FactsOptions, ForgetOptions, HealthOptions, InventoryOptions, ProvisionOptions,
+from nodeprep.commands.options import (BandwidthOptions, FactsOptions, ForgetOptions, HealthOptions, InitOptions,
+                                       InventoryOptions, ProvisionOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.settings import Settings
 
@@ -65,6 +66,22 @@ def _done(code: int) -> None:
 def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silent_after=None):
     """Show each node's hostname, IP, OS, arch, kernel, python, login shell, GPUs, free disk."""
     _done(cli.facts(FactsOptions(inventory, limit, json), _deadlines(c, connect_timeout, silent_after)))
+
+
+@task(positional=["name"],
+      help={"name": "the new inventory: inventory/NAME/hosts.yml",
+            "from": "where the hosts are: sshconfig:PATTERN, a hostfile, slurm:[LIST], pbs:, an Ansible "
+                    "inventory (groups kept), or hosts:gpu[01-04],login01",
+            "force": "replace an existing inventory NAME",
+            "dry_run": "print the file, write nothing",
+            "set": "KEY=VALUE the source does not say, e.g. user=ops or key=~/.ssh/id_ed25519 (repeatable)",
+            **LIVENESS}, iterable=["set"])
+def init(c, name=None, from_=None, force=False, dry_run=False, set=None, connect_timeout=None, silent_after=None):
+    """A first inventory from what you already have: each node contacted once, what was learned
+    written as values and comments (commented native YAML), then the next three commands."""
+    _help_if_asked("init", name, from_)
+    _done(cli.init(InitOptions(name, from_, force, dry_run, tuple(set or ())),
+                   _deadlines(c, connect_timeout, silent_after)))
 
 
 @task(iterable=["check", "ignore"],
@@ -389,4 +406,5 @@ train_ns.add_task(train, "run", default=True)
 train_ns.add_task(train_status, "status")
 train_ns.add_task(train_logs, "logs")
 train_ns.add_task(train_stop, "stop")
-ns = Collection(facts, health, bandwidth, inventory_, provision, verify_parity, torch_plan, demo, test, lab, hosts, train_ns)
+ns = Collection(init, facts, health, bandwidth, inventory_, provision, verify_parity, torch_plan, demo, test, lab, hosts,
+                train_ns)

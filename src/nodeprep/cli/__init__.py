@@ -31,11 +31,12 @@ import time
 from nodeprep.cli import detached, health_text, inventory_text, parity_text, render, stdio
 from nodeprep.cli.display import Display
 from nodeprep.commands import bandwidth as bandwidth_cmd, facts as facts_cmd, health as health_cmd
-from nodeprep.commands import hosts, inventory as inventory_cmd, provision as provision_cmd
+from nodeprep.commands import hosts, init as init_cmd, inventory as inventory_cmd, provision as provision_cmd
 from nodeprep.commands import torch_plan as torch_plan_cmd
 from nodeprep.commands import train as train_cmd, verify as verify_cmd
 from nodeprep.commands.train import control as control_cmd
-from nodeprep.commands.options import (BandwidthOptions, FactsOptions, ForgetOptions, HealthOptions, InventoryOptions, ProvisionOptions,
+from nodeprep.commands.options import (BandwidthOptions, FactsOptions, ForgetOptions, HealthOptions, InitOptions,
+                                       InventoryOptions, ProvisionOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops.train import rundir
@@ -60,6 +61,21 @@ def guarded(fn):
 
 def _json(data) -> None:
     print(json.dumps(data, indent=2, default=str))
+
+
+@guarded
+def init(opts: InitOptions, settings: Settings = Settings()) -> int:
+    res = init_cmd.init(opts, settings, Display.auto(to_stderr=True, quiet=True))
+    if opts.dry_run:
+        print(res.text, end="")
+    else:
+        print(f"wrote {res.path}")
+    for node, why in res.unreached.items():
+        print(f"not reached: {node}: {why} (written with a note; fix it, then init again with --force)")
+    print("next:")
+    for step in res.next_steps:
+        print(f"  {step}")
+    return res.exit_code
 
 
 @guarded

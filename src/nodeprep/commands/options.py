@@ -32,6 +32,15 @@ class HealthOptions:
 
 
 @dataclass(frozen=True)
+class InitOptions:
+    name: str | None = None           # inventory/NAME/hosts.yml is written
+    source: str | None = None         # --from: anything --inventory reads, or hosts:LIST
+    force: bool = False               # replace an existing inventory NAME
+    dry_run: bool = False             # print the file, write nothing
+    sets: tuple[str, ...] = ()        # KEY=VALUE the source does not say (user=ops, key=~/.ssh/k)
+
+
+@dataclass(frozen=True)
 class BandwidthOptions:
     inventory: str | None = None
     limit: str | None = None
