@@ -41,6 +41,7 @@ hosts:
 # A new task needs an entry here (test_every_listed_task_has_cases fails without one).
 CASES: dict[str, list[list[str]]] = {
     "facts": [["-i", "{inv}"], ["-i", "{inv}", "--json"]],
+    "init": [["--help"], ["x", "--from", "{inv}", "--dry-run"]],
     "inventory": [["-i", "{inv}"], ["-i", "{inv}", "--host", "n1"]],
     "health": [["-i", "{inv}"], ["--list-checks"]],
     "bandwidth": [["-i", "{inv}", "--seconds", "0.2"], ["--help"]],

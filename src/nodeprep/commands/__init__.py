@@ -5,6 +5,7 @@ returns a result object; it never prints (the cli renders results).
   common.py      what every command does first: load the inventory, select its nodes
   inventory.py   `invoke inventory`: what was read, with origins (no node contacted)
   facts.py       `invoke facts`: one probe per node
+  init.py        `invoke init`: a first inventory from what the user has, each node contacted once
   health.py      `invoke health`: one probe per node, the checks of ops/health, findings
   bandwidth.py   `invoke bandwidth`: rounds of node pairs sending at once, the matrix, the slow node
   hosts.py       `invoke hosts.forget`: drop pinned host keys after a reinstall

@@ -13,6 +13,7 @@ validated Inventory.
   jumps.py      jump hosts (bastions) from proxy_jump, Ansible's ssh arguments, the ssh config
   dsfilter.py   DeepSpeed's --include/--exclude strings as --limit: nodes and slots
   yamlfile.py   YAML read with file:line for every value, one-line errors
+  writer.py     the native format written (invoke init): commented hosts.yml, values literal
   schema.py     the variables (defaults.yml) and their types
   fields.py     what names, addresses, users and values may contain
   nodeset.py    node sets such as worker-[0-7], folded and expanded
