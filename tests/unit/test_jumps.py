@@ -3,6 +3,8 @@ Ansible's ssh arguments (-o ProxyJump=, -J, a plain ssh -W ProxyCommand) and the
 ProxyJump/ProxyCommand; a chain; the forms refused in one line naming what is accepted."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nodeprep.errors import InputError
@@ -55,11 +57,29 @@ def test_proxy_jump_wins_and_the_ssh_config_is_read():
     {"ansible_ssh_common_args": "-o ProxyCommand='ssh -W %h:%p -i key gw'"},
     {"ansible_ssh_extra_args": "-o ProxyCommand='aws ssm start-session --target %h'"},
 ])
-def test_other_proxy_commands_are_refused_naming_the_accepted_form(extra):
+def test_other_proxy_commands_are_unsupported_naming_the_accepted_form(extra):
+    with pytest.raises(jumps.Unsupported) as e:
+        jumps.of_host("gpu1", {}, extra, {})
+    assert e.value.variable == next(iter(extra)) and "ProxyJump [user@]host[:port]" in e.value.why
+
+
+def test_an_unsupported_jump_is_refused_when_selected_and_the_inventory_still_loads(tmp_path, monkeypatch):
+    """As for Ansible connections nodeprep lacks: `invoke inventory` shows the host, a command
+    that selects it is refused in one line naming file:line; the other hosts go on."""
+    from nodeprep.commands.common import select_hosts
+    from nodeprep.settings import Settings
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hosts.ini").write_text(
+        "[gpus]\ngpu01 ansible_host=10.0.0.1\n"
+        "gpu02 ansible_ssh_common_args='-o ProxyCommand=\"cloudflared access ssh --hostname %h\"'\n")
+    inv = load("hosts.ini")
+    assert inv.host("gpu02").jump == () and inv.host("gpu02").jump_problem[0] == "ansible_ssh_common_args"
+    settings = Settings(project_root=str(Path(__file__).resolve().parents[2]))
+    assert [h.name for h in select_hosts("hosts.ini", "gpu01", settings)[1]] == ["gpu01"]
     with pytest.raises(InputError) as e:
-        jumps.of_host("gpu1", {}, extra, {next(iter(extra)): "hosts.ini:7"})
-    assert "gpu1" in str(e.value) and "ProxyJump [user@]host[:port]" in e.value.hint
-    assert e.value.file == "hosts.ini" and e.value.line == 7
+        select_hosts("hosts.ini", "gpu02", settings)
+    assert str(e.value).startswith("hosts.ini:3: host gpu02: ansible_ssh_common_args") and "ProxyJump" in str(e.value)
+    assert e.value.exit_code == 2
 
 
 def test_inventory_hosts_carry_their_chain(tmp_path):

@@ -48,6 +48,8 @@ def reach_problem(h, alone: bool) -> tuple[str, str] | None:
     if h.connection not in ("ssh", "local"):
         return "connection", (f"connection '{h.connection}' is not supported: nodeprep reaches "
                               "a node over ssh, or runs on the controller for local")
+    if getattr(h, "jump_problem", None):
+        return h.jump_problem
     return None
 
 

@@ -15,11 +15,17 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from nodeprep.errors import InputError
-
 SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")
 ACCEPTED = ("ProxyJump [user@]host[:port][,...], or ProxyCommand 'ssh -W %h:%p [-p PORT] "
             "[-l USER] [user@]host'")
+
+
+class Unsupported(Exception):
+    """A jump form nodeprep cannot honour: VARIABLE and WHY (the reason and the form accepted)."""
+
+    def __init__(self, variable: str, why: str):
+        super().__init__(why)
+        self.variable, self.why = variable, why
 
 
 @dataclass(frozen=True)
@@ -129,11 +135,10 @@ def _from_args(text: str) -> tuple[str, str] | None:
 def of_host(name: str, vars_: dict, extra: dict, origin: dict) -> tuple[Hop, ...]:
     """The jump chain of host NAME: `proxy_jump` first, then Ansible's ssh arguments, then
     the ssh config's ProxyJump / ProxyCommand. A form nodeprep cannot honour is an
-    InputError naming the host, the variable and its origin."""
+    Unsupported naming the variable (the inventory still loads: the host is refused when a
+    command selects it)."""
     def refuse(var: str, value, why: str):
-        file, _, line = str(origin.get(var, "")).rpartition(":")
-        raise InputError(f"host {name}: {var} {str(value)[:120]!r}: {why}", f"write {ACCEPTED}",
-                         file or None, int(line) if line.isdigit() else None)
+        raise Unsupported(var, f"{var} {str(value)[:120]!r}: {why}; write {ACCEPTED}")
     found: list[tuple[str, str, object]] = []
     if vars_.get("proxy_jump") not in (None, "", []):
         found.append(("proxy_jump", "jump", vars_["proxy_jump"]))

@@ -54,6 +54,7 @@ class Host:
     connection: str = "ssh"          # ssh, local, or what an Ansible inventory said
     extra: dict = field(default_factory=dict)   # variables nodeprep does not use (Ansible's)
     jump: tuple = ()                 # jumps.Hop chain in front of the node (a bastion)
+    jump_problem: tuple | None = None  # (variable, why): a jump form nodeprep cannot honour
 
 
 @dataclass
@@ -231,6 +232,10 @@ def _host(name: str, layers: list, member: list[str], src: sources.Source, schem
         raise InputError(f"host {name}: key {str(key)[:60]!r}: no such user's home directory",
                          "give the key file's full path",
                          *fields.split_where(origin.get("key", ""))) from None
+    try:
+        jump, jump_problem = jumps.of_host(name, known, extra, origin), None
+    except jumps.Unsupported as e:       # refused when a command selects the host
+        jump, jump_problem = (), (e.variable, e.why)
     return Host(
         name=name, address=str(known.get("address") or name),
         port=known.get("port", schema["port"].default),
@@ -238,7 +243,7 @@ def _host(name: str, layers: list, member: list[str], src: sources.Source, schem
         key=key,
         groups=tuple(g for g in member if g != "ungrouped"), vars=known, origin=origin,
         slots=known.get("slots"), connection=str(known.get("connection") or "ssh"),
-        extra=extra, jump=jumps.of_host(name, known, extra, origin))
+        extra=extra, jump=jump, jump_problem=jump_problem)
 
 
 def _members(src: sources.Source, group: str, seen: set) -> list[str]:
