@@ -62,6 +62,17 @@ def test_the_moment_a_script_failed_beats_the_moment_its_exit_was_seen():
     assert w.root_cause().who == "worker-0 r1"
 
 
+def test_a_script_that_exited_1_then_got_the_launchers_term_says_both():
+    """srun's --kill-on-bad-exit TERMs the failing task too while it tears down (seen on the
+    lab's Slurm): its status is the script's own, the signal said after it."""
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), start(1)]})
+    w.feed("worker-0", {"ev": [dict(end(1, -15, 100.4), failed_at=100.0, script_rc=1)]})
+    w.feed("worker-0", {"ev": [dict(end(0, -6, 100.3), failed_at=100.2, script_rc=1)]})
+    root = w.root_cause()
+    assert root.who == "worker-0 r1" and root.what == "exited with status 1 (then was killed by SIGTERM as it shut down)"
+
+
 def test_ranks_ended_by_nodeprep_are_stopped_not_failed():
     w = watch()
     w.feed("worker-0", {"ev": [start(0), start(1)]})

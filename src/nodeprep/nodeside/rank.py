@@ -255,8 +255,9 @@ def wrap(argv):
     record = {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom, "end": time.time()}
     try:
         with open(base + ".fail") as f:
-            record["failed_at"] = float(f.read().strip())
-    except (OSError, ValueError):
+            stamp = f.read().split()
+        record["failed_at"], record["script_rc"] = float(stamp[0]), int(stamp[1])
+    except (OSError, ValueError, IndexError):
         pass
     write_json(base + ".exit", record)
     if rc < 0:                           # end the way the child ended: the same signal
@@ -279,20 +280,21 @@ def run_script(argv):
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
-            mark_failed()
+            mark_failed(e.code if isinstance(e.code, int) else 1)
         raise
     except BaseException:
-        mark_failed()
+        mark_failed(1)
         raise
 
 
-def mark_failed():
-    """Stamp the moment the script failed (before teardown closes its connections)."""
+def mark_failed(code):
+    """Stamp the moment the script failed and the status it exits with (before teardown closes
+    its connections, and before a launcher's TERM may cut that teardown short)."""
     path = os.environ.get("NODEPREP_FAIL_FILE")
     if path:
         try:
             with open(path, "w") as f:
-                f.write(repr(time.time()))
+                f.write(f"{time.time()!r} {int(code)}")
         except OSError:
             pass
 

@@ -165,9 +165,13 @@ class RankWatch:
             r.how = "restarted"       # torchrun's agent restarts the workers: not a failure yet
         else:
             r.how = "failed"
-            # when the script itself failed, where it said (before its exit was seen)
+            # when the script itself failed, where it said (before its exit was seen), and with
+            # the status it exited with even when a launcher's TERM then cut its teardown short
             t = min(r.end, float(ev.get("failed_at") or r.end))
-            self.failures.append(Failure(t, "rank", r.name, describe_rc(r.rc, r.oom), r.rank))
+            said = ev.get("script_rc")
+            what = describe_rc(r.rc, r.oom) if said is None or r.rc >= 0 else (
+                f"{describe_rc(int(said), None)} (then {describe_rc(r.rc, None)} as it shut down)")
+            self.failures.append(Failure(t, "rank", r.name, what, r.rank))
 
     def _by_our_stop(self, rc: int, end: float) -> bool:
         """An end nodeprep's stop explains: TERM/KILL (or a shell's 143/137 for them) after
