@@ -277,6 +277,11 @@ class LaunchPlan:
         self._whole_nodes()
         names = [k for k in self.env() if k not in ("MASTER_ADDR", "MASTER_PORT")]
         argv = launchers.mpirun_cmd(self.program(), slots, (self.master_addr, self.port), names)
+        if self.emu:
+            # every emulated node's orted runs on the one machine under one host name: each
+            # gets a session directory of its own (the remote shell's $$), or two of them race
+            # creating the same one ("ORTE_ERROR_LOG ... session_dir.c: File exists")
+            argv[1:1] = ["-mca", "orte_launch_agent", "env OMPI_MCA_orte_tmpdir_base=/tmp/nodeprep-orted-$$ orted"]
         return {self.head.name: cd + self._exports() + shlex.join(argv)}
 
 
