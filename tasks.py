@@ -11,8 +11,8 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 from nodeprep import cli
-from nodeprep.commands.options import (BandwidthOptions, FactsOptions, ForgetOptions, HealthOptions, InitOptions,
-                                       InventoryOptions, ProvisionOptions,
+from nodeprep.commands.options import (BandwidthOptions, DoctorOptions, FactsOptions, ForgetOptions, HealthOptions,
+                                       InitOptions, InventoryOptions, ProvisionOptions, PruneOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.settings import Settings
 
@@ -112,6 +112,32 @@ def health(c, inventory=None, limit=None, json=False, list_checks=False, check=N
                                    drain, undrain, deep, _number("--emulate-gpus", emulate_gpus, int) or 0,
                                    _number("--burn-seconds", burn_seconds, float) or 10.0),
                      _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
+
+
+@task(iterable=["check", "set"],
+      help={"inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory, if it "
+                         "exists; else the controller only)",
+            "limit": "only these nodes (ranges, globs, groups; !x excludes)",
+            "json": "print every check's findings as JSON on stdout",
+            "list_checks": "list every check with its codes, and exit",
+            "check": "run only this check (repeatable; names from --list-checks)",
+            "verbose": "show every check's line for every node, OK ones too",
+            "set": "KEY=VALUE as for provision (repeatable), e.g. login_shell=/bin/zsh", **LIVENESS})
+def doctor(c, inventory=None, limit=None, json=False, list_checks=False, check=None, verbose=False, set=None,
+           connect_timeout=None, silent_after=None):
+    """What is wrong, and the command that fixes it: the controller (keys, agent, ssh config blocks
+    and aliases, labs, Python and pins) and first contact with the nodes (reach, auth, host key,
+    sudo, python, launchers on the non-interactive PATH, disk). Exit 1 on any finding."""
+    _done(cli.doctor(DoctorOptions(inventory, limit, json, tuple(check or ()), verbose, tuple(set or ())),
+                     _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
+
+
+@task(help={"config": "the controller's ssh config (default ~/.ssh/config)",
+            "dry_run": "say which blocks would go; change nothing"})
+def ssh_prune(c, config="~/.ssh/config", dry_run=False):
+    """Remove the managed ~/.ssh/config blocks whose inventory no longer exists (user entries and
+    other blocks kept byte for byte)."""
+    _done(cli.ssh_prune(PruneOptions(config, dry_run), _settings(c)))
 
 
 @task(help={"inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory)",
@@ -401,10 +427,13 @@ lab.add_task(lab_down, "down")
 lab.add_task(lab_status, "status")
 hosts = Collection("hosts")
 hosts.add_task(hosts_forget, "forget")
+ssh = Collection("ssh")
+ssh.add_task(ssh_prune, "prune")
 train_ns = Collection("train")
 train_ns.add_task(train, "run", default=True)
 train_ns.add_task(train_status, "status")
 train_ns.add_task(train_logs, "logs")
 train_ns.add_task(train_stop, "stop")
-ns = Collection(init, facts, health, bandwidth, inventory_, provision, verify_parity, torch_plan, demo, test, lab, hosts,
+ns = Collection(init, doctor, facts, health, bandwidth, inventory_, provision, verify_parity, torch_plan, demo, test, lab,
+                hosts, ssh,
                 train_ns)

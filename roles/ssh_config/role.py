@@ -90,13 +90,7 @@ def validate(prov):
 
 def _block_name(prov) -> str:
     """The inventory's block on the controller: its name for inventory/NAME, else its path."""
-    inv = prov.inventory
-    if inv.path is None:
-        return inv.name
-    path = Path(inv.path).resolve()
-    if path.parent == (Path(prov.settings.project) / "inventory").resolve():
-        return path.name
-    return str(path)
+    return config_blocks.block_name(prov.inventory, Path(prov.settings.project))
 
 
 def _controller_file(prov) -> Path:

@@ -93,7 +93,7 @@ def test_provision_cold_then_noop_and_openssh_uses_the_block(bast, capsys):
     assert not rep["changed"] and not rep["failed"] and logins(info) - before == 1, rep
     block = (base / "ctl" / "config").read_text()
     assert f"ProxyJump nodeprep@{info.bastion.address}" in block and f"Host {info.bastion.address}" in block
-    r = subprocess.run(["ssh", "-F", str(base / "ctl" / "config"), "-o", "BatchMode=yes", "worker-1", "hostname"],
+    r = subprocess.run(["ssh", "-F", str(base / "ctl" / "config"), "-o", "BatchMode=yes", "bast-worker-1", "hostname"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "worker-1", r.stderr
 

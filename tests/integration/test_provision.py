@@ -137,7 +137,7 @@ def test_user_lines_outside_the_block_survive(prov, lab, controller, capsys):
     # the user's lines byte for byte, after nodeprep's block: ssh takes the first value it finds
     assert ctl.endswith("# my own settings\nHost gateway\n    HostName 192.0.2.1\n")
     assert ctl.startswith("# BEGIN nodeprep hosts ")
-    assert all(f"Host {n.name}\n" in ctl for n in lab.nodes)
+    assert all(f"Host t-{n.name}\n" in ctl for n in lab.nodes)      # a named lab: its alias prefix
 
 
 def test_diff_and_reports_never_show_secrets(prov, lab, lab_settings, capsys):

@@ -37,13 +37,15 @@ hosts:
   n3: {address: 127.0.0.1, port: 1}
 """
 
-# task (as `invoke --list` names it) -> argument lists; {inv}, {ctl}, {run} are filled in.
+# task (as `invoke --list` names it) -> argument lists; {inv}, {ctl}, {run}, {sshcfg} are filled in.
 # A new task needs an entry here (test_every_listed_task_has_cases fails without one).
 CASES: dict[str, list[list[str]]] = {
     "facts": [["-i", "{inv}"], ["-i", "{inv}", "--json"]],
     "init": [["--help"], ["x", "--from", "{inv}", "--dry-run"]],
     "inventory": [["-i", "{inv}"], ["-i", "{inv}", "--host", "n1"]],
     "health": [["-i", "{inv}"], ["--list-checks"]],
+    "doctor": [["-i", "{inv}", "--set", "controller_ssh_config={sshcfg}"], ["--list-checks"]],
+    "ssh.prune": [["--config", "{sshcfg}", "--dry-run"]],
     "bandwidth": [["-i", "{inv}", "--seconds", "0.2"], ["--help"]],
     "provision": [  # --check changes nothing; controller key and ssh config would go to tmp
         ["-i", "{inv}", "--check", "--set", "controller_key={ctl}/id",
@@ -107,7 +109,12 @@ def sandbox(tmp_path_factory):
                INVOKE_NODEPREP_LAB_ROOT=str(base / "labs"),
                INVOKE_NODEPREP_CONNECT_TIMEOUT="3", INVOKE_NODEPREP_CONNECT_RETRIES="0")
     (base / "home").mkdir()
-    fill = {"{inv}": str(base / "hosts.yml"), "{ctl}": str(base / "ctl"), "{run}": RUN_ID}
+    (base / "sshcfg").write_text(           # three blocks of inventories that are gone: ssh.prune's lines
+"".join(
+        f"# BEGIN nodeprep hosts gone{i} (managed: edits inside this block are replaced)\nHost g{i}\n"
+        f"    HostName 192.0.2.{i}\n# END nodeprep hosts gone{i}\n" for i in range(3)))
+    fill = {"{inv}": str(base / "hosts.yml"), "{ctl}": str(base / "ctl"), "{run}": RUN_ID,
+            "{sshcfg}": str(base / "sshcfg")}
     return env, fill
 
 
@@ -197,6 +204,7 @@ def test_nothing_outside_the_sandbox_changed(sandbox):
     """provision --check wrote no controller key or ssh config (they would be under ctl/)."""
     env, fill = sandbox
     assert not Path(fill["{ctl}"]).exists()
+    assert Path(fill["{sshcfg}"]).read_text().count("# BEGIN nodeprep hosts gone") == 3   # prune --dry-run
 
 
 def test_live_display_on_a_terminal_with_stdout_closed(sandbox):

@@ -15,6 +15,7 @@ shows and changes nothing, stops following once stdout's reader is gone.
   display.py         the live table / plain progress lines (engine events rendered)
   render.py          results as text: facts, provision summary, train, torch-plan, collective
   parity_text.py     a parity report as text, clubak style (values grouped under node sets)
+  doctor_text.py     `invoke doctor`: one line per check, findings with their fixes
   health_text.py     `invoke health`: verdicts per node, findings with fixes, the check list;
                      `invoke bandwidth`: the matrix, the flagged nodes, the heatmap PNG
   inventory_text.py  `invoke inventory`: hosts, the group graph, one host's variables
@@ -28,15 +29,16 @@ import json
 import sys
 import time
 
-from nodeprep.cli import detached, health_text, inventory_text, parity_text, render, stdio
+from nodeprep.cli import detached, doctor_text, health_text, inventory_text, parity_text, render, stdio
 from nodeprep.cli.display import Display
-from nodeprep.commands import bandwidth as bandwidth_cmd, facts as facts_cmd, health as health_cmd
+from nodeprep.commands import bandwidth as bandwidth_cmd, doctor as doctor_cmd, facts as facts_cmd, health as health_cmd
+from nodeprep.commands import ssh_prune as prune_cmd
 from nodeprep.commands import hosts, init as init_cmd, inventory as inventory_cmd, provision as provision_cmd
 from nodeprep.commands import torch_plan as torch_plan_cmd
 from nodeprep.commands import train as train_cmd, verify as verify_cmd
 from nodeprep.commands.train import control as control_cmd
-from nodeprep.commands.options import (BandwidthOptions, FactsOptions, ForgetOptions, HealthOptions, InitOptions,
-                                       InventoryOptions, ProvisionOptions,
+from nodeprep.commands.options import (BandwidthOptions, DoctorOptions, FactsOptions, ForgetOptions, HealthOptions, InitOptions,
+                                       InventoryOptions, ProvisionOptions, PruneOptions,
                                        RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops.train import rundir
@@ -102,6 +104,33 @@ def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bo
     else:
         print(health_text.findings(res))
     return res.exit_code
+
+
+@guarded
+def doctor(opts: DoctorOptions, settings: Settings = Settings(), list_checks: bool = False) -> int:
+    from nodeprep.ops.doctor import catalogue
+    if list_checks:
+        print(doctor_text.catalogue(catalogue.select(opts.checks), catalogue.COMMON))
+        return 0
+    from nodeprep import lab
+    res = doctor_cmd.doctor(opts, settings, Display.auto(to_stderr=True, quiet=True),
+                            labs=lambda: lab.leftovers(settings))
+    if opts.json:
+        _json(res.as_dict())
+    else:
+        print(doctor_text.render(res, opts.verbose))
+    return res.exit_code
+
+
+@guarded
+def ssh_prune(opts: PruneOptions, settings: Settings = Settings()) -> int:
+    res = prune_cmd.prune(opts, settings)
+    verb = "would remove" if opts.dry_run else "removed"
+    for name in res.removed:
+        print(f"{res.path}: {verb} the block of inventory '{name}' (it no longer exists)")
+    print(f"{res.path}: " + (f"{len(res.removed)} stale block(s) {verb}" if res.removed else "no stale block")
+          + (f"; kept {len(res.kept)}: {', '.join(res.kept)}" if res.kept else ""))
+    return 0
 
 
 @guarded

@@ -8,7 +8,9 @@ returns a result object; it never prints (the cli renders results).
   init.py        `invoke init`: a first inventory from what the user has, each node contacted once
   health.py      `invoke health`: one probe per node, the checks of ops/health, findings
   bandwidth.py   `invoke bandwidth`: rounds of node pairs sending at once, the matrix, the slow node
+  doctor.py      `invoke doctor`: the controller's checks and first contact with the nodes, fixes
   hosts.py       `invoke hosts.forget`: drop pinned host keys after a reinstall
+  ssh_prune.py   `invoke ssh.prune`: drop the ssh config blocks of inventories that are gone
   provision.py   `invoke provision`: probe, locks, the controller's work, the report
   waves.py       its plan-and-apply: each node's steps checked, room, one batched apply, waves
   torch_plan.py  `invoke torch-plan`: the torch build for a fleet, offline

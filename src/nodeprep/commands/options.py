@@ -32,6 +32,22 @@ class HealthOptions:
 
 
 @dataclass(frozen=True)
+class DoctorOptions:
+    inventory: str | None = None      # none: the default inventory if it exists, else the controller only
+    limit: str | None = None
+    json: bool = False
+    checks: tuple[str, ...] = ()      # --check NAME (repeatable); none: every check
+    verbose: bool = False             # -v: every check's every subject, OK ones too
+    sets: tuple[str, ...] = ()        # KEY=VALUE as provision's --set (login_shell=..., controller_ssh_config=...)
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    config: str = "~/.ssh/config"     # the controller's ssh config
+    dry_run: bool = False             # say which blocks would go, change nothing
+
+
+@dataclass(frozen=True)
 class InitOptions:
     name: str | None = None           # inventory/NAME/hosts.yml is written
     source: str | None = None         # --from: anything --inventory reads, or hosts:LIST

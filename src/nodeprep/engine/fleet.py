@@ -184,6 +184,7 @@ class Fleet:
 
     @staticmethod
     def _failed(s: Session, stage: str, e: Exception) -> None:
+        s.result.error_kind = s.result.error_kind or type(e).__name__    # doctor tells them apart
         if isinstance(e, Unreachable):
             s.result.mark("unreachable", str(e))
         elif s.silent():      # an sftp transfer or a channel cut by the dead-peer rule

@@ -37,6 +37,7 @@ class NodeResult:
     stderr_tail: str = ""
     steps: list[StepResult] = field(default_factory=list)
     data: dict = field(default_factory=dict)
+    error_kind: str = ""         # the exception's class that failed the node (HostKeyChanged, AuthFailed, ...)
     interrupted: bool = False    # Ctrl-C: what it was doing is the message; later noise is not
 
     @property

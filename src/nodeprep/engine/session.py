@@ -37,6 +37,10 @@ class Unreachable(NodeprepError):
     pass
 
 
+class AuthFailed(Unreachable):
+    """The node answered and refused every key (and password) offered."""
+
+
 def _connect_error(e: BaseException, seconds: float, limit: float) -> tuple[str, bool]:
     """(what happened, whether a retry can fix it). A retry helps a node whose sshd is starting
     (refused, reset, closed during the banner); never a silent address: waiting again cannot
@@ -134,6 +138,7 @@ class Session:
         self._fabric_config = fleet.fabric_config
         self._bastions = fleet.bastions
         self._password = fleet.password  # --ask-pass: in memory only, never logged
+        self.pinned_now = False          # this run pinned the node's host key (first contact)
         self._tag = f"{RUN_VAR}={fleet.run_id}; export {RUN_VAR}\n"
         self.result = NodeResult(host.name)
 
@@ -193,7 +198,7 @@ class Session:
                     hint="if the node was reinstalled on purpose, run "
                          f"`invoke hosts.forget {h.name}` and connect again") from None
             except paramiko.AuthenticationException as e:
-                raise Unreachable(f"authentication failed for {h.user or 'current user'}@"
+                raise AuthFailed(f"authentication failed for {h.user or 'current user'}@"
                                   f"{h.address}:{h.port}: {e}",
                                   hint="check the inventory's user/key for this node") from None
             except (paramiko.SSHException, OSError, EOFError) as e:
@@ -207,7 +212,21 @@ class Session:
                 time.sleep(delay)
                 delay *= 2
 
+    def login(self) -> dict:
+        """How this node was logged in to: {method (publickey, password, local), host_key
+        (its SHA256 fingerprint), pinned_now (first contact: pinned by this run)}."""
+        if self._conn is None or isinstance(self._conn, LocalConnection):
+            return {"method": "local" if self._conn is not None else None, "host_key": None,
+                    "pinned_now": False}
+        t = self._conn.client.get_transport()
+        handler = getattr(t, "auth_handler", None)
+        key = t.get_remote_server_key() if t is not None else None
+        return {"method": getattr(handler, "auth_method", None),
+                "host_key": hostkeys.key_fingerprint(key) if key is not None else None,
+                "pinned_now": self.pinned_now}
+
     def _pinned(self, hostname, key):
+        self.pinned_now = True
         self.events.note(self.name, f"pinned new host key {hostname} {key.get_name()} "
                                      f"{hostkeys.key_fingerprint(key)} in {self.store.path}")
 

@@ -17,7 +17,7 @@ Without root, local.py gives a lower-fidelity stand-in (sshds on 127.0.0.1 ports
 The package's modules: config (names, addresses and generated text, pure), net (ip batches,
 namespaces, processes, keys, files), etc (each node's /etc copy), host (the lab user, node
 files, starting and removing nodes), nodes (operations on one node), gpu (GPU-shaped nodes),
-slurm (lab --slurm), bastion (lab --bastion: a jump host in front, the only way in),
+slurm (lab --slurm), leftovers (what a lab left behind, for doctor), bastion (lab --bastion: a jump host in front, the only way in),
 local (the non-root stand-in); cluster puts them together as up, down and status.
 
 Everything the lab keeps lives in <lab_root>/NAME (0700: nodes must not read each other's
@@ -26,12 +26,13 @@ pid file and log. Homes, /etc and host keys survive down/up (only purge removes 
 keys are pinned in the project's known_hosts by up(), since the lab made them.
 """
 from .cluster import down, status, up
+from .leftovers import leftovers
 from .config import LabInfo, LabNode, UpOptions
 from .nodes import (disable_password, enable_password, limit_link, limit_memlock, limit_shm, limit_space, node_shell,
                     readonly_home, regenerate_host_key, remove_authorized_key, restart_node, silence_node,
                     stop_node)
 
-__all__ = ["LabInfo", "LabNode", "UpOptions", "up", "down", "status", "node_shell",
+__all__ = ["LabInfo", "LabNode", "UpOptions", "up", "down", "status", "leftovers", "node_shell",
            "stop_node", "restart_node", "regenerate_host_key", "enable_password",
            "disable_password", "remove_authorized_key", "silence_node", "limit_space", "readonly_home",
            "limit_shm", "limit_memlock", "limit_link"]

@@ -317,7 +317,8 @@ def _write_inventory(state: _Up, inventory_dir: Path | None, root: Path) -> Path
     hostlist = [(node.name, node.address, 22) for node in state.nodes()]
     hostlist += [(node_name(state.count + k), state.node(k).address, 22) for k in range(state.aliases)]
     jump = f"{LAB_USER}@{bastion.address(state.octet)}" if state.bastion else None
-    if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist, jump=jump)):
+    prefix = "" if state.name == "local" else f"{state.name}-"
+    if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist, jump=jump, alias_prefix=prefix)):
         state.changes.append(f"wrote {inventory}")
     return inventory
 
@@ -391,3 +392,4 @@ def status(name: str = "local", settings: Settings = Settings()) -> LabInfo | No
     if b is not None:
         b.sshd_pid = _sshd_pid(b)
     return LabInfo(name, found, LAB_USER, lab / "id_ed25519", Path(state["inventory"]), True, b)
+

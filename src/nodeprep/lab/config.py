@@ -235,11 +235,14 @@ def _scalar(value: str) -> str:
 
 
 def inventory_text(user: str, key: Path, hosts: list[tuple[str, str, int]],
-                   python: str = NODE_PYTHON, jump: str | None = None) -> str:
+                   python: str = NODE_PYTHON, jump: str | None = None, alias_prefix: str = "") -> str:
     """The native inventory (hosts.yml) of the lab: `hosts` is (name, address, port); JUMP:
-    the bastion in front of the nodes (lab.up --bastion)."""
+    the bastion in front of the nodes (lab.up --bastion); ALIAS_PREFIX: the ssh_alias_prefix
+    of a lab not named local ("rel-": `ssh rel-worker-1`), so two labs' blocks in
+    ~/.ssh/config never define one alias twice."""
     lines = [INVENTORY_HEADER, "vars:", f"  user: {_scalar(user)}", f"  key: {_scalar(str(key))}",
              f"  python: {_scalar(python)}", *([f"  proxy_jump: {_scalar(jump)}"] if jump else []),
+             *([f"  ssh_alias_prefix: {_scalar(alias_prefix)}"] if alias_prefix else []),
              "  # The lab reaches only the package registries: take torch from pip's own",
              "  # configuration (this machine's pip finds the CPU build locally), not the PyTorch index.",
              "  torch_index: pip-config", "hosts:"]

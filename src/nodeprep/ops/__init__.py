@@ -8,11 +8,12 @@
   verify/      verify-parity: fingerprints, checks, parity, NCCL's own log
   health/      `health`: checks of GPUs, disk, memory, limits, clock, RDMA and the job network
                (findings with verdicts, codes and fixes; Xids)
+  doctor/      `doctor`: the controller's and the first contact's checks, each with its fix
   train/       `train`: launchers, the GPU split, emulation, preflight contract, the job's files
                and processes, the run directory, the rank watch, tracebacks of hung ranks
 
 Packages import each other one way only (tests/unit/test_architecture.py checks it): provision,
 torchplan and ssh import no other package; pystack imports provision and torchplan; launchenv
-imports provision; verify and train stand on those; health imports none. Code that runs ON the nodes is not here:
+imports provision; verify and train stand on those; health imports none; doctor imports health (its Finding) and ssh. Code that runs ON the nodes is not here:
 it is nodeprep/nodeside/.
 """

@@ -9,12 +9,14 @@
   gpudeep.py DCGM_DIAG(DcgmIn(level)) GPU_DEEP(DeepIn(venv, ...)): the deep health tier
   files.py   FILE(path) DIR(path)
   python.py  VENV(path) TORCH_BUILD(TorchIn(venv, deep))
+  access.py  SUDO((shell, user)) LOGIN_FINDS(programs): what doctor asks of a first contact
   jobs.py    JOB_PROCESSES GPU_APPS PROGRAMS (and JOB_VAR, the job id every job process carries)
 
 A new fact: a snippet and a parser in the module of its domain, a data-file case per real
 output format under tests/facts/<name>/, and a line in ALL below."""
 from __future__ import annotations
 
+from nodeprep.engine.facts.access import LOGIN_FINDS, SUDO
 from nodeprep.engine.facts.files import DIR, FILE
 from nodeprep.engine.facts.gpudeep import DCGM_DIAG, GPU_DEEP
 from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, KERNEL_LOG
@@ -32,7 +34,7 @@ from nodeprep.engine.facts.system import (DISK_FREE, ETC_SHELLS, HOSTNAME, IDENT
 ALL = {f.name: f for f in (HOSTNAME, OS, USER, LOGIN_SHELL, ETC_SHELLS, PYTHON, PYTHON_ON_PATH,
                            DISK_FREE, IDENTITY, INTERFACES, PORT_LISTENING, ROUTE, GPUS, FILE, DIR, VENV, TORCH_BUILD,
                            JOB_PROCESSES, GPU_APPS, PROGRAMS, ROOM, GPU_DETAIL, KERNEL_LOG, FABRIC,
-                           LIMITS, CLOCK, RDMA_PORTS, NET_LINKS, DCGM_DIAG, GPU_DEEP)}
+                           LIMITS, CLOCK, RDMA_PORTS, NET_LINKS, DCGM_DIAG, GPU_DEEP, SUDO, LOGIN_FINDS)}
 
 # What `invoke facts` shows.
 NODE_FACTS = [HOSTNAME, OS, INTERFACES, PYTHON, LOGIN_SHELL, DISK_FREE, GPUS]
@@ -42,4 +44,4 @@ __all__ = ["ALL", "NODE_FACTS", "Fact", "FactValues", "Request", "TorchIn", "gat
            "DIR", "FILE", "GPUS", "INTERFACES", "PORT_LISTENING", "TORCH_BUILD", "VENV", "DISK_FREE",
            "ETC_SHELLS", "HOSTNAME", "IDENTITY", "LOGIN_SHELL", "OS", "PYTHON", "PYTHON_ON_PATH", "ROOM", "USER",
            "GPU_APPS", "JOB_PROCESSES", "JOB_VAR", "PROGRAMS", "GPU_DETAIL", "KERNEL_LOG", "FABRIC",
-           "LIMITS", "CLOCK", "RDMA_PORTS", "NET_LINKS", "DCGM_DIAG", "GPU_DEEP"]
+           "LIMITS", "CLOCK", "RDMA_PORTS", "NET_LINKS", "DCGM_DIAG", "GPU_DEEP", "SUDO", "LOGIN_FINDS"]

@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeprep.engine.steps import without_block
 from nodeprep.errors import InputError
 from nodeprep.inventory import openssh
 from nodeprep.inventory.sshconfig import aliases
@@ -42,6 +43,7 @@ class Defined:
     hostname: str | None     # None: the entry sets no HostName of its own
     port: int | None
     where: str               # FILE:LINE, and the block's inventory if it is one
+    block: str | None = None  # the managed block's inventory; None: the user's own entry
 
 
 def _segments(lines: list[str]) -> dict[str | None, list[tuple[int, str]]]:
@@ -81,7 +83,7 @@ def defined(text: str, file: str, own: str, names: set[str] | None = None) -> di
             hostname = r.hostname
             found.setdefault(alias, []).append(Defined(
                 alias, None if hostname == alias else hostname, r.port if r.one("port") else None,
-                f"{file}:{number}{label}"))
+                f"{file}:{number}{label}", block))
     return found
 
 
@@ -96,6 +98,37 @@ def _resolve_alone(text: str, names: list[str]) -> dict:
         return {}
     finally:
         os.unlink(fh.name)
+
+
+def block_name(inventory, project: Path) -> str:
+    """The block of INVENTORY (inventory.model.Inventory) in the controller's file: its name
+    for inventory/NAME, else its path (a file or directory given by path)."""
+    if inventory.path is None:
+        return inventory.name
+    path = Path(inventory.path).resolve()
+    if path.parent == (Path(project) / "inventory").resolve():
+        return path.name
+    return str(path)
+
+
+def block_alive(name: str, project: Path) -> bool:
+    """Whether the inventory a block is named after still exists (a path, or inventory/NAME)."""
+    return Path(name).exists() if "/" in name else (Path(project) / "inventory" / name).exists()
+
+
+def blocks(text: str) -> list[tuple[str, int]]:
+    """(inventory, line of its BEGIN) of every managed block in TEXT, in order."""
+    return [(m.group(1), n) for n, line in enumerate(text.splitlines(), 1)
+            if (m := BEGIN.fullmatch(line.rstrip("\r\n")))]
+
+
+def prune(text: str, project: Path) -> tuple[str, list[str]]:
+    """TEXT without the blocks whose inventory no longer exists (everything else byte for
+    byte), and their names."""
+    gone = [name for name, _ in blocks(text) if not block_alive(name, project)]
+    for name in gone:
+        text = without_block(text, f"hosts {name}")
+    return text, gone
 
 
 def conflicts(wanted: list[tuple[str, str, int, str]], text: str, file: str, own: str) -> list[str]:

@@ -1,0 +1,137 @@
+"""`invoke doctor`: the controller (keys, agent, ssh config blocks and aliases, labs, Python
+and the tool's pins) and first contact with the inventory's nodes (reach, auth, host key,
+sudo where a role needs it, python, the launchers' programs on the non-interactive PATH,
+room for the venv), each finding with the command that fixes it. Every check runs on its
+own: one that crashes is a CHECK_CRASHED finding and the others go on. Nothing is changed
+on a node; a first contact pins the node's host key as every command does.
+
+Without --inventory, the default inventory's nodes are checked when it exists, else only the
+controller (the result says so)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nodeprep.commands.common import parse_sets, select_hosts
+from nodeprep.commands.options import DoctorOptions
+from nodeprep.engine import facts as factmod
+from nodeprep.engine.events import Events
+from nodeprep.engine.fleet import Fleet
+from nodeprep.errors import InputError
+from nodeprep.inventory.schema import load_schema
+from nodeprep.ops.doctor import catalogue, controller, node
+from nodeprep.ops.health.findings import Finding, Verdict, worst
+from nodeprep.settings import Settings
+
+CONTROLLER = "controller"
+
+
+@dataclass
+class DoctorResult:
+    checks: tuple[str, ...]
+    findings: list[Finding]                   # every finding, OK ones included
+    nodes: list[str] = field(default_factory=list)
+    inventory: str | None = None
+    skipped: str = ""                         # why the node checks did not run
+
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if f.verdict is not Verdict.OK]
+
+    def verdict(self, check: str) -> Verdict:
+        return worst(f.verdict for f in self.findings if f.check == check)
+
+    def as_dict(self) -> dict:
+        return {"inventory": self.inventory, "nodes": self.nodes, "skipped": self.skipped or None,
+                "checks": {c: {"status": self.verdict(c).name,
+                               "findings": [f.as_dict() for f in self.findings if f.check == c]} for c in self.checks},
+                "problems": len(self.problems())}
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.problems() else 0
+
+
+def _run(check, arg, subject: str | None) -> list[Finding]:
+    """CHECK over ARG as findings; a crash is one CHECK_CRASHED finding, never raised."""
+    try:
+        got = check.run(arg)
+    except Exception as e:       # a bug or an answer the check did not expect: the rest go on
+        return [Finding(subject or "fleet", check.name, "CHECK_CRASHED", Verdict.UNKNOWN,
+                        f"the check crashed: {type(e).__name__}: {e}",
+                        "the other checks ran; report this with `invoke doctor --json` attached")]
+    if subject is not None:
+        return [Finding(subject, check.name, code, v, reason, fix) for code, v, reason, fix in got]
+    return [Finding(n, check.name, code, v, reason, fix) for n, code, v, reason, fix in got]
+
+
+def _inventory(opts: DoctorOptions, settings: Settings, events: Events):
+    """(inventory, hosts) or (None, [], why) when no inventory was named and the default is missing."""
+    try:
+        inv, hosts = select_hosts(opts.inventory, opts.limit, settings, parse_sets(opts.sets), events)
+        return inv, hosts, ""
+    except InputError as e:
+        if opts.inventory is None and "not found" in str(e):
+            return None, [], (f"no inventory given and the default '{settings.default_inventory}' does not "
+                              "exist: node checks skipped (--inventory NAME, or invoke init NAME --from ...)")
+        raise
+
+
+def _vars(hosts) -> dict[str, dict]:
+    defaults = {k: spec.default for k, spec in load_schema().items()}
+    return {h.name: {**defaults, **h.vars} for h in hosts}
+
+
+def _contacts(hosts, all_vars: dict, settings: Settings, events: Events, spec: str) -> list[node.Contact]:
+    with Fleet(hosts, settings, "doctor", events) as fleet:
+        def first(s):
+            v = all_vars[s.name]
+            return factmod.gather(s, [factmod.USER, factmod.LOGIN_SHELL, factmod.PYTHON, factmod.OS,
+                                      factmod.PROGRAMS, factmod.GPUS, factmod.ROOM(v["venv_path"]),
+                                      factmod.VENV(v["venv_path"])], s.host.vars)
+
+        got = fleet.map(first, "probe")
+        mpi = any("mpirun" in (f.get(factmod.PROGRAMS) or ()) for f in got.values())
+        wanted = ("pdsh", "mpirun", "orted") if mpi else ("pdsh",)
+
+        def second(s):
+            f, v = got[s.name], all_vars[s.name]
+            cur, user = f.get(factmod.LOGIN_SHELL), (f.get(factmod.USER) or {}).get("name", "")
+            lack = tuple(p for p in wanted if p not in (f.get(factmod.PROGRAMS) or ()))
+            reqs = [factmod.SUDO((node.want_shell(v, cur), user))] + ([factmod.LOGIN_FINDS(lack)] if lack else [])
+            more = factmod.gather(s, reqs, s.host.vars)
+            return {"sudo": more.get(reqs[0]), "login_finds": more.get(reqs[1]) if lack else {}}
+
+        extra = fleet.map(second, "probe", only=list(got))
+        out = []
+        for h in hosts:
+            s = fleet.sessions[h.name]
+            f, venv = got.get(h.name) or factmod.FactValues(), all_vars[h.name]["venv_path"]
+            facts = factmod.FactValues({**f, **(extra.get(h.name) or {}),
+                                        "room": f.get(factmod.ROOM(venv)), "venv": f.get(factmod.VENV(venv))})
+            out.append(node.Contact(h.name, h.address, int(h.port), h.user, h.key, all_vars[h.name],
+                                    s.result.usable and h.name in got, s.result.error_kind, s.result.message,
+                                    s.login() if s.connected else {}, facts, spec))
+        return out
+
+
+def doctor(opts: DoctorOptions, settings: Settings, events: Events,
+           labs: Callable[[], list] = lambda: []) -> DoctorResult:
+    """LABS: () -> [(lab, problem, fix)] of the emulated labs (the cli passes lab.leftovers)."""
+    checks = catalogue.select(opts.checks)
+    inv, hosts, skipped = _inventory(opts, settings, events)
+    all_vars = _vars(hosts)
+    first = all_vars[hosts[0].name] if hosts else {k: s.default for k, s in load_schema().items()}
+    findings: list[Finding] = []
+    if any(c.tier == "controller" for c in checks):
+        view = controller.look(settings.project, Path(str(first["controller_ssh_config"])).expanduser(), inv,
+                               hosts, str(first.get("ssh_alias_prefix") or ""))
+        view.labs = labs() if any(c.name == "labs" for c in checks) else []
+        findings += [f for c in checks if c.tier == "controller" for f in _run(c, view, CONTROLLER)]
+    node_checks = [c for c in checks if c.tier == "node"]
+    if node_checks and hosts:
+        spec = f" --inventory {opts.inventory}" if opts.inventory else ""
+        contacts = _contacts(hosts, all_vars, settings, events, spec)
+        findings += [f for c in node_checks for f in _run(c, contacts, None)]
+    return DoctorResult(tuple(c.name for c in checks), findings, [h.name for h in hosts],
+                        inv.name if inv is not None else None, skipped if node_checks else "")
