@@ -67,12 +67,14 @@ def test_a_dead_agent_is_a_warning_with_the_fix():
 def test_stale_blocks_and_conflicts_name_prune_or_the_prefix(tmp_path):
     stale = config_blocks.Defined("worker-0", "10.9.0.10", None, "/c:2 (the block of inventory 'old')", "old")
     mine = config_blocks.Defined("worker-1", "192.0.2.5", None, "/c:9", None)
-    v = view(blocks=[("old", 1, False), ("lab", 5, True)], inventory="lab",
+    v = view(blocks=[("old", 1, False), ("lab", 5, True)], inventory="lab", label="lab",
              aliases=[ctl.Alias("worker-0", "10.1.0.10", 22, [stale]), ctl.Alias("worker-1", "10.1.0.11", 22, [mine])])
     got = {(g[0], g[3]) for g in ctl.ssh_config(v)}
     assert ("BLOCK_STALE", "invoke ssh.prune") in got
     assert any(c == "ALIAS_CONFLICT" and fix.startswith("invoke ssh.prune") for c, fix in got)
     assert any(c == "ALIAS_CONFLICT" and "ssh_alias_prefix: lab-" in fix and "/c:9" in fix for c, fix in got)
+    v.prefix = "lab-"                      # the prefix it has already: another one is suggested
+    assert "ssh_alias_prefix: lab2-" in [g for g in ctl.ssh_config(v) if g[0] == "ALIAS_CONFLICT"][-1][3]
 
 
 def test_a_config_others_may_write_is_refused_as_ssh_does():

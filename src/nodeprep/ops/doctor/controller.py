@@ -51,6 +51,8 @@ class View:
     blocks: list[tuple[str, int, bool]] = field(default_factory=list)   # (inventory, line, alive)
     aliases: list[Alias] = field(default_factory=list)
     inventory: str | None = None     # the selected inventory's block name
+    label: str = "inv"               # a short name for it (a prefix suggestion)
+    prefix: str = ""                 # its ssh_alias_prefix now
     python: tuple = tuple(sys.version_info[:3])
     deps: list[tuple[str, str, str | None]] = field(default_factory=list)   # (name, pinned, installed)
     labs: list[tuple[str, str, str]] = field(default_factory=list)          # (lab, problem, fix)
@@ -136,7 +138,9 @@ def look(project: Path, config: Path, inv=None, hosts=(), prefix: str = "") -> V
         v.config_error, text = e.strerror or str(e), ""
     v.blocks = [(name, line, config_blocks.block_alive(name, project)) for name, line in config_blocks.blocks(text)]
     if inv is not None:
-        v.inventory = config_blocks.block_name(inv, project)
+        v.inventory, v.prefix = config_blocks.block_name(inv, project), prefix
+        p = Path(inv.path) if inv.path else None
+        v.label = inv.name if p is None or "/" not in inv.name else (p.parent.name if p.is_file() else p.name)
         wanted = {prefix + h.name: h for h in hosts}
         found = config_blocks.defined(text, str(config), v.inventory, set(wanted)) if text else {}
         v.aliases = [Alias(a, h.address, int(h.port), [d for d in found.get(a, [])
@@ -188,8 +192,8 @@ def _clash_fix(d, v: View, blocks: dict) -> str:
     if d.block is not None and not blocks.get(d.block, True):
         return "invoke ssh.prune  (that block's inventory no longer exists)"
     where = f"the block of '{d.block}'" if d.block else f"your entry at {d.where}"
-    return (f"set `ssh_alias_prefix: {(v.inventory or 'inv').rsplit('/', 1)[-1]}-` in this inventory's vars, "
-            f"or remove {where}")
+    want = f"{v.label}-" if v.prefix != f"{v.label}-" else f"{v.label}2-"
+    return f"remove {where}, or set `ssh_alias_prefix: {want}` in this inventory's vars (now '{v.prefix}')"
 
 
 def ssh_config(v: View) -> list:
