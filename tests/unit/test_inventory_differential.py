@@ -6,10 +6,15 @@ sources side by side plus group_vars/ and host_vars/) is read by the reference
 requirements/bootstrap.sh) and by `invoke inventory --list --json`, and both results are
 reduced to the same view:
 
-  hosts:  {name: (address, port, user, jump)}  address = ansible_host or the name, port =
-          int(ansible_port) or 22, user = ansible_user or None, jump = the jump chain OpenSSH
-          itself reads from the host's ansible_ssh_common_args + ansible_ssh_extra_args
-          (`ssh -G ARGS HOST`: its proxyjump, or the hop a plain `ssh -W` proxycommand is)
+  hosts:  {name: (address, port, user, jump, key, python)}: address, port, user and key as
+          Ansible's ssh connection resolves them from the host's variables: each option's
+          `vars:` list from `ansible-doc -t connection ssh --json`, the last one defined winning
+          (ansible_ssh_user over ansible_user at any level; the name, 22, None, None when none
+          is); a relative key joined to the inventory's directory (where nodeprep resolves it:
+          Ansible would take its working directory); python = ansible_python_interpreter;
+          jump = the jump chain OpenSSH itself reads from the host's ansible_ssh_common_args +
+          ansible_ssh_extra_args (`ssh -G ARGS HOST`: its proxyjump, or the hop a plain
+          `ssh -W` proxycommand is)
   groups: {group: sorted hosts in it, directly or through its children}, every group but
           `all`; a group with no host at all is left out on both sides, because
           ansible-inventory --list omits groups without hosts and children (and lists an
@@ -150,22 +155,48 @@ def _view(hosts: dict[str, tuple], groups: dict[str, dict]) -> dict:
             "groups": {g: m for g, m in sorted(members.items()) if m}}
 
 
-def ansible_view(out: dict) -> dict:
+_ORDER: dict[str, list[str]] = {}
+
+
+def ssh_option_vars(option: str) -> list[str]:
+    """The ansible_* variables of ssh connection OPTION, in Ansible's precedence order (the
+    last one defined wins), from the installed ansible-core's own documentation."""
+    if not _ORDER:
+        r = subprocess.run([str(ANSIBLE_INVENTORY.with_name("ansible-doc")), "-t", "connection", "ssh", "--json"],
+                           capture_output=True, text=True, timeout=TIMEOUT, env=RUN_ENV)
+        opts = json.loads(r.stdout)["ssh"]["doc"]["options"]
+        _ORDER.update({k: [v["name"] for v in o.get("vars", []) if v["name"].startswith("ansible_")]
+                       for k, o in opts.items()})
+    return _ORDER[option]
+
+
+def resolve(hv: dict, option: str):
+    found = [hv[v] for v in ssh_option_vars(option) if hv.get(v) is not None]
+    return found[-1] if found else None
+
+
+def ansible_view(out: dict, base: Path) -> dict:
     hostvars = out["_meta"]["hostvars"]
     groups = {name: body for name, body in out.items() if name != "_meta"}
     names = set(hostvars).union(*(_members(groups, g) for g in groups))
     hosts = {}
     for name in names:
         hv = hostvars.get(name, {})
-        address = hv.get("ansible_host")
-        port = hv.get("ansible_port")
-        user = hv.get("ansible_user")
+        address, port, user, key = (resolve(hv, o) for o in ("host", "port", "remote_user", "private_key_file"))
+        python = hv.get("ansible_python_interpreter")
         hosts[name] = (name if address is None else str(address),
                        22 if port is None else int(port),
                        None if user is None else str(user),
                        openssh_jump(" ".join(str(hv.get(k) or "") for k in
-                                             ("ansible_ssh_common_args", "ansible_ssh_extra_args"))))
+                                             ("ansible_ssh_common_args", "ansible_ssh_extra_args"))),
+                       None if key is None else str(base / Path(str(key)).expanduser()),
+                       None if python is None else str(python))
     return _view(hosts, groups)
+
+
+def entry_base(entry: str) -> Path:
+    path = CORPUS / entry
+    return path if path.is_dir() else path.parent
 
 
 def openssh_jump(args: str) -> str | None:
@@ -186,14 +217,16 @@ def openssh_jump(args: str) -> str | None:
 
 
 def nodeprep_view(out: dict) -> dict:
-    hosts = {name: (h["address"], h["port"], h["user"], h.get("jump")) for name, h in out["hosts"].items()}
+    hosts = {name: (h["address"], h["port"], h["user"], h.get("jump"), h["key"],
+                    None if h["vars"].get("python") is None else str(h["vars"]["python"]))
+             for name, h in out["hosts"].items()}
     return _view(hosts, out["groups"])
 
 
 def unsafe_fields(view: dict) -> list[str]:
     """The names, addresses and users in VIEW that nodeprep refuses (inventory.fields)."""
     out = []
-    for name, (address, _port, user, _jump) in view["hosts"].items():
+    for name, (address, _port, user, *_rest) in view["hosts"].items():
         out += [name] if fields.name_problem(name) else []
         out += [address] if fields.address_problem(address) else []
         out += [user] if user is not None and fields.user_problem(user) else []
@@ -201,8 +234,9 @@ def unsafe_fields(view: dict) -> list[str]:
 
 
 def render(view: dict) -> list[str]:
-    lines = [f"host {name}: address={a} port={p} user={u}" + (f" jump={j}" if j else "")
-             for name, (a, p, u, j) in view["hosts"].items()]
+    lines = [f"host {name}: address={a} port={p} user={u}" + (f" jump={j}" if j else "") +
+             (f" key={k}" if k else "") + (f" python={py}" if py else "")
+             for name, (a, p, u, j, k, py) in view["hosts"].items()]
     lines += [f"group {g}: {' '.join(m)}" for g, m in view["groups"].items()]
     return lines
 
@@ -237,7 +271,7 @@ def test_reads_like_ansible(entry, runs):
                               f"Ansible said:\n{ans.stderr.strip()}\n\nnodeprep:\n{ours.describe()}")
         return
     try:
-        theirs_view = ansible_view(json.loads(ans.stdout))
+        theirs_view = ansible_view(json.loads(ans.stdout), entry_base(entry))
     except (ValueError, KeyError) as e:
         pytest.fail(f"unreadable ansible-inventory output ({e}):\n{ans.describe()}")
     unsafe = unsafe_fields(theirs_view)
@@ -272,7 +306,7 @@ def test_reads_the_json_ansible_inventory_lists(entry, runs, tmp_path):
     require_ansible()
     ans = runs.get("ansible", entry)
     assert ans.rc == 0, ans.describe()
-    theirs_view = ansible_view(json.loads(ans.stdout))
+    theirs_view = ansible_view(json.loads(ans.stdout), tmp_path)
     listed = tmp_path / "hosts.json"
     listed.write_text(ans.stdout)
     inv = load(str(listed), root=ROOT, check_fields=not unsafe_fields(theirs_view))

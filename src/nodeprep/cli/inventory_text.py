@@ -41,7 +41,8 @@ def host(view) -> str:
     lines = [f"{h.name}: {h.user + '@' if h.user else ''}{h.address}:{h.port} "
              f"({h.connection}), groups: {', '.join(h.groups) or '-'}"
              + (f", through {' -> '.join(str(hop) for hop in h.jump)}" if h.jump else "")]
-    rows = [[v.name, _value(v.value), v.origin + ("" if v.used else "  (not used by nodeprep)")]
+    rows = [[v.name, _value(v.value), v.origin + (f"  ({v.kind}: {v.why})" if v.kind else
+                                                  "" if v.used else "  (not used by nodeprep)")]
             for v in view.variables]
     return "\n".join(lines) + "\n" + _table(["variable", "value", "from"], rows)
 

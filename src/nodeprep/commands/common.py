@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nodeprep.errors import InputError
-from nodeprep.inventory import load
+from nodeprep.inventory import connvars, load
 from nodeprep.inventory.sources import split_origin
 from nodeprep.settings import Settings
 
@@ -25,6 +25,11 @@ def select_hosts(spec: str | None, limit: str | None, settings: Settings, extra_
             file, line = split_origin(h.origin.get(unsupported[0], ""))
             raise InputError(f"host {h.name}: {unsupported[1]}",
                              hint=f"leave it out with --limit '!{h.name}', or reach it directly",
+                             file=file, line=line)
+        refused = refused_variable(h)
+        if refused:
+            file, line = split_origin(h.origin.get(refused[0], ""))
+            raise InputError(f"host {h.name}: {refused[0]} is not honoured by nodeprep", hint=refused[1],
                              file=file, line=line)
         # A missing key file would otherwise surface per node as a confusing auth failure.
         if h.key and not Path(h.key).expanduser().is_file():
@@ -50,6 +55,17 @@ def reach_problem(h, alone: bool) -> tuple[str, str] | None:
                               "a node over ssh, or runs on the controller for local")
     if getattr(h, "jump_problem", None):
         return h.jump_problem
+    return None
+
+
+def refused_variable(h) -> tuple[str, str] | None:
+    """(variable, what to write instead) for the first of H's Ansible connection variables
+    that nodeprep refuses (inventory/connvars.py: a password, an inline key, another ssh
+    program, an ssh option that picks another target, ...)."""
+    for var, value in h.extra.items():
+        rule = connvars.classify(var, value)
+        if rule is not None and rule.status == connvars.REFUSED:
+            return var, rule.text
     return None
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from nodeprep.commands.options import InventoryOptions
 from nodeprep.errors import InputError
-from nodeprep.inventory import load
+from nodeprep.inventory import connvars, load
 from nodeprep.inventory.model import Host, Inventory
 from nodeprep.redact import masked
 from nodeprep.settings import Settings
@@ -31,6 +31,8 @@ class VarLine:
     value: object
     origin: str          # file:line, cli, or "default FILE:LINE"
     used: bool           # a nodeprep variable (False: kept from an Ansible inventory, unused)
+    kind: str = ""       # an Ansible connection variable's class (used, ignored, refused: connvars)
+    why: str = ""        # what it becomes, why it changes nothing, or what to write instead
 
 
 @dataclass
@@ -48,7 +50,8 @@ class InventoryView:
         if self.host is not None:
             h = self.host
             return {"host": h.name, **_reach(h), "groups": list(h.groups),
-                    "variables": {v.name: {"value": v.value, "origin": v.origin, "used": v.used}
+                    "variables": {v.name: {"value": v.value, "origin": v.origin, "used": v.used,
+                                           **({"class": v.kind, "why": v.why} if v.kind else {})}
                                   for v in self.variables},
                     "warnings": list(inv.warnings)}
         groups = {"all": {"hosts": [], "children": list(inv.children.get("all", []))}}
@@ -63,7 +66,7 @@ class InventoryView:
 
 
 def _reach(h: Host) -> dict:
-    return {"address": h.address, "port": h.port, "user": h.user, "connection": h.connection,
+    return {"address": h.address, "port": h.port, "user": h.user, "key": h.key, "connection": h.connection,
             "jump": ",".join(str(hop) for hop in h.jump) or None}
 
 
@@ -81,6 +84,8 @@ def inventory(opts: InventoryOptions, settings: Settings) -> InventoryView:
         else:
             lines.append(VarLine(name, shown(name, spec.default), f"default {spec.source}", True))
     for name, value in host.extra.items():
-        lines.append(VarLine(name, shown(name, value), host.origin.get(name, ""), False))
+        rule = connvars.classify(name, value)
+        lines.append(VarLine(name, shown(name, value), host.origin.get(name, ""), bool(rule and rule.status == "used"),
+                             rule.status if rule else "", rule.text if rule else ""))
     return InventoryView(inv, host, tuple(lines))
 

@@ -11,6 +11,7 @@ validated Inventory.
   sshconfig_files.py  a client config read as ssh reads it: words, comments, Include, the names
   openssh.py    OpenSSH's own answer for a host (`ssh -G`), many at once, and its refusals
   jumps.py      jump hosts (bastions) from proxy_jump, Ansible's ssh arguments, the ssh config
+  connvars.py   every Ansible ssh-connection variable: used (as what), ignored (why) or refused (the fix)
   dsfilter.py   DeepSpeed's --include/--exclude strings as --limit: nodes and slots
   yamlfile.py   YAML read with file:line for every value, one-line errors
   writer.py     the native format written (invoke init): commented hosts.yml, values literal

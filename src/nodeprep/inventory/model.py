@@ -33,7 +33,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodeprep.inventory import ansible, fields, jumps, reader, sources
+from nodeprep.inventory import ansible, connvars, fields, jumps, reader, sources
 from nodeprep.inventory import dsfilter, nodeset
 from nodeprep.errors import InputError
 from nodeprep.inventory.schema import VarSpec, load_schema
@@ -223,11 +223,14 @@ def _host(name: str, layers: list, member: list[str], src: sources.Source, schem
     for _, layer in layers:
         for var, (value, where) in layer.items():
             merged[var], origin[var] = value, where
+    for strong, target in connvars.STRONG.items():     # Ansible: this spelling wins at any level
+        if strong in merged:
+            merged[target], origin[target] = merged.pop(strong), origin[strong]
     known = {k: v for k, v in merged.items() if k in schema}
     extra = {k: v for k, v in merged.items() if k not in schema}
     key, user = known.get("key"), known.get("user")
     try:
-        key = str(src.base / Path(key).expanduser()) if key else None
+        key = str((src.base / Path(key).expanduser()).absolute()) if key else None
     except RuntimeError:                # ~someone/ for a user this machine does not know
         raise InputError(f"host {name}: key {str(key)[:60]!r}: no such user's home directory",
                          "give the key file's full path",

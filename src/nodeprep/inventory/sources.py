@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nodeprep.inventory import nodeset
 from nodeprep.errors import InputError
+from nodeprep.inventory import connvars
 from nodeprep.inventory.schema import VarSpec, check_value, normalize
 from nodeprep.inventory.yamlfile import LineDict, LineList, shown_path, load_yaml
 
@@ -21,14 +22,12 @@ Schema = dict[str, VarSpec]
 
 NATIVE_KEYS = ("vars", "hosts", "groups")
 GROUP_KEYS = ("hosts", "children", "vars")
-# Ansible's connection variables that mean the same as a core variable. Other variables
-# of an Ansible inventory (ansible_become, playbook variables) are kept, shown by
-# `invoke inventory --host`, and not used.
-ANSIBLE_NAMES = {"ansible_host": "address", "ansible_ssh_host": "address",
-                 "ansible_port": "port", "ansible_ssh_port": "port",
-                 "ansible_user": "user", "ansible_ssh_user": "user",
-                 "ansible_ssh_private_key_file": "key",
-                 "ansible_python_interpreter": "python", "ansible_connection": "connection"}
+# Ansible's connection variables that mean the same as a core variable (inventory/connvars.py
+# classifies every one Ansible's ssh connection reads). The ansible_ssh_* spellings that win
+# over the plain ones (connvars.STRONG) keep their own name until the levels are merged
+# (inventory.model). Other variables of an Ansible inventory (playbook variables) are kept,
+# shown by `invoke inventory --host`, and not used.
+ANSIBLE_NAMES = connvars.WEAK
 # ansible_connection values: the ones that mean ssh, and local. Others are kept as written
 # and refused when a command selects the host (commands.common).
 _CONNECTIONS = {"ssh": "ssh", "smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh",
@@ -122,12 +121,18 @@ def check_var(key, value, schema: Schema, file: str | None, line: int | None,
     is kept as written (a near-miss of a nodeprep variable gets a warning); otherwise it is
     an error. Without FILE the value came from the command line (an "extra variable")."""
     key, label = str(key), "variable" if file else "extra variable"
+    if key in connvars.STRONG:            # validated as what it means, kept under its own name
+        spec = schema[connvars.STRONG[key]]
+        reason = check_value(spec, value)
+        if reason:
+            raise InputError(f"{label} '{key}': {reason}", f"{spec.name} is documented at {spec.source}", file, line)
+        return key, normalize(spec, value)
     name = ANSIBLE_NAMES.get(key, key)
     if name == "connection" and key.startswith("ansible_") and isinstance(value, str):
         value = _CONNECTIONS.get(value.strip(), value.strip())
     ansible = src is not None and src.ansible
     if name.startswith("ansible_") and not ansible:
-        return None
+        return (key, value) if key in connvars.TABLE else None     # refused or listed as ignored
     spec = schema.get(name)
     if spec is None:
         if not ansible:
