@@ -145,3 +145,15 @@ def provisioned(lab, lab_settings, lab_up, tmp_path_factory):
     code = api.provision(ProvisionOptions(str(lab.inventory), sets=sets), lab_settings)
     assert code == 0
     return sets
+
+
+@pytest.fixture(scope="module")
+def real_slurm(provisioned, lab_up):
+    """The provisioned lab with its real Slurm (slurmctld + munged on the host, slurmd in each
+    node) for a whole module; Slurm stopped again after it."""
+    from nodeprep.lab import slurm as lab_slurm
+    if not lab_slurm.cgroup_controllers():
+        pytest.skip("this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab")
+    lab_up(slurm=True)
+    yield
+    lab_up(slurm=False)

@@ -1,19 +1,25 @@
 """`invoke init` on the provisioned lab: from an Ansible INI inventory (groups kept), from an ssh
-config (`sshconfig:FILE`) and from a DeepSpeed hostfile plus --set for what a hostfile does not
-say, each node contacted once; the file written is then used unchanged by provision (nothing
+config (`sshconfig:FILE`), from a DeepSpeed hostfile plus --set for what a hostfile does not
+say, and from `slurm:` inside a real allocation of the lab's Slurm, each node contacted once; the file written is then used unchanged by provision (nothing
 to change: the lab is provisioned), verify-parity and train. An existing inventory is refused
 without --force. The inventories go to a scratch project directory (roles linked to the
 repo's), not the repo's inventory/."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from nodeprep import cli as api
 from nodeprep.commands.options import InitOptions, ProvisionOptions, TrainOptions, VerifyOptions
 
-ROOT_ROLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "roles"
+ROOT_ROLES = Path(__file__).resolve().parents[2] / "roles"
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +67,50 @@ def test_init_then_provision_verify_and_train_use_it_unchanged(provisioned, lab,
     code = api.train(TrainOptions(inv, None, "deepspeed", "health", timeout=180), lab_settings)
     text = "".join(capfd.readouterr())
     assert code == 0 and "health: OK world_size=2" in text, text[-3000:]
+
+
+# What a user inside an allocation runs: names resolve through the login node's /etc/hosts (a
+# bind mount over it, in a mount namespace of the run's own), SLURM_JOB_NODELIST from salloc.
+_INSIDE = r'''
+import json, sys
+from nodeprep import cli as api
+from nodeprep.commands.options import InitOptions, ProvisionOptions, TrainOptions, VerifyOptions
+from nodeprep.settings import Settings
+a = json.loads(sys.argv[1])
+s, p = Settings(**a["settings"]), Settings(**a["settings"], project_root=a["project"])
+inv = a["project"] + "/inventory/fromslurm/hosts.yml"
+codes = {"init": api.init(InitOptions("fromslurm", "slurm:", sets=tuple(a["init_sets"])), p),
+         "provision": api.provision(ProvisionOptions(inv, sets=tuple(a["sets"])), s),
+         "verify": api.verify_parity(VerifyOptions(inv), s),
+         "train": api.train(TrainOptions(inv, None, "deepspeed", "health", timeout=180), s)}
+print("CODES " + json.dumps(codes))
+'''
+
+
+def test_init_from_slurm_inside_an_allocation(real_slurm, provisioned, lab, lab_settings, project, tmp_path):
+    base, _init_settings = project
+    conf = tmp_path / "slurm.conf"          # a copy the lab user can read (the lab's directory is root's)
+    conf.write_text((Path(lab_settings.lab_root) / "t" / "slurm" / "slurm.conf").read_text())
+    os.chmod(tmp_path, 0o755)
+    os.chmod(conf, 0o644)
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    r = subprocess.run(["runuser", "-u", lab.user, "--", "salloc", "--no-shell", "-N", "2",
+                        "--nodelist=worker-[0-1]", "--immediate=20"], capture_output=True, text=True, env=env, timeout=60)
+    job = re.search(r"Granted job allocation (\d+)", r.stdout + r.stderr)
+    assert job, r.stderr
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1\tlocalhost\n" + "".join(f"{n.address}\t{n.name}\n" for n in lab.nodes))
+    args = {"settings": {"state_dir": lab_settings.state_dir, "lab_root": lab_settings.lab_root, "lock_wait": 120},
+            "project": str(base), "sets": list(provisioned), "init_sets": [f"user={lab.user}", f"key={lab.key}"]}
+    try:
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), sys.executable, "-c", _INSIDE,
+                            json.dumps(args)], capture_output=True, text=True, timeout=600, cwd=str(ROOT_ROLES.parent),
+                           env=dict(env, SLURM_JOB_ID=job.group(1), SLURM_JOB_NODELIST="worker-[0-1]"))
+    finally:
+        subprocess.run(["scancel", job.group(1)], env=env, capture_output=True)
+    codes = re.search(r"CODES (.*)", r.stdout)
+    assert codes and json.loads(codes.group(1)) == {"init": 0, "provision": 0, "verify": 0, "train": 0}, \
+        (r.stdout[-4000:], r.stderr[-4000:])
+    text = (base / "inventory" / "fromslurm" / "hosts.yml").read_text()
+    assert "2 of 2 node(s) answered" in text and "worker-0" in text and "worker-1" in text, text

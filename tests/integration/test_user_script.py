@@ -22,16 +22,6 @@ LAUNCHERS = [("deepspeed", "pdsh"), ("deepspeed", "openmpi"), ("torchrun", "pdsh
 IDS = ["deepspeed-pdsh", "deepspeed-openmpi", "torchrun", "mpirun", "srun"]
 
 
-@pytest.fixture(scope="module")
-def slurm_too(provisioned, lab_up):
-    from nodeprep.lab import slurm as lab_slurm
-    if not lab_slurm.cgroup_controllers():
-        pytest.skip("this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab")
-    lab_up(slurm=True)
-    yield
-    lab_up(slurm=False)
-
-
 def _train(lab, settings, capfd, launcher, ds, args, timeout=180) -> tuple[int, str]:
     code = api.train(TrainOptions(str(lab.inventory), NODES, launcher, str(SCRIPT), tuple(args), timeout=timeout,
                                   ds_launcher=ds), settings)
@@ -40,7 +30,7 @@ def _train(lab, settings, capfd, launcher, ds, args, timeout=180) -> tuple[int, 
 
 
 @pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
-def test_the_plain_script_trains_under_every_launcher(slurm_too, lab, lab_settings, capfd, launcher, ds):
+def test_the_plain_script_trains_under_every_launcher(real_slurm, lab, lab_settings, capfd, launcher, ds):
     code, out = _train(lab, lab_settings, capfd, launcher, ds, ["--steps", "5"])
     assert code == 0, out
     done = sorted(re.findall(r"plain: done rank (\d)/(\d) local (\d)/(\d) steps 5", out))
@@ -48,7 +38,7 @@ def test_the_plain_script_trains_under_every_launcher(slurm_too, lab, lab_settin
 
 
 @pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
-def test_a_failing_rank_of_the_plain_script_stops_every_rank(slurm_too, lab, lab_settings, lab_ssh, capfd,
+def test_a_failing_rank_of_the_plain_script_stops_every_rank(real_slurm, lab, lab_settings, lab_ssh, capfd,
                                                               launcher, ds):
     code, out = _train(lab, lab_settings, capfd, launcher, ds,
                        ["--steps", "400", "--sleep", "0.1", "--fail-at-step", "3", "--fail-rank", "1"], timeout=240)

@@ -111,3 +111,8 @@ def test_the_ssh_spelling_wins_at_any_level(tmp_path):
     assert (h1.user, h1.port, h1.key) == ("strong", 22, str(tmp_path / "k1"))
     assert (h2.user, h2.port, h2.key) == ("strong", 2200, "/k2")
     assert h1.origin["user"].endswith("hosts.ini:2") and h1.origin["port"].endswith("hosts.ini:5")
+
+
+def test_the_documented_table_names_every_variable():
+    text = (ROOT / "docs" / "inventory.md").read_text()
+    assert [n for n in connvars.TABLE if f"`{n}`" not in text] == []
