@@ -50,7 +50,7 @@ def test_every_rule_says_what_it_does():
     ("ansible_ssh_pass", "x", "refused"), ("ansible_private_key", "-----BEGIN", "refused"),
     ("ansible_become_method", "sudo", "ignored"), ("ansible_become_method", "su", "refused"),
     ("ansible_become_user", "root", "ignored"), ("ansible_become_user", "postgres", "refused"),
-    ("ansible_ssh_common_args", "-o ControlMaster=auto -o StrictHostKeyChecking=no", "used"),
+    ("ansible_ssh_common_args", "-o ControlMaster=auto -o ServerAliveInterval=30", "used"),
     ("ansible_ssh_common_args", "-o ProxyJump=bastion", "used"),
     ("ansible_ssh_extra_args", "-i /keys/other", "refused"), ("ansible_ssh_extra_args", "-l other", "refused"),
     ("ansible_ssh_args", "-o User=other", "refused"), ("ansible_ssh_args", "-oPort=2222", "refused"),

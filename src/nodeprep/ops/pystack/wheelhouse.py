@@ -37,6 +37,15 @@ class Platform:
     def key(self) -> str:
         return f"cp{self.python.replace('.', '')}-{self.arch}-glibc{self.glibc}"
 
+    def markers(self) -> dict[str, str]:
+        """The PEP 508 environment of a node of this platform: what markers such as
+        `platform_machine == "aarch64"` are evaluated against when resolving for it (pip
+        itself evaluates them for the machine it runs on, whatever --platform says)."""
+        return {"platform_machine": self.arch, "platform_system": "Linux", "sys_platform": "linux",
+                "os_name": "posix", "python_version": self.python, "python_full_version": f"{self.python}.0",
+                "implementation_name": "cpython", "platform_python_implementation": "CPython",
+                "implementation_version": f"{self.python}.0"}
+
     def pip_args(self) -> list[str]:
         major, minor = (int(x) for x in self.glibc.split(".")[:2])
         tags = [f"manylinux_{major}_{m}_{self.arch}" for m in range(minor, 4, -1)]
@@ -85,8 +94,22 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _pip(python: str, args: list[str], env=None, what="pip") -> str:
-    r = subprocess.run([python, "-m", "pip", "--disable-pip-version-check", *args],
+# pip with the PEP 508 environment of another machine: pip evaluates environment markers (of
+# the pins and of every dependency's metadata) against the interpreter it runs in, even with
+# --platform; this replaces its vendored packaging's default_environment() for the run.
+_TARGET_PIP = ("import json, sys\n"
+               "from pip._vendor.packaging import markers\n"
+               "target = json.loads(sys.argv.pop(1))\n"
+               "here = markers.default_environment\n"
+               "markers.default_environment = lambda: {**here(), **target}\n"
+               "from pip._internal.cli.main import main\n"
+               "sys.exit(main())\n")
+
+
+def _pip(python: str, args: list[str], env=None, what="pip", target: dict | None = None) -> str:
+    """pip ARGS with PYTHON; TARGET: the marker environment to resolve for (Platform.markers)."""
+    head = [python, "-c", _TARGET_PIP, json.dumps(target)] if target else [python, "-m", "pip"]
+    r = subprocess.run([*head, "--disable-pip-version-check", *args],
                        capture_output=True, text=True, env=env)
     if r.returncode:
         tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
@@ -157,7 +180,7 @@ class Wheelhouse:
             if fl.exists():
                 args += ["--find-links", str(fl)]
         self.log(f"wheelhouse: resolving and downloading for {platform.key}")
-        _pip(sys.executable, args + pins, what=f"pip download for {platform.key}")
+        _pip(sys.executable, args + pins, what=f"pip download for {platform.key}", target=platform.markers())
         self.downloads[platform.key] = self.downloads.get(platform.key, 0) + 1
         files, lock = {}, []
         for whl in sorted(fresh.glob("*.whl")):
