@@ -201,7 +201,7 @@ def test_a_crashing_check_is_a_finding_and_the_others_run(tmp_path, monkeypatch)
     assert {f.check for f in res.findings} >= {"ssh_keys", "ssh_agent", "ssh_config", "labs", "python_deps"}
     assert res.exit_code == 1 and "node checks skipped" in res.skipped
     text = doctor_text.render(res)
-    assert "[?] crashy" in text and text.splitlines()[-1].startswith("doctor: 13 checks")
+    assert "[?] crashy" in text and text.splitlines()[-1].startswith("doctor: 14 checks")
 
 
 def test_check_selection_and_unknown_names():
@@ -247,3 +247,17 @@ def test_prune_removes_only_blocks_whose_inventory_is_gone(tmp_path):
     assert cfg.read_bytes().decode() == mine + block("live") + block(str(kept_path)) + "Host tail\n    User me\n"
     assert stat.S_IMODE(cfg.stat().st_mode) == 0o640
     assert prune(PruneOptions(str(cfg)), settings).removed == []          # again: nothing to do
+
+
+def test_a_refused_inventory_is_a_finding_and_a_missing_one_a_bad_flag(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[g]\nn1 ansible_host=192.0.2.1 ansible_ssh_pass=hunter2\n")
+    settings = Settings(project_root=str(tmp_path), state_dir=str(tmp_path / "st"), lab_root=str(tmp_path / "labs"))
+    res = doctor_cmd.doctor(DoctorOptions(str(inv)), settings, Events())
+    bad = [f for f in res.problems() if f.check == "inventory"]
+    assert [f.code for f in bad] == ["INVENTORY_REFUSED"] and f"{inv}:2" in bad[0].reason
+    assert "ssh-copy-id" in bad[0].fix and "hunter2" not in bad[0].reason + bad[0].fix
+    assert "node checks skipped" in res.skipped and not res.nodes
+    with pytest.raises(InputError, match="not found"):
+        doctor_cmd.doctor(DoctorOptions(str(tmp_path / "nope.ini")), settings, Events())

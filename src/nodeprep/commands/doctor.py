@@ -66,15 +66,20 @@ def _run(check, arg, subject: str | None) -> list[Finding]:
 
 
 def _inventory(opts: DoctorOptions, settings: Settings, events: Events):
-    """(inventory, hosts) or (None, [], why) when no inventory was named and the default is missing."""
+    """(inventory, hosts, why the node checks are skipped, the refusal (message, fix) or None).
+    A missing default inventory skips the node checks; an inventory that does not load, or a
+    selected host nodeprep refuses, is the `inventory` check's finding."""
+    sets = parse_sets(opts.sets)           # a bad --set is a bad flag: exit 2
     try:
-        inv, hosts = select_hosts(opts.inventory, opts.limit, settings, parse_sets(opts.sets), events)
-        return inv, hosts, ""
+        inv, hosts = select_hosts(opts.inventory, opts.limit, settings, sets, events)
+        return inv, hosts, "", None
     except InputError as e:
-        if opts.inventory is None and "not found" in str(e):
+        if "not found" in e.message and opts.inventory is not None:
+            raise                          # a mistyped --inventory: exit 2
+        if "not found" in e.message:
             return None, [], (f"no inventory given and the default '{settings.default_inventory}' does not "
-                              "exist: node checks skipped (--inventory NAME, or invoke init NAME --from ...)")
-        raise
+                              "exist: node checks skipped (--inventory NAME, or invoke init NAME --from ...)"), None
+        return None, [], "node checks skipped: the inventory was refused (see inventory)", (e.message, e.hint or "")
 
 
 def _vars(hosts) -> dict[str, dict]:
@@ -119,7 +124,7 @@ def doctor(opts: DoctorOptions, settings: Settings, events: Events,
            labs: Callable[[], list] = lambda: []) -> DoctorResult:
     """LABS: () -> [(lab, problem, fix)] of the emulated labs (the cli passes lab.leftovers)."""
     checks = catalogue.select(opts.checks)
-    inv, hosts, skipped = _inventory(opts, settings, events)
+    inv, hosts, skipped, refused = _inventory(opts, settings, events)
     all_vars = _vars(hosts)
     first = all_vars[hosts[0].name] if hosts else {k: s.default for k, s in load_schema().items()}
     findings: list[Finding] = []
@@ -127,6 +132,7 @@ def doctor(opts: DoctorOptions, settings: Settings, events: Events,
         view = controller.look(settings.project, Path(str(first["controller_ssh_config"])).expanduser(), inv,
                                hosts, str(first.get("ssh_alias_prefix") or ""))
         view.labs = labs() if any(c.name == "labs" for c in checks) else []
+        view.hosts, view.inventory_error = len(hosts), refused
         findings += [f for c in checks if c.tier == "controller" for f in _run(c, view, CONTROLLER)]
     node_checks = [c for c in checks if c.tier == "node"]
     if node_checks and hosts:

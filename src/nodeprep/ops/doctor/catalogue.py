@@ -8,6 +8,10 @@ from nodeprep.ops.doctor import controller as ctl, node
 from nodeprep.ops.health.findings import Check
 
 CHECKS: tuple[Check, ...] = (
+    Check("inventory", "the inventory loads and nodeprep can reach every selected node the way it says "
+          "(connection, jump form, key file, Ansible connection variables)",
+          {"INVENTORY_REFUSED": "a host or value nodeprep refuses (the node checks do not run)"},
+          run=ctl.inventory, tier="controller"),
     Check("ssh_keys", "the key files the inventory names (else ~/.ssh/id_*) exist, private modes, "
           "usable without a passphrase prompt", {"SSH_DIR_MODE": "~/.ssh writable by others",
           "KEY_MISSING": "a key: file that does not exist", "KEY_MODE": "a private key readable by others",

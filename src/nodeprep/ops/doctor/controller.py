@@ -56,6 +56,8 @@ class View:
     python: tuple = tuple(sys.version_info[:3])
     deps: list[tuple[str, str, str | None]] = field(default_factory=list)   # (name, pinned, installed)
     labs: list[tuple[str, str, str]] = field(default_factory=list)          # (lab, problem, fix)
+    hosts: int = 0                   # the selected inventory's nodes
+    inventory_error: tuple[str, str] | None = None   # (FILE:LINE: what is wrong, the fix) when it did not load
 
 
 # -- looking --------------------------------------------------------------------------------
@@ -232,6 +234,14 @@ def python_deps(v: View) -> list:
                         "requirements/tool.txt", "sh requirements/bootstrap.sh"))
     return out or [("DEPS_OK", Verdict.OK, f"Python {'.'.join(map(str, v.python))}; {len(v.deps)} pinned "
                     "dependencies at their versions", "")]
+
+
+def inventory(v: View) -> list:
+    if v.inventory_error:
+        return [("INVENTORY_REFUSED", Verdict.CRITICAL, v.inventory_error[0], v.inventory_error[1])]
+    if v.inventory is None:
+        return [("NO_INVENTORY", Verdict.OK, "no inventory selected: the controller only", "")]
+    return [("INVENTORY_OK", Verdict.OK, f"{v.hosts} node(s) selected from {v.inventory}", "")]
 
 
 def labs(v: View) -> list:
