@@ -21,7 +21,8 @@ def test_other_spellings_provision_verify_and_train(provisioned, lab, lab_settin
     inv.write_text("[gpus]\n" + "".join(
         f"{n.name} ansible_ssh_host={n.address} ansible_host=192.0.2.99 ansible_user=nobody ansible_port=2200\n"
         for n in nodes) + f"[all:vars]\nansible_ssh_user={lab.user}\nansible_ssh_port=22\n"
-        f"ansible_private_key_file={lab.key}\nansible_python_interpreter={SECOND_PYTHON}\n")
+        f"ansible_private_key_file={lab.key}\nansible_python_interpreter={SECOND_PYTHON}\n"
+        "torch_index=pip-config\n")          # the lab reaches no PyTorch index (as its own inventory says)
     assert api.facts(FactsOptions(str(inv), json=True), lab_settings) == 0
     rep = json.loads(capfd.readouterr().out)
     assert {n: v["facts"]["python"]["path"] for n, v in rep["nodes"].items()} == {n.name: SECOND_PYTHON for n in nodes}

@@ -10,8 +10,10 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,8 +42,11 @@ def sources(lab, base) -> dict[str, tuple[str, tuple[str, ...]]]:
                            f"    IdentityFile {lab.key}\n" for n in nodes))
     hf = base / "hostfile"
     hf.write_text("".join(f"{n.address} slots=1\n" for n in nodes))
-    return {"ansible": (str(ini), ()), "sshconfig": (f"sshconfig:{cfg}", ()),
-            "hostfile": (f"hostfile:{hf}", ("user=nodeprep", f"key={lab.key}"))}
+    # the lab reaches no PyTorch index: torch comes from pip's own configuration (as the lab's
+    # inventory says), a value the source lacks, given with --set and written into the file
+    local = ("torch_index=pip-config",)
+    return {"ansible": (str(ini), local), "sshconfig": (f"sshconfig:{cfg}", local),
+            "hostfile": (f"hostfile:{hf}", ("user=nodeprep", f"key={lab.key}", *local))}
 
 
 @pytest.mark.parametrize("form", ["ansible", "sshconfig", "hostfile"])
@@ -56,6 +61,7 @@ def test_init_then_provision_verify_and_train_use_it_unchanged(provisioned, lab,
     assert f"wrote {path}" in out and f"invoke provision --inventory {name}" in out, out
     text = path.read_text()
     assert "2 of 2 node(s) answered" in text and "torch-plan: x86_64 torch==" in text, text
+    assert "torch_index: pip-config" in text, text                         # what --set said, written
     if form == "ansible":
         assert "groups:\n  gpus: {hosts: [worker-0, worker-1]}" in text, text
     # a second init of the same name is refused, --force replaces it
@@ -89,9 +95,9 @@ print("CODES " + json.dumps(codes))
 
 def test_init_from_slurm_inside_an_allocation(real_slurm, provisioned, lab, lab_settings, project, tmp_path):
     base, _init_settings = project
-    conf = tmp_path / "slurm.conf"          # a copy the lab user can read (the lab's directory is root's)
-    conf.write_text((Path(lab_settings.lab_root) / "t" / "slurm" / "slurm.conf").read_text())
-    os.chmod(tmp_path, 0o755)
+    conf = Path(tempfile.mkdtemp()) / "slurm.conf"    # a copy the lab user can read (pytest's and the
+    conf.write_text((Path(lab_settings.lab_root) / "t" / "slurm" / "slurm.conf").read_text())   # lab's are root's)
+    os.chmod(conf.parent, 0o755)
     os.chmod(conf, 0o644)
     env = dict(os.environ, SLURM_CONF=str(conf))
     r = subprocess.run(["runuser", "-u", lab.user, "--", "salloc", "--no-shell", "-N", "2",
@@ -101,7 +107,7 @@ def test_init_from_slurm_inside_an_allocation(real_slurm, provisioned, lab, lab_
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1\tlocalhost\n" + "".join(f"{n.address}\t{n.name}\n" for n in lab.nodes))
     args = {"settings": {"state_dir": lab_settings.state_dir, "lab_root": lab_settings.lab_root, "lock_wait": 120},
-            "project": str(base), "sets": list(provisioned), "init_sets": [f"user={lab.user}", f"key={lab.key}"]}
+            "project": str(base), "sets": list(provisioned), "init_sets": [f"user={lab.user}", f"key={lab.key}", "torch_index=pip-config"]}
     try:
         r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                             'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), sys.executable, "-c", _INSIDE,
@@ -109,6 +115,7 @@ def test_init_from_slurm_inside_an_allocation(real_slurm, provisioned, lab, lab_
                            env=dict(env, SLURM_JOB_ID=job.group(1), SLURM_JOB_NODELIST="worker-[0-1]"))
     finally:
         subprocess.run(["scancel", job.group(1)], env=env, capture_output=True)
+        shutil.rmtree(conf.parent)
     codes = re.search(r"CODES (.*)", r.stdout)
     assert codes and json.loads(codes.group(1)) == {"init": 0, "provision": 0, "verify": 0, "train": 0}, \
         (r.stdout[-4000:], r.stderr[-4000:])

@@ -13,7 +13,8 @@ from nodeprep.inventory import load, openssh
 
 BEFORE = ("# my defaults\nHost *\n    User alice\n    IdentityFile ~/.ssh/alice_key\n    Port 2222\n"
           "    ServerAliveInterval 30\n\n")
-AFTER = "Host worker-*\n    User bob\n    HostName 192.0.2.99\n    Port 2200\n    ProxyJump gateway\n"
+P = "t-"        # conftest's lab is named "t": a named lab's ssh_alias_prefix makes its aliases t-worker-N
+AFTER = f"Host {P}worker-*\n    User bob\n    HostName 192.0.2.99\n    Port 2200\n    ProxyJump gateway\n"
 
 
 def _provision(lab, lab_settings, ctl, cfg) -> int:
@@ -41,7 +42,7 @@ def test_ssh_G_gives_what_nodeprep_used_with_user_blocks_around(lab, lab_setting
     assert without_block(text, block_name) == BEFORE + AFTER          # the user's bytes, untouched
     inv = load(str(lab.inventory))
     for host in inv.hosts:
-        got = _ssh_g(cfg, host.name)
+        got = _ssh_g(cfg, P + host.name)
         assert (got.hostname, got.port, got.user) == (host.address, host.port, host.user)
         assert got.identity_files[0] == str(host.key)                  # the key nodeprep used
         assert got.proxyjump is None or got.proxyjump == "gateway"
@@ -49,7 +50,7 @@ def test_ssh_G_gives_what_nodeprep_used_with_user_blocks_around(lab, lab_setting
     other = _ssh_g(cfg, "somewhere-else")
     assert (other.user, other.port) == ("alice", 2222)
     r = subprocess.run(["ssh", "-F", str(cfg), "-o", "BatchMode=yes", "-o", "ProxyJump=none",
-                        lab.nodes[0].name, "hostname"], capture_output=True, text=True, timeout=60,
+                        P + lab.nodes[0].name, "hostname"], capture_output=True, text=True, timeout=60,
                        stdin=subprocess.DEVNULL)
     assert r.returncode == 0 and r.stdout.strip() == lab.nodes[0].name, r.stderr
 
@@ -63,8 +64,8 @@ def test_a_block_below_the_users_lines_moves_first(lab, lab_settings, tmp_path):
     assert _provision(lab, lab_settings, ctl, cfg) == 0
     ours = cfg.read_text()
     cfg.write_text(BEFORE + ours + AFTER)              # where it stood before: below `Host *`
-    assert _ssh_g(cfg, lab.nodes[1].name).user == "alice"
+    assert _ssh_g(cfg, P + lab.nodes[1].name).user == "alice"
     assert _provision(lab, lab_settings, ctl, cfg) == 0
     assert cfg.read_text() == ours + BEFORE + AFTER
-    assert _ssh_g(cfg, lab.nodes[1].name).user != "alice"
+    assert _ssh_g(cfg, P + lab.nodes[1].name).user != "alice"
     assert _provision(lab, lab_settings, ctl, cfg) == 0 and cfg.read_text() == ours + BEFORE + AFTER

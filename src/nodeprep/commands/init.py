@@ -149,7 +149,10 @@ def build(opts: InitOptions, inv, facts: dict, unreached: dict, version: str) ->
                            "or edit this entry)")
         entries.append(e)
     wide = _hoist(entries)
-    wide["torch_version"] = version
+    for k, value in parse_sets(opts.sets).items():     # what --set said, written as said
+        if k not in wide and not any(k in e.values for e in entries):
+            wide[k] = value
+    wide.setdefault("torch_version", version)
     notes = {"torch_version": _torch_note(facts, version), "python": "the interpreter every node answered with"}
     groups = {g: list(m) for g, m in inv.direct.items() if g not in ("all", "ungrouped") and m}
     title = [f"inventory {opts.name}: written by `invoke init {opts.name} --from {opts.source}`; edit freely",
