@@ -6,12 +6,13 @@ sources side by side plus group_vars/ and host_vars/) is read by the reference
 requirements/bootstrap.sh) and by `invoke inventory --list --json`, and both results are
 reduced to the same view:
 
-  hosts:  {name: (address, port, user, jump, key, python)}: address, port, user and key as
+  hosts:  {name: (address, port, user, jump, key, python, connection)}: address, port, user and key as
           Ansible's ssh connection resolves them from the host's variables: each option's
           `vars:` list from `ansible-doc -t connection ssh --json`, the last one defined winning
           (ansible_ssh_user over ansible_user at any level; the name, 22, None, None when none
           is); a relative key joined to the inventory's directory (where nodeprep resolves it:
           Ansible would take its working directory); python = ansible_python_interpreter;
+          connection = ansible_connection (smart and paramiko are ssh), ssh when unset;
           jump = the jump chain OpenSSH itself reads from the host's ansible_ssh_common_args +
           ansible_ssh_extra_args (`ssh -G ARGS HOST`: its proxyjump, or the hop a plain
           `ssh -W` proxycommand is)
@@ -184,13 +185,15 @@ def ansible_view(out: dict, base: Path) -> dict:
         hv = hostvars.get(name, {})
         address, port, user, key = (resolve(hv, o) for o in ("host", "port", "remote_user", "private_key_file"))
         python = hv.get("ansible_python_interpreter")
+        conn = str(hv.get("ansible_connection") or "ssh").strip()
         hosts[name] = (name if address is None else str(address),
                        22 if port is None else int(port),
                        None if user is None else str(user),
                        openssh_jump(" ".join(str(hv.get(k) or "") for k in
                                              ("ansible_ssh_common_args", "ansible_ssh_extra_args"))),
                        None if key is None else str(base / Path(str(key)).expanduser()),
-                       None if python is None else str(python))
+                       None if python is None else str(python),
+                       {"smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh"}.get(conn, conn))
     return _view(hosts, groups)
 
 
@@ -218,7 +221,7 @@ def openssh_jump(args: str) -> str | None:
 
 def nodeprep_view(out: dict) -> dict:
     hosts = {name: (h["address"], h["port"], h["user"], h.get("jump"), h["key"],
-                    None if h["vars"].get("python") is None else str(h["vars"]["python"]))
+                    None if h["vars"].get("python") is None else str(h["vars"]["python"]), h["connection"])
              for name, h in out["hosts"].items()}
     return _view(hosts, out["groups"])
 
@@ -235,8 +238,8 @@ def unsafe_fields(view: dict) -> list[str]:
 
 def render(view: dict) -> list[str]:
     lines = [f"host {name}: address={a} port={p} user={u}" + (f" jump={j}" if j else "") +
-             (f" key={k}" if k else "") + (f" python={py}" if py else "")
-             for name, (a, p, u, j, k, py) in view["hosts"].items()]
+             (f" key={k}" if k else "") + (f" python={py}" if py else "") + (f" connection={c}" if c != "ssh" else "")
+             for name, (a, p, u, j, k, py, c) in view["hosts"].items()]
     lines += [f"group {g}: {' '.join(m)}" for g, m in view["groups"].items()]
     return lines
 
