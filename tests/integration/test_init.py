@@ -107,7 +107,10 @@ def test_init_from_slurm_inside_an_allocation(real_slurm, provisioned, lab, lab_
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1\tlocalhost\n" + "".join(f"{n.address}\t{n.name}\n" for n in lab.nodes))
     args = {"settings": {"state_dir": lab_settings.state_dir, "lab_root": lab_settings.lab_root, "lock_wait": 120},
-            "project": str(base), "sets": list(provisioned), "init_sets": [f"user={lab.user}", f"key={lab.key}", "torch_index=pip-config"]}
+            "project": str(base), "sets": list(provisioned), "init_sets": [f"user={lab.user}", f"key={lab.key}", "torch_index=pip-config",
+                          # the other forms' inventories already name these nodes worker-N (by address)
+                          # in the controller's ssh config: provision would refuse the alias clash
+                          "ssh_alias_prefix=slurm-"]}
     try:
         r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                             'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), sys.executable, "-c", _INSIDE,
