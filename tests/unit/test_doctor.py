@@ -261,3 +261,14 @@ def test_a_refused_inventory_is_a_finding_and_a_missing_one_a_bad_flag(tmp_path,
     assert "node checks skipped" in res.skipped and not res.nodes
     with pytest.raises(InputError, match="not found"):
         doctor_cmd.doctor(DoctorOptions(str(tmp_path / "nope.ini")), settings, Events())
+
+
+def test_a_jump_hosts_changed_key_or_refused_login_names_the_jump_host():
+    key = contact("n1", reached=False, error_kind="HostKeyChanged", inventory=" --inventory x",
+                  message="host key of the jump host ops@10.0.0.5:2222 (10.0.0.5:2222) CHANGED: pinned A, it offers B")
+    assert node.host_key([key])[0][4].endswith("invoke hosts.forget 10.0.0.5 --inventory x")
+    auth = contact("n1", reached=False, error_kind="AuthFailed",
+                   message="authentication failed on the jump host ops@bastion: Authentication failed.")
+    assert node.auth([auth])[0][4].startswith("ssh-copy-id -i /k/id.pub ops@bastion  (")
+    auth.message = "authentication failed on the jump host ops@10.0.0.5:2222: Authentication failed."
+    assert node.auth([auth])[0][4].startswith("ssh-copy-id -i /k/id.pub -p 2222 ops@10.0.0.5  (")

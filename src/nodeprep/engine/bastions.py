@@ -14,7 +14,7 @@ import threading
 import paramiko
 
 from nodeprep.engine import ciphers, hostkeys, tcp
-from nodeprep.engine.session import Unreachable
+from nodeprep.engine.session import AuthFailed, Unreachable
 
 
 class Bastions:
@@ -87,7 +87,7 @@ class Bastions:
                 hint=f"if the jump host was reinstalled on purpose, run `invoke hosts.forget "
                      f"{hop.address} --inventory INVENTORY` and connect again") from None
         except paramiko.AuthenticationException as e:
-            raise Unreachable(f"authentication failed on the jump host {hop}: {e}",
+            raise AuthFailed(f"authentication failed on the jump host {hop}: {e}",
                               hint="the node's user and key log in to the jump host too; give the "
                                    "hop its own user (user@host)") from None
         except (paramiko.SSHException, OSError, EOFError) as e:

@@ -6,6 +6,7 @@ finding. A node that was not reached is UNKNOWN to every check but `reach`, `aut
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -44,6 +45,25 @@ class Contact:
     inventory: str = ""              # how a fix command names the inventory (--inventory X)
 
 
+def _jump(message: str) -> str | None:
+    """The jump host a connection failure is about ("... the jump host ops@10.0.0.5:2222 ..."),
+    None when it is about the node itself."""
+    m = re.search(r"the jump host (\S+)", message)
+    return m.group(1).rstrip(":") if m else None
+
+
+def _hop_address(hop: str) -> str:
+    rest = hop.rpartition("@")[2]
+    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest.strip("[]")
+
+
+def _copy_id_target(hop: str) -> str:
+    """ssh-copy-id's arguments for a hop written user@host:port (it takes -p, not host:port)."""
+    user, at, rest = hop.rpartition("@")
+    port = rest.rsplit(":", 1)[1] if rest.count(":") == 1 else None
+    return (f"-p {port} " if port else "") + (f"{user}@" if at else "") + _hop_address(hop)
+
+
 def _unknown(c: Contact) -> tuple:
     return (c.name, "NOT_CHECKED", Verdict.UNKNOWN, "not reached: the fix is under reach, auth or host_key", "")
 
@@ -64,10 +84,10 @@ def auth(contacts: list[Contact]) -> list:
     out = []
     for c in contacts:
         if c.error_kind == "AuthFailed":
-            key = c.key or "~/.ssh/id_ed25519"
+            key, hop = c.key or "~/.ssh/id_ed25519", _jump(c.message)
+            target = (_copy_id_target(hop) if hop else f"-p {c.port} {(c.user + '@') if c.user else ''}{c.address}")
             out.append((c.name, "AUTH_FAILED", Verdict.CRITICAL, c.message,
-                        f"ssh-copy-id -i {key}.pub -p {c.port} {(c.user + '@') if c.user else ''}{c.address}  "
-                        "(or fix user/key in the inventory)"))
+                        f"ssh-copy-id -i {key}.pub {target}  (or fix user/key in the inventory)"))
         elif c.reached and c.login.get("method") == "password":
             out.append((c.name, "AUTH_PASSWORD", Verdict.WARN, "logged in with a password: the launchers "
                         "cannot type it", f"ssh-copy-id -p {c.port} {(c.user + '@') if c.user else ''}{c.address}"))
@@ -81,9 +101,12 @@ def host_key(contacts: list[Contact]) -> list:
     out = []
     for c in contacts:
         if c.error_kind == "HostKeyChanged":
+            hop = _jump(c.message)
+            who = _hop_address(hop) if hop else c.name
             out.append((c.name, "HOST_KEY_CHANGED", Verdict.CRITICAL, c.message,
-                        f"compare with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the node's console; "
-                        f"if it was reinstalled: invoke hosts.forget {c.name}{c.inventory}"))
+                        f"compare with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the "
+                        f"{'jump host' if hop else 'node'}'s console; if it was reinstalled: "
+                        f"invoke hosts.forget {who}{c.inventory}"))
         elif c.error_kind == "UnknownHostKey":
             out.append((c.name, "HOST_KEY_UNPINNED", Verdict.WARN, c.message,
                         "check the fingerprint on the node, then allow first-contact pinning "
