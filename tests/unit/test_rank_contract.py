@@ -71,3 +71,20 @@ def test_local_rank_argument_as_the_script_declares_it(tmp_path):
     assert rankmod.local_rank_args([str(ds), "--x"], 0) == [str(ds), "--x", "--local_rank=0"]
     assert rankmod.local_rank_args([str(dash)], 2) == [str(dash), "--local_rank=2"]
     assert rankmod.local_rank_args([str(plain)], 0) == [str(plain)]
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_the_wrapper_ends_by_the_signal_that_ended_its_rank(tmp_path, sig):
+    """A rank killed by a signal: its wrapper ends by the same signal (what the launcher sees),
+    SIGKILL too, whose disposition cannot be set (the wrapper once died of EINVAL in a clean-
+    clone rehearsal under mpirun, with a traceback in the job's output)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    script = tmp_path / "die.py"
+    script.write_text(f"import os, signal\nos.kill(os.getpid(), signal.{sig})\n")
+    env = dict(os.environ, HOME=str(tmp_path), PYTHON_NODEPREP_JOB="j1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    r = subprocess.run([sys.executable, rankmod.__file__, str(script)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == -getattr(signal, sig) and "Traceback" not in r.stderr, r.stderr

@@ -261,7 +261,8 @@ def wrap(argv):
         pass
     write_json(base + ".exit", record)
     if rc < 0:                           # end the way the child ended: the same signal
-        signal.signal(-rc, signal.SIG_DFL)
+        if -rc != signal.SIGKILL:        # SIGKILL's disposition cannot be set (EINVAL): it is the default
+            signal.signal(-rc, signal.SIG_DFL)
         os.kill(os.getpid(), -rc)
         time.sleep(1)
         sys.exit(128 - rc)
