@@ -11,8 +11,8 @@ from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Check, FileBlock, Step
 from nodeprep.engine.facts import ETC_SHELLS, FILE, LOGIN_SHELL, USER
+from nodeprep.ops.provision.shells import NON_POSIX, want_shell
 
-NON_POSIX = ("csh", "tcsh", "fish")
 
 
 def validate(prov):
@@ -30,14 +30,6 @@ def validate(prov):
                              f"DeepSpeed send `export K=V; ...` to the login shell, and the env "
                              f"file {v['env_file']} is sh syntax", hint="use /bin/bash, /bin/zsh "
                              "or /bin/sh", file=file, line=line)
-
-
-def want_shell(v: dict, current: str | None) -> str:
-    if v["login_shell"]:
-        return v["login_shell"]
-    if current and os.path.basename(current) not in NON_POSIX:
-        return current
-    return "/bin/bash"
 
 
 def source_line(env_file: str) -> str:

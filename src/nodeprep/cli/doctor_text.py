@@ -18,7 +18,7 @@ def _grouped(findings) -> list[tuple[list[str], object]]:
     return [([f.node for f in fs], fs[0]) for fs in groups.values()]
 
 
-def _summary(check: str, mine, verdict) -> str:
+def _summary(mine, verdict) -> str:
     if len({f.node for f in mine}) == 1 and len(mine) == 1 and verdict is Verdict.OK:
         return mine[0].reason
     if mine[0].node == "controller":
@@ -39,7 +39,7 @@ def render(res, verbose: bool = False) -> str:
             lines.append(area)
             head = area
         v = res.verdict(check)
-        lines.append(f"  {MARK[v]} {check:<12} {_summary(check, mine, v)}")
+        lines.append(f"  {MARK[v]} {check:<12} {_summary(mine, v)}")
         shown = mine if verbose else [f for f in mine if f.verdict is not Verdict.OK]
         for nodes, f in _grouped(sorted(shown, key=lambda f: -f.verdict)):
             who = "" if f.node == "controller" else f"{fold(nodes)}: "

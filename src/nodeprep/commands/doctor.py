@@ -22,6 +22,7 @@ from nodeprep.errors import InputError
 from nodeprep.inventory.schema import load_schema
 from nodeprep.ops.doctor import catalogue, controller, node
 from nodeprep.ops.health.findings import Finding, Verdict, worst
+from nodeprep.ops.provision.shells import want_shell
 from nodeprep.settings import Settings
 
 CONTROLLER = "controller"
@@ -103,7 +104,7 @@ def _contacts(hosts, all_vars: dict, settings: Settings, events: Events, spec: s
             f, v = got[s.name], all_vars[s.name]
             cur, user = f.get(factmod.LOGIN_SHELL), (f.get(factmod.USER) or {}).get("name", "")
             lack = tuple(p for p in wanted if p not in (f.get(factmod.PROGRAMS) or ()))
-            reqs = [factmod.SUDO((node.want_shell(v, cur), user))] + ([factmod.LOGIN_FINDS(lack)] if lack else [])
+            reqs = [factmod.SUDO((want_shell(v, cur), user))] + ([factmod.LOGIN_FINDS(lack)] if lack else [])
             more = factmod.gather(s, reqs, s.host.vars)
             return {"sudo": more.get(reqs[0]), "login_finds": more.get(reqs[1]) if lack else {}}
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from nodeprep.engine import facts as factmod
 from nodeprep.ops.health.findings import Verdict
 from nodeprep.ops.provision.room import human
+from nodeprep.ops.provision.shells import want_shell
 
-NON_POSIX = ("csh", "tcsh", "fish")
 MIN_PYTHON = (3, 10)     # torch 2.13's wheels on PyPI: Requires-Python >=3.10
 # What a first provision writes (wheels + venv), when no venv is there yet: the lab's CPU stack
 # measured 219 MB of wheels and a 1007 MB venv (ops/provision/room.py, 2026-11-25); a CUDA torch
@@ -117,14 +117,6 @@ def host_key(contacts: list[Contact]) -> list:
         elif c.reached:
             out.append((c.name, "HOST_KEY_LOCAL", Verdict.OK, "the controller itself (no ssh)", ""))
     return out
-
-
-def want_shell(v: dict, current: str | None) -> str:
-    """The login shell provision's shell role sets (the inventory's login_shell, else the
-    current one when POSIX, else /bin/bash)."""
-    if v.get("login_shell"):
-        return str(v["login_shell"])
-    return current if current and os.path.basename(current) not in NON_POSIX else "/bin/bash"
 
 
 def sudo(contacts: list[Contact]) -> list:

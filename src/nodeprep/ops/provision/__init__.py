@@ -6,4 +6,5 @@
                 acts for a shared group
   room.py       whether a node has room for what provision writes (space, inodes, a
                 read-only or unwritable file system), and the reason in numbers
+  shells.py     the login shell the shell role sets (doctor asks whether sudo can set it)
 """
