@@ -62,6 +62,43 @@ def test_the_moment_a_script_failed_beats_the_moment_its_exit_was_seen():
     assert w.root_cause().who == "worker-0 r1"
 
 
+def line(rank, text):
+    return {"k": "line", "src": f"r{rank}.err", "text": text}
+
+
+GLOO_RESET = ("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+              "pair.cc:537] Read error [10.199.0.11]:3242: Connection reset by peer.")
+
+
+def test_a_rank_that_lost_its_peer_yields_to_the_peer_that_was_killed():
+    """Seen in a clean-clone CI run (mpirun, 2026-11-27): rank 1 SIGKILLed itself; the kernel
+    closed its sockets before its wrapper saw it die, and rank 0's gloo read failed 10 ms
+    earlier by the clock. Rank 0's last lines say its peer went away: rank 1 is the cause."""
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0)]})
+    w.feed("worker-1", {"ev": [start(2)]})
+    w.feed("worker-0", {"ev": [line(0, GLOO_RESET), dict(end(0, -6, 100.05), failed_at=100.00, script_rc=1)]})
+    w.feed("worker-1", {"ev": [end(2, -signal.SIGKILL, 100.01)]})
+    root = w.root_cause()
+    assert root.who == "worker-1 r2" and root.what == "was killed by SIGKILL"
+    # without the peer's error in its lines, the clock decides as before
+    w2 = watch()
+    w2.feed("worker-0", {"ev": [start(0)]})
+    w2.feed("worker-1", {"ev": [start(2)]})
+    w2.feed("worker-0", {"ev": [line(0, "ValueError: bad batch"), dict(end(0, 1, 100.05), failed_at=100.0)]})
+    w2.feed("worker-1", {"ev": [end(2, -signal.SIGKILL, 100.01)]})
+    assert w2.root_cause().who == "worker-0 r0"
+
+
+def test_a_lost_peer_far_earlier_than_any_other_failure_stays_the_root_cause():
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0)]})
+    w.feed("worker-1", {"ev": [start(2)]})
+    w.feed("worker-0", {"ev": [line(0, GLOO_RESET), dict(end(0, 1, 100.05), failed_at=100.0)]})
+    w.feed("worker-1", {"ev": [end(2, -signal.SIGKILL, 130.0)]})      # far later: not its cause
+    assert w.root_cause().who == "worker-0 r0"
+
+
 def test_a_script_that_exited_1_then_got_the_launchers_term_says_both():
     """srun's --kill-on-bad-exit TERMs the failing task too while it tears down (seen on the
     lab's Slurm): its status is the script's own, the signal said after it."""

@@ -247,12 +247,13 @@ def wrap(argv):
             break
         except InterruptedError:
             continue
+    ended = time.time()                  # before the OOM lookup (dmesg may take seconds)
     rc = os.waitstatus_to_exitcode(status)
     oom = None
     if rc == -signal.SIGKILL:
         oom1 = oom_kills()
         oom = (oom1 > oom0) if oom0 is not None and oom1 is not None else oom_in_kernel_log(child.pid)
-    record = {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom, "end": time.time()}
+    record = {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom, "end": ended}
     try:
         with open(base + ".fail") as f:
             stamp = f.read().split()

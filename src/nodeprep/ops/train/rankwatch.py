@@ -21,6 +21,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 TAIL = 15
+# A rank's last lines saying its peer went away (gloo's tcp pair, c10d's store, NCCL's remote
+# error): its failure is a consequence of another's. Their texts from torch 2.x's sources.
+PEER_LOST = re.compile(r"Connection reset by peer|Connection closed by peer|Broken pipe"
+                       r"|remote process exited|ncclRemoteError|failed to recv, got 0 bytes")
+# How far a consequence's clock may run ahead of its cause's: the wrapper sees its child's death
+# after the kernel has closed the child's sockets, and the peer may fail in between.
+COLLATERAL_S = 2.0
 
 
 def describe_rc(rc: int | None, oom: bool | None = None) -> str:
@@ -233,9 +240,20 @@ class RankWatch:
 
     # -- summary ----------------------------------------------------------------------------
     def root_cause(self) -> Failure | None:
+        """The earliest failure, launchers' last; a rank that failed because its peer went
+        away yields to a failure of another kind up to COLLATERAL_S later (a rank SIGKILLed
+        closes its sockets before its wrapper sees it die)."""
         if not self.failures:
             return None
-        return min(self.failures, key=lambda f: (f.prio, f.t))
+        first = min(self.failures, key=lambda f: (f.prio, f.t))
+        if not self._collateral(first):
+            return first
+        causes = [f for f in self.failures if f.prio == first.prio and not self._collateral(f)
+                  and f.t - first.t <= COLLATERAL_S]
+        return min(causes, key=lambda f: f.t) if causes else first
+
+    def _collateral(self, f: Failure) -> bool:
+        return f.kind == "rank" and any(PEER_LOST.search(t) for t in self.tails.get(f.who, ()))
 
     def stop_seconds(self) -> float | None:
         """From the root cause to the last rank gone (the nodes' clocks)."""
