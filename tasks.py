@@ -180,11 +180,14 @@ def bandwidth(c, inventory=None, limit=None, json=False, quick=False, png=None, 
                           "kept by later lab.up runs",
             "bastion": "a jump host in front (10.X.0.5): the nodes then refuse the controller, "
                        "and the inventory says proxy_jump; kept by later lab.up runs",
-            "no_bastion": "remove the jump host"},
-      iterable=["gpu_record"])
+            "no_bastion": "remove the jump host",
+            "arch": "aarch64 (every node) or NODE=aarch64 (repeatable): nodes whose userland is an "
+                    "arm64 Debian root run through qemu-user (docs/lab.md); native sets one back; "
+                    "kept by later lab.up runs, changing it needs lab.down first"},
+      iterable=["gpu_record", "arch"])
 def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False, shared_home=False,
            private_homes=False, aliases=0, nic_names=None, no_sudo="", link_rate=None, gpu_record=None,
-           bastion=False, no_bastion=False):
+           bastion=False, no_bastion=False, arch=None):
     """Start (or resize) the emulated cluster: one netns, sshd and home per node."""
     nics = None if nic_names is None else tuple(n for n in nic_names.split(",") if n not in ("", "-"))
     _done(cli.lab_up(int(nodes), name, _settings(c), slurm=True if slurm else (False if no_slurm else None),
@@ -193,7 +196,8 @@ def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False, shared_home=Fa
                      no_sudo=tuple(int(i) for i in str(no_sudo).split(",") if i.strip().isdigit()),
                      link_rate=None if link_rate is None else str(link_rate),
                      gpu_records=tuple(gpu_record) if gpu_record else None,
-                     bastion=True if bastion else (False if no_bastion else None)))
+                     bastion=True if bastion else (False if no_bastion else None),
+                     arch=tuple(arch) if arch else None))
 
 
 @task(help={"name": "lab name", "purge": "also delete node homes and host keys"})

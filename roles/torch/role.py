@@ -28,7 +28,9 @@ got = {"version": torch.__version__, "cuda": torch.version.cuda,
        "arch_list": torch.cuda.get_arch_list() if torch.version.cuda else []}
 print(json.dumps(got))
 bad = []
-if got["version"] != want["version"]:
+# a plain version pin matches any local build of it (PEP 440): PyPI's aarch64 torch==2.8.0
+# reports 2.8.0+cpu
+if got["version"] != want["version"] and ("+" in want["version"] or got["version"].split("+")[0] != want["version"]):
     bad.append("torch %s installed, want %s" % (got["version"], want["version"]))
 if (got["cuda"] or None) != want["cuda"]:
     bad.append("torch.version.cuda is %s, want %s" % (got["cuda"], want["cuda"]))
@@ -77,6 +79,12 @@ def reads(ctx):
     return [VENV(ctx.vars["venv_path"])]
 
 
+def matches(have: str | None, want: str) -> bool:
+    """HAVE (installed) is the pinned WANT; a pin without a local tag matches any local build
+    of that version, as pip's `==` does (PyPI's aarch64 torch==2.8.0 says 2.8.0+cpu)."""
+    return have == want or bool(have) and "+" not in want and have.split("+")[0] == want
+
+
 def steps(ctx):
     plan = pystack.torch_plan(ctx.prov)
     if not plan:
@@ -89,7 +97,7 @@ def steps(ctx):
 
     def check(facts):
         have = facts[key]["packages"].get("torch")
-        return Check(have == version, f"torch {have or 'missing'}, want {version}")
+        return Check(matches(have, version), f"torch {have or 'missing'}, want {version}")
 
     py = f"{rpath(ctx.vars['venv_path'])}/bin/python"
     action = f"{py} -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))}"

@@ -300,4 +300,4 @@ def lab_status(name: str = "local", settings: Settings = Settings()) -> int:
         return 1
     for n in info.nodes + ([info.bastion] if info.bastion else []):
         state = f"sshd pid {n.sshd_pid}" if n.sshd_pid else "DOWN"
-        print(f"{n.name:<10} {n.address}:{n.port:<6} {state}")
+        print(f"{n.name:<10} {n.address}:{n.port:<6} {state}" + (f" ({n.arch})" if n.arch else ""))

@@ -16,7 +16,7 @@ from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.settings import Settings
 
-from . import bastion, etc, gpu, host, local, net, slurm
+from . import bastion, etc, foreign, gpu, host, local, net, slurm
 from .config import (LAB_HOME, LAB_USER, LabInfo, LabNode, UpOptions, bridge_address,
                      bridge_name, hosts_text, inventory_path, inventory_text, netns_name, node_address,
                      node_name, pubkey, subnet_for, link_rates, validate_count, validate_name)
@@ -42,10 +42,10 @@ def _ours(name: str) -> dict[int, str]:
     return {int(m.group(1)): ns for ns in net.netns_list() if (m := pat.fullmatch(ns))}
 
 
-def _node(name: str, lab: Path, octet: int, i: int) -> LabNode:
+def _node(name: str, lab: Path, octet: int, i: int, arch: str | None = None) -> LabNode:
     """Node I of lab NAME (directory LAB, subnet 10.OCTET.0.0/24), sshd_pid not looked up."""
     return LabNode(node_name(i), i, node_address(octet, i), 22, netns_name(name, i),
-                   lab / node_name(i) / "home", None)
+                   lab / node_name(i) / "home", None, arch)
 
 
 def _sshd_pid(node: LabNode) -> int | None:
@@ -74,6 +74,7 @@ class _Up:
     had_rate: str = ""         # the limit its veths have now
     gpu_records: dict[int, str] = field(default_factory=dict)   # node index -> recording (lab/gpu.py)
     bastion: bool = False      # a jump host in front (lab/bastion.py)
+    arches: dict[int, str] = field(default_factory=dict)   # node index -> foreign arch (lab/foreign.py)
     changes: list[str] = field(default_factory=list)
 
     @property
@@ -81,7 +82,7 @@ class _Up:
         return self.lab / "id_ed25519"
 
     def node(self, i: int) -> LabNode:
-        return _node(self.name, self.lab, self.octet, i)
+        return _node(self.name, self.lab, self.octet, i, self.arches.get(i))
 
     def nodes(self) -> list[LabNode]:
         return [self.node(i) for i in range(self.count)]
@@ -106,6 +107,7 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     state = _plan(nodes, name, settings, options)
     ids = host.ensure_user(state.changes)
     pub = _controller_key(state)
+    state.changes += foreign.converge(state.lab, set(state.arches.values()), log)
     fresh = _network(state)
     _node_files(state, pub, ids)
     _start_sshds(state, fresh)
@@ -118,7 +120,7 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
          "slurm": state.slurm, "shared_home": state.shared_home, "aliases": state.aliases,
          "nic_names": list(state.nics), "link_rate": state.link_rate,
          "gpu_records": {str(k): v for k, v in state.gpu_records.items()},
-         "bastion": state.bastion}) + "\n")
+         "bastion": state.bastion, "arch": {str(k): v for k, v in state.arches.items()}}) + "\n")
     if state.changes:
         log(f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
             f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})")
@@ -163,6 +165,14 @@ def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
     up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
     up.gpu_records = gpu.records(options.gpu_records, (state or {}).get("gpu_records"), nodes,
                                  [node_name(i) for i in range(nodes)])
+    up.arches = foreign.parse(options.arch, (state or {}).get("arch"), nodes, [node_name(i) for i in range(nodes)])
+    was = {int(k): v for k, v in ((state or {}).get("arch") or {}).items()}
+    moved = [node_name(i) for i in range(min(nodes, (state or {}).get("nodes", 0)))
+             if was.get(i) != up.arches.get(i)]
+    if running and moved:
+        raise InputError(f"lab {name}: {moved[0]} runs another architecture now",
+                         hint="run `invoke lab.down` first to change a node's architecture")
+    foreign.require(set(up.arches.values()))
     up.bastion = bool((state or {}).get("bastion")) if options.bastion is None else options.bastion
     bastion.check(with_slurm, up.bastion)
     return up
@@ -231,13 +241,21 @@ def _node_files(state: _Up, pub: str, ids: tuple[int, int]) -> None:
     for nd in dirs:
         nd.mkdir(exist_ok=True)
     _home_shape(state)
-    made = etc.make(dirs)
+    roots = {i: foreign.root(a) for i, a in state.arches.items()}    # built by converge()
+    made = etc.make(dirs, lambda nd: roots[int(nd.name[7:])] / "etc" if int(nd.name[7:]) in roots else etc.HOST_ETC)
     if made:
         state.changes.append(f"copied /etc for {len(made)} nodes")
-    if etc.refresh([nd for nd in dirs if nd not in made]):
-        state.changes.append("refreshed node /etc from the host")
+    for source in {etc.HOST_ETC, *(r / "etc" for r in roots.values())}:
+        group = [nd for i, nd in enumerate(dirs) if nd not in made
+                 and (roots[i] / "etc" if i in roots else etc.HOST_ETC) == source]
+        if etc.refresh(group, source):
+            state.changes.append("refreshed node /etc from the host")
+    for i in roots:
+        if etc.add_user(dirs[i], LAB_USER):
+            state.changes.append(f"{node_name(i)}: lab user added to its {state.arches[i]} /etc")
     for node in state.nodes():
-        host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo)
+        host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo,
+                          roots.get(node.index, Path("/")))
         if gpu.install(node.home.parent, state.gpu_records.get(node.index)):
             state.changes.append(f"{node.name}: GPU recording {state.gpu_records.get(node.index) or 'removed'}")
     missing = [nd / HOST_KEY for nd in dirs]
@@ -282,6 +300,13 @@ def _sshd_keeps_running(state: _Up, i: int, fresh: list[int]) -> bool:
     if i in fresh:                           # an sshd left in a namespace that is gone
         net.kill_wait([pid])
         return False
+    try:
+        chrooted = os.readlink(f"/proc/{pid}/root") != "/"
+    except OSError:
+        chrooted = bool(node.arch)
+    if chrooted != bool(node.arch):           # started as the other architecture
+        net.kill_wait(sorted({pid, *net.netns_pids([node.netns])[node.netns]}))
+        return False
     if not etc.mounted(pid, node.home.parent) or not gpu.bound(pid, node.home.parent):
         # Started before nodes had their own /etc (or /usr/local/bin): it runs on the host's.
         # Restart it with its sessions, as stop_node does.
@@ -318,7 +343,10 @@ def _write_inventory(state: _Up, inventory_dir: Path | None, root: Path) -> Path
     hostlist += [(node_name(state.count + k), state.node(k).address, 22) for k in range(state.aliases)]
     jump = f"{LAB_USER}@{bastion.address(state.octet)}" if state.bastion else None
     prefix = "" if state.name == "local" else f"{state.name}-"
-    if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist, jump=jump, alias_prefix=prefix)):
+    arches = {node_name(i): a for i, a in state.arches.items()}
+    arches.update({node_name(state.count + k): state.arches[k] for k in range(state.aliases) if k in state.arches})
+    if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist, jump=jump,
+                                                      alias_prefix=prefix, arches=arches)):
         state.changes.append(f"wrote {inventory}")
     return inventory
 
@@ -356,11 +384,23 @@ def down(name: str = "local", settings: Settings = Settings(), log=print,
         if leaked:
             raise NodeprepError(f"lab {name}: mounts left after down: {', '.join(leaked)}")
         log(f"lab {name}: {len(nss)} nodes down in {time.monotonic() - t0:.2f} s")
+    for line in foreign.release(lab, lambda arch: _others_run(arch, name, settings)):
+        log(f"lab {name}: {line}")
     state = _read_state(lab)
     if state and host.forget_ssh_blocks(Path(state["inventory"]), Path(settings.project)):
         log(f"lab {name}: its block removed from ~/.ssh/config")
     if purge:
         _purge(name, lab, settings, log)
+
+
+def _others_run(arch: str, name: str, settings: Settings) -> bool:
+    """Whether a lab other than NAME is up with nodes of ARCH."""
+    for other in Path(settings.lab_root).glob("*"):
+        state = _read_state(other)
+        if other.name != name and state and arch in (state.get("arch") or {}).values() \
+                and net.link_exists(bridge_name(other.name)):
+            return True
+    return False
 
 
 def _purge(name: str, lab: Path, settings: Settings, log) -> None:
@@ -385,7 +425,8 @@ def status(name: str = "local", settings: Settings = Settings()) -> LabInfo | No
     if not state or not net.link_exists(bridge_name(name)):
         return None
     present = _ours(name)
-    found = [_node(name, lab, state["subnet"], i) for i in range(state["nodes"])]
+    arches = {int(k): v for k, v in (state.get("arch") or {}).items()}
+    found = [_node(name, lab, state["subnet"], i, arches.get(i)) for i in range(state["nodes"])]
     for node in found:
         node.sshd_pid = _sshd_pid(node) if node.index in present else None
     b = bastion.node(name, lab, state["subnet"]) if state.get("bastion") and bastion.exists(name) else None

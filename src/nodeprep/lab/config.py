@@ -43,6 +43,7 @@ class LabNode:
     netns: str | None         # None in the non-root fallback
     home: Path                # the node's private home on the host file system
     sshd_pid: int | None      # None while the node's sshd is not running
+    arch: str | None = None   # another CPU architecture's userland (lab/foreign.py); None: native
 
 
 @dataclass
@@ -82,6 +83,9 @@ class UpOptions:
     # A jump host in front of the nodes, the only way in from the controller (lab/bastion.py);
     # None: as the lab had it.
     bastion: bool | None = None
+    # --arch values: ARCH (every node) or NODE=ARCH, `native` to go back (lab/foreign.py);
+    # None: as the lab had it.
+    arch: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -234,8 +238,15 @@ def _scalar(value: str) -> str:
     return value if re.fullmatch(r"[A-Za-z0-9_./@+-]+", value) else json.dumps(value)
 
 
+# The torch release a lab node of another architecture pins: PyPI's aarch64 torch wheels are
+# CPU-only up to 2.8 (2.13.0's requires CUDA packages on every Linux; their metadata, read
+# 2026-11-27), and this machine's pip finds only x86_64's 2.13.0+cpu locally.
+FOREIGN_TORCH = {"aarch64": "2.8.0"}
+
+
 def inventory_text(user: str, key: Path, hosts: list[tuple[str, str, int]],
-                   python: str = NODE_PYTHON, jump: str | None = None, alias_prefix: str = "") -> str:
+                   python: str = NODE_PYTHON, jump: str | None = None, alias_prefix: str = "",
+                   arches: dict[str, str] | None = None) -> str:
     """The native inventory (hosts.yml) of the lab: `hosts` is (name, address, port); JUMP:
     the bastion in front of the nodes (lab.up --bastion); ALIAS_PREFIX: the ssh_alias_prefix
     of a lab not named local ("rel-": `ssh rel-worker-1`), so two labs' blocks in
@@ -246,7 +257,13 @@ def inventory_text(user: str, key: Path, hosts: list[tuple[str, str, int]],
              "  # The lab reaches only the package registries: take torch from pip's own",
              "  # configuration (this machine's pip finds the CPU build locally), not the PyTorch index.",
              "  torch_index: pip-config", "hosts:"]
-    lines += [f"  {n}: {{address: {a}, port: {p}}}" for n, a, p in hosts]
+    arches = arches or {}
+    if any(a in FOREIGN_TORCH for a in arches.values()):
+        lines += ["  # aarch64 nodes (lab.up --arch): PyPI's aarch64 torch is CPU-only up to 2.8, so",
+                  "  # they pin that release (the x86_64 nodes keep the fleet's)."]
+    lines += [f"  {n}: {{address: {a}, port: {p}"
+              + (f", torch_version: \"{FOREIGN_TORCH[arches[n]]}\"" if arches.get(n) in FOREIGN_TORCH else "")
+              + "}" for n, a, p in hosts]
     return "\n".join(lines) + "\n"
 
 

@@ -62,9 +62,10 @@ def _stamp(nd: Path, ns: int | None = None) -> int:
         return 0
 
 
-def make(node_dirs: list[Path]) -> list[Path]:
-    """Copy the host's /etc for the nodes that have none yet, one `cp -a` per node, all at
-    once; a copy cut short (etc.new) is redone. Returns the nodes copied."""
+def make(node_dirs: list[Path], source=lambda nd: HOST_ETC) -> list[Path]:
+    """Copy the host's /etc (SOURCE(nd): a foreign node's root's, lab/foreign.py) for the
+    nodes that have none yet, one `cp -a` per node, all at once; a copy cut short (etc.new)
+    is redone. Returns the nodes copied."""
     todo = [nd for nd in node_dirs if not (nd / "etc").is_dir()]
     if not todo:
         return []
@@ -72,7 +73,7 @@ def make(node_dirs: list[Path]) -> list[Path]:
     procs = []
     for nd in todo:
         shutil.rmtree(nd / "etc.new", ignore_errors=True)
-        procs.append((nd, subprocess.Popen(["cp", "-a", "--", str(HOST_ETC), str(nd / "etc.new")],
+        procs.append((nd, subprocess.Popen(["cp", "-a", "--", str(source(nd)), str(nd / "etc.new")],
                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, text=True)))
     for nd, proc in procs:
@@ -84,13 +85,13 @@ def make(node_dirs: list[Path]) -> list[Path]:
     return todo
 
 
-def _host_entries() -> list[tuple[int, str, os.stat_result]]:
-    """(time changed in ns, path relative to /etc, lstat) of everything in the host's /etc."""
+def _host_entries(source: Path) -> list[tuple[int, str, os.stat_result]]:
+    """(time changed in ns, path relative to SOURCE, lstat) of everything in SOURCE."""
     found, todo = [], [""]
     while todo:
         rel = todo.pop()
         try:
-            with os.scandir(HOST_ETC / rel if rel else HOST_ETC) as it:
+            with os.scandir(source / rel if rel else source) as it:
                 for entry in it:
                     sub = f"{rel}/{entry.name}" if rel else entry.name
                     try:
@@ -105,13 +106,14 @@ def _host_entries() -> list[tuple[int, str, os.stat_result]]:
     return found
 
 
-def refresh(node_dirs: list[Path]) -> list[Path]:
-    """Bring the host's /etc changes into these nodes' copies (see the module docstring).
-    One walk of the host's /etc for all nodes; returns the nodes whose copy changed."""
+def refresh(node_dirs: list[Path], source: Path = HOST_ETC) -> list[Path]:
+    """Bring the changes of the host's /etc (or SOURCE, a foreign root's) into these nodes'
+    copies (see the module docstring). One walk for all nodes; returns the nodes whose copy
+    changed."""
     if not node_dirs:
         return []
     now = _clock(node_dirs[0].parent)      # before the walk: later changes count next time
-    entries = _host_entries()
+    entries = _host_entries(source)
     touched = []
     for nd in node_dirs:
         # >=: a change in the very tick of the last stamp may have come after it. Seen twice
@@ -124,9 +126,9 @@ def refresh(node_dirs: list[Path]) -> list[Path]:
         # Shallow paths first: a directory the host gained exists before its entries.
         for _, rel, st in sorted(newer, key=lambda e: e[1].count("/")):
             if rel in ACCOUNTS:
-                did |= _merge_accounts(HOST_ETC / rel, etc / rel)
+                did |= _merge_accounts(source / rel, etc / rel)
             elif rel not in NODE_OWNED:
-                did |= _copy(HOST_ETC / rel, etc / rel, st)
+                did |= _copy(source / rel, etc / rel, st)
         _stamp(nd, now)
         if did:
             touched.append(nd)
@@ -166,15 +168,22 @@ def _copy(src: Path, dst: Path, st: os.stat_result) -> bool:
     return True
 
 
-def _merge_accounts(host: Path, node: Path) -> bool:
-    """Append to the node's account file the host entries (by name) it lacks."""
+def add_user(nd: Path, user: str) -> bool:
+    """The host's entries of USER (and its group) in node ND's account files: a foreign
+    node's /etc comes from its own root, which has never heard of the lab user."""
+    return any([_merge_accounts(HOST_ETC / a, nd / "etc" / a, {user}) for a in ACCOUNTS])
+
+
+def _merge_accounts(host: Path, node: Path, only: set[str] | None = None) -> bool:
+    """Append to the node's account file the host entries (by name; ONLY those names) it lacks."""
     try:
         have = node.read_text()
         theirs = host.read_text()
     except OSError:
         return False
     names = {ln.split(":", 1)[0] for ln in have.splitlines()}
-    extra = [ln for ln in theirs.splitlines() if ln and ln.split(":", 1)[0] not in names]
+    extra = [ln for ln in theirs.splitlines() if ln and ln.split(":", 1)[0] not in names
+             and (only is None or ln.split(":", 1)[0] in only)]
     if not extra:
         return False
     sep = "" if not have or have.endswith("\n") else "\n"
@@ -185,6 +194,18 @@ def _merge_accounts(host: Path, node: Path) -> bool:
     os.chmod(tmp, stat.S_IMODE(st.st_mode))
     os.replace(tmp, node)       # as usermod does: a reader sees the old or the new file
     return True
+
+
+def _inside(root: Path, path: str) -> str:
+    """PATH as seen in ROOT, following the root's own absolute links (merged /usr: /bin ->
+    usr/bin) inside it."""
+    full = root / path.lstrip("/")
+    for _ in range(8):
+        if not full.is_symlink():
+            break
+        target = os.readlink(full)
+        full = root / target.lstrip("/") if target.startswith("/") else full.parent / target
+    return str(full)
 
 
 def _regular(path: Path) -> None:
@@ -199,9 +220,10 @@ def machine_id(nd: Path) -> str:
     return hashlib.sha256(str(nd).encode()).hexdigest()[:32] + "\n"
 
 
-def write_files(nd: Path, hostname: str, hosts: str, sudo: bool = True) -> bool:
+def write_files(nd: Path, hostname: str, hosts: str, sudo: bool = True, root: Path = Path("/")) -> bool:
     """The lab's own files in the node's /etc; True when one changed. Writes in place, so
-    a running node sees them at once (its /etc is a bind of this very directory)."""
+    a running node sees them at once (its /etc is a bind of this very directory). ROOT: the
+    node's root (a foreign node's), where the shells it offers are looked for."""
     etc = nd / "etc"
     for name in ("hosts", "resolv.conf", "hostname", "shells", "machine-id"):
         _regular(etc / name)
@@ -209,7 +231,7 @@ def write_files(nd: Path, hostname: str, hosts: str, sudo: bool = True) -> bool:
         shells = (etc / "shells").read_text()
     except OSError:
         shells = ""
-    offered = [s for s in LOGIN_SHELLS if os.access(s, os.X_OK)]
+    offered = [s for s in LOGIN_SHELLS if os.access(_inside(root, s), os.X_OK)]
     wrote = [net.write_if_changed(etc / "hosts", hosts),
              # its own machine id, as separate machines have (the copy of the host's would
              # make every node one machine to nodeprep's identity fact)

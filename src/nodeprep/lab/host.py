@@ -14,8 +14,8 @@ from pathlib import Path
 from nodeprep.engine.steps import without_block
 from nodeprep.errors import InputError, NodeprepError
 
-from . import etc, net
-from .config import (DENY_FLAG, LAB_HOME, LAB_USER, PASSWORD_FLAG, LabNode, SshdAccess, authorized_keys_text,
+from . import etc, foreign, net
+from .config import (BIN, DENY_FLAG, LAB_HOME, LAB_USER, PASSWORD_FLAG, LabNode, SshdAccess, authorized_keys_text,
                      bridge_address, node_argv, sshd_config)
 
 
@@ -65,7 +65,7 @@ def check_bridge(bridge: str, octet: int) -> None:
 
 
 def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
-                 changes: list[str], sudo: bool = True) -> None:
+                 changes: list[str], sudo: bool = True, root: Path = Path("/")) -> None:
     """Home, ~/.ssh, the lab's files in the node's /etc and its sshd_config (the node's
     /etc copy itself is made by etc.make before)."""
     home = node.home
@@ -90,7 +90,7 @@ def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
     for old in ("hosts", "resolv.conf"):     # bound over /etc/* before nodes had an /etc
         (nd / old).unlink(missing_ok=True)
     wrote = [ensure_authorized_key(ssh / "authorized_keys", pub, ids),
-             etc.write_files(nd, node.name, hosts, sudo),
+             etc.write_files(nd, node.name, hosts, sudo, root),
              net.write_if_changed(nd / "sshd_config", node_sshd_config(node))]
     if any(wrote):
         changes.append(f"wrote {node.name} files")
@@ -123,7 +123,8 @@ def start(lab_name: str, nodes: list[LabNode]) -> list:
     for node in nodes:
         nd = node.home.parent
         (nd / "sshd.pid").unlink(missing_ok=True)
-        argv = node_argv(node.netns, node.name, nd, node.home, LAB_HOME)
+        argv = foreign.node_argv(node.netns, node.name, nd, node.home, LAB_HOME, node.arch, nd / BIN) \
+            if node.arch else node_argv(node.netns, node.name, nd, node.home, LAB_HOME)
         proc = net.spawn(argv, nd / "sshd.log")
         targets.append((f"lab {lab_name} {node.name}", node.address, node.port, proc,
                         nd / "sshd.log"))

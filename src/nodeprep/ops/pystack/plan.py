@@ -41,31 +41,49 @@ def torch_plan(prov):
     """The fleet's torch build (None when no node asks for torch); raises PlanError."""
     if prov.shared.torch_plan is UNSET:
         from nodeprep.ops import torchplan
-        versions = {v["torch_version"] for v in prov.vars.values() if v.get("torch_version")}
-        if not versions:
+        if not any(v.get("torch_version") for v in prov.vars.values()):
             prov.shared.torch_plan = None
             return None
-        if len(versions) > 1:
-            raise NodeprepError(f"torch_version differs between nodes ({', '.join(sorted(versions))}): "
-                                "one build for the whole fleet keeps torch and NCCL identical")
         nodes = [torchplan.node_from_facts(name, f["os"]["arch"], f["gpus"], prov.vars[name]["cpu_only"])
                  for name, f in prov.facts.items() if "gpus" in f]
         if not nodes:      # no node answered: nothing to plan for (they are reported as such)
             prov.shared.torch_plan = None
             return None
+        by_release = _releases_by_platform(prov, nodes)
         template = next(iter(prov.vars.values())).get("torch_index")
         own = template in (None, "pip-config")
-        plan = torchplan.choose(versions.pop(), nodes) if own else \
-            torchplan.choose(versions.pop(), nodes, template)
+        plans = [torchplan.choose(version, group) if own else torchplan.choose(version, group, template)
+                 for version, group in by_release.items()]
+        plan = torchplan.merged(plans)
+        if own:     # resolve from pip's own configuration (mirror, find-links, PyPI)
+            prov.notes += [f"torch plan: {n}" for n in torchplan.from_pip_config(plan)]
         for b in plan.builds:
-            if own:
-                b.index_url = None    # resolve from pip's own configuration (mirror, find-links)
             prov.notes.append(f"torch plan: {b.requirement}"
                               + (f" for {b.cpu_arch}" if len(plan.builds) > 1 else "")
                               + (f" from {b.index_url}" if b.index_url else " from pip's configured index")
                               + (f"; {b.compat}" if b.compat else ""))
         prov.shared.torch_plan = plan
     return prov.shared.torch_plan
+
+
+def _releases_by_platform(prov, nodes) -> dict:
+    """{torch release: its nodes}. One release per CPU platform: a build for the whole
+    platform keeps torch and NCCL identical where ranks talk; platforms may differ (aarch64
+    nodes pinned to a release whose PyPI aarch64 wheel is the CPU build)."""
+    by_release: dict[str, list] = {}
+    per_arch: dict[str, dict[str, str]] = {}
+    for n in nodes:
+        version = prov.vars[n.name].get("torch_version")
+        if version:
+            by_release.setdefault(str(version), []).append(n)
+            per_arch.setdefault(n.arch, {}).setdefault(str(version), n.name)
+    for arch, versions in per_arch.items():
+        if len(versions) > 1:
+            raise NodeprepError(f"torch_version differs between {arch} nodes ("
+                                + ", ".join(f"{v} on {n}" for v, n in sorted(versions.items()))
+                                + "): one build per platform keeps torch and NCCL identical where ranks talk",
+                                hint="set one torch_version for every node of that platform")
+    return by_release
 
 
 def requirement_pins(prov) -> list[str]:

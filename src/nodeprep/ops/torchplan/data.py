@@ -45,6 +45,11 @@ def release(minor: str) -> dict:
     return table()["releases"][minor]
 
 
+def pypi_aarch64_cpu(minor: str) -> bool:
+    """Whether PyPI's own Linux aarch64 wheel of torch MINOR is the CPU build (plain version)."""
+    return minor in table()["pypi_aarch64_cpu"]["releases"]
+
+
 def released(minor: str) -> bool:
     return release(minor).get("released", True)
 

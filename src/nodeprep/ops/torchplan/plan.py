@@ -172,6 +172,40 @@ def _build(fl: PlatformGroups, arch: str, full: str, chosen, template: str) -> B
                  f"{ptx} through the {pick.ptx_cap} PTX (JIT)" if ptx else None, reasons)
 
 
+def from_pip_config(plan: Plan) -> list[str]:
+    """PLAN resolved from pip's own configuration (`torch_index: pip-config`: a mirror,
+    find-links, PyPI) instead of the PyTorch index: no index URL; an aarch64 CPU build of a
+    release whose PyPI aarch64 wheel is the CPU build is pinned by its plain version (PyPI's
+    wheel has no +cpu tag). Changes PLAN in place; returns the notes to show."""
+    notes = []
+    for b in plan.builds:
+        b.index_url = None
+        minor = ".".join(b.requirement.split("==", 1)[1].split("+")[0].split(".")[:2])
+        if b.cpu_arch == "aarch64" and b.variant == "cpu":
+            if td.pypi_aarch64_cpu(minor):
+                b.requirement = b.requirement.split("+")[0]
+                notes.append(f"{b.requirement} for aarch64: PyPI's aarch64 wheel of {minor} is the CPU build "
+                             f"{td.cite(td.sources(td.table()['pypi_aarch64_cpu']['source']))}")
+            else:
+                notes.append(f"{b.requirement} for aarch64 must come from pip's configuration (a mirror of "
+                             f"the CPU index): PyPI's aarch64 torch {minor} is a CUDA build; or pin these "
+                             "nodes to torch_version 2.10.0 or older")
+    return notes
+
+
+def merged(plans: list[Plan]) -> Plan:
+    """One plan of several releases, each for its own CPU platforms (a fleet whose platforms
+    pin different torch releases, e.g. aarch64 nodes on a release PyPI serves as CPU)."""
+    if len(plans) == 1:
+        return plans[0]
+    out = Plan(", ".join(p.torch for p in plans), [b for p in plans for b in p.builds])
+    out.explain = [line for p in plans for line in p.explain]
+    out.warning = "; ".join(filter(None, [p.warning for p in plans])) or \
+        ("torch differs per platform (" + ", ".join(f"{b.cpu_arch} {b.requirement}" for b in out.builds)
+         + "): a job spanning platforms may not rendezvous")
+    return out
+
+
 def _cpu_plan(fl: PlatformGroups, full: str, minor: str, template: str, why: list[str]) -> Plan:
     builds = []
     for a in fl.arches:

@@ -1,0 +1,211 @@
+"""Lab nodes of another CPU architecture (`lab.up --arch aarch64`, or per node
+`--arch worker-1=aarch64`): the HPC case of an x86_64 login node driving aarch64 compute
+nodes, on this x86_64 machine.
+
+Such a node's userland is a Debian root of its architecture, built ONCE with mmdebstrap and
+cached under ROOTS (keyed by suite, architecture and package list; built into a `.new`
+directory and renamed, so a cut-short build is never used). Every process of the node runs
+from that root through qemu-user, which the kernel starts by itself for the architecture's
+ELF files (a binfmt_misc registration with the F flag: the interpreter is opened when
+registered, so it works inside the chroot). `uname -m` on the node says aarch64; its sshd,
+shells, python, pip, pdsh and the ranks are all aarch64 programs.
+
+Each node sees the cached root through an overlay of its own (writes land in the node's
+directory, `root.upper`), mounted in the node's private mount namespace with the node's own
+/etc copy, home, /usr/local/bin, /proc, /sys, /dev and a private /dev/shm over it, then
+chroots there and starts the root's sshd. Nothing is mounted in the host's namespace: the
+mounts go with the node's processes. The binfmt registration is the one host-wide change:
+up() adds it when missing and records that in the lab directory; down() removes it when this
+lab added it and no other lab still runs foreign nodes.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodeprep.errors import InputError, NodeprepError
+
+NATIVE = platform.machine()
+SUITE = "bookworm"                         # the host's Debian release: the same Python minor (3.11)
+ROOTS = Path("/var/cache/nodeprep/roots")
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+ADDED = "binfmt-added"                     # in the lab directory: this lab registered the interpreter
+# What a lab node needs: its sshd and client (the mesh, pdsh's hops), the interpreter nodeprep
+# builds the venv from, pdsh for DeepSpeed's launcher, sudo and the shells for the shell role,
+# ps/ip for the facts.
+PACKAGES = ("openssh-server", "openssh-client", "python3", "python3-venv", "pdsh", "sudo", "procps",
+            "iproute2", "zsh", "ca-certificates")
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str           # what `uname -m` says: aarch64
+    debian: str         # Debian's name for it: arm64
+    qemu: str           # the binfmt_misc entry Debian's qemu-user-static ships: qemu-aarch64
+
+
+ARCHES = {"aarch64": Arch("aarch64", "arm64", "qemu-aarch64")}
+
+
+def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
+          names: list[str]) -> dict[int, str]:
+    """`--arch` values -> {node index: arch} of the nodes that are not native. None keeps
+    what the lab had; ARCH sets every node, NODE=ARCH one node (later values win); the native
+    architecture (x86_64 here) or `native` sets it back."""
+    if values is None:
+        return {int(k): v for k, v in (previous or {}).items() if int(k) < count}
+    out: dict[int, str] = {}
+    for value in values:
+        node, _, arch = str(value).rpartition("=")
+        arch = NATIVE if arch == "native" else arch
+        if arch != NATIVE and arch not in ARCHES:
+            raise InputError(f"--arch {value!r}: unknown architecture {arch!r}",
+                             hint=f"one of {', '.join([NATIVE, *ARCHES])}, or NODE=ARCH for one node")
+        if node and node not in names:
+            raise InputError(f"--arch {value!r}: no node {node!r} in this lab",
+                             hint=f"the nodes are {names[0]} .. {names[-1]}")
+        for i in ([names.index(node)] if node else range(count)):
+            if arch == NATIVE:
+                out.pop(i, None)
+            else:
+                out[i] = arch
+    return out
+
+
+def require(arches: set[str]) -> None:
+    """The host tools foreign nodes need, with the command that installs them."""
+    if not arches:
+        return
+    missing = [t for t in ("mmdebstrap", "qemu-aarch64-static") if shutil.which(t) is None]
+    if missing:
+        raise InputError(f"lab --arch needs {', '.join(missing)}",
+                         hint="run `sh requirements/bootstrap.sh` (apt-get install mmdebstrap qemu-user-static)")
+
+
+def root(arch: str, log=print) -> Path:
+    """The cached root of ARCH, built first if missing (minutes: every package's scripts run
+    under emulation)."""
+    a = ARCHES[arch]
+    key = hashlib.sha256(" ".join(sorted(PACKAGES)).encode()).hexdigest()[:10]
+    path = ROOTS / f"{SUITE}-{a.debian}-{key}"
+    if (path / "usr" / "bin" / "python3").exists():
+        return path
+    ensure_binfmt(arch)
+    ROOTS.mkdir(parents=True, exist_ok=True)
+    new = path.with_name(path.name + ".new")
+    shutil.rmtree(new, ignore_errors=True)
+    log(f"lab: building the {a.debian} root once ({SUITE}, mmdebstrap; a few minutes under emulation)")
+    t0 = time.monotonic()
+    proc = subprocess.run(["mmdebstrap", "--variant=apt", f"--architectures={a.debian}",
+                           f"--include={','.join(PACKAGES)}",
+                           # the root's own host keys are never used (each node has its own)
+                           "--customize-hook=rm -f \"$1\"/etc/ssh/ssh_host_*",
+                           SUITE, str(new)], capture_output=True, text=True)
+    if proc.returncode:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        shutil.rmtree(new, ignore_errors=True)
+        raise NodeprepError(f"building the {a.debian} root failed:\n{tail}",
+                            hint="Debian's package mirror must be reachable; rerun lab.up")
+    os.rename(new, path)
+    log(f"lab: {a.debian} root built in {time.monotonic() - t0:.0f} s ({path})")
+    return path
+
+
+def registered(arch: str) -> bool:
+    return (BINFMT / ARCHES[arch].qemu).exists()
+
+
+def ensure_binfmt(arch: str) -> bool:
+    """Register qemu-user for ARCH with binfmt_misc (mounting binfmt_misc first when needed),
+    with Debian's own line (/usr/lib/binfmt.d/qemu-aarch64.conf, flags OCF or POF: F is what
+    makes it work in a chroot). True when this call registered it."""
+    a = ARCHES[arch]
+    if not (BINFMT / "register").exists():
+        proc = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise NodeprepError(f"cannot mount binfmt_misc: {proc.stderr.strip()}",
+                                hint="the kernel needs binfmt_misc (modprobe binfmt_misc)")
+    if registered(arch):
+        return False
+    conf = Path(f"/usr/lib/binfmt.d/{a.qemu}.conf")
+    try:
+        line = next(ln for ln in conf.read_text().splitlines() if ln.startswith(":"))
+    except (OSError, StopIteration):
+        raise InputError(f"{conf} is missing", hint="apt-get install qemu-user-static "
+                         "(or run `sh requirements/bootstrap.sh`)") from None
+    if "F" not in line.rsplit(":", 1)[1]:
+        line += "F"
+    (BINFMT / "register").write_text(line)
+    return True
+
+
+def unregister(arch: str) -> bool:
+    if not registered(arch):
+        return False
+    (BINFMT / ARCHES[arch].qemu).write_text("-1")
+    return True
+
+
+def converge(lab: Path, arches: set[str], log=print) -> list[str]:
+    """Binfmt for every architecture the lab's nodes use; the ones this lab registered are
+    recorded in LAB/ADDED. Returns the changes."""
+    changes = []
+    mine = _added(lab)
+    for arch in sorted(arches):
+        root(arch, log)
+        if ensure_binfmt(arch):
+            mine.add(arch)
+            changes.append(f"registered qemu-user for {arch}")
+    if mine:
+        (lab / ADDED).write_text("".join(f"{a}\n" for a in sorted(mine)))
+    return changes
+
+
+def release(lab: Path, others_using) -> list[str]:
+    """down(): remove the registrations this lab added, unless OTHERS_USING(arch) (another
+    lab still runs nodes of that architecture)."""
+    done = []
+    for arch in sorted(_added(lab)):
+        if not others_using(arch) and unregister(arch):
+            done.append(f"removed the qemu-user registration for {arch}")
+    (lab / ADDED).unlink(missing_ok=True)
+    return done
+
+
+def _added(lab: Path) -> set[str]:
+    try:
+        return {a for a in (lab / ADDED).read_text().split() if a in ARCHES}
+    except OSError:
+        return set()
+
+
+# The shell that becomes one foreign node (compare config.NODE_INIT), run as `ip netns exec
+# NS unshare --mount --uts --propagation private /bin/sh -c NODE_INIT sh HOSTNAME ETC
+# HOME_SRC HOME CONFIG BIN ROOT NODE_DIR`. The overlay is mounted at NODE_DIR/rootfs; the node
+# directory itself is bound at its own path inside (sshd_config names its host key and pid
+# file by those paths); the home is bound at HOME both inside and outside the root.
+NODE_INIT = (
+    'hostname "$1" && R="$8/rootfs" && mkdir -p "$R" "$8/root.upper" "$8/root.work" && '
+    'mount -t overlay overlay -o "lowerdir=$7,upperdir=$8/root.upper,workdir=$8/root.work" "$R" && '
+    'mount --bind "$2" "$R/etc" && mkdir -p "$R$4" "$R$8" && '
+    'mount --bind "$3" "$R$4" && mount --bind "$3" "$4" && mount --bind "$8" "$R$8" && '
+    'mount --bind "$6" "$R/usr/local/bin" && mount -t proc proc "$R/proc" && '
+    'mount --rbind /sys "$R/sys" && mount --rbind /dev "$R/dev" && '
+    'mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm" && mount -t tmpfs -o mode=755 tmpfs "$R/run" && '
+    'mkdir -p "$R/run/sshd" && { umount -l /run/netns 2>/dev/null; '
+    'exec chroot "$R" /usr/sbin/sshd -D -e -f "$5"; }')
+
+
+def node_argv(netns: str, hostname: str, node_dir: Path, home_src: Path, home: Path,
+              arch: str, bin_dir: Path) -> list[str]:
+    return ["ip", "netns", "exec", netns, "unshare", "--mount", "--uts", "--propagation",
+            "private", "/bin/sh", "-c", NODE_INIT, "sh", hostname, str(node_dir / "etc"),
+            str(home_src), str(home), str(node_dir / "sshd_config"), str(bin_dir),
+            str(root(arch)), str(node_dir)]
