@@ -10,7 +10,7 @@ import shlex
 from nodeprep.ops.launchenv import ncclenv
 from nodeprep.errors import InputError
 from nodeprep.engine.steps import Check, FileBlock, Step
-from nodeprep.engine.facts import DIR, FILE, INTERFACES, ROUTE
+from nodeprep.engine.facts import DIR, ELF_ARCH, FILE, INTERFACES, OS, ROUTE
 
 ALLOWED = re.compile(r"^(NCCL_|FI_|OFI_NCCL_|TORCH_NCCL_)[A-Z0-9_]*$")
 LIBS = {"nccl_home": ["libnccl.so.2"], "aws_ofi_nccl_home": ["libnccl-net*.so"],
@@ -39,13 +39,14 @@ def validate(prov):
                                  file=file, line=line)
 
 
-FACTS = [INTERFACES]
+FACTS = [INTERFACES, OS]
 
 
 def reads(ctx):
     v = ctx.vars
     # how this node reaches the head: the interface NCCL should use (ncclenv.run_proposal)
-    return ([DIR(v[k].rstrip("/") + "/lib") for k in LIBS if v[k]] + [FILE(v["env_file"])] +
+    libdirs = [v[k].rstrip("/") + "/lib" for k in LIBS if v[k]]
+    return ([DIR(d) for d in libdirs] + [ELF_ARCH(d) for d in libdirs] + [FILE(v["env_file"])] +
             [ROUTE(ctx.prov.hosts[0].address)])
 
 
@@ -54,18 +55,27 @@ def controller(prov):
     return []
 
 
-def lib_step(home_var: str, home: str, pattern: str) -> Step:
+def lib_step(home_var: str, home: str, pattern: str, arch: str | None = None) -> Step:
+    """PATTERN must be in HOME/lib, built for this node's CPU ARCH (its loader cannot load
+    another platform's library: a mixed fleet needs that platform's build at its path)."""
     libdir = home.rstrip("/") + "/lib"
 
     def check(facts):
         entries = facts[DIR(libdir)]
         if entries is None:
             return Check(False, f"{libdir} does not exist on this node")
-        if not fnmatch.filter(entries, pattern):
+        found = fnmatch.filter(entries, pattern)
+        if not found:
             return Check(False, f"no {pattern} in {libdir}")
+        built = facts.get(ELF_ARCH(libdir)) or {}
+        other = {n: built[n] for n in found if n in built and arch and built[n] != arch}
+        if other and len(other) == len([n for n in found if n in built]):
+            name, what = next(iter(sorted(other.items())))
+            return Check(False, f"{libdir}/{name} is {what}, this node is {arch}: its loader cannot load it")
         return Check(True)
-    return Step(f"nccl.library {pattern} in {libdir}", [DIR(libdir)], check, None,
-                hint=f"install it there, or fix {home_var} in the inventory")
+    return Step(f"nccl.library {pattern} in {libdir}", [DIR(libdir), ELF_ARCH(libdir)], check, None,
+                hint=f"install it there ({arch or 'this node'}'s build), or fix {home_var} in the "
+                     "inventory (per platform: a group of that platform's nodes)")
 
 
 def env_block(env: dict[str, str]) -> str:
@@ -80,7 +90,8 @@ def env_block(env: dict[str, str]) -> str:
 
 def steps(ctx):
     v = ctx.vars
-    out = [lib_step(k, v[k], pat) for k, pats in LIBS.items() if v[k] for pat in pats]
+    arch = (ctx.facts.get(OS) or {}).get("arch")
+    out = [lib_step(k, v[k], pat, arch) for k, pats in LIBS.items() if v[k] for pat in pats]
     env = ncclenv.node_env(v, ncclenv.run_proposal(ctx.prov).get(ctx.name))
     out.append(FileBlock(v["env_file"], "nccl", env_block(env), mode=0o600))
     return out

@@ -134,7 +134,10 @@ def steps(ctx):
                                    f"{', ...' if len(lack) > 4 else ''})")
         wh = v["wheelhouse_dir"]
         out.append(Step("pip.install requirements.lock", [VENV(venv)], installed,
-                        f"{rpath(venv)}/bin/python -m pip install -q --disable-pip-version-check "
+                        # --no-compile: byte-compiling every file of torch is most of the install
+                        # under emulation (aarch64 lab node: 66 s -> 13 s); the torch role's verify
+                        # imports torch right after, compiling what it loads
+                        f"{rpath(venv)}/bin/python -m pip install -q --disable-pip-version-check --no-compile "
                         f"--no-index --find-links {rpath(wh)} -r {rpath(posixpath.join(wh, 'requirements.lock'))}",
                         scope=scope_of(venv), room=_venv_room(venv, key, manifest)))
     env = pystack.path_env(v, f)["PATH"].split(":")[0]

@@ -239,7 +239,7 @@ def test_as_dict_shape():
         "checks": [{"node": "worker-1", "key": "ssh.mesh.to", "message": "refused",
                     "severity": "error"}],
         "nodes": ["worker-0", "worker-1", "worker-2", "worker-3"],
-        "compared_keys": 5}
+        "compared_keys": 5, "per_platform": []}
     assert json.loads(json.dumps(d)) == d
     assert isinstance(report, Report)
 
@@ -330,3 +330,53 @@ def test_failed_write_leaves_old_baseline_and_no_temp_file(tmp_path):
         fingerprint_file_write(path, {"w": {"k": object()}}, {})
     assert path.read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json"]
+
+
+def _mixed(**changes):
+    """worker-0/1 aarch64, worker-2/3 x86_64, each platform on its own torch build and lock
+    (the lab's mixed fleet: lab.up --arch aarch64 --arch worker-2=native ...)."""
+    fps = fleet(4, **changes)
+    for n, fp in fps.items():
+        arm = n in ("worker-0", "worker-1")
+        fp.setdefault("cpu.arch", "aarch64" if arm else "x86_64")
+        fp.setdefault("pkg.torch", "2.8.0" if arm else "2.13.0+cpu")
+        fp.setdefault("env.shell.LD_LIBRARY_PATH",
+                      f"/opt/amazon/ofi-nccl/lib/{'aarch64' if arm else 'x86_64'}-linux-gnu")
+    return fps
+
+
+def test_mixed_fleet_differences_that_follow_the_platform_are_expected_not_drift():
+    from nodeprep.ops.verify.parity import split_by_platform
+    fps = _mixed()
+    report = compare(fps)
+    split_by_platform(report, {n: fp["cpu.arch"] for n, fp in fps.items()})
+    assert report.drift == [] and report.ok
+    assert [d.key for d in report.per_platform] == ["cpu.arch", "env.shell.LD_LIBRARY_PATH", "pkg.torch"]
+    text = render(report)
+    assert "expected per platform" in text and "3 keys differ per platform as expected" in text
+    assert text.splitlines()[-1].startswith("PARITY OK: 4 nodes identical on")
+
+
+@pytest.mark.parametrize("changes,key", [
+    # drift within one platform stays drift, even on a key that follows the platform
+    ({"worker_1": {"pkg.torch": "2.7.0"}}, "pkg.torch"),
+    # a key that does not follow the platform, aligned with it, is drift
+    ({"worker_0": {"shell.login": "/bin/zsh"}, "worker_1": {"shell.login": "/bin/zsh"}}, "shell.login"),
+    # a path that differs by more than the architecture's name is drift
+    ({"worker_0": {"env.shell.LD_LIBRARY_PATH": "/opt/ofi/lib"},
+      "worker_1": {"env.shell.LD_LIBRARY_PATH": "/opt/ofi/lib"}}, "env.shell.LD_LIBRARY_PATH"),
+])
+def test_mixed_fleet_real_drift_stays_drift(changes, key):
+    from nodeprep.ops.verify.parity import split_by_platform
+    fps = _mixed(**changes)
+    report = compare(fps)
+    split_by_platform(report, {n: fp["cpu.arch"] for n, fp in fps.items()})
+    assert key in [d.key for d in report.drift] and not report.ok
+
+
+def test_one_platform_fleet_is_never_split():
+    from nodeprep.ops.verify.parity import split_by_platform
+    fps = fleet(worker_2={"pkg.torch": "2.7.0"})
+    report = compare(fps)
+    split_by_platform(report, {n: "x86_64" for n in fps})
+    assert [d.key for d in report.drift] == ["pkg.torch"] and report.per_platform == []

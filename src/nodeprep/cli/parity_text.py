@@ -67,6 +67,10 @@ def render(report: Report, color: bool = False) -> str:
             first = lead + lines[0]
             out.append(_paint(first, d.severity, color) if i and not g.label else first)
             out.extend(" " * len(lead) + ln for ln in lines[1:])
+    if report.per_platform:
+        out.append("expected per platform (each platform the same within):")
+        for d in report.per_platform:
+            out.append(f"  {d.key}: " + "; ".join(f"{fold(g.nodes)} {_show(g.value)}" for g in d.groups))
     for nodes, (key, message, level) in check_rows:
         tag = "" if level == "error" else f"  ({level})"
         out.append(f"{nodes:<{width}}  {key + ': ' if key else ''}{message}{tag}")
@@ -107,7 +111,7 @@ def verdict(report: Report) -> str:
         if (report.baseline or 2 * len(odd_nodes) < len(reachable)) and len(folded) <= 60:
             line += f", odd {'node' if len(odd_nodes) == 1 else 'nodes'}: {folded}"
     else:
-        drifted = len({d.key for d in report.drift})
+        drifted = len({d.key for d in report.drift} | {d.key for d in report.per_platform})
         on = (f"{report.compared_keys - drifted} of {report.compared_keys} keys" if drifted
               else _plural(report.compared_keys, "key"))
         line = f"{head}: {_plural(len(reachable), 'node')} {same} on {on}"
@@ -118,6 +122,9 @@ def verdict(report: Report) -> str:
     if by_level["info"]:
         tails.append(f"{len(by_level['info'])} info ({_names(by_level['info'])})")
     failed = sum(c["severity"] == "error" for c in report.checks)
+    if report.per_platform:
+        tails.append(f"{_plural(len(report.per_platform), 'key')} differ per platform as expected "
+                     f"({_names([d.key for d in report.per_platform])})")
     if failed:
         tails.append(f"{_plural(failed, 'check')} failed")
     if len(report.checks) > failed:   # warning/info checks: listed, never failing

@@ -165,14 +165,7 @@ def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
     up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
     up.gpu_records = gpu.records(options.gpu_records, (state or {}).get("gpu_records"), nodes,
                                  [node_name(i) for i in range(nodes)])
-    up.arches = foreign.parse(options.arch, (state or {}).get("arch"), nodes, [node_name(i) for i in range(nodes)])
-    was = {int(k): v for k, v in ((state or {}).get("arch") or {}).items()}
-    moved = [node_name(i) for i in range(min(nodes, (state or {}).get("nodes", 0)))
-             if was.get(i) != up.arches.get(i)]
-    if running and moved:
-        raise InputError(f"lab {name}: {moved[0]} runs another architecture now",
-                         hint="run `invoke lab.down` first to change a node's architecture")
-    foreign.require(set(up.arches.values()))
+    up.arches = foreign.plan(name, options.arch, state, running, nodes, [node_name(i) for i in range(nodes)])
     up.bastion = bool((state or {}).get("bastion")) if options.bastion is None else options.bastion
     bastion.check(with_slurm, up.bastion)
     return up
@@ -240,47 +233,22 @@ def _node_files(state: _Up, pub: str, ids: tuple[int, int]) -> None:
     dirs = [state.lab / node_name(i) for i in range(state.count)]
     for nd in dirs:
         nd.mkdir(exist_ok=True)
-    _home_shape(state)
+    host.home_shape(state.nodes(), state.lab / "shared-home", state.shared_home, state.changes)
     roots = {i: foreign.root(a) for i, a in state.arches.items()}    # built by converge()
-    made = etc.make(dirs, lambda nd: roots[int(nd.name[7:])] / "etc" if int(nd.name[7:]) in roots else etc.HOST_ETC)
+    sources = {dirs[i]: r / "etc" for i, r in roots.items()}
+    made = etc.make(dirs, sources)
     if made:
         state.changes.append(f"copied /etc for {len(made)} nodes")
-    for source in {etc.HOST_ETC, *(r / "etc" for r in roots.values())}:
-        group = [nd for i, nd in enumerate(dirs) if nd not in made
-                 and (roots[i] / "etc" if i in roots else etc.HOST_ETC) == source]
-        if etc.refresh(group, source):
-            state.changes.append("refreshed node /etc from the host")
-    for i in roots:
-        if etc.add_user(dirs[i], LAB_USER):
-            state.changes.append(f"{node_name(i)}: lab user added to its {state.arches[i]} /etc")
+    if etc.refresh([nd for nd in dirs if nd not in made], sources):
+        state.changes.append("refreshed node /etc from the host")
+    state.changes += [f"{node_name(i)}: lab user added to its {state.arches[i]} /etc"
+                      for i in roots if etc.add_user(dirs[i], LAB_USER)]
     for node in state.nodes():
-        host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo,
-                          roots.get(node.index, Path("/")))
+        host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo)
         if gpu.install(node.home.parent, state.gpu_records.get(node.index)):
             state.changes.append(f"{node.name}: GPU recording {state.gpu_records.get(node.index) or 'removed'}")
     missing = [nd / HOST_KEY for nd in dirs]
     net.keygen([p for p in missing if not p.exists()])
-
-
-def _home_shape(state: _Up) -> None:
-    """Shared: each node's home is a link to <lab>/shared-home (the bind mount follows it, so
-    every node mounts the one directory, as NFS would give them); private: a directory each.
-    A home of the other shape is kept aside as home.private / left to the shared dir."""
-    shared = state.lab / "shared-home"
-    for node in state.nodes():
-        home = node.home
-        if state.shared_home and not home.is_symlink():
-            shared.mkdir(mode=0o700, exist_ok=True)
-            if home.exists():
-                home.rename(home.with_name("home.private"))
-            home.symlink_to(shared)
-            state.changes.append(f"shared home for {node.name}")
-        elif not state.shared_home and home.is_symlink():
-            home.unlink()
-            kept = home.with_name("home.private")
-            if kept.exists():
-                kept.rename(home)
-            state.changes.append(f"private home for {node.name}")
 
 
 def _start_sshds(state: _Up, fresh: list[int]) -> None:
@@ -300,11 +268,7 @@ def _sshd_keeps_running(state: _Up, i: int, fresh: list[int]) -> bool:
     if i in fresh:                           # an sshd left in a namespace that is gone
         net.kill_wait([pid])
         return False
-    try:
-        chrooted = os.readlink(f"/proc/{pid}/root") != "/"
-    except OSError:
-        chrooted = bool(node.arch)
-    if chrooted != bool(node.arch):           # started as the other architecture
+    if not foreign.runs_as(pid, node.arch):   # started as the other architecture
         net.kill_wait(sorted({pid, *net.netns_pids([node.netns])[node.netns]}))
         return False
     if not etc.mounted(pid, node.home.parent) or not gpu.bound(pid, node.home.parent):
@@ -339,14 +303,13 @@ def _write_inventory(state: _Up, inventory_dir: Path | None, root: Path) -> Path
     """The lab's hosts.yml (in INVENTORY_DIR, or the project's inventory/NAME/)."""
     inventory = inventory_path(state.name, inventory_dir, root)
     inventory.parent.mkdir(parents=True, exist_ok=True)
-    hostlist = [(node.name, node.address, 22) for node in state.nodes()]
-    hostlist += [(node_name(state.count + k), state.node(k).address, 22) for k in range(state.aliases)]
+    hostlist = [(node.name, node.address, 22, *([node.arch] if node.arch else [])) for node in state.nodes()]
+    hostlist += [(node_name(state.count + k), state.node(k).address, 22,
+                  *([state.arches[k]] if k in state.arches else [])) for k in range(state.aliases)]
     jump = f"{LAB_USER}@{bastion.address(state.octet)}" if state.bastion else None
     prefix = "" if state.name == "local" else f"{state.name}-"
-    arches = {node_name(i): a for i, a in state.arches.items()}
-    arches.update({node_name(state.count + k): state.arches[k] for k in range(state.aliases) if k in state.arches})
     if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist, jump=jump,
-                                                      alias_prefix=prefix, arches=arches)):
+                                                      alias_prefix=prefix)):
         state.changes.append(f"wrote {inventory}")
     return inventory
 
@@ -395,12 +358,8 @@ def down(name: str = "local", settings: Settings = Settings(), log=print,
 
 def _others_run(arch: str, name: str, settings: Settings) -> bool:
     """Whether a lab other than NAME is up with nodes of ARCH."""
-    for other in Path(settings.lab_root).glob("*"):
-        state = _read_state(other)
-        if other.name != name and state and arch in (state.get("arch") or {}).values() \
-                and net.link_exists(bridge_name(other.name)):
-            return True
-    return False
+    return any(arch in (_read_state(o) or {}).get("arch", {}).values()
+               and net.link_exists(bridge_name(o.name)) for o in Path(settings.lab_root).glob("*") if o.name != name)
 
 
 def _purge(name: str, lab: Path, settings: Settings, log) -> None:

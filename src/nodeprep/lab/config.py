@@ -244,10 +244,10 @@ def _scalar(value: str) -> str:
 FOREIGN_TORCH = {"aarch64": "2.8.0"}
 
 
-def inventory_text(user: str, key: Path, hosts: list[tuple[str, str, int]],
-                   python: str = NODE_PYTHON, jump: str | None = None, alias_prefix: str = "",
-                   arches: dict[str, str] | None = None) -> str:
-    """The native inventory (hosts.yml) of the lab: `hosts` is (name, address, port); JUMP:
+def inventory_text(user: str, key: Path, hosts: list[tuple], python: str = NODE_PYTHON,
+                   jump: str | None = None, alias_prefix: str = "") -> str:
+    """The native inventory (hosts.yml) of the lab: `hosts` is (name, address, port) or
+    (name, address, port, arch) for a node of another architecture (lab/foreign.py); JUMP:
     the bastion in front of the nodes (lab.up --bastion); ALIAS_PREFIX: the ssh_alias_prefix
     of a lab not named local ("rel-": `ssh rel-worker-1`), so two labs' blocks in
     ~/.ssh/config never define one alias twice."""
@@ -257,13 +257,13 @@ def inventory_text(user: str, key: Path, hosts: list[tuple[str, str, int]],
              "  # The lab reaches only the package registries: take torch from pip's own",
              "  # configuration (this machine's pip finds the CPU build locally), not the PyTorch index.",
              "  torch_index: pip-config", "hosts:"]
-    arches = arches or {}
+    arches = {h[0]: h[3] for h in hosts if len(h) > 3}
     if any(a in FOREIGN_TORCH for a in arches.values()):
         lines += ["  # aarch64 nodes (lab.up --arch): PyPI's aarch64 torch is CPU-only up to 2.8, so",
                   "  # they pin that release (the x86_64 nodes keep the fleet's)."]
     lines += [f"  {n}: {{address: {a}, port: {p}"
               + (f", torch_version: \"{FOREIGN_TORCH[arches[n]]}\"" if arches.get(n) in FOREIGN_TORCH else "")
-              + "}" for n, a, p in hosts]
+              + "}" for n, a, p, *_ in hosts]
     return "\n".join(lines) + "\n"
 
 

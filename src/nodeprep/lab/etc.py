@@ -62,10 +62,11 @@ def _stamp(nd: Path, ns: int | None = None) -> int:
         return 0
 
 
-def make(node_dirs: list[Path], source=lambda nd: HOST_ETC) -> list[Path]:
-    """Copy the host's /etc (SOURCE(nd): a foreign node's root's, lab/foreign.py) for the
-    nodes that have none yet, one `cp -a` per node, all at once; a copy cut short (etc.new)
-    is redone. Returns the nodes copied."""
+def make(node_dirs: list[Path], sources: dict[Path, Path] | None = None) -> list[Path]:
+    """Copy the host's /etc (or SOURCES[nd]: a foreign node's root's /etc, lab/foreign.py)
+    for the nodes that have none yet, one `cp -a` per node, all at once; a copy cut short
+    (etc.new) is redone. Returns the nodes copied."""
+    sources = sources or {}
     todo = [nd for nd in node_dirs if not (nd / "etc").is_dir()]
     if not todo:
         return []
@@ -73,7 +74,7 @@ def make(node_dirs: list[Path], source=lambda nd: HOST_ETC) -> list[Path]:
     procs = []
     for nd in todo:
         shutil.rmtree(nd / "etc.new", ignore_errors=True)
-        procs.append((nd, subprocess.Popen(["cp", "-a", "--", str(source(nd)), str(nd / "etc.new")],
+        procs.append((nd, subprocess.Popen(["cp", "-a", "--", str(sources.get(nd, HOST_ETC)), str(nd / "etc.new")],
                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, text=True)))
     for nd, proc in procs:
@@ -106,10 +107,18 @@ def _host_entries(source: Path) -> list[tuple[int, str, os.stat_result]]:
     return found
 
 
-def refresh(node_dirs: list[Path], source: Path = HOST_ETC) -> list[Path]:
-    """Bring the changes of the host's /etc (or SOURCE, a foreign root's) into these nodes'
-    copies (see the module docstring). One walk for all nodes; returns the nodes whose copy
-    changed."""
+def refresh(node_dirs: list[Path], sources: dict[Path, Path] | None = None) -> list[Path]:
+    """Bring the changes of the host's /etc (or SOURCES[nd], a foreign root's) into these
+    nodes' copies (see the module docstring); returns the nodes whose copy changed."""
+    sources = sources or {}
+    touched = []
+    for source in dict.fromkeys(sources.get(nd, HOST_ETC) for nd in node_dirs):
+        touched += _refresh([nd for nd in node_dirs if sources.get(nd, HOST_ETC) == source], source)
+    return touched
+
+
+def _refresh(node_dirs: list[Path], source: Path) -> list[Path]:
+    """One walk of SOURCE for all NODE_DIRS."""
     if not node_dirs:
         return []
     now = _clock(node_dirs[0].parent)      # before the walk: later changes count next time

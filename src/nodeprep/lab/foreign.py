@@ -31,6 +31,8 @@ from pathlib import Path
 
 from nodeprep.errors import InputError, NodeprepError
 
+from .config import BIN, LabNode
+
 NATIVE = platform.machine()
 SUITE = "bookworm"                         # the host's Debian release: the same Python minor (3.11)
 ROOTS = Path("/var/cache/nodeprep/roots")
@@ -78,6 +80,22 @@ def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
     return out
 
 
+def plan(lab: str, values: tuple[str, ...] | None, state: dict | None, running: bool, count: int,
+         names: list[str]) -> dict[int, str]:
+    """The lab's foreign nodes after this up(): --arch VALUES over what the lab had (STATE;
+    while it is RUNNING its nodes may not change architecture), with the host tools they
+    need checked."""
+    state = state or {}
+    arches = parse(values, state.get("arch"), count, names)
+    was = {int(k): v for k, v in (state.get("arch") or {}).items()}
+    moved = [names[i] for i in range(min(count, state.get("nodes", 0))) if was.get(i) != arches.get(i)]
+    if running and moved:
+        raise InputError(f"lab {lab}: {moved[0]} runs another architecture now",
+                         hint="run `invoke lab.down` first to change a node's architecture")
+    require(set(arches.values()))
+    return arches
+
+
 def require(arches: set[str]) -> None:
     """The host tools foreign nodes need, with the command that installs them."""
     if not arches:
@@ -115,6 +133,16 @@ def root(arch: str, log=print) -> Path:
     os.rename(new, path)
     log(f"lab: {a.debian} root built in {time.monotonic() - t0:.0f} s ({path})")
     return path
+
+
+def runs_as(pid: int, arch: str | None) -> bool:
+    """Whether node process PID runs as ARCH's node (chrooted into a root) or, ARCH None, as
+    a native one."""
+    try:
+        chrooted = os.readlink(f"/proc/{pid}/root") != "/"
+    except OSError:
+        return False
+    return chrooted == bool(arch)
 
 
 def registered(arch: str) -> bool:
@@ -203,9 +231,10 @@ NODE_INIT = (
     'exec chroot "$R" /usr/sbin/sshd -D -e -f "$5"; }')
 
 
-def node_argv(netns: str, hostname: str, node_dir: Path, home_src: Path, home: Path,
-              arch: str, bin_dir: Path) -> list[str]:
-    return ["ip", "netns", "exec", netns, "unshare", "--mount", "--uts", "--propagation",
-            "private", "/bin/sh", "-c", NODE_INIT, "sh", hostname, str(node_dir / "etc"),
-            str(home_src), str(home), str(node_dir / "sshd_config"), str(bin_dir),
-            str(root(arch)), str(node_dir)]
+def node_argv(node: LabNode, home: Path) -> list[str]:
+    """How NODE (its directory: the parent of its home source) starts, HOME its home's path."""
+    nd = node.home.parent
+    return ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--uts", "--propagation",
+            "private", "/bin/sh", "-c", NODE_INIT, "sh", node.name, str(nd / "etc"),
+            str(node.home), str(home), str(nd / "sshd_config"), str(nd / BIN),
+            str(root(node.arch)), str(nd)]

@@ -15,7 +15,7 @@ from nodeprep.engine.steps import without_block
 from nodeprep.errors import InputError, NodeprepError
 
 from . import etc, foreign, net
-from .config import (BIN, DENY_FLAG, LAB_HOME, LAB_USER, PASSWORD_FLAG, LabNode, SshdAccess, authorized_keys_text,
+from .config import (DENY_FLAG, LAB_HOME, LAB_USER, PASSWORD_FLAG, LabNode, SshdAccess, authorized_keys_text,
                      bridge_address, node_argv, sshd_config)
 
 
@@ -65,7 +65,7 @@ def check_bridge(bridge: str, octet: int) -> None:
 
 
 def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
-                 changes: list[str], sudo: bool = True, root: Path = Path("/")) -> None:
+                 changes: list[str], sudo: bool = True) -> None:
     """Home, ~/.ssh, the lab's files in the node's /etc and its sshd_config (the node's
     /etc copy itself is made by etc.make before)."""
     home = node.home
@@ -90,7 +90,7 @@ def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
     for old in ("hosts", "resolv.conf"):     # bound over /etc/* before nodes had an /etc
         (nd / old).unlink(missing_ok=True)
     wrote = [ensure_authorized_key(ssh / "authorized_keys", pub, ids),
-             etc.write_files(nd, node.name, hosts, sudo, root),
+             etc.write_files(nd, node.name, hosts, sudo, foreign.root(node.arch) if node.arch else Path("/")),
              net.write_if_changed(nd / "sshd_config", node_sshd_config(node))]
     if any(wrote):
         changes.append(f"wrote {node.name} files")
@@ -101,6 +101,26 @@ def node_sshd_config(node: LabNode) -> str:
     deny = (nd / DENY_FLAG).read_text().strip() if (nd / DENY_FLAG).exists() else None
     return sshd_config(nd, node.address, node=node.name, password=(nd / PASSWORD_FLAG).exists(),
                        login=SshdAccess(deny_from=deny))
+
+
+def home_shape(nodes: list[LabNode], shared: Path, on: bool, changes: list[str]) -> None:
+    """Shared: each node's home is a link to <lab>/shared-home (the bind mount follows it, so
+    every node mounts the one directory, as NFS would give them); private: a directory each.
+    A home of the other shape is kept aside as home.private / left to the shared dir."""
+    for node in nodes:
+        home = node.home
+        if on and not home.is_symlink():
+            shared.mkdir(mode=0o700, exist_ok=True)
+            if home.exists():
+                home.rename(home.with_name("home.private"))
+            home.symlink_to(shared)
+            changes.append(f"shared home for {node.name}")
+        elif not on and home.is_symlink():
+            home.unlink()
+            kept = home.with_name("home.private")
+            if kept.exists():
+                kept.rename(home)
+            changes.append(f"private home for {node.name}")
 
 
 def ensure_authorized_key(path: Path, pub: str, ids: tuple[int, int]) -> bool:
@@ -123,8 +143,8 @@ def start(lab_name: str, nodes: list[LabNode]) -> list:
     for node in nodes:
         nd = node.home.parent
         (nd / "sshd.pid").unlink(missing_ok=True)
-        argv = foreign.node_argv(node.netns, node.name, nd, node.home, LAB_HOME, node.arch, nd / BIN) \
-            if node.arch else node_argv(node.netns, node.name, nd, node.home, LAB_HOME)
+        argv = foreign.node_argv(node, LAB_HOME) if node.arch else \
+            node_argv(node.netns, node.name, nd, node.home, LAB_HOME)
         proc = net.spawn(argv, nd / "sshd.log")
         targets.append((f"lab {lab_name} {node.name}", node.address, node.port, proc,
                         nd / "sshd.log"))

@@ -88,6 +88,39 @@ def dir_script(path: str) -> str:
             f"else echo @@MISSING@@; fi; true")
 
 
+# ELF e_machine values (the System V gABI's list) nodeprep meets on cluster nodes.
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x15: "ppc64le", 0x03: "i386", 0x28: "arm"}
+
+
+def elf_script(path: str) -> str:
+    """For each lib*.so* in directory PATH (links followed): its name and the first 20 bytes
+    in hex (the ELF identification and e_machine); nothing when PATH does not exist."""
+    p = rpath(path)
+    return (f"for np_f in {p}/lib*.so*; do [ -f \"$np_f\" ] || continue; "
+            f"printf '%s ' \"${{np_f##*/}}\"; od -An -tx1 -N20 -- \"$np_f\" | tr -d '\\n'; echo; done; true")
+
+
+def parse_elf(text: str, rc: int) -> dict[str, str | None]:
+    """{library name: its CPU architecture ("x86_64", "aarch64", ...), "not ELF", or
+    "machine 0xNN" for one not in ELF_MACHINES}."""
+    out: dict[str, str | None] = {}
+    for line in text.splitlines():
+        name, _, hexes = line.strip().partition(" ")
+        if not name:
+            continue
+        try:
+            b = bytes(int(x, 16) for x in hexes.split())
+        except ValueError:
+            b = b""
+        if len(b) < 20 or b[:4] != b"\x7fELF":
+            out[name] = "not ELF"
+            continue
+        machine = int.from_bytes(b[18:20], "little" if b[5] == 1 else "big")
+        out[name] = ELF_MACHINES.get(machine, f"machine 0x{machine:x}")
+    return out
+
+
 FILE = Fact("file", lambda path: read_many_script([path]), parse_file, batch=read_many_script,
             split=split_files, private=True)
 DIR = Fact("dir", dir_script, parse_dir)
+ELF_ARCH = Fact("elf_arch", elf_script, parse_elf)

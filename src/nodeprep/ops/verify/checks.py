@@ -152,4 +152,5 @@ def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
         report.drift = sorted(report.drift + g.drift,
                               key=lambda d: (parity.SEVERITIES.index(d.severity), d.key))
         report.compared_keys += g.compared_keys
+    parity.split_by_platform(report, {n: fp.get("cpu.arch") for n, fp in fps.items()})
     return report

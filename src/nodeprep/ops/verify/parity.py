@@ -65,6 +65,8 @@ class Report:
     baseline: bool = False      # words the verdict as "changed since the baseline"
     vetoes: list[str] = field(default_factory=list)   # other parts of the run that failed
                                                       # (verify --collective's all_reduce)
+    per_platform: list[Drift] = field(default_factory=list)   # differences that follow the CPU
+                                                      # platform in a mixed fleet (expected)
 
     @property
     def ok(self) -> bool:
@@ -81,7 +83,49 @@ class Report:
                 "unreachable": dict(self.unreachable),
                 "checks": [dict(c) for c in self.checks],
                 "nodes": list(self.nodes),
-                "compared_keys": self.compared_keys}
+                "compared_keys": self.compared_keys,
+                "per_platform": [{"key": d.key, "groups": [g.as_dict() for g in d.groups]}
+                                 for d in self.per_platform]}
+
+
+# What follows the CPU platform by design: the architecture; the packages each platform's own
+# lock pins (its wheelhouse is resolved for its markers, its torch build chosen for it); the
+# torch build's own keys. Any other key is expected per platform only when its values differ
+# by nothing but the architecture's name (library paths: /usr/lib/x86_64-linux-gnu/...).
+PLATFORM_KEYS = ("cpu.arch", "pkg.", "torch.version", "torch.cuda", "torch.nccl")
+ARCH_NAMES = ("x86_64", "aarch64", "amd64", "arm64", "ppc64le", "x86-64")
+
+
+def split_by_platform(report: Report, platform_of: dict) -> None:
+    """In a fleet of several CPU platforms (PLATFORM_OF: node -> arch), move each drift whose
+    groups follow the platforms (every platform's nodes share one value; different platforms
+    may differ) and whose key follows the platform (PLATFORM_KEYS, or values equal once the
+    architecture's name is taken out) from report.drift to report.per_platform. Drift within
+    a platform, or on any other key, stays drift."""
+    if len(set(platform_of.values())) < 2:
+        return
+    keep = []
+    for d in report.drift:
+        aligned = all(len({platform_of.get(n) for n in g.nodes}) == 1 for g in d.groups) and \
+            len({platform_of.get(g.nodes[0]) for g in d.groups}) == len(d.groups)
+        if aligned and _follows_platform(d):
+            report.per_platform.append(Drift(d.key, "info", d.groups))
+        else:
+            keep.append(d)
+    report.drift = keep
+
+
+def _follows_platform(d: Drift) -> bool:
+    bare = lambda prefix: prefix.rstrip(".")
+    if any(d.key == bare(p) or (p.endswith(".") and d.key.startswith(p)) for p in PLATFORM_KEYS):
+        return True
+    texts = set()
+    for g in d.groups:
+        text = canon(g.value)
+        for name in ARCH_NAMES:
+            text = text.replace(name, "ARCH")
+        texts.add(text)
+    return len(texts) == 1
 
 
 def severity_of(key: str, severity: dict | None = None) -> str:
