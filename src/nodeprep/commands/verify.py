@@ -115,19 +115,20 @@ class Gather:
         return {n: g for n, g in got.items() if g.facts is not None}
 
 
-def _mesh_inputs(inv, got: dict, v_of: dict, known) -> paper_mesh.PaperMesh:
+def _mesh_inputs(hosts, got: dict, v_of: dict, known) -> paper_mesh.PaperMesh:
     """The ssh files each managed node showed, and the controller's pinned keys (parsed once,
-    not once per pair)."""
+    not once per pair). The mesh is the selected HOSTS' (--limit): a job on them needs no
+    login to a node outside."""
     paper = {n: paper_mesh.NodeFiles({p: g.facts.get(factmod.FILE(p)) for p in paper_mesh.FILES})
              for n, g in got.items() if v_of[n].get("ssh_mesh")}
     pinned = {h.name: {k.get_base64() for k in (known.lookup(hostkeys.host_entry(h.address, h.port)) or {}).values()}
-              for h in inv.hosts if h.name in paper}
-    return paper_mesh.PaperMesh(inv.hosts, paper, pinned)
+              for h in hosts if h.name in paper}
+    return paper_mesh.PaperMesh(hosts, paper, pinned)
 
 
 def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report:
     head, fps, found, results = hosts[0].name, {}, [], fleet.results
-    paper = _mesh_inputs(inv, got, v_of, fleet.store.load())
+    paper = _mesh_inputs(hosts, got, v_of, fleet.store.load())
     for h in hosts:
         if h.name not in got or not results[h.name].usable:
             continue
@@ -178,7 +179,7 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
     opts.check()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     v_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
-    head, names = hosts[0].name, [h.name for h in inv.hosts]
+    head, names = hosts[0].name, [h.name for h in hosts]
     pairs = mesh_pairs(names, opts.mesh)
     with Fleet(hosts, settings, "verify", events) as fleet:
         # --via slurm (or auto inside an allocation holding the nodes): one srun step per stage
