@@ -254,4 +254,5 @@ def main():
     save(f"pystack-{nodes}", [res, {"title": "downloads per platform", "by_nodes": res2}])
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,9 @@
 #   - Debian packages: openssh-server/client (the lab's sshd), pdsh and openmpi-bin (launchers),
 #     iproute2 (the lab's namespaces), sudo/zsh/tcsh (each lab node's sudo rule and login shells),
 #     iperf3 (`invoke bandwidth` measures with it where the nodes have it),
-#     slurmd/slurmctld/slurm-client/munge (`lab.up --slurm`: a real Slurm for `--launcher srun`)
+#     slurmd/slurmctld/slurm-client/munge (`lab.up --slurm`: a real Slurm for `--launcher srun`),
+#     mmdebstrap/qemu-user-static (`lab.up --arch aarch64`: arm64 nodes under qemu-user; the
+#     binfmt_misc registration is lab.up's, removed by lab.down)
 #   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
 #   - .venv-ansible/ with requirements/ansible.txt: the reference ansible-inventory that the
 #     differential inventory test compares nodeprep against (test-only, kept out of .venv/)
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 missing=""
 for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux sudo zsh tcsh iperf3 \
-           slurmd slurmctld slurm-client munge; do
+           slurmd slurmctld slurm-client munge mmdebstrap qemu-user-static; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then
