@@ -99,8 +99,9 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     validate_name(name)
     validate_count(nodes)
     if os.geteuid() != 0:
-        if options.slurm:
-            raise InputError("lab --slurm needs root (slurmd runs inside each node's namespaces)")
+        if options.slurm or options.arch:
+            raise InputError(f"lab --{'slurm' if options.slurm else 'arch'} needs root (slurmd and "
+                             "foreign roots run inside each node's namespaces)")
         return local.up(nodes, name, settings, options.inventory_dir, log)
     net.require_tools()
     t0 = time.monotonic()
