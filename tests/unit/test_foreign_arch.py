@@ -99,6 +99,10 @@ def test_one_release_per_platform():
                         {"a": "aarch64", "b": "aarch64", "c": "x86_64"})
     got = _releases_by_platform(prov, nodes)
     assert {v: [n.name for n in g] for v, g in got.items()} == {"2.8.0": ["a", "b"], "2.13.0": ["c"]}
+    # a node naming no release takes its platform's
+    prov, nodes = _prov({"a": "2.8.0", "b": None, "c": "2.13.0"}, {"a": "aarch64", "b": "aarch64", "c": "x86_64"})
+    got = _releases_by_platform(prov, nodes)
+    assert {v: [n.name for n in g] for v, g in got.items()} == {"2.8.0": ["a", "b"], "2.13.0": ["c"]}
     prov, nodes = _prov({"a": "2.8.0", "b": "2.7.1"}, {"a": "aarch64", "b": "aarch64"})
     with pytest.raises(NodeprepError, match=r"torch_version differs between aarch64 nodes \(2.7.1 on b, 2.8.0 on a\)"):
         _releases_by_platform(prov, nodes)

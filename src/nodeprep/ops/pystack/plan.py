@@ -83,6 +83,13 @@ def _releases_by_platform(prov, nodes) -> dict:
                                 + ", ".join(f"{v} on {n}" for v, n in sorted(versions.items()))
                                 + "): one build per platform keeps torch and NCCL identical where ranks talk",
                                 hint="set one torch_version for every node of that platform")
+    # a node that names no release gets its platform's, or the fleet's one (as before releases
+    # could differ per platform)
+    for n in nodes:
+        if not prov.vars[n.name].get("torch_version"):
+            mine = per_arch.get(n.arch) or (dict.fromkeys(by_release) if len(by_release) == 1 else {})
+            if mine:
+                by_release[next(iter(mine))].append(n)
     return by_release
 
 
