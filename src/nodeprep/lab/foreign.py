@@ -187,10 +187,10 @@ def converge(lab: Path, arches: set[str], log=print) -> list[str]:
     changes = []
     mine = _added(lab)
     for arch in sorted(arches):
-        root(arch, log)
-        if ensure_binfmt(arch):
+        if ensure_binfmt(arch):          # first: building the root needs it, and must not hide who added it
             mine.add(arch)
             changes.append(f"registered qemu-user for {arch}")
+        root(arch, log)
     if mine:
         (lab / ADDED).write_text("".join(f"{a}\n" for a in sorted(mine)))
     return changes
