@@ -421,7 +421,8 @@ def test(c, k=None, unit=False, fast=False):
         args += ["-m", "not slow"]
     if k:
         args += ["-k", k]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + args
+    # --durations: the slowest tests in every CI log (the suite must stay under 30 minutes)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=25"] + args
     c.run(" ".join(shlex.quote(a) for a in cmd), pty=False, env={"PYTHONDONTWRITEBYTECODE": "1"})
 
 

@@ -67,7 +67,8 @@ def lib_step(home_var: str, home: str, pattern: str, arch: str | None = None) ->
         found = fnmatch.filter(entries, pattern)
         if not found:
             return Check(False, f"no {pattern} in {libdir}")
-        built = facts.get(ELF_ARCH(libdir)) or {}
+        # judged by their ELF header; a file that is not ELF (a linker script, a stand-in) is not
+        built = {n: a for n, a in (facts.get(ELF_ARCH(libdir)) or {}).items() if a != "not ELF"}
         other = {n: built[n] for n in found if n in built and arch and built[n] != arch}
         if other and len(other) == len([n for n in found if n in built]):
             name, what = next(iter(sorted(other.items())))

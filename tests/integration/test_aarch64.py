@@ -26,17 +26,18 @@ NAME, SUBNET = "ar", 198
 
 
 @pytest.fixture(scope="module")
-def arm_lab(lab_settings, tmp_path_factory):
+def arm_lab(lab_settings, tmp_path_factory, arm64_root_ready):
     labmod.down(NAME, lab_settings, log=lambda msg: None)
-    before = foreign.registered("aarch64")
+    before = (foreign.BINFMT / "register").exists(), foreign.registered("aarch64")
     info = labmod.up(3, NAME, lab_settings, labmod.UpOptions(
         inventory_dir=tmp_path_factory.mktemp("arinv"), subnet=SUBNET,
         arch=("aarch64", "worker-2=native")), log=lambda msg: None)
     ctl = tmp_path_factory.mktemp("arctl")
     yield info, (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
     labmod.down(NAME, lab_settings, log=lambda msg: None)
-    # lab.down undoes lab.up's host-wide change: a qemu-user registration it added is gone
-    assert foreign.registered("aarch64") == before
+    # lab.down undoes lab.up's host-wide changes: a qemu-user registration it added, and
+    # binfmt_misc if lab.up mounted it, are gone
+    assert ((foreign.BINFMT / "register").exists(), foreign.registered("aarch64")) == before
 
 
 def _on(info, settings, node, command):

@@ -37,7 +37,8 @@ NATIVE = platform.machine()
 SUITE = "bookworm"                         # the host's Debian release: the same Python minor (3.11)
 ROOTS = Path("/var/cache/nodeprep/roots")
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
-ADDED = "binfmt-added"                     # in the lab directory: this lab registered the interpreter
+ADDED = "binfmt-added"                     # in the lab directory: what this lab registered (and mounted)
+MOUNTED = "binfmt_misc"                    # ... its line when this lab mounted binfmt_misc itself
 # What a lab node needs: its sshd and client (the mesh, pdsh's hops), the interpreter nodeprep
 # builds the venv from, pdsh for DeepSpeed's launcher, sudo and the shells for the shell role,
 # ps/ip for the facts.
@@ -106,14 +107,25 @@ def require(arches: set[str]) -> None:
                          hint="run `sh requirements/bootstrap.sh` (apt-get install mmdebstrap qemu-user-static)")
 
 
+def _root_path(arch: str) -> Path:
+    key = hashlib.sha256(" ".join(sorted(PACKAGES)).encode()).hexdigest()[:10]
+    return ROOTS / f"{SUITE}-{ARCHES[arch].debian}-{key}"
+
+
+def cached_root(arch: str) -> Path | None:
+    """ARCH's root when it is built, else None."""
+    path = _root_path(arch)
+    return path if (path / "usr" / "bin" / "python3").exists() else None
+
+
 def root(arch: str, log=print) -> Path:
     """The cached root of ARCH, built first if missing (minutes: every package's scripts run
     under emulation)."""
     a = ARCHES[arch]
-    key = hashlib.sha256(" ".join(sorted(PACKAGES)).encode()).hexdigest()[:10]
-    path = ROOTS / f"{SUITE}-{a.debian}-{key}"
-    if (path / "usr" / "bin" / "python3").exists():
+    path = cached_root(arch)
+    if path is not None:
         return path
+    path = _root_path(arch)
     ensure_binfmt(arch)
     ROOTS.mkdir(parents=True, exist_ok=True)
     new = path.with_name(path.name + ".new")
@@ -135,6 +147,20 @@ def root(arch: str, log=print) -> Path:
     return path
 
 
+def prebuild(arch: str, log=print) -> None:
+    """Build ARCH's root ahead of any lab (the test session starts it in the background), and
+    leave binfmt_misc as it was found: the registration is lab.up's to add and record."""
+    mounted = mount_binfmt()
+    had = registered(arch)
+    try:
+        root(arch, log)
+    finally:
+        if not had:
+            unregister(arch)
+        if mounted:
+            unmount_binfmt()
+
+
 def runs_as(pid: int, arch: str | None) -> bool:
     """Whether node process PID runs as ARCH's node (chrooted into a root) or, ARCH None, as
     a native one."""
@@ -154,12 +180,7 @@ def ensure_binfmt(arch: str) -> bool:
     with Debian's own line (/usr/lib/binfmt.d/qemu-aarch64.conf, flags OCF or POF: F is what
     makes it work in a chroot). True when this call registered it."""
     a = ARCHES[arch]
-    if not (BINFMT / "register").exists():
-        proc = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
-                              capture_output=True, text=True)
-        if proc.returncode:
-            raise NodeprepError(f"cannot mount binfmt_misc: {proc.stderr.strip()}",
-                                hint="the kernel needs binfmt_misc (modprobe binfmt_misc)")
+    mount_binfmt()
     if registered(arch):
         return False
     conf = Path(f"/usr/lib/binfmt.d/{a.qemu}.conf")
@@ -174,6 +195,30 @@ def ensure_binfmt(arch: str) -> bool:
     return True
 
 
+def mount_binfmt() -> bool:
+    """binfmt_misc mounted at BINFMT (systemd mounts it; a bare machine may not); True when
+    this call mounted it."""
+    if (BINFMT / "register").exists():
+        return False
+    proc = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise NodeprepError(f"cannot mount binfmt_misc: {proc.stderr.strip()}",
+                            hint="the kernel needs binfmt_misc (modprobe binfmt_misc)")
+    return True
+
+
+def unmount_binfmt() -> bool:
+    """Unmount binfmt_misc when no registration is left in it (it was mounted for ours)."""
+    try:
+        left = [p.name for p in BINFMT.iterdir() if p.name not in ("register", "status")]
+    except OSError:
+        return False
+    if left or not (BINFMT / "register").exists():
+        return False
+    return subprocess.run(["umount", str(BINFMT)], capture_output=True).returncode == 0
+
+
 def unregister(arch: str) -> bool:
     if not registered(arch):
         return False
@@ -186,6 +231,9 @@ def converge(lab: Path, arches: set[str], log=print) -> list[str]:
     recorded in LAB/ADDED. Returns the changes."""
     changes = []
     mine = _added(lab)
+    if arches and mount_binfmt():
+        mine.add(MOUNTED)
+        changes.append("mounted binfmt_misc")
     for arch in sorted(arches):
         if ensure_binfmt(arch):          # first: building the root needs it, and must not hide who added it
             mine.add(arch)
@@ -199,17 +247,19 @@ def converge(lab: Path, arches: set[str], log=print) -> list[str]:
 def release(lab: Path, others_using) -> list[str]:
     """down(): remove the registrations this lab added, unless OTHERS_USING(arch) (another
     lab still runs nodes of that architecture)."""
-    done = []
-    for arch in sorted(_added(lab)):
+    done, added = [], _added(lab)
+    for arch in sorted(added - {MOUNTED}):
         if not others_using(arch) and unregister(arch):
             done.append(f"removed the qemu-user registration for {arch}")
+    if MOUNTED in added and unmount_binfmt():
+        done.append("unmounted binfmt_misc")
     (lab / ADDED).unlink(missing_ok=True)
     return done
 
 
 def _added(lab: Path) -> set[str]:
     try:
-        return {a for a in (lab / ADDED).read_text().split() if a in ARCHES}
+        return {a for a in (lab / ADDED).read_text().split() if a in ARCHES or a == MOUNTED}
     except OSError:
         return set()
 
