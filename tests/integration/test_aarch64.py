@@ -72,7 +72,7 @@ def test_aarch64_pair_cold_then_noop_then_parity(arm_lab, lab_settings, capfd):
     assert r.stdout.split() == ["aarch64", "2.8.0+cpu"], r
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun"])
 def test_health_trains_on_the_aarch64_pair(arm_lab, lab_settings, capfd, launcher):
     info, _ = arm_lab
     code = api.train(TrainOptions(str(info.inventory), "worker-0,worker-1", launcher, "health",

@@ -40,10 +40,10 @@ BINFMT = Path("/proc/sys/fs/binfmt_misc")
 ADDED = "binfmt-added"                     # in the lab directory: what this lab registered (and mounted)
 MOUNTED = "binfmt_misc"                    # ... its line when this lab mounted binfmt_misc itself
 # What a lab node needs: its sshd and client (the mesh, pdsh's hops), the interpreter nodeprep
-# builds the venv from, pdsh for DeepSpeed's launcher, sudo and the shells for the shell role,
-# ps/ip for the facts.
-PACKAGES = ("openssh-server", "openssh-client", "python3", "python3-venv", "pdsh", "sudo", "procps",
-            "iproute2", "zsh", "ca-certificates")
+# builds the venv from, pdsh for DeepSpeed's launcher, Open MPI for mpirun, sudo and the shells
+# for the shell role, ps/ip for the facts.
+PACKAGES = ("openssh-server", "openssh-client", "python3", "python3-venv", "pdsh", "openmpi-bin", "sudo",
+            "procps", "iproute2", "zsh", "ca-certificates")
 
 
 @dataclass(frozen=True)
