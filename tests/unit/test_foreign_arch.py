@@ -90,7 +90,8 @@ def test_a_plan_of_two_releases_one_per_platform():
 
 
 def _prov(versions: dict, arches: dict):
-    return SimpleNamespace(vars={n: {"torch_version": v} for n, v in versions.items()}), \
+    return SimpleNamespace(vars={n: {"torch_version": v} for n, v in versions.items()},
+                           origin=lambda node, key: ("hosts.yml", 7)), \
         [_cpu(n, arches[n]) for n in versions]
 
 

@@ -78,11 +78,12 @@ def _releases_by_platform(prov, nodes) -> dict:
             by_release.setdefault(str(version), []).append(n)
             per_arch.setdefault(n.arch, {}).setdefault(str(version), n.name)
     for arch, versions in per_arch.items():
-        if len(versions) > 1:
-            raise NodeprepError(f"torch_version differs between {arch} nodes ("
-                                + ", ".join(f"{v} on {n}" for v, n in sorted(versions.items()))
-                                + "): one build per platform keeps torch and NCCL identical where ranks talk",
-                                hint="set one torch_version for every node of that platform")
+        if len(versions) > 1:       # bad input: named where the last listed node sets it
+            raise InputError(f"torch_version differs between {arch} nodes ("
+                             + ", ".join(f"{v} on {n}" for v, n in sorted(versions.items()))
+                             + "): one build per platform keeps torch and NCCL identical where ranks talk",
+                             "set one torch_version for every node of that platform",
+                             *prov.origin(sorted(versions.items())[-1][1], "torch_version"))
     # a node that names no release gets its platform's, or the fleet's one (as before releases
     # could differ per platform)
     for n in nodes:
