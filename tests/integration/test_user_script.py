@@ -29,9 +29,24 @@ def _train(lab, settings, capfd, launcher, ds, args, timeout=180) -> tuple[int, 
     return code, out.out + out.err
 
 
+def _gloo_teardown_race(code: int, out: str) -> bool:
+    """torch's gloo can abort a rank that already passed the script's last barrier while its
+    peer is still leaving it (pytorch/gloo#155, "Barrier followed by context destruction causes
+    some participants to fail"): seen once in ~50 CI runs of this test, under mpirun, as
+    "terminate called without an active exception" right after "plain: done". nodeprep counts
+    such a crash as done when it comes after the script's exit handlers (rank.py) and names it
+    otherwise; only that failure, after both ranks said done, earns one more try."""
+    failed = re.search(r"FAILED: (\S+ r(\d)) was killed by SIGABRT", out)
+    return bool(code and failed and "terminate called without an active exception" in out
+                and f"plain: done rank {failed.group(2)}/2" in out)
+
+
 @pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
 def test_the_plain_script_trains_under_every_launcher(real_slurm, lab, lab_settings, capfd, launcher, ds):
     code, out = _train(lab, lab_settings, capfd, launcher, ds, ["--steps", "5"])
+    if _gloo_teardown_race(code, out):
+        print(out)                                  # the first try stays in the test's output
+        code, out = _train(lab, lab_settings, capfd, launcher, ds, ["--steps", "5"])
     assert code == 0, out
     done = sorted(re.findall(r"plain: done rank (\d)/(\d) local (\d)/(\d) steps 5", out))
     assert done == [("0", "2", "0", "1"), ("1", "2", "0", "1")], out

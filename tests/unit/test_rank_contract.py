@@ -88,3 +88,67 @@ def test_the_wrapper_ends_by_the_signal_that_ended_its_rank(tmp_path, sig):
     r = subprocess.run([sys.executable, rankmod.__file__, str(script)], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == -getattr(signal, sig) and "Traceback" not in r.stderr, r.stderr
+
+
+def _wrapped(tmp_path, body: str):
+    """Run BODY as a rank's script under the wrapper; (completed process, exit record, stack text)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "s.py"
+    script.write_text(body)
+    env = dict(os.environ, HOME=str(tmp_path), PYTHON_NODEPREP_JOB="j1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    r = subprocess.run([sys.executable, rankmod.__file__, str(script)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    run = tmp_path / ".nodeprep" / "runs" / "j1"
+    record = json.loads((run / "ranks" / "0.1.exit").read_text())
+    stack = run / "rank-0.stack"
+    return r, record, stack.read_text() if stack.exists() else ""
+
+
+# An object whose finalizer aborts once the interpreter clears its modules: after atexit, as
+# torch's gloo threads abort in a rank's teardown ("terminate called without an active exception")
+TEARDOWN_ABORT = """import atexit, os, sys, time, types
+class Aborts:
+    def __del__(self):
+        os.abort()
+holder = types.ModuleType("holder")
+holder.obj = Aborts()
+sys.modules["holder"] = holder
+atexit.register(lambda: open(os.path.join(os.environ["HOME"], "handler"), "w").write(repr(time.time())))
+print("work done", flush=True)
+"""
+
+
+def test_a_crash_in_the_interpreters_teardown_after_the_script_ended_is_recorded_not_failed(tmp_path):
+    import signal
+    r, record, _ = _wrapped(tmp_path, TEARDOWN_ABORT)
+    assert r.returncode == 0, r.stderr
+    assert record["rc"] == 0 and record["teardown_rc"] == -signal.SIGABRT, record
+    # the done stamp follows the script's own exit handler
+    assert record["done_at"] >= float((tmp_path / "handler").read_text()), record
+
+
+@pytest.mark.parametrize("body,rc", [
+    ("import os\nos.abort()\n", "abort"),                                          # in the script
+    ("import sys\nsys.exit(3)\n", 3),
+    ("import atexit, os\natexit.register(os.abort)\n", "abort"),                  # in its exit handler
+    # failed, then its teardown crashed: the crash stays (with the script's status beside it)
+    (TEARDOWN_ABORT.replace('print("work done"', 'raise SystemExit(2)\nprint("x"'), "abort"),
+])
+def test_a_rank_that_fails_before_its_exit_handlers_ended_fails_as_before(tmp_path, body, rc):
+    import signal
+    r, record, _ = _wrapped(tmp_path, body)
+    want = -signal.SIGABRT if rc == "abort" else rc
+    assert r.returncode == want and record["rc"] == want and "teardown_rc" not in record, (r.stderr, record)
+    assert record.get("script_rc") == (2 if "SystemExit(2)" in body else (3 if rc == 3 else None)), record
+
+
+def test_a_fatal_signal_dumps_where_every_thread_was(tmp_path):
+    from nodeprep.ops.train import tracebacks
+    body = "import os\n\ndef finish():\n    os.abort()\n\ndef main():\n    finish()\n\nmain()\n"
+    r, record, stack = _wrapped(tmp_path, body)
+    assert "Fatal Python error: Aborted" in stack, stack
+    main = tracebacks.main_thread(tracebacks.parse(stack)[-1])
+    assert [(f.func, f.line) for f in main.frames[:3]] == [("finish", 4), ("main", 7), ("<module>", 9)], stack

@@ -243,3 +243,48 @@ def test_a_plain_exit_status_is_a_failure_even_when_it_arrives_after_the_stop():
     assert w.root_cause().who == "worker-1 r3" and w.root_cause().what == "exited with status 1"
     assert w.ranks[(2, 1)].how == "stopped" and w.ranks[(0, 1)].how == "failed"
 
+
+
+def test_a_fatal_signal_is_described_where_the_rank_was(tmp_path):
+    """A rank's script aborts inside a library call (here a stand-in laid out as torch's
+    distributed_c10d.py under site-packages): the wrapper's faulthandler dump (real, written by
+    rank.py's child) names the library call and the script's line that made it."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from nodeprep.nodeside import rank as rankmod
+    lib = tmp_path / "site-packages" / "torch" / "distributed"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("")
+    (tmp_path / "site-packages" / "torch" / "__init__.py").write_text("")
+    (lib / "distributed_c10d.py").write_text("import os\n\ndef destroy_process_group():\n    os.abort()\n")
+    script = tmp_path / "train.py"
+    script.write_text("from torch.distributed import distributed_c10d as c10d\n\ndef main():\n"
+                      "    c10d.destroy_process_group()\n\nmain()\n")
+    env = dict(os.environ, HOME=str(tmp_path), PYTHON_NODEPREP_JOB="j1", RANK="1", WORLD_SIZE="2", LOCAL_RANK="0",
+               PYTHONPATH=str(tmp_path / "site-packages"))
+    subprocess.run([sys.executable, rankmod.__file__, str(script)], env=env, capture_output=True, timeout=60)
+    run = tmp_path / ".nodeprep" / "runs" / "j1"
+    rec = json.loads((run / "ranks" / "1.1.exit").read_text())
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), start(1)]})
+    w.feed("worker-0", {"ev": [{"k": "line", "src": "r1.stack", "text": t}
+                               for t in (run / "rank-1.stack").read_text().splitlines()]})
+    w.feed("worker-0", {"ev": [dict(rec, k="exit")]})
+    root = w.root_cause()
+    assert w.described(root) == ("worker-0 r1 was killed by SIGABRT in torch (destroy_process_group) "
+                                 "called at train.py:4 in main"), w.stacks
+    # without a dump (or for another kind of end) the line stays as it was
+    w2 = watch()
+    w2.feed("worker-0", {"ev": [start(0), end(0, -signal.SIGABRT, 101.0)]})
+    assert w2.described(w2.root_cause()) == "worker-0 r0 was killed by SIGABRT"
+
+
+def test_a_teardown_crash_of_a_finished_rank_is_a_warning_not_a_failure():
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), start(1)]})
+    w.feed("worker-0", {"ev": [dict(end(1, 0, 101.25), teardown_rc=-signal.SIGABRT, done_at=101.2), end(0, 0, 101.3)]})
+    assert w.failures == [] and w.root_cause() is None
+    assert w.warnings == ["worker-0 r1 was killed by SIGABRT in the interpreter's teardown 0.05s after its script "
+                          "and exit handlers had ended (counted as done: nothing of the script was cut short)"]

@@ -144,6 +144,8 @@ def train(res) -> None:
     o = res.outcome
     if o.failure is None:
         print(f"train: job {res.job_id} finished on {res.where}", file=err)
+    for line in o.warnings:
+        print(f"  warning: {line}", file=err)
     else:
         # root cause first: the first failing node and rank, how it ended, its last lines
         print(f"train: job {res.job_id} FAILED: {o.failure}", file=err)

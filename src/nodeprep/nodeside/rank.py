@@ -12,6 +12,13 @@ an OOM kill from the cgroup's counters or the kernel log where readable) and rec
 failed_at: when the script itself raised or called sys.exit with a failure (the child stamps it
 before the interpreter tears down: the moment the rank failed, not the later moment its exit
 was seen; ranks that die of the broken connections it leaves come after it).
+teardown_rc, done_at: the script returned (or exited 0) and every exit handler it registered
+ran (the child stamps <R>.<attempt>.done from the first atexit handler, which runs last), then
+the interpreter's own teardown crashed (torch's gloo threads can abort there: "terminate called
+without an active exception"). Nothing of the script was cut short: the wrapper exits 0 and
+records the crash, and nodeprep reports it as a warning of a finished rank.
+A fatal signal in the child (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) writes faulthandler's
+dump of every Python thread to rank-<R>.stack: where the rank was when it died.
 The node's watcher (watch.py) reads these and streams them to the controller. The child runs
 the script as __main__ with faulthandler registered on STACK_SIGNAL, so a hung rank's stack
 can be dumped without ptrace. The wrapper forwards TERM/INT/HUP/USR1/USR2 to the child and
@@ -27,6 +34,7 @@ and srun. And one argument contract (local_rank_args): a script that declares --
 --local-rank) in argparse always gets it, one that does not never does (DeepSpeed's launcher
 passes it to every script, torchrun to none).
 """
+import atexit
 import faulthandler
 import json
 import os
@@ -189,6 +197,7 @@ def oom_in_kernel_log(pid):
 
 def child_env(d, rank, base):
     env = dict(os.environ, PYTHONUNBUFFERED="1", NODEPREP_FAIL_FILE=base + ".fail",
+               NODEPREP_DONE_FILE=base + ".done",
                NODEPREP_STACK_FILE=os.path.join(d, f"rank-{rank}.stack"),
                NODEPREP_HEARTBEAT=os.path.join(d, f"rank-{rank}.beat"))
     if os.path.exists("/dev/nvidiactl"):
@@ -260,6 +269,11 @@ def wrap(argv):
         record["failed_at"], record["script_rc"] = float(stamp[0]), int(stamp[1])
     except (OSError, ValueError, IndexError):
         pass
+    done_at = read_stamp(base + ".done")
+    if rc != 0 and done_at is not None and "failed_at" not in record:
+        # the script and its exit handlers had ended: only the interpreter's teardown crashed
+        record.update(rc=0, teardown_rc=rc, done_at=done_at)
+        rc = 0
     write_json(base + ".exit", record)
     if rc < 0:                           # end the way the child ended: the same signal
         if -rc != signal.SIGKILL:        # SIGKILL's disposition cannot be set (EINVAL): it is the default
@@ -274,7 +288,10 @@ def run_script(argv):
     """Child mode: the script as __main__ (as `python SCRIPT` would), stacks dumpable."""
     stack = os.environ.get("NODEPREP_STACK_FILE")
     if stack:
-        faulthandler.register(STACK_SIGNAL, file=open(stack, "a"), all_threads=True, chain=False)
+        dump = open(stack, "a")
+        faulthandler.register(STACK_SIGNAL, file=dump, all_threads=True, chain=False)
+        faulthandler.enable(file=dump, all_threads=True)    # a fatal signal: where every thread was
+    atexit.register(mark_done)           # registered first, so it runs after the script's own
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
@@ -289,16 +306,39 @@ def run_script(argv):
         raise
 
 
+FAILED = []
+
+
 def mark_failed(code):
     """Stamp the moment the script failed and the status it exits with (before teardown closes
     its connections, and before a launcher's TERM may cut that teardown short)."""
-    path = os.environ.get("NODEPREP_FAIL_FILE")
+    FAILED.append(code)
+    stamp("NODEPREP_FAIL_FILE", f"{time.time()!r} {int(code)}")
+
+
+def mark_done():
+    """atexit, last: the script ended well and its exit handlers ran; what follows is the
+    interpreter's own teardown."""
+    if not FAILED:
+        stamp("NODEPREP_DONE_FILE", repr(time.time()))
+
+
+def stamp(var, text):
+    path = os.environ.get(var)
     if path:
         try:
             with open(path, "w") as f:
-                f.write(f"{time.time()!r} {int(code)}")
+                f.write(text)
         except OSError:
             pass
+
+
+def read_stamp(path):
+    try:
+        with open(path) as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 if __name__ == "__main__":

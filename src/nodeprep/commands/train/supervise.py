@@ -82,6 +82,7 @@ class Outcome:
     checked: int = 0                                   # nodes checked for leftovers
     stop_seconds: float | None = None
     ranks: dict = field(default_factory=dict)          # "worker-1 r3" -> how it ended
+    warnings: list[str] = field(default_factory=list)  # e.g. a finished rank's teardown crash
     state: str = "finished"
 
 
@@ -301,10 +302,11 @@ class Supervisor:
                          {"how": r.how, "rc": r.rc, "oom": r.oom, "start": r.start, "end": r.end,
                           "status": describe_rc(r.rc, r.oom) if r.rc is not None else r.how}
                          for r in sorted(w.ranks.values(), key=lambda r: (r.rank, r.attempt))}
+            out.warnings = list(w.warnings)
             root = w.root_cause()
             if root is not None:
-                out.failure, out.root = root.line, asdict(root)
-                out.others = [f.line for f in sorted(w.failures, key=lambda f: f.t) if f is not root]
+                out.failure, out.root = w.described(root), asdict(root)
+                out.others = [w.described(f) for f in sorted(w.failures, key=lambda f: f.t) if f is not root]
                 out.stopped = [r.name for r in w.ranks.values() if r.how == "stopped"]
                 for who in [root.who] + [f.who for f in w.failures if f is not root]:
                     if who in w.tails and who not in out.tails:

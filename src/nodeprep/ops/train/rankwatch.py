@@ -28,6 +28,8 @@ PEER_LOST = re.compile(r"Connection reset by peer|Connection closed by peer|Brok
 # How far a consequence's clock may run ahead of its cause's: the wrapper sees its child's death
 # after the kernel has closed the child's sockets, and the peer may fail in between.
 COLLATERAL_S = 2.0
+# Signals on which the rank's faulthandler dumps every Python thread (rank.py)
+FATAL = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 
 
 def describe_rc(rc: int | None, oom: bool | None = None) -> str:
@@ -68,6 +70,7 @@ class Failure:
     what: str
     rank: int | None = None
     prio: int = 0                   # 0 rank/node, 1 launcher (usually a consequence)
+    fatal: bool = False             # a fatal signal: faulthandler dumped the rank's threads
 
     @property
     def line(self) -> str:
@@ -97,6 +100,7 @@ class RankWatch:
         self.progress = time.monotonic()
         self.stop_t: float | None = None         # wall time nodeprep started stopping the job
         self.stacks: dict[int, list[str]] = {}
+        self.warnings: list[str] = []            # finished ranks whose interpreter crashed after
 
     # -- input ------------------------------------------------------------------------------
     def feed(self, machine: str, tick: dict) -> list[tuple[str, str, str]]:
@@ -164,6 +168,11 @@ class RankWatch:
         if r is None:
             return
         r.end, r.rc, r.oom = float(ev.get("end", time.time())), int(ev["rc"]), ev.get("oom")
+        if ev.get("teardown_rc") is not None:
+            after = r.end - float(ev.get("done_at") or r.end)
+            self.warnings.append(f"{r.name} {describe_rc(int(ev['teardown_rc']))} in the interpreter's teardown "
+                                 f"{after:.2f}s after its script and exit handlers had ended (counted as done: "
+                                 "nothing of the script was cut short)")
         if r.rc == 0:
             r.how = "ok"
         elif self._by_our_stop(r.rc, r.end):
@@ -178,7 +187,7 @@ class RankWatch:
             said = ev.get("script_rc")
             what = describe_rc(r.rc, r.oom) if said is None or r.rc >= 0 else (
                 f"{describe_rc(int(said), None)} (then {describe_rc(r.rc, None)} as it shut down)")
-            self.failures.append(Failure(t, "rank", r.name, what, r.rank))
+            self.failures.append(Failure(t, "rank", r.name, what, r.rank, fatal=-r.rc in FATAL))
 
     def _by_our_stop(self, rc: int, end: float) -> bool:
         """An end nodeprep's stop explains: TERM/KILL (or a shell's 143/137 for them) after
@@ -251,6 +260,20 @@ class RankWatch:
         causes = [f for f in self.failures if f.prio == first.prio and not self._collateral(f)
                   and f.t - first.t <= COLLATERAL_S]
         return min(causes, key=lambda f: f.t) if causes else first
+
+    def described(self, f: Failure) -> str:
+        """F's line; for a rank a fatal signal ended, where its main thread was (from the dump
+        its faulthandler wrote), e.g. "... by SIGABRT in torch (destroy_process_group) called
+        at train.py:44 in main"."""
+        from nodeprep.ops.train import tracebacks
+        if not f.fatal or f.rank is None:
+            return f.line
+        dumps = tracebacks.parse("\n".join(self.stacks.get(f.rank, [])) + "\n")
+        main = tracebacks.main_thread(dumps[-1]) if dumps else None
+        if main is None or not main.frames:
+            return f.line
+        lib, user = tracebacks.waits_in(main.frames), tracebacks.where(main.frames)
+        return f"{f.line} in {lib} called at {user}" if lib else f"{f.line} at {user}"
 
     def _collateral(self, f: Failure) -> bool:
         return f.kind == "rank" and any(PEER_LOST.search(t) for t in self.tails.get(f.who, ()))
