@@ -51,6 +51,15 @@ def test_a_running_node_keeps_its_architecture():
     assert foreign.plan("dr", ("aarch64",), state, False, 2, NAMES[:2]) == {0: "aarch64", 1: "aarch64"}
 
 
+@pytest.mark.parametrize("lab_dir", ["/srv/labs,1/dr", "/srv/a:b/dr", "/srv/a\\b/dr"])
+def test_a_lab_directory_an_overlay_cannot_name_is_refused_for_foreign_nodes(lab_dir):
+    with pytest.raises(InputError, match="overlay mount's options cannot name") as e:
+        foreign.plan("dr", ("aarch64",), None, False, 2, NAMES[:2], Path(lab_dir))
+    assert "nodeprep.lab_root" in e.value.hint
+    # native nodes mount no overlay: the same directory is fine for them
+    assert foreign.plan("dr", None, None, False, 2, NAMES[:2], Path(lab_dir)) == {}
+
+
 def test_mixed_lab_inventory_pins_the_aarch64_release_per_host():
     text = config.inventory_text("nodeprep", Path("/lab/id"), [
         ("worker-0", "10.1.0.10", 22, "aarch64"), ("worker-1", "10.1.0.11", 22)])
