@@ -288,3 +288,28 @@ def test_a_teardown_crash_of_a_finished_rank_is_a_warning_not_a_failure():
     assert w.failures == [] and w.root_cause() is None
     assert w.warnings == ["worker-0 r1 was killed by SIGABRT in the interpreter's teardown 0.05s after its script "
                           "and exit handlers had ended (counted as done: nothing of the script was cut short)"]
+
+
+def test_a_slow_node_gets_a_silence_limit_at_its_own_pace(monkeypatch):
+    """Each node's silence limit follows the pace its watcher ticks at (what the node reports,
+    never a guess from its kind): a native node's 0.25 s ticks keep the 8 s limit; a node that
+    ticks every 1.2 s (an emulated aarch64 node's watcher on a busy controller) gets 20 of its
+    intervals; the first tick (the watcher starting up) sets no pace."""
+    from nodeprep.ops.train import rankwatch
+    now = [1000.0]
+    monkeypatch.setattr(rankwatch.time, "monotonic", lambda: now[0])
+    w = watch()
+    now[0] += 6.0                                   # both watchers start up slowly
+    w.feed("worker-0", {"ev": []})
+    w.feed("worker-1", {"ev": []})
+    for _ in range(30):
+        now[0] += 0.25
+        w.feed("worker-0", {"ev": []})
+        if _ % 5 == 4:
+            w.feed("worker-1", {"ev": []})          # every 1.25 s
+    assert w.silence_limit("worker-0") == 8.0
+    assert abs(w.silence_limit("worker-1") - 25.0) < 0.5, w.pace
+    now[0] += 9.0                                   # 9 s of silence from both
+    assert w.silent() == ["worker-0"]
+    now[0] += 17.0
+    assert w.silent() == ["worker-0", "worker-1"]

@@ -83,6 +83,7 @@ class Outcome:
     stop_seconds: float | None = None
     ranks: dict = field(default_factory=dict)          # "worker-1 r3" -> how it ended
     warnings: list[str] = field(default_factory=list)  # e.g. a finished rank's teardown crash
+    pace: dict = field(default_factory=dict)           # node -> its watcher's tick interval (s)
     state: str = "finished"
 
 
@@ -211,7 +212,7 @@ class Supervisor:
     def _verdict(self, deadline: float | None) -> str | None:
         with self.lock:
             for m in self.watch.silent():
-                self.watch.lost(m, f"no heartbeat for {self.watch.node_timeout:.0f}s")
+                self.watch.lost(m, f"no heartbeat for {self.watch.silence_limit(m):.0f}s")
             if self.watch.failures:
                 return "failed"
             if self.watch.done():
@@ -303,6 +304,7 @@ class Supervisor:
                           "status": describe_rc(r.rc, r.oom) if r.rc is not None else r.how}
                          for r in sorted(w.ranks.values(), key=lambda r: (r.rank, r.attempt))}
             out.warnings = list(w.warnings)
+            out.pace = {m: round(p, 3) for m, p in w.pace.items()}
             root = w.root_cause()
             if root is not None:
                 out.failure, out.root = w.described(root), asdict(root)

@@ -29,6 +29,9 @@ PEER_LOST = re.compile(r"Connection reset by peer|Connection closed by peer|Brok
 # after the kernel has closed the child's sockets, and the peer may fail in between.
 COLLATERAL_S = 2.0
 # Signals on which the rank's faulthandler dumps every Python thread (rank.py)
+# A node is silent after this many of its own watcher's tick intervals (never under node_timeout):
+# the watcher ticks every 0.25 s, 0.25-0.3 s apart on the lab's native nodes (limit 8 s)
+PACE_TICKS = 20
 FATAL = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 
 
@@ -95,17 +98,24 @@ class RankWatch:
         self.failures: list[Failure] = []
         self.tails: dict[str, deque] = {}
         self.last_tick = {m: time.monotonic() for m in self.machines}
+        self.ticked: set[str] = set()             # machines heard from at least once
         self.lost_nodes: set[str] = set()
         self.launcher_rc: dict[str, int] = {}
         self.progress = time.monotonic()
         self.stop_t: float | None = None         # wall time nodeprep started stopping the job
         self.stacks: dict[int, list[str]] = {}
-        self.warnings: list[str] = []            # finished ranks whose interpreter crashed after
+        self.warnings: list[str] = []            # a finished rank whose teardown crashed, ...
+        self.pace: dict[str, float] = {}         # machine -> its watcher's tick interval (moving average)
 
     # -- input ------------------------------------------------------------------------------
     def feed(self, machine: str, tick: dict) -> list[tuple[str, str, str]]:
         """One tick from MACHINE's watcher -> output lines (prefix, source, text)."""
-        self.last_tick[machine] = time.monotonic()
+        now = time.monotonic()
+        if machine in self.ticked:
+            gap, old = now - self.last_tick[machine], self.pace.get(machine)
+            self.pace[machine] = gap if old is None else 0.8 * old + 0.2 * gap
+        self.ticked.add(machine)
+        self.last_tick[machine] = now
         out = []
         for ev in tick.get("ev", []):
             kind = ev.get("k")
@@ -232,11 +242,17 @@ class RankWatch:
             self.stop_t = time.time()
 
     # -- decisions --------------------------------------------------------------------------
+    def silence_limit(self, machine: str) -> float:
+        """How long MACHINE's watcher may send nothing: node_timeout, or PACE_TICKS of its own
+        tick intervals where the node is slower than that allows (an emulated or overloaded
+        node: its pace is what it reports, never a guess from its kind)."""
+        return max(self.node_timeout, PACE_TICKS * self.pace.get(machine, 0.0))
+
     def silent(self) -> list[str]:
-        """Machines whose watcher sent nothing for node_timeout seconds."""
+        """Machines whose watcher sent nothing for their silence limit."""
         now = time.monotonic()
         return [m for m, t in self.last_tick.items()
-                if m not in self.lost_nodes and now - t > self.node_timeout]
+                if m not in self.lost_nodes and now - t > self.silence_limit(m)]
 
     def hung(self) -> bool:
         return bool(self.hang_timeout) and time.monotonic() - self.progress > self.hang_timeout
