@@ -134,6 +134,8 @@ def test_a_crash_in_the_interpreters_teardown_after_the_script_ended_is_recorded
     ("import os\nos.abort()\n", "abort"),                                          # in the script
     ("import sys\nsys.exit(3)\n", 3),
     ("import atexit, os\natexit.register(os.abort)\n", "abort"),                  # in its exit handler
+    # a child the script forked ends through its exit handlers; the rank itself then aborts
+    ("import os, sys, time\nif os.fork() == 0:\n    sys.exit(0)\nos.wait()\nos.abort()\n", "abort"),
     # failed, then its teardown crashed: the crash stays (with the script's status beside it)
     (TEARDOWN_ABORT.replace('print("work done"', 'raise SystemExit(2)\nprint("x"'), "abort"),
 ])

@@ -291,7 +291,7 @@ def run_script(argv):
         dump = open(stack, "a")
         faulthandler.register(STACK_SIGNAL, file=dump, all_threads=True, chain=False)
         faulthandler.enable(file=dump, all_threads=True)    # a fatal signal: where every thread was
-    atexit.register(mark_done)           # registered first, so it runs after the script's own
+    atexit.register(mark_done, os.getpid())  # registered first, so it runs after the script's own
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
@@ -316,10 +316,11 @@ def mark_failed(code):
     stamp("NODEPREP_FAIL_FILE", f"{time.time()!r} {int(code)}")
 
 
-def mark_done():
+def mark_done(pid):
     """atexit, last: the script ended well and its exit handlers ran; what follows is the
-    interpreter's own teardown."""
-    if not FAILED:
+    interpreter's own teardown. Only in the rank's own process (PID), not in a child the
+    script forked that ends through its exit handlers."""
+    if not FAILED and os.getpid() == pid:
         stamp("NODEPREP_DONE_FILE", repr(time.time()))
 
 
