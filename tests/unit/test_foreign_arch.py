@@ -54,10 +54,11 @@ def test_a_running_node_keeps_its_architecture():
 @pytest.mark.parametrize("lab_dir", ["/srv/labs,1/dr", "/srv/a:b/dr", "/srv/a\\b/dr"])
 def test_a_lab_directory_an_overlay_cannot_name_is_refused_for_foreign_nodes(lab_dir):
     with pytest.raises(InputError, match="overlay mount's options cannot name") as e:
-        foreign.plan("dr", ("aarch64",), None, False, 2, NAMES[:2], Path(lab_dir))
+        foreign.mountable("dr", Path(lab_dir), {1: "aarch64"})
     assert "nodeprep.lab_root" in e.value.hint
     # native nodes mount no overlay: the same directory is fine for them
-    assert foreign.plan("dr", None, None, False, 2, NAMES[:2], Path(lab_dir)) == {}
+    foreign.mountable("dr", Path(lab_dir), {})
+    foreign.mountable("dr", Path("/var/lib/nodeprep/labs/dr"), {1: "aarch64"})
 
 
 def test_mixed_lab_inventory_pins_the_aarch64_release_per_host():

@@ -166,8 +166,8 @@ def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
     up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
     up.gpu_records = gpu.records(options.gpu_records, (state or {}).get("gpu_records"), nodes,
                                  [node_name(i) for i in range(nodes)])
-    up.arches = foreign.plan(name, options.arch, state, running, nodes, [node_name(i) for i in range(nodes)],
-                             lab)
+    up.arches = foreign.plan(name, options.arch, state, running, nodes, [node_name(i) for i in range(nodes)])
+    foreign.mountable(name, lab, up.arches)
     up.bastion = bool((state or {}).get("bastion")) if options.bastion is None else options.bastion
     bastion.check(with_slurm, up.bastion)
     return up

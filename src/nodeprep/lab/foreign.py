@@ -82,17 +82,12 @@ def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
 
 
 def plan(lab: str, values: tuple[str, ...] | None, state: dict | None, running: bool, count: int,
-         names: list[str], lab_dir: Path | None = None) -> dict[int, str]:
+         names: list[str]) -> dict[int, str]:
     """The lab's foreign nodes after this up(): --arch VALUES over what the lab had (STATE;
     while it is RUNNING its nodes may not change architecture), with the host tools they
-    need checked, and the lab's directory LAB_DIR one an overlay mount can name."""
+    need checked."""
     state = state or {}
     arches = parse(values, state.get("arch"), count, names)
-    odd = sorted(set(str(lab_dir or "")) & set(",:\\"))
-    if arches and odd:
-        raise InputError(f"lab {lab}: its directory {lab_dir} holds {' '.join(repr(c) for c in odd)}, which an "
-                         "overlay mount's options cannot name (the aarch64 nodes' roots are overlays)",
-                         hint="set nodeprep.lab_root (invoke.yaml) to a path without ',' ':' or '\\'")
     was = {int(k): v for k, v in (state.get("arch") or {}).items()}
     moved = [names[i] for i in range(min(count, state.get("nodes", 0))) if was.get(i) != arches.get(i)]
     if running and moved:
@@ -100,6 +95,15 @@ def plan(lab: str, values: tuple[str, ...] | None, state: dict | None, running: 
                          hint="run `invoke lab.down` first to change a node's architecture")
     require(set(arches.values()))
     return arches
+
+
+def mountable(lab: str, lab_dir: Path, arches: dict[int, str]) -> None:
+    """Foreign nodes' roots are overlays under LAB_DIR: a path their mount options can name."""
+    odd = sorted(set(str(lab_dir)) & set(",:\\"))
+    if arches and odd:
+        raise InputError(f"lab {lab}: its directory {lab_dir} holds {' '.join(repr(c) for c in odd)}, which an "
+                         "overlay mount's options cannot name (the aarch64 nodes' roots are overlays)",
+                         hint="set nodeprep.lab_root (invoke.yaml) to a path without ',' ':' or '\\'")
 
 
 def require(arches: set[str]) -> None:
