@@ -313,3 +313,19 @@ def test_a_slow_node_gets_a_silence_limit_at_its_own_pace(monkeypatch):
     assert w.silent() == ["worker-0"]
     now[0] += 17.0
     assert w.silent() == ["worker-0", "worker-1"]
+
+
+def test_the_train_summary_says_finished_or_failed_once_with_the_warnings(capsys):
+    from nodeprep.cli import render
+    from nodeprep.commands.train.run import TrainResult
+    from nodeprep.commands.train.supervise import Outcome
+    warn = "worker-0 r1 was killed by SIGABRT in the interpreter's teardown 0.05s after ..."
+    render.train(TrainResult("J1", "2 node(s)", Outcome(warnings=[warn], checked=2), run_dir="/r"))
+    err = capsys.readouterr().err
+    assert err.splitlines()[:2] == ["train: job J1 finished on 2 node(s)", f"  warning: {warn}"], err
+    assert "FAILED" not in err
+    render.train(TrainResult("J1", "2 node(s)", Outcome(failure="worker-1 r1 exited with status 1", state="failed",
+                                                        warnings=[warn], checked=2), run_dir="/r"))
+    err = capsys.readouterr().err
+    assert err.startswith("train: job J1 FAILED: worker-1 r1 exited with status 1\n") and f"  warning: {warn}" in err
+    assert "finished" not in err

@@ -144,8 +144,6 @@ def train(res) -> None:
     o = res.outcome
     if o.failure is None:
         print(f"train: job {res.job_id} finished on {res.where}", file=err)
-    for line in o.warnings:
-        print(f"  warning: {line}", file=err)
     else:
         # root cause first: the first failing node and rank, how it ended, its last lines
         print(f"train: job {res.job_id} FAILED: {o.failure}", file=err)
@@ -160,6 +158,8 @@ def train(res) -> None:
                   + (" ..." if len(o.stopped) > 16 else ""), file=err)
         if o.stop_seconds is not None:
             print(f"  every rank gone {o.stop_seconds:.1f}s after the first failure", file=err)
+    for line in o.warnings:
+        print(f"  warning: {line}", file=err)
     print(_leftover_line(o), file=err)
     print(f"  logs: {res.run_dir} (invoke train.logs {res.job_id})", file=err)
 

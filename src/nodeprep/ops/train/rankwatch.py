@@ -20,6 +20,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from nodeprep.ops.train import tracebacks
+
 TAIL = 15
 # A rank's last lines saying its peer went away (gloo's tcp pair, c10d's store, NCCL's remote
 # error): its failure is a consequence of another's. Their texts from torch 2.x's sources.
@@ -28,11 +30,11 @@ PEER_LOST = re.compile(r"Connection reset by peer|Connection closed by peer|Brok
 # How far a consequence's clock may run ahead of its cause's: the wrapper sees its child's death
 # after the kernel has closed the child's sockets, and the peer may fail in between.
 COLLATERAL_S = 2.0
-# Signals on which the rank's faulthandler dumps every Python thread (rank.py)
 # A node is silent after this many of its own watcher's tick intervals (never under node_timeout):
 # the watcher ticks every 0.25 s: 0.251 s apart on the lab's native nodes, 0.253-0.256 s on its
 # emulated aarch64 ones (health under torchrun and deepspeed, 2026-11-27): the 8 s limit there
 PACE_TICKS = 20
+# Signals on which the rank's faulthandler dumps every Python thread (rank.py)
 FATAL = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 
 
@@ -282,7 +284,6 @@ class RankWatch:
         """F's line; for a rank a fatal signal ended, where its main thread was (from the dump
         its faulthandler wrote), e.g. "... by SIGABRT in torch (destroy_process_group) called
         at train.py:44 in main"."""
-        from nodeprep.ops.train import tracebacks
         if not f.fatal or f.rank is None:
             return f.line
         dumps = tracebacks.parse("\n".join(self.stacks.get(f.rank, [])) + "\n")
