@@ -263,13 +263,10 @@ def wrap(argv):
         oom1 = oom_kills()
         oom = (oom1 > oom0) if oom0 is not None and oom1 is not None else oom_in_kernel_log(child.pid)
     record = {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom, "end": ended}
-    try:
-        with open(base + ".fail") as f:
-            stamp = f.read().split()
-        record["failed_at"], record["script_rc"] = float(stamp[0]), int(stamp[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    done_at = read_stamp(base + ".done")
+    failed = read_stamp(base + ".fail", float, int)
+    if failed:
+        record["failed_at"], record["script_rc"] = failed
+    done_at = (read_stamp(base + ".done", float) or [None])[0]
     if rc != 0 and done_at is not None and "failed_at" not in record:
         # the script and its exit handlers had ended: only the interpreter's teardown crashed
         record.update(rc=0, teardown_rc=rc, done_at=done_at)
@@ -334,11 +331,19 @@ def stamp(var, text):
             pass
 
 
-def read_stamp(path):
+def read_stamp(path, *kinds):
+    """The fields of a stamp file (as mark_failed / mark_done wrote them), each read by its kind;
+    None when it is missing or not whole."""
     try:
         with open(path) as f:
-            return float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
+            fields = f.read().split()
+    except OSError:
+        return None
+    if len(fields) != len(kinds):
+        return None
+    try:
+        return [kind(v) for kind, v in zip(kinds, fields)]
+    except ValueError:
         return None
 
 
