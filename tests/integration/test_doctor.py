@@ -17,6 +17,7 @@ import pytest
 
 from nodeprep import cli as api, lab as labmod
 from nodeprep.commands.options import DoctorOptions, ForgetOptions, PruneOptions
+from nodeprep.lab import net as labnet
 from nodeprep.lab.config import SUDOERS_NAME
 
 
@@ -31,8 +32,26 @@ def doc(lab, lab_settings, tmp_path, capsys):
         code = api.doctor(DoctorOptions(str(lab.inventory), json=True, sets=sets + more), lab_settings)
         rep = json.loads(capsys.readouterr().out)
         return code, [f for c in rep["checks"].values() for f in c["findings"] if f["verdict"] != "OK"]
-    assert run()[0] == 0, run()[1]          # the lab as it is: nothing to say
+    code, bad = run()
+    assert code == 0, said(bad)             # the lab as it is: nothing to say
     return run, cfg
+
+
+def said(findings) -> str:
+    """The findings in full (pytest elides long dicts in an assertion's message) and, for a
+    lab leftover, every namespace on this machine with what runs in it."""
+    text = "\n".join(f"{f['verdict']} {f['code']} on {f['node']}: {f['reason']} -> {f['fix']}" for f in findings)
+    if any(f["code"] == "LAB_LEFTOVER" for f in findings):
+        for ns, pids in labnet.netns_pids(labnet.netns_list()).items():
+            text += f"\nnetns {ns}: " + "; ".join(_cmdline(p) for p in pids)
+    return text
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return f"{pid} " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+    except OSError:
+        return f"{pid} (gone)"
 
 
 def found(findings, code: str, node: str) -> dict:
