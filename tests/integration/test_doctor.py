@@ -170,6 +170,28 @@ def test_a_full_disk_is_found_and_freeing_it_clears_it(doc, lab):
     assert run()[0] == 0
 
 
+def test_empty_namespaces_of_no_lab_are_found_and_a_running_one_is_left_alone(doc):
+    """np-zz-0 holds nothing and no lab directory names it: a leftover, its fix deletes it.
+    np-zy-0 holds a process (a lab run from another lab root looks so): never reported, its
+    namespace never offered for deletion."""
+    run, _cfg = doc
+    subprocess.run(["ip", "netns", "add", "np-zz-0"], check=True)
+    subprocess.run(["ip", "netns", "add", "np-zy-0"], check=True)
+    live = subprocess.Popen(["ip", "netns", "exec", "np-zy-0", "sleep", "600"])
+    try:
+        code, bad = run()
+        f = found(bad, "LAB_LEFTOVER", "controller")
+        assert code == 1 and f["fix"] == "ip netns del np-zz-0" and "lab zz:" in f["reason"], said(bad)
+        assert not any("zy" in b["reason"] or "zy" in b["fix"] for b in bad), said(bad)
+        subprocess.run(f["fix"], shell=True, check=True)                  # the fix, as printed
+        assert run()[0] == 0
+    finally:
+        live.kill()
+        live.wait()
+        for ns in ("np-zz-0", "np-zy-0"):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 def test_doctor_text_and_exit_code_on_the_lab(lab, lab_settings, tmp_path, capsys):
     cfg = tmp_path / "c"
     assert api.doctor(DoctorOptions(str(lab.inventory), sets=(f"controller_ssh_config={cfg}",)), lab_settings) == 0

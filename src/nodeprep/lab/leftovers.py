@@ -15,8 +15,11 @@ from .config import bridge_name
 def leftovers(settings: Settings = Settings()) -> list[tuple[str, str, str]]:
     """[(lab, what is left, the command that clears it)] for `invoke doctor`: a lab whose
     nodes are partly gone (a stopped sshd, a missing namespace), namespaces without their
-    bridge, namespaces of a lab nodeprep has no directory for. A lab fully up or fully down
-    is none."""
+    bridge, namespaces of a lab nodeprep has no directory for when nothing runs in them. A
+    lab fully up or fully down is none, and so is a lab whose namespaces hold processes but
+    whose directory is not under this lab root: one run from another lab root (setting
+    nodeprep.lab_root, INVOKE_NODEPREP_LAB_ROOT), which this check cannot see into and must
+    never tell anyone to delete."""
     if os.geteuid() != 0:
         return []
     root = Path(settings.lab_root)
@@ -26,7 +29,7 @@ def leftovers(settings: Settings = Settings()) -> list[tuple[str, str, str]]:
     for name in sorted(names | stray):
         state, present = _read_state(root / name), _ours(name)
         if state is None:
-            if present:
+            if present and not any(net.netns_pids(list(present.values())).values()):
                 out.append((name, f"{len(present)} namespace(s) np-{name}-* with no lab directory "
                             f"in {root}", " && ".join(f"ip netns del {ns}" for ns in present.values())))
             continue
