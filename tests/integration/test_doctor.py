@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,10 @@ def test_empty_namespaces_of_no_lab_are_found_and_a_running_one_is_left_alone(do
     subprocess.run(["ip", "netns", "add", "np-zy-0"], check=True)
     live = subprocess.Popen(["ip", "netns", "exec", "np-zy-0", "sleep", "600"])
     try:
+        for _ in range(500):                    # until the process has entered the namespace
+            if labnet.netns_pids(["np-zy-0"])["np-zy-0"]:
+                break
+            time.sleep(0.01)
         code, bad = run()
         f = found(bad, "LAB_LEFTOVER", "controller")
         assert code == 1 and f["fix"] == "ip netns del np-zz-0" and "lab zz:" in f["reason"], said(bad)
