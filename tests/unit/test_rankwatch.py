@@ -110,6 +110,28 @@ def test_a_script_that_exited_1_then_got_the_launchers_term_says_both():
     assert root.who == "worker-0 r1" and root.what == "exited with status 1 (then was killed by SIGTERM as it shut down)"
 
 
+def test_a_script_that_failed_before_the_stop_stays_the_failure_when_its_term_comes_after():
+    """Seen in a lab rehearsal under srun (2026-11-27): rank 1 exited 1, rank 0 lost its gloo
+    peer and its record arrived first, nodeprep began its stop, and then rank 1's record came:
+    ended by srun's TERM in its teardown, after the stop began. The script's own failure came
+    first: it is the root cause, not a rank nodeprep stopped."""
+    w = watch()
+    w.feed("worker-0", {"ev": [start(0), start(1)]})
+    now = time.time()
+    w.feed("worker-0", {"ev": [line(0, GLOO_RESET), dict(end(0, -6, now - 0.25), failed_at=now - 0.3, script_rc=1)]})
+    w.stopping()
+    w.feed("worker-0", {"ev": [dict(end(1, -15, now + 0.2), failed_at=now - 0.5, script_rc=1)]})
+    root = w.root_cause()
+    assert root.who == "worker-0 r1" and root.what == "exited with status 1 (then was killed by SIGTERM as it shut down)"
+    assert w.ranks[(1, 1)].how == "failed"
+    # a script that failed only after the stop began (its peers were being stopped) was stopped
+    w2 = watch()
+    w2.feed("worker-0", {"ev": [start(0), start(1), end(0, 1, now - 0.1)]})
+    w2.stopping()
+    w2.feed("worker-0", {"ev": [dict(end(1, -15, now + 0.3), failed_at=now + 0.2, script_rc=1)]})
+    assert w2.ranks[(1, 1)].how == "stopped" and w2.root_cause().who == "worker-0 r0"
+
+
 def test_ranks_ended_by_nodeprep_are_stopped_not_failed():
     w = watch()
     w.feed("worker-0", {"ev": [start(0), start(1)]})

@@ -186,9 +186,12 @@ class RankWatch:
             self.warnings.append(f"{r.name} {describe_rc(int(ev['teardown_rc']))} in the interpreter's teardown "
                                  f"{after:.2f}s after its script and exit handlers had ended (counted as done: "
                                  "nothing of the script was cut short)")
+        # a script that failed on its own before any stop began stays a failure even when a
+        # TERM (nodeprep's stop, or srun's --kill-on-bad-exit) then ended its teardown
+        own = ev.get("failed_at") is not None and (self.stop_t is None or float(ev["failed_at"]) < self.stop_t)
         if r.rc == 0:
             r.how = "ok"
-        elif self._by_our_stop(r.rc, r.end):
+        elif not own and self._by_our_stop(r.rc, r.end):
             r.how = "stopped"
         elif self.restarts:
             r.how = "restarted"       # torchrun's agent restarts the workers: not a failure yet
