@@ -5,7 +5,9 @@ torch.version.cuda (None on CPU builds), and get_arch_list() covering each GPU (
 equal or higher minor; PTX for newer)."""
 from __future__ import annotations
 
+import inspect
 import json
+import posixpath
 import re
 import shlex
 
@@ -13,16 +15,36 @@ from packaging.version import InvalidVersion, Version
 
 from nodeprep.errors import InputError
 from nodeprep.ops import pystack
-from nodeprep.engine.remote import rpath
+from nodeprep.engine.remote import rpath, stamp_from_list
 from nodeprep.engine.results import StepResult
-from nodeprep.engine.facts import GPUS, OS, USER, VENV
+from nodeprep.engine.facts import GPUS, OS, STAMP, USER, VENV
 from nodeprep.engine.steps import Check, Step, scope_of
 
 FACTS = [GPUS, OS, USER]
 
+def covered(cap: str, arch_list: list) -> bool:
+    """A GPU of capability CAP ("9.0") runs a build compiled for ARCH_LIST: an sm_ of the same
+    major and an equal or lower minor, or PTX (compute_) for an older one."""
+    major, minor = (int(x) for x in cap.split("."))
+    sms = [a for a in arch_list if a.startswith("sm_")]
+    ok = any(int(a[3:-1]) == major and int(a[-1]) <= minor for a in sms)
+    ptx = [int(a[8:]) for a in arch_list if a.startswith("compute_")]
+    return ok or any(p <= major * 10 + minor for p in ptx)
+
+
+# Run by the venv's python on the node: import torch (and what it imports: numpy when present),
+# check it against the plan, then list what the stamp records (engine/remote.stamp_from_list):
+# line 1 what was verified, then every file whose change could break the import (each
+# package's RECORD, every compiled extension and shared library, each top-level package's
+# __init__.py, the .pth files), relative to the venv. The next run's check compares the stamp,
+# not pip's metadata alone: a torch that fails to import is never "ok" again.
 VERIFY = r'''
-import json, sys
+import json, os, platform, sys
 import torch
+try:
+    import numpy
+except ImportError:
+    numpy = None
 want = json.loads(sys.argv[1])
 got = {"version": torch.__version__, "cuda": torch.version.cuda,
        "arch_list": torch.cuda.get_arch_list() if torch.version.cuda else []}
@@ -34,18 +56,30 @@ if got["version"] != want["version"] and ("+" in want["version"] or got["version
     bad.append("torch %s installed, want %s" % (got["version"], want["version"]))
 if (got["cuda"] or None) != want["cuda"]:
     bad.append("torch.version.cuda is %s, want %s" % (got["cuda"], want["cuda"]))
-def covered(cap):
-    major, minor = (int(x) for x in cap.split("."))
-    sms = [a for a in got["arch_list"] if a.startswith("sm_")]
-    ok = any(int(a[3:-1]) == major and int(a[-1]) <= minor for a in sms)
-    ptx = [int(a[8:]) for a in got["arch_list"] if a.startswith("compute_")]
-    return ok or any(p <= major * 10 + minor for p in ptx)
+''' + inspect.getsource(covered) + r'''
 for cap in want["capabilities"]:
-    if not covered(cap):
+    if not covered(cap, got["arch_list"]):
         bad.append("GPU capability %s not in torch.cuda.get_arch_list() %s" % (cap, got["arch_list"]))
 if bad:
     sys.exit("; ".join(bad))
+site = os.path.dirname(os.path.dirname(torch.__file__))
+names = set()
+for e in os.scandir(site):
+    if e.name.endswith(".dist-info"):
+        names.add(os.path.join(e.path, "RECORD"))
+    elif e.name.endswith(".pth") or e.name.endswith(".so"):
+        names.add(e.path)
+    elif e.is_dir():
+        names.add(os.path.join(e.path, "__init__.py"))
+for root, dirs, files in os.walk(site):
+    names.update(os.path.join(root, f) for f in files if f.endswith(".so") or ".so." in f)
+keep = sorted(os.path.relpath(n, sys.prefix) for n in names if os.path.isfile(n) and "\n" not in n)
+with open(sys.argv[2], "w") as out:
+    out.write(json.dumps(dict(got, machine=platform.machine())) + "\n" + "".join(n + "\n" for n in keep))
 '''
+
+# In the venv: the stamp of the last import that passed (STAMP fact), and its listing while made.
+STAMP_NAME = ".nodeprep-verified"
 
 
 _INDEX = re.compile(r"(https?|file)://[A-Za-z0-9_.~:/?#\[\]@!&'()*+,;=%{}-]+")
@@ -76,13 +110,36 @@ def controller(prov):
 
 
 def reads(ctx):
-    return [VENV(ctx.vars["venv_path"])]
+    venv = ctx.vars["venv_path"]
+    return [VENV(venv), STAMP(posixpath.join(venv, STAMP_NAME))]
 
 
 def matches(have: str | None, want: str) -> bool:
     """HAVE (installed) is the pinned WANT; a pin without a local tag matches any local build
     of that version, as pip's `==` does (PyPI's aarch64 torch==2.8.0 says 2.8.0+cpu)."""
     return have == want or bool(have) and "+" not in want and have.split("+")[0] == want
+
+
+def verified(stamp: dict, want: dict, arch: str) -> Check:
+    """The stamp of the last import that passed (VERIFY's) against what this node needs: made
+    on this CPU, for the planned torch, covering this node's GPUs, every file as it was then."""
+    if not stamp or not stamp["exists"]:
+        return Check(False, "torch never imported here (no stamp of a passed verify)")
+    try:
+        got = json.loads(stamp["head"])
+        machine, version, cuda, arch_list = got["machine"], got["version"], got["cuda"], got["arch_list"]
+    except (ValueError, TypeError, KeyError):
+        return Check(False, "the stamp of the last verify is unreadable")
+    if machine != arch:
+        return Check(False, f"verified on {machine}, this node is {arch}")
+    if not stamp["same"]:
+        ch = stamp["changed"]
+        return Check(False, f"{len(ch)} file(s) changed since torch last imported here "
+                            f"({', '.join(posixpath.basename(c) for c in ch[:3])}{', ...' if len(ch) > 3 else ''})")
+    if not matches(version, want["version"]) or (cuda or None) != want["cuda"]:
+        return Check(False, f"verified torch {version} (CUDA {cuda}), want {want['version']} (CUDA {want['cuda']})")
+    lack = [c for c in want["capabilities"] if not covered(c, arch_list)]
+    return Check(not lack, f"GPU capability {', '.join(lack)} not in the verified build's arch list")
 
 
 def steps(ctx):
@@ -93,14 +150,20 @@ def steps(ctx):
     version = plan.requirement.split("==", 1)[1]
     caps = sorted({d["capability"] for d in ctx.facts[GPUS]["devices"] if d.get("capability")})
     want = {"version": version, "cuda": plan.cuda, "capabilities": caps}
-    key = VENV(ctx.vars['venv_path'])
+    venv, arch = ctx.vars["venv_path"], ctx.facts[OS]["arch"]
+    key, stamp = VENV(venv), STAMP(posixpath.join(venv, STAMP_NAME))
 
     def check(facts):
         have = facts[key]["packages"].get("torch")
-        return Check(matches(have, version), f"torch {have or 'missing'}, want {version}")
+        if not matches(have, version):
+            return Check(False, f"torch {have or 'missing'}, want {version}")
+        return verified(facts[stamp], want, arch)
 
-    py = f"{rpath(ctx.vars['venv_path'])}/bin/python"
-    action = f"{py} -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))}"
-    return [Step(f"torch.verify {plan.requirement}", [VENV(ctx.vars["venv_path"])], check, action,
-                 hint="the installed torch does not match the plan; see the step output",
-                 scope=scope_of(ctx.vars["venv_path"]))]
+    v = rpath(venv)
+    listing = STAMP_NAME + ".list"
+    # the old stamp goes first: a verify that fails leaves none behind
+    action = (f"rm -f {v}/{STAMP_NAME} && {v}/bin/python -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))} "
+              f"{v}/{listing} && " + stamp_from_list(venv, STAMP_NAME, listing))
+    return [Step(f"torch.verify {plan.requirement}", [key, stamp], check, action,
+                 hint="the installed torch does not match the plan or does not import; see the step output",
+                 scope=scope_of(venv))]

@@ -15,11 +15,15 @@ from nodeprep.ops import pystack
 from nodeprep.ops.pystack import relay
 from nodeprep.ops.pystack import wheelcast
 from nodeprep.errors import InputError, NodeprepError
-from nodeprep.engine.remote import SHA256_SH, rpath
+from nodeprep.engine.remote import SHA256_SH, rpath, stamp_from_list
 from nodeprep.engine.steps import Check, FileContent, Room, Step, scope_of
-from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, USER
+from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, STAMP, USER
 
 SUMS = "SHA256SUMS"
+# The stamp of the last sha256 check that passed (STAMP fact; engine/remote.stamp_from_list),
+# over every wheel it checked: a wheel rewritten, truncated or removed since is pushed and
+# checked again, where SHA256SUMS alone says only what was pushed.
+STAMP_NAME = ".nodeprep-verified"
 
 
 def validate(prov):
@@ -41,7 +45,13 @@ def reads(ctx):
     d = ctx.vars["wheelhouse_dir"]
     # requirements.lock too: a fact read later costs a round trip, and a converged run could
     # not tell it has nothing to do from the probe alone (it would take the locks)
-    return [DIR(d), FILE(posixpath.join(d, SUMS)), FILE(posixpath.join(d, "requirements.lock"))]
+    return [DIR(d), FILE(posixpath.join(d, SUMS)), FILE(posixpath.join(d, "requirements.lock")),
+            STAMP(posixpath.join(d, STAMP_NAME))]
+
+
+# Line 1 of the stamp. SHA256SUMS and the stamp are written by one action, after its check
+# passed, and name the same wheels.
+STAMP_HEAD = "sha256 of every wheel checked against SHA256SUMS"
 
 
 def controller(prov):
@@ -117,11 +127,13 @@ def _verify(ctx, rl, d: str, files: dict, sums_text: str):
         check_all = (f"printf %s {_b64(todo)} | base64 -d | {{ np_bad=0; while read -r np_w np_f; do "
                      f"[ \"$(np_sha256 < \"$np_f\")\" = \"$np_w\" ] || {{ echo \"$np_f: FAILED\" >&2; np_bad=1; }}; "
                      f"done; [ $np_bad -eq 0 ]; }} && ")
-        return (f"{SHA256_SH}; cd {rpath(d)} && rm -rf {relay.STAGE} && "
+        listing = STAMP_HEAD + "\n" + "".join(f"{n}\n" for n in sorted(files))
+        return (f"{SHA256_SH}; cd {rpath(d)} && rm -rf {relay.STAGE} && rm -f {STAMP_NAME} && "
                 f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && "
                 + (check_all if todo else "")
                 + f"for f in *.whl; do grep -qF \"  $f\" .sums.new || rm -f -- \"$f\"; done && "
-                f"mv -f .sums.new {SUMS}")
+                f"mv -f .sums.new {SUMS} && printf %s {_b64(listing)} | base64 -d > {STAMP_NAME}.list && "
+                + stamp_from_list(d, STAMP_NAME, STAMP_NAME + ".list"))
     return verify
 
 
@@ -134,15 +146,24 @@ def steps(ctx):
     files = m["files"]
     sums_text = "".join(f"{sha}  {name}\n" for name, sha in sorted(files.items()))
     listing_key, sums_key = DIR(d), FILE(posixpath.join(d, SUMS))
+    stamp_key = STAMP(posixpath.join(d, STAMP_NAME))
 
     def missing(facts) -> list[str]:
+        """The wheels to push: not recorded with their sha256, absent, or changed since the
+        last check passed."""
         have = _sums((facts[sums_key] or {}).get("content"))
         present = set(facts[listing_key] or [])
-        return [n for n, sha in files.items() if have.get(n) != sha or n not in present]
+        changed = set((facts.get(stamp_key) or {}).get("changed") or ())
+        return [n for n, sha in files.items() if have.get(n) != sha or n not in present or n in changed]
 
     def check(facts):
         lack = missing(facts)
-        return Check(not lack, f"{len(lack)} of {len(files)} wheels to push" if lack else "")
+        if lack:
+            return Check(False, f"{len(lack)} of {len(files)} wheels to push")
+        st = facts[stamp_key]
+        if not st["exists"] or st["head"] != STAMP_HEAD:
+            return Check(False, f"{len(files)} wheels not checked against their sha256 since they were pushed")
+        return Check(True)
 
     rl = _relay(ctx)
     try:
@@ -169,7 +190,7 @@ def steps(ctx):
         lack = missing(facts)
         return Room(d, sum((local / n).stat().st_size for n in lack), len(lack) + 2, f"{len(lack)} wheels")
     return [Step(f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
-                 [DIR(d), FILE(posixpath.join(d, SUMS))], check, verify, before=upload,
+                 [DIR(d), FILE(posixpath.join(d, SUMS)), stamp_key], check, verify, before=upload,
                  hint="see the run log", scope=scope_of(d), fleet=fleet, room=room),
             FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644)]
 

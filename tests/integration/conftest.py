@@ -30,6 +30,11 @@ from nodeprep.settings import Settings
 
 LAB_NAME = "t"
 LAB_SUBNET = 199      # 10.199.0.0/24: apart from "local" (200) and derived names (201-250)
+# NODEPREP_TEST_LAB=NAME:SUBNET runs a tier on a lab of its own beside another run's lab "t"
+# (a developer's second terminal); modules that name lab "t" themselves still need the default.
+if os.environ.get("NODEPREP_TEST_LAB"):
+    LAB_NAME, _subnet = os.environ["NODEPREP_TEST_LAB"].split(":")
+    LAB_SUBNET = int(_subnet)
 LAB_NODES = 3
 
 

@@ -276,7 +276,7 @@ def test_venv_probe_runs_the_interpreter_only_when_it_changed(tmp_path):
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
     os.symlink(os.path.realpath(sys.executable), venv / "bin" / "python")
     good = _run_venv_probe(venv)
-    assert good == {"exists": True, "python": "3.11.2", "packages": {"numpy": "2.1.0"}}
+    assert good == {"exists": True, "python": "3.11.2", "packages": {"numpy": "2.1.0"}, "platforms": {}}
     mark = next(venv.glob(".nodeprep-runs.*"))
     key = mark.read_text()
     failing = tmp_path / "failing-python"
@@ -293,4 +293,4 @@ def test_venv_probe_runs_the_interpreter_only_when_it_changed(tmp_path):
     assert _run_venv_probe(venv) == good                    # remembered: not started
     (venv / "bin" / "python").unlink()
     os.symlink(tmp_path / "gone", venv / "bin" / "python")  # base Python removed
-    assert _run_venv_probe(venv) == {"exists": False, "python": None, "packages": {}}
+    assert _run_venv_probe(venv) == {"exists": False, "python": None, "packages": {}, "platforms": {}}

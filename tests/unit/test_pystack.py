@@ -2,6 +2,8 @@
 a node. The torch check runs against a stand-in `torch` module so CUDA builds can be exercised
 on this CPU-only machine (the real CPU build is verified on the lab in integration tests)."""
 import json
+from pathlib import Path
+import platform
 import subprocess
 import sys
 
@@ -92,8 +94,46 @@ def test_torch_verify_script(tmp_path, installed, want, ok):
     v, c, a = installed
     (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH.format(version=v, cuda=c, arch=a))
     verify = roles.load("torch", ROLES)[0].module.VERIFY
+    listing = tmp_path / "listing"
     r = subprocess.run([sys.executable, "-c", verify, json.dumps(
-        {"version": want[0], "cuda": want[1], "capabilities": want[2]})],
+        {"version": want[0], "cuda": want[1], "capabilities": want[2]}), str(listing)],
         env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
     assert (r.returncode == 0) == ok, r.stderr
     assert json.loads(r.stdout.splitlines()[0])["version"] == v
+    # what the stamp will record: only after a verify that passed; line 1 says what was
+    # verified and on which CPU, then the files whose change could break the import
+    assert listing.exists() == ok
+    if ok:
+        head, *names = listing.read_text().splitlines()
+        assert json.loads(head) == {"version": v, "cuda": c, "arch_list": a, "machine": platform.machine()}
+        assert [n for n in names if n.endswith("torch/__init__.py")], names
+
+
+@pytest.mark.parametrize("tag,arch", [
+    ("manylinux_2_17_x86_64", "x86_64"), ("manylinux2014_aarch64", "aarch64"),
+    ("manylinux1_x86_64", "x86_64"), ("manylinux2010_i686", "i686"),
+    ("musllinux_1_2_aarch64", "aarch64"), ("linux_ppc64le", "ppc64le"),
+    ("manylinux_2_28_s390x", "s390x"), ("linux_armv7l", "armv7l"),
+    ("win_amd64", "win_amd64"), ("macosx_11_0_arm64", "macosx_11_0_arm64")])
+def test_a_platform_tag_names_its_cpu(tag, arch):
+    from nodeprep.ops.pystack.tags import tag_arch
+    assert tag_arch(tag) == arch
+
+
+def test_a_venv_of_x86_64_wheels_is_foreign_on_aarch64_only():
+    """The recorded x86_64 venv (tests/facts/venv/x86_64_wheels_tagged.json) through the VENV
+    parser: its compiled packages are named on an aarch64 node, nothing on x86_64; pure-Python
+    packages never are."""
+    from nodeprep.engine.facts import VENV
+    from nodeprep.ops.pystack import foreign_packages
+    from nodeprep.ops.pystack.tags import describe
+    case = json.loads((Path(__file__).parents[1] / "facts" / "venv" / "x86_64_wheels_tagged.json").read_text())
+    venv = VENV.parse(case["output"], case["rc"])
+    assert foreign_packages(venv, "x86_64") == {}
+    foreign = foreign_packages(venv, "aarch64")
+    assert foreign == {"markupsafe": ["x86_64"], "numpy": ["x86_64"], "torch": ["x86_64"]}
+    assert describe(foreign, limit=2) == ("markupsafe, numpy and 1 more", "x86_64")
+    assert foreign_packages(None, "aarch64") == {} and foreign_packages(venv, None) == {}
+    # a wheel tagged for both CPUs (a universal build) suits either
+    both = dict(venv, platforms={"numpy": ["manylinux_2_28_x86_64", "manylinux_2_28_aarch64"]})
+    assert foreign_packages(both, "aarch64") == {}

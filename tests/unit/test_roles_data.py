@@ -21,6 +21,7 @@ import base64
 import copy
 import json
 import re
+import shlex
 import subprocess
 from dataclasses import fields
 from pathlib import Path
@@ -34,7 +35,7 @@ from nodeprep.commands.provision import _converged, validated
 from nodeprep.commands.waves import plan_node
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
-from nodeprep.engine.facts import FILE, LOGIN_SHELL, PYTHON, FactValues
+from nodeprep.engine.facts import FILE, LOGIN_SHELL, OS, PYTHON, FactValues
 from nodeprep.engine.steps import action_for
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops import pystack
@@ -57,9 +58,10 @@ DEFAULT_HOSTS = {"node-0": {"address": "10.200.0.10"}}
 # ---------------------------------------------------------------------------- case files
 
 class CaseLoader(yaml.SafeLoader):
-    """YAML plus three tags that give facts in the parsers' form: `!recorded fact/case` (the
+    """YAML plus four tags that give facts in the parsers' form: `!recorded fact/case` (the
     real output recorded in tests/facts/<fact>/<case>.json, through the fact's own parser),
-    `!file {content, mode}` and `!missing` (the FILE fact of a file that exists or not)."""
+    `!file {content, mode}` and `!missing` (the FILE fact of a file that exists or not), and
+    `!stamp {head, changed}` (the STAMP fact: a verify's stamp; bare `!stamp`: none)."""
 
 
 def _recorded(loader, node):
@@ -82,9 +84,22 @@ def _missing(loader, node):
     return {"exists": False, "mode": None, "size": 0, "content": None}
 
 
+def _stamp(loader, node):
+    """`!stamp {head, changed}` (changed: the files that differ since; default none), or a bare
+    `!stamp` for no stamp: the STAMP fact's value."""
+    spec = loader.construct_mapping(node, deep=True) if isinstance(node, yaml.MappingNode) else None
+    if not spec:
+        return {"exists": False, "head": None, "same": False, "changed": []}
+    assert set(spec) <= {"head", "changed"}, f"!stamp takes head, changed: {spec}"
+    head = spec["head"] if isinstance(spec["head"], str) else json.dumps(spec["head"])
+    changed = sorted(spec.get("changed") or [])
+    return {"exists": True, "head": head, "same": not changed, "changed": changed}
+
+
 CaseLoader.add_constructor("!recorded", _recorded)
 CaseLoader.add_constructor("!file", _file)
 CaseLoader.add_constructor("!missing", _missing)
+CaseLoader.add_constructor("!stamp", _stamp)
 
 
 def load_case(path: Path) -> dict:
@@ -241,8 +256,22 @@ def _sync_effect(st, view, prov, node) -> dict:
     listing_key, sums_key = st.reads[0].key, st.reads[1].key
     kept = [e for e in view[listing_key] or [] if e not in (relay.STAGE, ".sums.new") and
             not (e.endswith(".whl") and e not in names)]
-    return {listing_key: sorted(set(kept) | names | {"SHA256SUMS"}),
-            sums_key: {"exists": True, "mode": 0o644, "size": len(sums.encode()), "content": sums}}
+    listing = base64.b64decode(re.search(r"printf %s (\S+) \| base64 -d > \.nodeprep-verified\.list", script)[1]).decode()
+    assert sorted(listing.splitlines()[1:]) == sorted(names)      # the stamp covers what was checked
+    return {listing_key: sorted(set(kept) | names | {"SHA256SUMS", ".nodeprep-verified"}),
+            sums_key: {"exists": True, "mode": 0o644, "size": len(sums.encode()), "content": sums},
+            st.reads[2].key: {"exists": True, "head": listing.splitlines()[0], "same": True, "changed": []}}
+
+
+def _torch_verify_effect(st, view, prov, node) -> dict:
+    """Its action imports torch in the venv and checks it against the plan (the `want` it
+    carries, read from the action itself); when that passes it stamps the venv: the stamp
+    says what a build covering those GPUs reports, on this node's CPU."""
+    argv = shlex.split(action_for(st, view))
+    want = json.loads(argv[argv.index("-c") + 2])
+    head = {"version": want["version"], "cuda": want["cuda"], "machine": view[OS]["arch"],
+            "arch_list": [f"sm_{c.replace('.', '')}" for c in want["capabilities"]]}
+    return {st.reads[1].key: {"exists": True, "head": json.dumps(head), "same": True, "changed": []}}
 
 
 # What the action of a step without Step.after leaves, by the start of the step's name.
@@ -252,7 +281,7 @@ EFFECTS = {
     "pip.install requirements.lock": _pip_effect,
     "wheelhouse.sync ": _sync_effect,
     # its action runs the VERIFY script in the venv: it checks torch, it installs nothing
-    "torch.verify ": lambda st, view, prov, node: {},
+    "torch.verify ": _torch_verify_effect,
     # --check without a cached wheelhouse: the action is `:` (nothing is done in --check)
     "wheelhouse.sync": lambda st, view, prov, node: {},
 }

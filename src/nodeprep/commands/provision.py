@@ -20,7 +20,9 @@ from nodeprep.commands.waves import Waves, plan_node, probe
 from nodeprep.engine.locks import Lock, Locks, Owner
 from nodeprep.errors import InputError
 from nodeprep.inventory.nodeset import fold
+from nodeprep.ops import pystack
 from nodeprep.ops.provision import roles as rolemod
+from nodeprep.ops.pystack import tags
 from nodeprep.ops.provision.topology import Topology
 from nodeprep.redact import Redactor
 from nodeprep.settings import Settings
@@ -63,6 +65,27 @@ def _platform_mix(prov: rolemod.Provisioning) -> None:
                                  f"{path} cannot serve them all",
                                  hint="give each platform group its own venv_path in group_vars "
                                       "(e.g. group_vars/aarch64.yml: venv_path: ~/.nodeprep/venv-aarch64)")
+    _foreign_venvs(prov)
+
+
+def _foreign_venvs(prov: rolemod.Provisioning) -> None:
+    """A venv already at a node's venv_path whose compiled wheels are for another CPU (its home
+    is shared with nodes of another platform, which provisioned it in an earlier run) is
+    refused before anything changes: replacing it would break those nodes, installing into it
+    leaves wheels pip keeps because their versions match."""
+    found: dict[tuple, list[str]] = {}
+    for n, f in prov.facts.items():
+        venv, arch = prov.vars[n]["venv_path"], (f.get(factmod.OS) or {}).get("arch")
+        foreign = pystack.foreign_packages(f.get(factmod.VENV(venv)), arch)
+        if foreign:
+            found.setdefault((venv, arch, *tags.describe(foreign)), []).append(n)
+    for (venv, arch, names, other), nodes in sorted(found.items()):
+        raise InputError(f"{fold(nodes)}: {venv} holds a venv built for {other} ({names}); these nodes "
+                         f"are {arch}: one venv cannot serve both platforms",
+                         hint=f"give the {arch} nodes their own venv_path and wheelhouse_dir (e.g. "
+                              f"group_vars/{arch}.yml: venv_path: ~/.nodeprep/venv-{arch}, wheelhouse_dir: "
+                              f"~/.nodeprep/wheelhouse-{arch}); or, if no {other} node uses this home, "
+                              f"remove it on them: rm -rf {venv}")
 
 
 def _locks(fleet, prov: rolemod.Provisioning) -> Locks:

@@ -27,6 +27,25 @@ def write_script(path: str, content: str, mode: int) -> str:
             f"mv -f \"$t\" \"$f\" || {{ rm -f \"$t\"; exit 1; }}")
 
 
+
+# How a stamp records a file (stamp_from_list writes it, engine/facts STAMP reads it back):
+# size, inode and change time (ns). Any write, chmod, replacement or removal changes one of
+# them; ctime cannot be set back from user space (touch sets mtime only).
+STAT_FORMAT = "%s %i %.9Z %n"
+
+
+def stamp_from_list(directory: str, stamp: str, listing: str) -> str:
+    """sh, run after an action verified its work: the stamp STAMP in DIRECTORY (read back by
+    engine/facts STAMP) from LISTING there, whose first line is what was verified and each
+    further line a file name relative to DIRECTORY. One `stat` records every file as it is
+    now; written atomically, LISTING removed. A later check that finds every file as
+    stamped has seen the same state the action verified, without doing the work again."""
+    d, s, ls = rpath(directory), shlex.quote(stamp), shlex.quote(listing)
+    return (f"( cd {d} && set -- && {{ IFS= read -r h; while IFS= read -r x || [ -n \"$x\" ]; do "
+            f"set -- \"$@\" \"$x\"; done; }} < {ls} && {{ printf '%s\\n' \"$h\"; [ $# -eq 0 ] || "
+            f"stat -c '{STAT_FORMAT}' -- \"$@\"; }} > {s}.$$ && mv -f {s}.$$ {s} "
+            f"|| {{ rm -f {s}.$$; exit 1; }}; rm -f {ls} )")
+
 # sh: `np_sha256 < FILE` prints FILE's sha256 (64 hex digits). coreutils' sha256sum (9.1 in
 # Debian 12) does not use the CPU's SHA instructions and hashes ~0.55 GB/s a core here; the
 # openssl binary does (~1.7 GB/s), which matters when every node checks gigabytes of wheels.

@@ -7,7 +7,7 @@
   gpuhealth.py  GPU_DETAIL (nvidia-smi -q -x, nvlink -s) KERNEL_LOG FABRIC
   nodehealth.py LIMITS CLOCK RDMA_PORTS NET_LINKS
   gpudeep.py DCGM_DIAG(DcgmIn(level)) GPU_DEEP(DeepIn(venv, ...)): the deep health tier
-  files.py   FILE(path) DIR(path)
+  files.py   FILE(path) DIR(path) ELF_ARCH(path) STAMP(path)
   python.py  VENV(path) TORCH_BUILD(TorchIn(venv, deep))
   access.py  SUDO((shell, user)) LOGIN_FINDS(programs): what doctor asks of a first contact
   jobs.py    JOB_PROCESSES GPU_APPS PROGRAMS (and JOB_VAR, the job id every job process carries)
@@ -17,7 +17,7 @@ output format under tests/facts/<name>/, and a line in ALL below."""
 from __future__ import annotations
 
 from nodeprep.engine.facts.access import LOGIN_FINDS, SUDO
-from nodeprep.engine.facts.files import DIR, ELF_ARCH, FILE
+from nodeprep.engine.facts.files import DIR, ELF_ARCH, FILE, STAMP
 from nodeprep.engine.facts.gpudeep import DCGM_DIAG, GPU_DEEP
 from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, KERNEL_LOG
 from nodeprep.engine.facts.gpus import GPUS
@@ -32,7 +32,7 @@ from nodeprep.engine.facts.system import (DISK_FREE, ETC_SHELLS, HOSTNAME, IDENT
 
 # Every fact, by name: for the data-file tests and for messages, never for lookups at run time.
 ALL = {f.name: f for f in (HOSTNAME, OS, USER, LOGIN_SHELL, ETC_SHELLS, PYTHON, PYTHON_ON_PATH,
-                           DISK_FREE, IDENTITY, INTERFACES, PORT_LISTENING, ROUTE, GPUS, FILE, DIR, ELF_ARCH, VENV, TORCH_BUILD,
+                           DISK_FREE, IDENTITY, INTERFACES, PORT_LISTENING, ROUTE, GPUS, FILE, DIR, ELF_ARCH, STAMP, VENV, TORCH_BUILD,
                            JOB_PROCESSES, GPU_APPS, PROGRAMS, ROOM, GPU_DETAIL, KERNEL_LOG, FABRIC,
                            LIMITS, CLOCK, RDMA_PORTS, NET_LINKS, DCGM_DIAG, GPU_DEEP, SUDO, LOGIN_FINDS)}
 
@@ -41,7 +41,7 @@ NODE_FACTS = [HOSTNAME, OS, INTERFACES, PYTHON, LOGIN_SHELL, DISK_FREE, GPUS]
 
 __all__ = ["ALL", "NODE_FACTS", "Fact", "FactValues", "Request", "TorchIn", "gather", "key_of",
            "parse_sections", "primary_address", "probe_script", "reaching", "ROUTE", "section_tags", "split_sections",
-           "DIR", "ELF_ARCH", "FILE", "GPUS", "INTERFACES", "PORT_LISTENING", "TORCH_BUILD", "VENV", "DISK_FREE",
+           "DIR", "ELF_ARCH", "FILE", "STAMP", "GPUS", "INTERFACES", "PORT_LISTENING", "TORCH_BUILD", "VENV", "DISK_FREE",
            "ETC_SHELLS", "HOSTNAME", "IDENTITY", "LOGIN_SHELL", "OS", "PYTHON", "PYTHON_ON_PATH", "ROOM", "USER",
            "GPU_APPS", "JOB_PROCESSES", "JOB_VAR", "PROGRAMS", "GPU_DETAIL", "KERNEL_LOG", "FABRIC",
            "LIMITS", "CLOCK", "RDMA_PORTS", "NET_LINKS", "DCGM_DIAG", "GPU_DEEP", "SUDO", "LOGIN_FINDS"]

@@ -4,9 +4,10 @@ so FILE is private: its output is never quoted in an error."""
 from __future__ import annotations
 
 import base64
+import posixpath
 
 from nodeprep.engine.facts.probe import Fact
-from nodeprep.engine.remote import rpath
+from nodeprep.engine.remote import STAT_FORMAT, rpath
 
 MAX_READ = 1 << 20  # managed files are small; refuse to slurp anything bigger
 
@@ -124,3 +125,42 @@ FILE = Fact("file", lambda path: read_many_script([path]), parse_file, batch=rea
             split=split_files, private=True)
 DIR = Fact("dir", dir_script, parse_dir)
 ELF_ARCH = Fact("elf_arch", elf_script, parse_elf)
+
+
+def stamp_script(path: str) -> str:
+    """The stamp at PATH (line 1: what was verified; then one STAT_FORMAT line per file, names
+    relative to the stamp's directory) against the files as they are now: ONE `stat` of every
+    name it lists, compared in sh; the lines travel only when something differs."""
+    p, d = rpath(path), rpath(posixpath.dirname(path) or ".")
+    return (f"[ -f {p} ] || {{ echo @@MISSING@@; exit 0; }}; cd {d} || exit 1; "
+            "h=; r=; set --; { IFS= read -r h; while IFS= read -r l || [ -n \"$l\" ]; do "
+            "r=\"$r$l\n\"; set -- \"$@\" \"${l#* * * }\"; done; } < " + p + "; "
+            "printf '@@HEAD@@ %s\\n' \"$h\"; c=; [ $# -gt 0 ] && c=$(stat -c '" + STAT_FORMAT + "' -- \"$@\" 2>/dev/null); "
+            "if [ \"$c\" = \"${r%?}\" ]; then echo @@SAME@@; else echo @@DIFF@@; "
+            "printf '%s' \"$r\" | while IFS= read -r l; do printf 'R %s\\n' \"$l\"; done; "
+            "printf '%s\\n' \"$c\" | while IFS= read -r l; do [ -n \"$l\" ] && printf 'C %s\\n' \"$l\"; done; fi; true")
+
+
+def parse_stamp(text: str, rc: int) -> dict:
+    """{'exists', 'head' (line 1 as written), 'same' (every listed file as stamped),
+    'changed' (names that differ or are gone, sorted)}."""
+    lines = text.splitlines()
+    if not lines or lines[0] == "@@MISSING@@":
+        return {"exists": False, "head": None, "same": False, "changed": []}
+    if rc != 0 or not lines[0].startswith("@@HEAD@@") or len(lines) < 2:
+        raise ValueError(f"unexpected answer (exit {rc})")
+    head = lines[0][len("@@HEAD@@ "):]
+    if lines[1] == "@@SAME@@":
+        return {"exists": True, "head": head, "same": True, "changed": []}
+    if lines[1] != "@@DIFF@@":
+        raise ValueError("unexpected answer")
+
+    def by_name(tag):
+        return {ln[2:].split(" ", 3)[3]: ln[2:] for ln in lines[2:]
+                if ln.startswith(tag) and len(ln[2:].split(" ", 3)) == 4}
+    recorded, current = by_name("R "), by_name("C ")
+    changed = sorted(n for n, line in recorded.items() if current.get(n) != line)
+    return {"exists": True, "head": head, "same": not changed, "changed": changed}
+
+
+STAMP = Fact("stamp", stamp_script, parse_stamp)     # STAMP(path): a stamp an action wrote

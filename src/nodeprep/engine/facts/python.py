@@ -33,26 +33,40 @@ def _venv_script(path: str) -> str:
             f"elif {p}/bin/python -I -S -c ''; then [ -n \"$c\" ] && "
             "{ printf '%s\\n' \"$k\" > \"$c.$$\" && mv -f -- \"$c.$$\" \"$c\"; } 2>/dev/null; "
             "else echo @@BROKEN@@; fi; "
-            # parameter expansion, not basename: one fork per package cost ~25 ms a node
-            f"for d in {p}/lib/python*/site-packages/*.dist-info; do [ -d \"$d\" ] && "
-            "{ d=${d%.dist-info}; printf '%s\\n' \"${d##*/}\"; }; done")
+            # parameter expansion, not basename: one fork per package cost ~25 ms a node; the
+            # wheel's platform tags (WHEEL's Tag lines but `-any`) read with sh's read builtin
+            f"for d in {p}/lib/python*/site-packages/*.dist-info; do [ -d \"$d\" ] || continue; "
+            "w=$d/WHEEL; d=${d%.dist-info}; printf '%s\\n' \"${d##*/}\"; [ -f \"$w\" ] && "
+            "while IFS= read -r l || [ -n \"$l\" ]; do case $l in 'Tag: '*-any) ;; 'Tag: '*) "
+            "printf '@T %s\\n' \"${l#Tag: }\";; esac; done < \"$w\"; done; true")
 
 
 def parse_venv(text: str, rc: int) -> dict:
-    """{'exists', 'python' (version), 'packages': {canonical name: version}}."""
+    """{'exists', 'python' (version), 'packages': {canonical name: version}, 'platforms':
+    {canonical name: [the wheel's platform tags, e.g. manylinux_2_17_x86_64]} for the packages
+    whose wheel is not for any platform}."""
     from packaging.utils import canonicalize_name
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines or lines[0] == "MISSING":
-        return {"exists": False, "python": None, "packages": {}}
+        return {"exists": False, "python": None, "packages": {}, "platforms": {}}
     if "@@BROKEN@@" in lines:
-        return {"exists": True, "python": None, "packages": {}, "error": "its python does not run"}
-    pkgs = {}
+        return {"exists": True, "python": None, "packages": {}, "platforms": {},
+                "error": "its python does not run"}
+    pkgs, plats, last = {}, {}, None
     for ln in lines[1:]:
+        if ln.startswith("@T "):
+            tag = ln[3:].split("-")
+            if last and len(tag) == 3:      # python-abi-platform; a compressed set a.b is two
+                plats.setdefault(last, [])
+                plats[last] += [t for t in tag[2].split(".") if t not in plats[last]]
+            continue
         name, _, version = ln.rpartition("-")
-        if name:
-            pkgs[canonicalize_name(name)] = version
+        last = canonicalize_name(name) if name else None
+        if last:
+            pkgs[last] = version
     # virtualenv writes version_info = 3.8.10.final.0; venv writes version = 3.11.2
-    return {"exists": True, "python": ".".join(lines[0].split(".")[:3]), "packages": pkgs}
+    return {"exists": True, "python": ".".join(lines[0].split(".")[:3]), "packages": pkgs,
+            "platforms": plats}
 
 
 VENV = Fact("venv", _venv_script, parse_venv)     # VENV(path): the venv at that path

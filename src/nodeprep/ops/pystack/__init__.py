@@ -2,6 +2,7 @@
 installed offline from wheels the controller downloads once per platform.
 
   paths.py       the venv's absolute path on a node, the PATH its ranks get
+  tags.py        which CPU a venv's wheels were built for (their platform tags)
   plan.py        what the stack roles compute once per run: platforms, pins, the torch plan,
                  the wheelhouse manifests
   wheelhouse.py  the controller's wheelhouse: resolve and download once per node platform
@@ -13,6 +14,7 @@ installed offline from wheels the controller downloads once per platform.
 from nodeprep.ops.pystack.paths import node_path, path_env, venv_path
 from nodeprep.ops.pystack.plan import (fleet_majority, fleet_python, platform, requirement_pins, torch_plan,
                                        wheelhouse_manifests)
+from nodeprep.ops.pystack.tags import foreign_packages
 
-__all__ = ["node_path", "path_env", "venv_path", "fleet_majority", "fleet_python", "platform",
+__all__ = ["foreign_packages", "node_path", "path_env", "venv_path", "fleet_majority", "fleet_python", "platform",
            "requirement_pins", "torch_plan", "wheelhouse_manifests"]
