@@ -41,10 +41,9 @@ def covered(cap: str, arch_list: list) -> bool:
 VERIFY = r'''
 import json, os, platform, sys
 import torch
-try:
-    import numpy
-except ImportError:
-    numpy = None
+import importlib.util
+if importlib.util.find_spec("numpy") is not None:
+    import numpy        # torch's ops on arrays load it; a broken numpy fails here, not in a job
 want = json.loads(sys.argv[1])
 got = {"version": torch.__version__, "cuda": torch.version.cuda,
        "arch_list": torch.cuda.get_arch_list() if torch.version.cuda else []}
@@ -78,8 +77,7 @@ with open(sys.argv[2], "w") as out:
     out.write(json.dumps(dict(got, machine=platform.machine())) + "\n" + "".join(n + "\n" for n in keep))
 '''
 
-# In the venv: the stamp of the last import that passed (STAMP fact), and its listing while made.
-STAMP_NAME = ".nodeprep-verified"
+STAMP_NAME = pystack.paths.VERIFIED        # in the venv: its listing is STAMP_NAME.list while made
 
 
 _INDEX = re.compile(r"(https?|file)://[A-Za-z0-9_.~:/?#\[\]@!&'()*+,;=%{}-]+")
@@ -111,7 +109,7 @@ def controller(prov):
 
 def reads(ctx):
     venv = ctx.vars["venv_path"]
-    return [VENV(venv), STAMP(posixpath.join(venv, STAMP_NAME))]
+    return [VENV(venv), STAMP(pystack.verified_stamp(venv))]
 
 
 def matches(have: str | None, want: str) -> bool:
@@ -151,7 +149,7 @@ def steps(ctx):
     caps = sorted({d["capability"] for d in ctx.facts[GPUS]["devices"] if d.get("capability")})
     want = {"version": version, "cuda": plan.cuda, "capabilities": caps}
     venv, arch = ctx.vars["venv_path"], ctx.facts[OS]["arch"]
-    key, stamp = VENV(venv), STAMP(posixpath.join(venv, STAMP_NAME))
+    key, stamp = VENV(venv), STAMP(pystack.verified_stamp(venv))
 
     def check(facts):
         have = facts[key]["packages"].get("torch")

@@ -13,7 +13,7 @@ from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Check, FileBlock, Room, Step, scope_of
 from nodeprep.ops.provision import room
-from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, USER, VENV
+from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, STAMP, USER, VENV
 
 MODES = ("auto", "no-pip", "ensurepip")
 
@@ -45,7 +45,8 @@ FACTS = [PYTHON, USER, OS, GPUS]
 
 
 def reads(ctx):
-    return [VENV(ctx.vars["venv_path"]), FILE(ctx.vars["env_file"])]
+    venv = ctx.vars["venv_path"]
+    return [VENV(venv), FILE(ctx.vars["env_file"]), STAMP(pystack.verified_stamp(venv))]
 
 
 # In a venv being made, until it is whole: a venv whose making was cut (Ctrl-C, a node gone
@@ -84,6 +85,35 @@ def _venv_room(venv: str, key, manifest):
         return Room(venv, int(size * room.VENV_BYTES_PER_WHEEL_BYTE),
                     int(size / 2**20 * room.VENV_FILES_PER_WHEEL_MB), "the venv")
     return need
+
+
+def _install_step(venv: str, key, wh: str, manifest) -> Step:
+    """pip installs the lock; packages whose files changed since torch last imported (the
+    venv's verify stamp names them) are reinstalled by force, and that stamp dropped, since
+    pip keeps whatever has the right version."""
+    lock, stamp = manifest[1]["lock"], STAMP(pystack.verified_stamp(venv))
+    pip = (f"{rpath(venv)}/bin/python -m pip install -q --disable-pip-version-check --no-compile "
+           f"--no-index --find-links {rpath(wh)}")
+
+    def installed(facts):
+        have = facts[key]["packages"]
+        lack = [p for p in lock if have.get(p.split("==")[0]) != p.split("==")[1]]
+        if lack:
+            return Check(False, f"{len(lack)} packages to install ({', '.join(lack[:4])}"
+                                f"{', ...' if len(lack) > 4 else ''})")
+        bad = pystack.damaged(facts.get(stamp), lock)
+        return Check(not bad, f"files of {', '.join(bad)} changed since torch last imported: reinstall")
+
+    def action(facts):
+        # --no-compile: byte-compiling every file of torch is most of the install under
+        # emulation (aarch64 lab node: 66 s -> 13 s); the torch role's verify imports torch
+        # right after, compiling what it loads
+        bad = pystack.damaged(facts.get(stamp), lock)
+        again = (f" && rm -f {rpath(pystack.verified_stamp(venv))} && {pip} --force-reinstall --no-deps "
+                 + " ".join(shlex.quote(p) for p in bad)) if bad else ""
+        return f"{pip} -r {rpath(posixpath.join(wh, 'requirements.lock'))}{again}"
+    return Step("pip.install requirements.lock", [key, stamp], installed, action,
+                scope=scope_of(venv), room=_venv_room(venv, key, manifest))
 
 
 def steps(ctx):
@@ -125,21 +155,7 @@ def steps(ctx):
     pystack.wheelhouse_manifests(prov)      # no-op when the wheelhouse role already did it
     manifest = prov.shared.manifests.get(ctx.name)
     if manifest:
-        lock = manifest[1]["lock"]
-
-        def installed(facts):
-            have = facts[key]["packages"]
-            lack = [p for p in lock if have.get(p.split("==")[0]) != p.split("==")[1]]
-            return Check(not lack, f"{len(lack)} packages to install ({', '.join(lack[:4])}"
-                                   f"{', ...' if len(lack) > 4 else ''})")
-        wh = v["wheelhouse_dir"]
-        out.append(Step("pip.install requirements.lock", [VENV(venv)], installed,
-                        # --no-compile: byte-compiling every file of torch is most of the install
-                        # under emulation (aarch64 lab node: 66 s -> 13 s); the torch role's verify
-                        # imports torch right after, compiling what it loads
-                        f"{rpath(venv)}/bin/python -m pip install -q --disable-pip-version-check --no-compile "
-                        f"--no-index --find-links {rpath(wh)} -r {rpath(posixpath.join(wh, 'requirements.lock'))}",
-                        scope=scope_of(venv), room=_venv_room(venv, key, manifest)))
+        out.append(_install_step(venv, key, v["wheelhouse_dir"], manifest))
     env = pystack.path_env(v, f)["PATH"].split(":")[0]
     out.append(FileBlock(v["env_file"], "venv", f"export PATH={shlex.quote(env)}:\"$PATH\"\n", mode=0o600))
     return out

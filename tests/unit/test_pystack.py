@@ -137,3 +137,18 @@ def test_a_venv_of_x86_64_wheels_is_foreign_on_aarch64_only():
     # a wheel tagged for both CPUs (a universal build) suits either
     both = dict(venv, platforms={"numpy": ["manylinux_2_28_x86_64", "manylinux_2_28_aarch64"]})
     assert foreign_packages(both, "aarch64") == {}
+
+
+def test_the_packages_a_stamp_names_as_changed():
+    """Paths the torch verify stamps, relative to the venv, mapped to the lock's pins: a
+    package's own directory, its bundled .libs, its dist-info RECORD, a top-level module."""
+    from nodeprep.ops.pystack import damaged
+    lock = ["numpy==2.4.6", "torch==2.13.0+cpu", "typing-extensions==4.15.0", "pyyaml==6.0.3"]
+    sp = "lib/python3.11/site-packages/"
+    stamp = {"changed": [sp + "numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so",
+                         sp + "torch.libs/libgomp-a34b3233.so.1", sp + "typing_extensions.py",
+                         sp + "typing_extensions-4.15.0.dist-info/RECORD"]}
+    assert damaged(stamp, lock) == ["numpy==2.4.6", "torch==2.13.0+cpu", "typing-extensions==4.15.0"]
+    assert damaged({"changed": []}, lock) == damaged(None, lock) == []
+    # a module whose import name is not its distribution's (yaml of pyyaml) is not guessed
+    assert damaged({"changed": [sp + "yaml/_yaml.cpython-311-x86_64-linux-gnu.so"]}, lock) == []

@@ -232,6 +232,9 @@ def _pip_effect(st, view, prov, node) -> dict:
         prov.shared.manifests[node][1]["lock"]
     venv = copy.deepcopy(view[key])
     venv["packages"].update({canonicalize_name(p.split("==")[0]): p.split("==")[1] for p in lines})
+    stamp = st.reads[1].key
+    if "--force-reinstall" in action_for(st, view):       # damaged packages: the stamp dropped
+        return {key: venv, stamp: {"exists": False, "head": None, "same": False, "changed": []}}
     return {key: venv}
 
 

@@ -1,7 +1,7 @@
 """The Python stack on the nodes: a venv with the pinned requirements and the planned torch,
 installed offline from wheels the controller downloads once per platform.
 
-  paths.py       the venv's absolute path on a node, the PATH its ranks get
+  paths.py       the venv's absolute path on a node, the PATH its ranks get, its verify stamp
   tags.py        which CPU a venv's wheels were built for (their platform tags)
   plan.py        what the stack roles compute once per run: platforms, pins, the torch plan,
                  the wheelhouse manifests
@@ -11,10 +11,10 @@ installed offline from wheels the controller downloads once per platform.
 
 `from nodeprep.ops import pystack` gives paths.py and plan.py's names (pystack.venv_path, ...).
 """
-from nodeprep.ops.pystack.paths import node_path, path_env, venv_path
+from nodeprep.ops.pystack.paths import damaged, node_path, path_env, venv_path, verified_stamp
 from nodeprep.ops.pystack.plan import (fleet_majority, fleet_python, platform, requirement_pins, torch_plan,
                                        wheelhouse_manifests)
 from nodeprep.ops.pystack.tags import foreign_packages
 
-__all__ = ["foreign_packages", "node_path", "path_env", "venv_path", "fleet_majority", "fleet_python", "platform",
+__all__ = ["damaged", "foreign_packages", "node_path", "verified_stamp", "path_env", "venv_path", "fleet_majority", "fleet_python", "platform",
            "requirement_pins", "torch_plan", "wheelhouse_manifests"]

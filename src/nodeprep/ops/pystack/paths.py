@@ -19,3 +19,29 @@ def venv_path(v: dict, facts: dict) -> str:
 def path_env(v: dict, facts: dict) -> dict[str, str]:
     """PATH for ranks started by a launcher (which does not forward PATH)."""
     return {"PATH": f"{venv_path(v, facts)}/bin:/usr/local/bin:/usr/bin:/bin"}
+
+
+# In the venv: the stamp of the last `import torch` that passed there (the torch role's verify
+# writes it, engine/remote.stamp_from_list; the STAMP fact reads it): what was verified, on which
+# CPU, and every file whose change could break the import, as it was then.
+VERIFIED = ".nodeprep-verified"
+
+
+def verified_stamp(venv: str) -> str:
+    """The path of VENV's stamp (VENV as the inventory writes it: `~/` kept)."""
+    return posixpath.join(venv, VERIFIED)
+
+
+def damaged(stamp: dict | None, lock: list[str]) -> list[str]:
+    """The pins of LOCK whose files the stamp lists as changed since the last import passed
+    (site-packages/<name>/..., <name>.libs/..., <name>-<version>.dist-info/RECORD): pip keeps a
+    package whose version matches, so these are reinstalled by force."""
+    from packaging.utils import canonicalize_name
+    tops = set()
+    for path in (stamp or {}).get("changed") or ():
+        parts = path.split("/")
+        if "site-packages" in parts[:-1]:
+            top = parts[parts.index("site-packages") + 1]
+            top = top.split("-")[0] if top.endswith(".dist-info") else top.removesuffix(".libs")
+            tops.add(canonicalize_name(top.removesuffix(".py")))
+    return [p for p in lock if canonicalize_name(p.split("==")[0]) in tops]
