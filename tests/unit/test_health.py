@@ -4,6 +4,8 @@ public recording shows (a pending row remap, a HW slowdown) is made by changing 
 of a real recording; everything else in it stays as recorded."""
 from __future__ import annotations
 
+import copy
+import json
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -235,6 +237,91 @@ def test_nvlink_down_against_the_nodes_other_gpus():
     down = parse_nvlink("\n".join(lines), 0)
     assert codes(gpu.nvlink, facts(a5000, nvlink=down)) == {"NVLINK_DOWN": Verdict.CRITICAL}
     assert codes(gpu.nvlink, facts(a5000, nvlink={"state": "hung", "gpus": {}})) == {"NVLINK_UNKNOWN": Verdict.UNKNOWN}
+
+
+CASES = Path(__file__).resolve().parents[1] / "facts" / "gpu_detail"
+
+
+def _case(name: str) -> dict:
+    """A GPU_DETAIL fact case's parsed value (tests/facts/gpu_detail/, sources in its README.md),
+    as the probe hands it to the checks."""
+    return json.loads((CASES / f"{name}.json").read_text())["expected"]
+
+
+# Every nvlink -s shape a driver is known to print (and two invented ones, said so in their
+# notes): its verdict. A shape not understood is UNKNOWN, never OK.
+NVLINK_SHAPES = {
+    "nvlink_a100_sxm4_x8_gpu6_all_inactive": {"NVLINK_DOWN": Verdict.CRITICAL},
+    "nvlink_a100_sxm4_x8_every_gpu_all_inactive": {"NVLINK_DOWN": Verdict.CRITICAL},
+    "nvlink_a100_sxm4_links_25gbs": {},
+    "nvlink_h100_pcie_x2_bridged_12_up_6_inactive": {},
+    "nvlink_v100_sxm2_links_3_and_5_inactive": {"NVLINK_DOWN": Verdict.CRITICAL},
+    "nvlink_a100_pcie_x2_all_inactive_no_bridge": {"NVLINK_NONE": Verdict.WARN},
+    "nvlink_rtx2080super_single_all_inactive": {},
+    "nvlink_l40s_device_does_not_have_nvlink": {},
+    "nvlink_empty_driver580_no_nvlink": {},
+    "nvlink_h100_mig_not_supported": {"NVLINK_MIG": Verdict.UNKNOWN},
+    "nvlink_error_device_handle": {"NVLINK_UNKNOWN": Verdict.UNKNOWN},
+    "nvlink_unrecognised_link_value": {"NVLINK_UNKNOWN": Verdict.UNKNOWN},
+    "nvlink_unrecognised_message": {"NVLINK_UNKNOWN": Verdict.UNKNOWN},
+    "nvlink_hung": {"NVLINK_UNKNOWN": Verdict.UNKNOWN},
+}
+
+
+def test_every_nvlink_case_has_a_verdict():
+    assert sorted(p.stem for p in CASES.glob("nvlink_*.json")) == sorted(NVLINK_SHAPES)
+
+
+@pytest.mark.parametrize("name", sorted(NVLINK_SHAPES))
+def test_nvlink_shapes(name):
+    assert codes(gpu.nvlink, facts(detail=_case(name))) == NVLINK_SHAPES[name]
+
+
+def test_a_gpu_cut_off_from_nvlink_fails_the_node():
+    """Issue 42: one A100-SXM4 of eight whose links are all inactive (Azure's recorded output),
+    and every GPU so: the node is CRITICAL, the finding names NVLink and the GPU."""
+    one = run_all({"n": facts(detail=_case("nvlink_a100_sxm4_x8_gpu6_all_inactive"))})
+    found = [f for f in one if f.check == "nvlink"]
+    assert [(f.code, f.verdict) for f in found] == [("NVLINK_DOWN", Verdict.CRITICAL)]
+    assert "GPU 6" in found[0].reason and "NVLink" in found[0].reason and "nvidia-smi -r -i 6" in found[0].fix
+    every = run_all({"n": facts(detail=_case("nvlink_a100_sxm4_x8_every_gpu_all_inactive"))})
+    found = [f for f in every if f.check == "nvlink"]
+    assert [(f.code, f.verdict) for f in found] == [("NVLINK_DOWN", Verdict.CRITICAL)]
+    assert "NVLink fabric is down" in found[0].reason and "0, 1, 2, 3, 4, 5, 6, 7" in found[0].reason
+
+
+def test_all_inactive_everywhere_is_critical_only_where_the_hardware_has_nvlink():
+    """PCIe A100s without a bridge print what a dead SXM fabric prints: NVSwitches (or a fabric
+    state, or an SXM module) make it CRITICAL; without them it is a WARN; one GPU, nothing."""
+    pcie = _case("nvlink_a100_pcie_x2_all_inactive_no_bridge")
+    switches = {"nvswitches": 6, "manager": "active", "running": True}
+    assert codes(gpu.nvlink, facts(detail=pcie, fabric=switches)) == {"NVLINK_DOWN": Verdict.CRITICAL}
+    fabric = copy.deepcopy(pcie)
+    fabric["gpus"][0]["fabric_state"] = "Completed"
+    assert codes(gpu.nvlink, facts(detail=fabric)) == {"NVLINK_DOWN": Verdict.CRITICAL}
+    lone = _case("nvlink_rtx2080super_single_all_inactive")
+    assert codes(gpu.nvlink, facts(detail=lone, fabric=switches)) == {"NVLINK_DOWN": Verdict.CRITICAL}
+
+
+def test_nvml_spellings_and_a_message_on_the_gpu_line():
+    """Drivers spell it NVLink or Nvlink, inActive; Azure's file, after their edit, inactive."""
+    first = _case("nvlink_a100_sxm4_x8_gpu6_all_inactive")["nvlink"]["gpus"]["6"]
+    azure_now = ("GPU 6: NVIDIA A100-SXM4-80GB (UUID: GPU-9667d95e-6d22-0c22-1f57-c481f13e7c44)\n"
+                 "NVML: Unable to retrieve NVLink information as all links are inactive\n")
+    assert parse_nvlink(azure_now, 0)["gpus"]["6"] == first
+    same_line = parse_nvlink("GPU 0: NVIDIA RTX A4000 (UUID: GPU-a) Device does not have or support Nvlink\n", 0)
+    assert same_line["gpus"]["0"]["status"] == "no_nvlink" and same_line["gpus"]["0"]["name"] == "NVIDIA RTX A4000"
+    assert same_line["unknown"] == []
+
+
+def test_a_gpu_line_alone_beside_linked_gpus_is_not_read_as_healthy():
+    """No driver is known to print a GPU line with nothing under it: among GPUs with links up,
+    it is UNKNOWN; alone (no GPU has links) it is a GPU without NVLink, as the empty output."""
+    text = (REC / "gpu-text" / "uozdemir-h100-80gb-hbm3-vm-590-nvlink-s.txt").read_text()
+    a5000 = _xml("telegraf-dual-rtx-a5000")
+    assert codes(gpu.nvlink, facts(a5000, nvlink=parse_nvlink(text + "GPU 1: NVIDIA H100 80GB HBM3\n", 0))) == \
+        {"NVLINK_UNKNOWN": Verdict.UNKNOWN}
+    assert codes(gpu.nvlink, facts(a5000, nvlink=parse_nvlink("GPU 0: NVIDIA RTX A5000\n", 0))) == {}
 
 
 def _klog(*names, uptime=100000.0) -> dict:

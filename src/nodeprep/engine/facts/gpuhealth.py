@@ -170,26 +170,72 @@ def parse_gpu_detail(text: str, rc: int) -> dict:
 GPU_DETAIL = Fact("gpu_detail", lambda _v: GPU_DETAIL_PROBE, parse_gpu_detail)
 
 
+# `nvidia-smi nvlink -s`, line by line. A GPU line starts each GPU's block; under it come link
+# lines or one of NVML's messages. NVML's spelling varies between drivers ("NVLink"/"Nvlink",
+# "inActive"; Azure's test data lowercases it), so the messages match without case. Sources of
+# every shape: tests/facts/gpu_detail/README.md.
+_GPU_LINE = re.compile(r"\s*GPU (\d+):(?:\s+(.*))?$")     # not "GPU 0000:0B:00.0: ..."
+_LINK_LINE = re.compile(r"\s*Link (\d+):\s*(.*?)\s*$")
+_SPEED = re.compile(r"\d+(?:\.\d+)? GB/s")
+_MESSAGES = (      # (what NVML says about the GPU, the status it gives the GPU)
+    (re.compile(r"unable to retrieve nvlink information as all links are inactive", re.I), "all_inactive"),
+    (re.compile(r"device does not have or support nvlink", re.I), "no_nvlink"),
+    (re.compile(r"nvlink queries are not supported for devices in mig mode", re.I), "mig"),
+)
+
+
+def _message(text: str) -> str | None:
+    return next((status for pattern, status in _MESSAGES if pattern.search(text)), None)
+
+
+def _gpu_block(m) -> tuple[str, dict]:
+    """A GPU line -> (its index, its entry); NVML's message may follow the name on the same line."""
+    rest = m.group(2) or ""
+    name = re.split(r"\s*\(UUID:|\s+(?:NVML:|Device does not|Nvlink queries)", rest, flags=re.I)[0].strip()
+    return m.group(1), {"name": name or None, "active": 0, "inactive": [], "unread": 0, "status": _message(rest)}
+
+
+def _link(entry: dict, number: int, value: str) -> bool:
+    """Count a link line in ENTRY; False when its value is neither a speed nor <inactive>."""
+    if _SPEED.fullmatch(value):
+        entry["active"] += 1
+    elif value.lower() == "<inactive>":
+        entry["inactive"].append(number)
+    else:
+        return False
+    return True
+
+
 def parse_nvlink(text: str, rc: int) -> dict:
-    """`nvidia-smi nvlink -s` (exit status RC) -> {state, gpus: {gpu index (str): {'active': n,
-    'inactive': [link numbers]}}}. A GPU line is `GPU 0: NVIDIA A100-SXM4-80GB (UUID: ...)`; a
-    link line `Link 3: 25 GB/s` or `Link 3: <inactive>`. No link lines: no NVLink."""
+    """`nvidia-smi nvlink -s` (exit status RC) -> {state: ok|error|hung, error, unknown (the
+    lines not understood, at most 5), gpus: {gpu index (str): {name, active (links with a
+    speed), inactive (link numbers), unread (its lines not understood), status}}}. A GPU's
+    status: links (link lines), all_inactive (NVML: all links are inactive), no_nvlink (the
+    device has none), mig (not readable in MIG mode), silent (its GPU line alone). A link is
+    active only with a speed: any other value is not understood, never taken for a link up.
+    Empty output (driver 580 on a GPU without NVLink; 595 says no_nvlink): no NVLink."""
     if rc in _HUNG:
-        return {"state": "hung", "gpus": {}}
+        return {"state": "hung", "error": f"nvidia-smi nvlink -s did not answer within {SMI_TIMEOUT} s",
+                "unknown": [], "gpus": {}}
     gpus: dict[str, dict] = {}
-    current = None
+    current, unknown = None, []
     for line in text.splitlines():
-        g = re.match(r"\s*GPU (\d+):", line)
+        g, lk = _GPU_LINE.match(line), _LINK_LINE.match(line)
         if g:
-            current = gpus.setdefault(g.group(1), {"active": 0, "inactive": []})
+            index, current = _gpu_block(g)
+            gpus[index] = current
+        elif current is not None and lk and _link(current, int(lk.group(1)), lk.group(2)):
             continue
-        lk = re.match(r"\s*Link (\d+):\s*(.*)", line)
-        if lk and current is not None:
-            if "inactive" in lk.group(2).lower():
-                current["inactive"].append(int(lk.group(1)))
-            else:
-                current["active"] += 1
-    return {"state": "ok" if rc == 0 else "error", "gpus": gpus}
+        elif current is not None and not lk and current["status"] is None and _message(line):
+            current["status"] = _message(line)
+        elif line.strip():
+            if current is not None:
+                current["unread"] += 1
+            unknown.append((f"under GPU {index}: " if current is not None else "") + line.strip()[:200])
+    for entry in gpus.values():
+        entry["status"] = entry["status"] or ("links" if entry["active"] or entry["inactive"] else "silent")
+    error = None if rc == 0 else ("; ".join(unknown)[-300:] or f"nvidia-smi nvlink -s exited {rc}")
+    return {"state": "ok" if rc == 0 else "error", "error": error, "unknown": unknown[:5], "gpus": gpus}
 
 
 # -- KERNEL_LOG: the lines that matter, with their age ---------------------------------------

@@ -36,9 +36,12 @@ CHECKS: tuple[Check, ...] = (
     Check("clock_events", "no hardware slowdown, thermal or power brake holding the clocks",
           {"CLOCK_HW_SLOWDOWN": "HW slowdown / HW thermal / power brake", "CLOCK_SW_THERMAL": "SW thermal"},
           gpu.FACTS, gpu.clock_events, source=f"{_AZ} (throttling); NVML clocks_event_reasons"),
-    Check("nvlink", "every NVLink link up on every GPU", {"NVLINK_DOWN": "inactive links",
-          "NVLINK_UNKNOWN": "nvidia-smi nvlink did not answer"}, gpu.FACTS, gpu.nvlink,
-          source=f"{_AZ} (NVLink inactive); Imbue"),
+    Check("nvlink", "every NVLink link up on every GPU (nvidia-smi nvlink -s)",
+          {"NVLINK_DOWN": "inactive links, a GPU cut off (all links inactive), or no link up where NVSwitches, "
+           "a fabric state or an SXM module say NVLink must be", "NVLINK_NONE": "no link up on any GPU, nothing "
+           "says a bridge is fitted (WARN)", "NVLINK_MIG": "not readable in MIG mode (UNKNOWN)",
+           "NVLINK_UNKNOWN": "nvlink -s hung, failed, or printed what nodeprep does not read"},
+          gpu.FACTS, gpu.nvlink, source=f"{_AZ} (NVLink inactive, all links inactive); Imbue"),
     Check("mig_mode", "MIG mode equal across the fleet", {"MIG_MISMATCH": "differs from most nodes"},
           fleet.FACTS, fleet.mig_mode, fleet=True, source="Imbue (golden config)"),
     Check("gpu_busy", "no other process on the GPUs", {"GPU_BUSY": "a compute process holds a GPU"},
