@@ -289,7 +289,7 @@ def test_an_inventory_script_that_prints_no_json_is_named(tmp_path):
     f.chmod(0o755)
     with pytest.raises(InputError) as e:
         load(str(f))
-    assert "--list" in str(e.value.file) and "invalid YAML" in str(e.value)
+    assert "--list" in str(e.value.file) and "invalid JSON" in str(e.value)
     f.chmod(0o644)          # not executable: read as a file (and refused as one)
     with pytest.raises(InputError):
         load(str(f))

@@ -24,15 +24,19 @@ reduced to the same view:
 An entry Ansible refuses must be refused by nodeprep: exit code 2 and no traceback.
 Entries named bad_* are the ones Ansible refuses (test_corpus_names_match_ansible checks it).
 
-Ansible runs with unparsed sources made fatal, only the yaml and ini plugins enabled, an
-empty config file and a fresh temporary directory as home, local temp and working directory
-(so nothing from the machine or the repo leaks in, and nothing is cached between runs).
+Ansible runs with unparsed sources made fatal, only the script, yaml and ini plugins
+enabled, an empty config file and a fresh temporary directory as home, local temp and working
+directory (so nothing from the machine or the repo leaks in, and nothing is cached between
+runs). An executable entry is an inventory script; a `.json` entry named *script_output* is
+what a script prints, saved, and Ansible is given a script that prints it (output_script):
+Ansible itself reads a .json file with its yaml plugin only, which refuses that shape.
 """
 from __future__ import annotations
 
 import difflib
 import json
 import os
+import shlex
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +84,28 @@ def require_ansible() -> None:
 RUN_ENV = dict(os.environ)
 
 
+def is_script_output(entry: str) -> bool:
+    """A `.json` entry named *script_output*: what an inventory script prints, saved."""
+    return entry.endswith(".json") and "script_output" in entry
+
+
+def output_script(output: Path, folder: Path) -> Path:
+    """A script in FOLDER that prints OUTPUT for `--list` and `{}` for `--host NAME`: how
+    Ansible reads saved script output (it reads a .json file only with its yaml plugin,
+    which refuses the script shape)."""
+    script = folder / "inventory_script.sh"
+    script.write_text(f"#!/bin/sh\nif [ \"$1\" = --list ]; then exec cat {shlex.quote(str(output))}; fi\n"
+                      "echo '{}'\n")
+    script.chmod(0o755)
+    return script
+
+
 def run_ansible(entry: str) -> Run:
+    return ansible_list(CORPUS / entry, script_output=is_script_output(entry))
+
+
+def ansible_list(source: Path, script_output: bool = False) -> Run:
+    """`ansible-inventory -i SOURCE --list` (SOURCE: saved script output when SCRIPT_OUTPUT)."""
     with tempfile.TemporaryDirectory(prefix="nodeprep-ansible-") as tmp:
         config = Path(tmp) / "ansible.cfg"
         config.write_text("")
@@ -89,13 +114,13 @@ def run_ansible(entry: str) -> Run:
                    ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
                    ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
                    ANSIBLE_INVENTORY_ENABLED="script,yaml,ini", ANSIBLE_NOCOLOR="1")
-        argv = [str(ANSIBLE_INVENTORY), "-i", str(CORPUS / entry), "--list"]
+        source = output_script(source, Path(tmp)) if script_output else source
+        argv = [str(ANSIBLE_INVENTORY), "-i", str(source), "--list"]
         # cwd is the empty temp dir: ansible-inventory would read group_vars/ and host_vars/
         # (and ansible.cfg) from its working directory too
         r = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True,
                            timeout=TIMEOUT)
     return Run(argv, r.returncode, r.stdout, r.stderr)
-
 
 
 def run_nodeprep(entry: str) -> Run:
@@ -176,6 +201,12 @@ def resolve(hv: dict, option: str):
     return found[-1] if found else None
 
 
+def ansible_json(text: str):
+    """ansible-inventory's JSON as Ansible's own decoder reads it: `{"__ansible_unsafe": S}`
+    (a string Ansible will not template, e.g. a malformed group's variables) is S."""
+    return json.loads(text, object_hook=lambda d: d["__ansible_unsafe"] if "__ansible_unsafe" in d else d)
+
+
 def ansible_view(out: dict, base: Path) -> dict:
     hostvars = out["_meta"]["hostvars"]
     groups = {name: body for name, body in out.items() if name != "_meta"}
@@ -204,7 +235,6 @@ def entry_base(entry: str) -> Path:
 
 def openssh_jump(args: str) -> str | None:
     """The jump chain OpenSSH reads from ssh arguments ARGS (`ssh -G`), as hops joined by ','."""
-    import shlex
     from nodeprep.inventory import jumps
     if "proxyjump" not in args.lower() and "proxycommand" not in args.lower() and "-J" not in args:
         return None
@@ -274,7 +304,7 @@ def test_reads_like_ansible(entry, runs):
                               f"Ansible said:\n{ans.stderr.strip()}\n\nnodeprep:\n{ours.describe()}")
         return
     try:
-        theirs_view = ansible_view(json.loads(ans.stdout), entry_base(entry))
+        theirs_view = ansible_view(ansible_json(ans.stdout), entry_base(entry))
     except (ValueError, KeyError) as e:
         pytest.fail(f"unreadable ansible-inventory output ({e}):\n{ans.describe()}")
     unsafe = unsafe_fields(theirs_view)
@@ -309,7 +339,7 @@ def test_reads_the_json_ansible_inventory_lists(entry, runs, tmp_path):
     require_ansible()
     ans = runs.get("ansible", entry)
     assert ans.rc == 0, ans.describe()
-    theirs_view = ansible_view(json.loads(ans.stdout), tmp_path)
+    theirs_view = ansible_view(ansible_json(ans.stdout), tmp_path)
     listed = tmp_path / "hosts.json"
     listed.write_text(ans.stdout)
     inv = load(str(listed), root=ROOT, check_fields=not unsafe_fields(theirs_view))

@@ -5,7 +5,7 @@ validated Inventory.
   sources.py    the native YAML format, group_vars/ and host_vars/
   ansible.py    Ansible YAML inventories (with addresses.py: hosts, ports, ranges, group order)
   ini.py        Ansible INI inventories
-  dynamic.py    Ansible's dynamic inventories: inventory scripts and `ansible-inventory --list` JSON
+  dynamic.py    Ansible's dynamic inventories: inventory scripts and what they print (.json, `ansible-inventory --list`)
   hostfiles.py  DeepSpeed, Open MPI, MPICH hostfiles, PBS nodefiles, Slurm node lists
   sshconfig.py  `sshconfig:`: the Host aliases of ~/.ssh/config as nodes, with OpenSSH's values
   sshconfig_files.py  a client config read as ssh reads it: words, comments, Include, the names
@@ -14,6 +14,7 @@ validated Inventory.
   connvars.py   every Ansible ssh-connection variable: used (as what), ignored (why) or refused (the fix)
   dsfilter.py   DeepSpeed's --include/--exclude strings as --limit: nodes and slots
   yamlfile.py   YAML read with file:line for every value, one-line errors
+  jsonfile.py   JSON read as Ansible reads it (script output; a file: JSON first, else YAML), with file:line
   writer.py     the native format written (invoke init): commented hosts.yml, values literal
   schema.py     the variables (defaults.yml) and their types
   fields.py     what names, addresses, users and values may contain

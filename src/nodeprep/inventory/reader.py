@@ -5,8 +5,10 @@
                    hidden files, group_vars/, host_vars/ and backup/doc extensions skipped;
                    a later file's values win; group_vars/ and host_vars/ beside them
   SCRIPT           an executable file with a shebang: Ansible's inventory script (--list, --host)
-  FILE.yml/.yaml/.json   YAML: nodeprep's native format (top-level hosts:) or Ansible's, or
-                   the JSON `ansible-inventory --list` prints (dynamic.py)
+  FILE.yml/.yaml/.json   JSON when it parses as JSON, else YAML, as Ansible's loader reads
+                   a file (jsonfile.py): nodeprep's native format (top-level hosts:) or
+                   Ansible's, or what an inventory script prints (dynamic.is_list_json: a
+                   `_meta`, or in a .json file groups, hosts or children as lists)
   FILE.ini         Ansible INI
   FILE             any other file: a YAML mapping is YAML, else told apart by content
                    (hostfiles.sniff: Ansible INI, DeepSpeed/Open MPI hostfile, nodefile)
@@ -23,7 +25,8 @@ from pathlib import Path
 
 from nodeprep.errors import InputError
 from nodeprep.inventory import ansible, dynamic, hostfiles, ini, sources, sshconfig, sshconfig_files
-from nodeprep.inventory.yamlfile import LineDict, shown_path, load_yaml
+from nodeprep.inventory.jsonfile import load_file
+from nodeprep.inventory.yamlfile import LineDict, shown_path
 
 _NOT_FOUND_HINT = "create it, or use `invoke lab.up` for the local lab"
 _PREFIXES = ("hostfile", "pbs", "nodefile", "slurm", "ini", "yaml", "sshconfig")
@@ -143,7 +146,7 @@ def read_file(src: sources.Source, path: Path, schema, alone: bool) -> None:
     if path.suffix == ".ini":
         return ini.read_ini(src, path, schema)
     try:
-        data = load_yaml(path)
+        data = load_file(path)
     except InputError as exc:
         data, yaml_error = None, exc
     else:
@@ -161,14 +164,14 @@ def read_file(src: sources.Source, path: Path, schema, alone: bool) -> None:
 
 
 def read_yaml(src: sources.Source, path: Path, schema, data=None) -> None:
-    data = load_yaml(path) if data is None else data
+    data = load_file(path) if data is None else data
     file = shown_path(path)
     if data is None:
         raise InputError("the inventory is empty", "add a hosts: section", file, 1)
     if not isinstance(data, LineDict):
         raise InputError("the top level must be a mapping", "start with `hosts:`, or "
                          "Ansible's `all:`", file, getattr(data, "line", 1))
-    if dynamic.is_list_json(data):
+    if dynamic.is_list_json(data, path):
         dynamic.read_list(src, data, schema, file)
     elif _native(data):
         sources.read_native(src, data, schema)

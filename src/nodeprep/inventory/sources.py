@@ -15,7 +15,8 @@ from nodeprep.inventory import nodeset
 from nodeprep.errors import InputError
 from nodeprep.inventory import connvars
 from nodeprep.inventory.schema import VarSpec, check_value, normalize
-from nodeprep.inventory.yamlfile import LineDict, LineList, shown_path, load_yaml
+from nodeprep.inventory.yamlfile import LineDict, LineList, shown_path
+from nodeprep.inventory.jsonfile import load_file
 
 Vars = dict  # variable -> (value, origin "file:line" or "cli")
 Schema = dict[str, VarSpec]
@@ -305,7 +306,7 @@ def read_side_files(src: Source, directory: Path, schema: Schema):
         for name in known:
             for path in vars_files(where, name):
                 target.setdefault(name, {}).update(
-                    read_vars(load_yaml(path), schema, shown_path(path), 1, src))
+                    read_vars(load_file(path), schema, shown_path(path), 1, src))
         names = set(known)
         for entry in sorted(where.iterdir()):
             stem = entry.name[:len(entry.name) - len(entry.suffix)] if entry.suffix in VARS_EXTENSIONS else None
