@@ -66,6 +66,7 @@ def bandwidth(res, width: int = 12) -> str:
         lines += [f"  {a} -> {b}  {v:.2f} Gbit/s  rtt {m.rtt.get((a, b), float('nan')):.2f} ms" for (a, b), v in ranked]
     for (a, b), err in sorted(m.errors.items()):
         lines.append(f"failed: {a} -> {b}: {err}")
+    lines += _fallback(res.fallback)
     med = m.median()
     lines.append(f"median {med:.2f} Gbit/s over {len(m.rate)} pair(s); rule: {m.as_dict()['rule']}"
                  if med else "no pair completed")
@@ -74,6 +75,18 @@ def bandwidth(res, width: int = 12) -> str:
     if not res.flagged and not m.errors:
         lines.append("no node flagged")
     return "\n".join(lines)
+
+
+def _fallback(fb) -> list[str]:
+    """The nodes iperf3 could not measure and why, and what the builtin program measured."""
+    if fb is None:
+        return []
+    lines = [f"not measured with iperf3: {n}: {why}" for n, why in fb.nodes.items()]
+    if fb.pairs:
+        lines.append(f"  iperf3 failed {len(fb.pairs)} pair(s) in {fb.rounds} round(s): "
+                     + ", ".join(f"{a} -> {b}" for a, b in sorted(fb.pairs)))
+    lines.append("  every pair measured with the builtin program (the rule compares the rates of one tool)")
+    return lines
 
 
 def heatmap_png(res, path: str) -> None:

@@ -2,7 +2,8 @@
 sends and receives at once (ops/health/pairs.py: the full ring shift, or --quick's matching
 and second pass), with iperf3 (nodeside/iperf3pair.sh) where every node has it, else
 nodeside/bwpair.py, on every node of a round; the result is the matrix and the nodes the rule
-flags."""
+flags. When iperf3 fails a pair for a node's own reason (a full /tmp, a crash), the node is
+named with iperf3's line and the builtin program measures the whole matrix (pairs.Fallback)."""
 from __future__ import annotations
 
 import json
@@ -18,6 +19,8 @@ from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops.health import pairs
 from nodeprep.settings import Settings
 
+NOT_ON_PATH = "iperf3: not found on the login PATH"
+
 
 @dataclass
 class BandwidthResult:
@@ -26,11 +29,13 @@ class BandwidthResult:
     rounds: int
     seconds: float
     flagged: dict[str, str]
-    tool: str = "builtin"       # iperf3 | builtin
+    tool: str = "builtin"       # iperf3 | builtin: the tool of every pair in the matrix
+    fallback: pairs.Fallback | None = None     # why builtin where iperf3 was wanted
 
     def as_dict(self) -> dict:
         return {"mode": self.mode, "tool": self.tool, "rounds": self.rounds, "seconds_per_round": self.seconds,
-                **self.matrix.as_dict(), "flagged": self.flagged}
+                **self.matrix.as_dict(), "flagged": self.flagged,
+                "fallback": self.fallback.as_dict() if self.fallback else None}
 
     @property
     def exit_code(self) -> int:
@@ -48,41 +53,79 @@ def _command(tool: str, peer_addr: str, opts: BandwidthOptions, python: str) -> 
 
 def _result(tool: str, r) -> dict:
     if tool == "iperf3":
-        return pairs.iperf3_result(r.stdout)
+        return pairs.iperf3_answer(r.stdout)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if r.rc != 0 or not lines:
         raise NodeprepError(f"bandwidth program failed (exit {r.rc}): {r.tail(2)}")
     return json.loads(lines[-1])
 
 
-def _round(fleet: Fleet, flows: list[tuple[str, str]], addr: dict, opts: BandwidthOptions, m: pairs.Matrix,
-           tool: str = "builtin"):
-    """One round: every sender of FLOWS sends to its receiver while receiving from its own."""
-    peer = dict(flows)
+@dataclass
+class _Rounds:
+    """Runs rounds on the fleet into a matrix, with one tool."""
+    fleet: Fleet
+    addr: dict[str, str]
+    opts: BandwidthOptions
+    tool: str
 
-    def one(s):
-        cmd = _command(tool, addr[peer[s.name]], opts, str(s.host.vars.get("python") or "python3"))
-        r = s.run(cmd, timeout=opts.seconds + 90, label=f"bandwidth to {peer[s.name]} ({tool})")
-        return _result(tool, r)
-    got = fleet.map(one, "bandwidth", only=list(peer))
-    for src, dst in flows:
-        res = got.get(src)
-        if res is None:
-            m.errors[(src, dst)] = "the sender did not answer"
-        elif res.get("error") or not res.get("seconds"):
-            m.errors[(src, dst)] = res.get("error") or "nothing sent"
-        else:
-            m.rate[(src, dst)] = res["sent_bytes"] * 8 / res["seconds"] / 1e9
-            if res.get("rtt_ms") is not None:
-                m.rtt[(src, dst)] = res["rtt_ms"]
+    def run(self, flows: list[tuple[str, str]], m: pairs.Matrix) -> None:
+        """One round: every sender of FLOWS sends to its receiver while receiving from its own."""
+        peer = dict(flows)
+
+        def one(s):
+            cmd = _command(self.tool, self.addr[peer[s.name]], self.opts, str(s.host.vars.get("python") or "python3"))
+            r = s.run(cmd, timeout=self.opts.seconds + 90, label=f"bandwidth to {peer[s.name]} ({self.tool})")
+            return _result(self.tool, r)
+        got = self.fleet.map(one, "bandwidth", only=list(peer))
+        if self.tool == "iperf3":
+            pairs.record_iperf3(m, flows, got)
+            return
+        for src, dst in flows:
+            res = got.get(src)
+            if res is None:
+                m.errors[(src, dst)] = "the sender did not answer"
+            elif res.get("error") or not res.get("seconds"):
+                m.errors[(src, dst)] = res.get("error") or "nothing sent"
+            else:
+                pairs.record(m, (src, dst), res)
+
+    def full(self, m: pairs.Matrix, quick_wanted: bool) -> tuple[str, int, dict[str, str]]:
+        """Every ordered pair, N-1 rounds; stops after a round where iperf3 failed on a node."""
+        plan = pairs.ring_rounds(m.names)
+        done = 0
+        for flows in plan:
+            self.run(flows, m)
+            done += 1
+            if m.unmeasured:
+                break
+        return ("full" if not quick_wanted else "full (--quick needs 4 nodes or more)"), done, m.flagged()
+
+    def quick(self, m: pairs.Matrix) -> tuple[str, int, dict[str, str]]:
+        """The matching, then each suspect against a good node; stops as full() does."""
+        matched, left = pairs.matching(m.names)
+        self.run(pairs.both_ways(matched), m)
+        if m.unmeasured:
+            return "quick", 1, {}
+        suspects = m.suspects() | set(left)
+        done = 1
+        for flows in pairs.second_pass(m, suspects):
+            self.run(flows, m)
+            done += 1
+            if m.unmeasured:
+                return "quick", done, {}
+        flagged = {n: why for n, why in m.flagged().items() if n in suspects}   # a pass never flips
+        return "quick", done, flagged
 
 
-def choose_tool(fleet: Fleet, want: str) -> str:
+def probe_iperf3(fleet: Fleet) -> dict[str, bool]:
+    return fleet.map(lambda s: s.run("command -v iperf3", timeout=30, label="iperf3?").rc == 0, "bandwidth: tool")
+
+
+def tool_for(has: dict[str, bool], want: str) -> str:
     """iperf3 where every node has it on the login PATH (--tool auto), else the builtin sender;
     --tool iperf3 on a node without it is a bad input naming the node."""
     if want == "builtin":
         return "builtin"
-    has = fleet.map(lambda s: s.run("command -v iperf3", timeout=30, label="iperf3?").rc == 0, "bandwidth: tool")
     lacking = sorted(n for n, ok in has.items() if not ok)
     if want == "iperf3" and lacking:
         raise InputError(f"--tool iperf3: no iperf3 on {', '.join(lacking[:5])}",
@@ -90,27 +133,36 @@ def choose_tool(fleet: Fleet, want: str) -> str:
     return "iperf3" if has and not lacking else "builtin"
 
 
+def lacking(has: dict[str, bool]) -> pairs.Fallback | None:
+    """The nodes without iperf3 that made --tool auto take the builtin program, named."""
+    missing = sorted(n for n, ok in has.items() if not ok)
+    return pairs.Fallback({n: NOT_ON_PATH for n in missing}) if missing else None
+
+
+def _measure(fleet: Fleet, addr: dict[str, str], opts: BandwidthOptions, tool: str,
+             fallback: pairs.Fallback | None) -> BandwidthResult:
+    """The mode's rounds with TOOL; when iperf3 failed a pair for a node's own reason, the
+    rounds again from the start with the builtin program, the iperf3 rounds kept as the
+    Fallback."""
+    names = list(addr)
+    quick = opts.quick and len(names) >= 4          # under 4 nodes a matching has no reference
+    m = pairs.Matrix(names)
+    rounds = _Rounds(fleet, addr, opts, tool)
+    mode, done, flagged = rounds.quick(m) if quick else rounds.full(m, opts.quick)
+    if m.unmeasured:
+        fallback = pairs.Fallback.of(m, done)
+        tool, m = "builtin", pairs.Matrix(names)
+        rounds = _Rounds(fleet, addr, opts, tool)
+        mode, done, flagged = rounds.quick(m) if quick else rounds.full(m, opts.quick)
+    return BandwidthResult(m, mode, done, opts.seconds, flagged, tool, fallback)
+
+
 def bandwidth(opts: BandwidthOptions, settings: Settings, events: Events) -> BandwidthResult:
     opts.check()
     _inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     if len(hosts) < 2:
         raise InputError("bandwidth needs at least 2 nodes", hint="--limit at least two nodes")
-    names = [h.name for h in hosts]
     addr = {h.name: h.address for h in hosts}
-    m = pairs.Matrix(names)
     with Fleet(hosts, settings, "bandwidth", events) as fleet:
-        tool = choose_tool(fleet, opts.tool)
-        if not opts.quick or len(names) < 4:        # under 4 nodes a matching has no reference
-            plan = pairs.ring_rounds(names)
-            for flows in plan:
-                _round(fleet, flows, addr, opts, m, tool)
-            mode = "full" if not opts.quick else "full (--quick needs 4 nodes or more)"
-            return BandwidthResult(m, mode, len(plan), opts.seconds, m.flagged(), tool)
-        matched, left = pairs.matching(names)
-        _round(fleet, pairs.both_ways(matched), addr, opts, m, tool)
-        suspects = m.suspects() | set(left)
-        second = pairs.second_pass(m, suspects)
-        for flows in second:
-            _round(fleet, flows, addr, opts, m, tool)
-        flagged = {n: why for n, why in m.flagged().items() if n in suspects}   # a pass never flips
-        return BandwidthResult(m, "quick", 1 + len(second), opts.seconds, flagged, tool)
+        has = {} if opts.tool == "builtin" else probe_iperf3(fleet)
+        return _measure(fleet, addr, opts, tool_for(has, opts.tool), lacking(has))
