@@ -8,7 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Exit, Task
+from invoke import task as invoke_task
 
 from nodeprep import cli
 from nodeprep.commands.options import (BandwidthOptions, DoctorOptions, FactsOptions, ForgetOptions, HealthOptions,
@@ -17,6 +18,27 @@ from nodeprep.commands.options import (BandwidthOptions, DoctorOptions, FactsOpt
 from nodeprep.settings import Settings
 
 HERE = str(Path(__file__).resolve().parent)
+
+
+class _Task(Task):
+    """Invoke's Task with short flags that cannot be confused: an automatic one is never `-`
+    (a dashed name's dash: `--, --kill-stale` beside the `--` before train's payload arguments)
+    nor `h` (`TASK -h` is help, as `TASK --help` is); `short={arg: flag}` gives one instead
+    (None: none)."""
+
+    def __init__(self, body, short: dict | None = None, **kwargs):
+        super().__init__(body, **kwargs)
+        self.short = short or {}
+
+    def arg_opts(self, name, default, taken_names):
+        opts = super().arg_opts(name, default, taken_names | {"-", "h"})
+        if name in self.short:
+            opts["names"] = opts["names"][:1] + ([self.short[name]] if self.short[name] else [])
+        return opts
+
+
+def task(**kwargs):
+    return invoke_task(klass=_Task, **kwargs)
 
 
 def _settings(c, **overrides) -> Settings:
@@ -77,8 +99,10 @@ def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silen
             "set": "KEY=VALUE the source does not say, e.g. user=ops or key=~/.ssh/id_ed25519 (repeatable)",
             **LIVENESS}, iterable=["set"])
 def init(c, name=None, from_=None, force=False, dry_run=False, set=None, connect_timeout=None, silent_after=None):
-    """A first inventory from what you already have: each node contacted once, what was learned
-    written as values and comments (commented native YAML), then the next three commands."""
+    """Write a first inventory from what you already have.
+
+    Each node is contacted once; what was learned is written as values and comments (commented
+    native YAML), then the next three commands."""
     _help_if_asked("init", name, from_)
     _done(cli.init(InitOptions(name, from_, force, dry_run, tuple(set or ())),
                    _deadlines(c, connect_timeout, silent_after)))
@@ -106,8 +130,10 @@ def init(c, name=None, from_=None, force=False, dry_run=False, set=None, connect
 def health(c, inventory=None, limit=None, json=False, list_checks=False, check=None, ignore=None,
            via="auto", drain=False, undrain=False, deep=False, emulate_gpus=None, burn_seconds=None,
            connect_timeout=None, silent_after=None):
-    """Is every node fit to run a job: GPUs (ECC, row remap, PCIe, clocks, NVLink, Xids), disk,
-    memory, /dev/shm, limits, clock, RDMA ports, the job network. Exit 1 on a CRITICAL finding."""
+    """Check that every node is fit to run a job; exit 1 on a CRITICAL finding.
+
+    GPUs (ECC, row remap, PCIe, clocks, NVLink, Xids), disk, memory, /dev/shm, limits, clock,
+    RDMA ports, the job network."""
     _done(cli.health(HealthOptions(inventory, limit, json, tuple(check or ()), tuple(ignore or ()), via,
                                    drain, undrain, deep, _number("--emulate-gpus", emulate_gpus, int) or 0,
                                    _number("--burn-seconds", burn_seconds, float) or 10.0),
@@ -125,9 +151,11 @@ def health(c, inventory=None, limit=None, json=False, list_checks=False, check=N
             "set": "KEY=VALUE as for provision (repeatable), e.g. login_shell=/bin/zsh", **LIVENESS})
 def doctor(c, inventory=None, limit=None, json=False, list_checks=False, check=None, verbose=False, set=None,
            connect_timeout=None, silent_after=None):
-    """What is wrong, and the command that fixes it: the controller (keys, agent, ssh config blocks
-    and aliases, labs, Python and pins) and first contact with the nodes (reach, auth, host key,
-    sudo, python, launchers on the non-interactive PATH, disk). Exit 1 on any finding."""
+    """Say what is wrong and the command that fixes it; exit 1 on any finding.
+
+    The controller (keys, agent, ssh config blocks and aliases, labs, Python and pins) and first
+    contact with the nodes (reach, auth, host key, sudo, python, launchers on the
+    non-interactive PATH, disk)."""
     _done(cli.doctor(DoctorOptions(inventory, limit, json, tuple(check or ()), verbose, tuple(set or ())),
                      _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
 
@@ -135,8 +163,9 @@ def doctor(c, inventory=None, limit=None, json=False, list_checks=False, check=N
 @task(help={"config": "the controller's ssh config (default ~/.ssh/config)",
             "dry_run": "say which blocks would go; change nothing"})
 def ssh_prune(c, config="~/.ssh/config", dry_run=False):
-    """Remove the managed ~/.ssh/config blocks whose inventory no longer exists (user entries and
-    other blocks kept byte for byte)."""
+    """Remove the managed ~/.ssh/config blocks whose inventory no longer exists.
+
+    User entries and other blocks are kept byte for byte."""
     _done(cli.ssh_prune(PruneOptions(config, dry_run), _settings(c)))
 
 
@@ -152,8 +181,10 @@ def ssh_prune(c, config="~/.ssh/config", dry_run=False):
                     "node has it)", **LIVENESS})
 def bandwidth(c, inventory=None, limit=None, json=False, quick=False, png=None, seconds=None, port=None,
               tool="auto", connect_timeout=None, silent_after=None):
-    """TCP bandwidth and latency for every pair of nodes, in rounds where every node sends and
-    receives at once; names the node common to the slow pairs. Exit 1 when one is flagged."""
+    """Measure TCP bandwidth and latency between every pair of nodes; exit 1 when one is flagged.
+
+    Every node sends and receives at once, in rounds; the node common to the slow pairs is
+    named."""
     _done(cli.bandwidth(BandwidthOptions(inventory, limit, json, quick, png,
                                          _number("--seconds", seconds, float) or 3.0,
                                          _number("--port", port, int) or 29511, tool),
@@ -184,7 +215,7 @@ def bandwidth(c, inventory=None, limit=None, json=False, quick=False, png=None, 
             "arch": "aarch64 (every node) or NODE=aarch64 (repeatable): nodes whose userland is an "
                     "arm64 Debian root run through qemu-user (docs/lab.md); native sets one back; "
                     "kept by later lab.up runs, changing it needs lab.down first"},
-      iterable=["gpu_record", "arch"])
+      iterable=["gpu_record", "arch"], short={"shared_home": "H", "no_sudo": None})
 def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False, shared_home=False,
            private_homes=False, aliases=0, nic_names=None, no_sudo="", link_rate=None, gpu_record=None,
            bastion=False, no_bastion=False, arch=None):
@@ -226,10 +257,11 @@ def hosts_forget(c, nodes, inventory=None):
             "list": "every host with address, port, user, connection, groups (the default)",
             "graph": "the group tree",
             "host": "every variable of one host with the file:line it came from",
-            "json": "print as JSON"})
+            "json": "print as JSON"}, short={"host": "H"})
 def inventory_(c, inventory=None, list=False, graph=False, host=None, json=False):
-    """Show what nodeprep reads from an inventory (Ansible INI/YAML, native YAML, hostfiles,
-    nodefiles, Slurm lists, ~/.ssh/config) without contacting any node."""
+    """Show what nodeprep reads from an inventory, without contacting any node.
+
+    Ansible INI/YAML, native YAML, hostfiles, nodefiles, Slurm lists, ~/.ssh/config."""
     _done(cli.inventory(InventoryOptions(inventory, list, graph, host, json), _settings(c)))
 
 
@@ -308,13 +340,15 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
             "no_health_gate": "launch without the passive health checks (docs/health.md)",
             "exclude_unhealthy": "launch on the healthy nodes, leaving out those with a CRITICAL finding",
             "health_ignore": "a health finding code the gate does not hold against a node (repeatable)",
-            **LIVENESS}, iterable=["health_ignore"])
+            **LIVENESS}, iterable=["health_ignore"], short={"kill_stale": "K", "hang_timeout": "H"})
 def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=None,
           max_restarts=None, port=None, ds_launcher="pdsh", no_preflight=False, dry_run=False,
           emulate=None, emulate_network=False, hang_timeout=None, ranks=None, detach=False, kill_stale=False,
           no_health_gate=False, exclude_unhealthy=False, health_ignore=None, connect_timeout=None, silent_after=None):
-    """Start the payload on every node; stop every rank everywhere if one fails (or hangs, with
-    --hang-timeout). Payload arguments go after `--`: invoke train --payload ddp -- --epochs 3"""
+    """Start the payload on every node; stop every rank everywhere if one fails.
+
+    With --hang-timeout, also when one hangs. Payload arguments go after `--`:
+    invoke train --payload ddp -- --epochs 3"""
     args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
     shown = None
     if ranks is not None:
@@ -386,17 +420,20 @@ def train_stop(c, run=None):
             "json": "print the plan (or the error) as JSON",
             "explain": "also print the table rows and rule steps that led to the answer, with sources"})
 def torch_plan(c, torch, node=None, arch=None, index=None, json=False, explain=False):
-    """Which torch build fits a fleet (no node touched): per CPU platform the variant, the exact
-    pin and index, or the node that blocks and how to fix it."""
+    """Say which torch build fits a fleet, without touching any node.
+
+    Per CPU platform: the variant, the exact pin and index, or the node that blocks and how to
+    fix it."""
     _help_if_asked("torch-plan", torch, arch, index, *(node or ()))
     _done(cli.torch_plan(TorchPlanOptions(torch, tuple(node or ()), arch, index, json, explain)))
 
 
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
 def demo(c, nodes=2, keep=True):
-    """The main job end to end on the embedded lab: lab.up, facts, provision (twice: the
-    second run must change nothing), verify-parity, then train: the health payload with the
-    DeepSpeed launcher and the ddp payload with torchrun."""
+    """Run the main job end to end on the emulated lab.
+
+    lab.up, facts, provision (twice: the second run must change nothing), verify-parity, then
+    train: the health payload with the DeepSpeed launcher and the ddp payload with torchrun."""
     s = _settings(c)
     _done(cli.lab_up(int(nodes), "local", s))
     _done(cli.facts(FactsOptions("local"), s))

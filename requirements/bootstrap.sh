@@ -5,7 +5,13 @@
 #     iperf3 (`invoke bandwidth` measures with it where the nodes have it),
 #     slurmd/slurmctld/slurm-client/munge (`lab.up --slurm`: a real Slurm for `--launcher srun`),
 #     mmdebstrap/qemu-user-static (`lab.up --arch aarch64`: arm64 nodes under qemu-user; the
-#     binfmt_misc registration is lab.up's, removed by lab.down)
+#     binfmt_misc registration is lab.up's, removed by lab.down) and arch-test (mmdebstrap runs
+#     it for a foreign root and stops without it; it is only a Recommends, which this script
+#     does not install), procps (ps/pgrep/kill: the stop of a run's processes, the facts),
+#     openssl (the nodes' fast sha256 of wheels), python3/python3-venv (`python3 -m venv`
+#     needs ensurepip: this .venv, and the venv role on the lab's nodes, which run this /usr)
+#   - tests/unit/test_bootstrap.py fails when the code runs a program none of these (nor
+#     Debian's Essential or required packages) install: add its package here
 #   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
 #   - .venv-ansible/ with requirements/ansible.txt: the reference ansible-inventory that the
 #     differential inventory test compares nodeprep against (test-only, kept out of .venv/)
@@ -13,8 +19,9 @@ set -eu
 cd "$(dirname "$0")/.."
 
 missing=""
-for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux sudo zsh tcsh iperf3 \
-           slurmd slurmctld slurm-client munge mmdebstrap qemu-user-static; do
+for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux procps sudo zsh tcsh iperf3 \
+           openssl python3 python3-venv slurmd slurmctld slurm-client munge mmdebstrap arch-test \
+           qemu-user-static; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then

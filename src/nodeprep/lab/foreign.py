@@ -110,10 +110,13 @@ def require(arches: set[str]) -> None:
     """The host tools foreign nodes need, with the command that installs them."""
     if not arches:
         return
-    missing = [t for t in ("mmdebstrap", "qemu-aarch64-static") if shutil.which(t) is None]
+    # arch-test: mmdebstrap runs it for a root of another architecture and stops without it
+    # (it is only a Recommends of mmdebstrap)
+    missing = [t for t in ("mmdebstrap", "arch-test", "qemu-aarch64-static") if shutil.which(t) is None]
     if missing:
         raise InputError(f"lab --arch needs {', '.join(missing)}",
-                         hint="run `sh requirements/bootstrap.sh` (apt-get install mmdebstrap qemu-user-static)")
+                         hint="run `sh requirements/bootstrap.sh` "
+                              "(apt-get install mmdebstrap arch-test qemu-user-static)")
 
 
 def _root_path(arch: str) -> Path:
@@ -149,11 +152,25 @@ def root(arch: str, log=print) -> Path:
     if proc.returncode:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         shutil.rmtree(new, ignore_errors=True)
-        raise NodeprepError(f"building the {a.debian} root failed:\n{tail}",
-                            hint="Debian's package mirror must be reachable; rerun lab.up")
+        raise NodeprepError(f"building the {a.debian} root failed:\n{tail}", hint=build_hint(tail))
     os.rename(new, path)
     log(f"lab: {a.debian} root built in {time.monotonic() - t0:.0f} s ({path})")
     return path
+
+
+# mmdebstrap's (apt's) words when Debian's mirror could not be reached or read
+_MIRROR = ("Failed to fetch", "Temporary failure resolving", "Could not resolve", "Could not connect",
+           "Unable to connect", "Connection timed out", "Network is unreachable", "Hash Sum mismatch")
+
+
+def build_hint(tail: str) -> str:
+    """What to do after mmdebstrap failed with TAIL (its last lines): the cause it names."""
+    if "install arch-test" in tail:  # "E: install arch-test for foreign architecture support"
+        return ("install Debian's arch-test package (apt-get install arch-test, or rerun "
+                "`sh requirements/bootstrap.sh`), then rerun lab.up")
+    if any(m in tail for m in _MIRROR):
+        return "Debian's package mirror must be reachable; rerun lab.up"
+    return "mmdebstrap's last lines above say why; rerun lab.up once that is fixed"
 
 
 def prebuild(arch: str, log=print) -> None:
