@@ -2,6 +2,8 @@
 GH200-like aarch64 nodes), on a lab of its own: worker-0 and worker-1 run an arm64 Debian
 root under qemu-user (lab.up --arch aarch64), worker-2 is a native x86_64 node.
 
+- the pair's homes first hold an x86_64 venv (the pair came up as x86_64 nodes and was
+  provisioned): refused in one line before any change, with the per-platform setting;
 - the aarch64 pair is provisioned cold from the controller (its wheelhouse resolved for
   aarch64's markers, torch 2.8.0 from PyPI's aarch64 CPU wheel), then again as a no-op;
   parity OK; the health payload trains on it with torchrun and with DeepSpeed (pdsh);
@@ -27,13 +29,20 @@ NAME, SUBNET = "ar", 198
 
 @pytest.fixture(scope="module")
 def arm_lab(lab_settings, tmp_path_factory, arm64_root_ready):
+    """The pair first comes up as x86_64 nodes and is provisioned (their homes then hold an
+    x86_64 venv and wheelhouse, as where x86 login nodes and aarch64 compute nodes share
+    homes), then the lab comes up again over the same homes with the pair as aarch64 nodes."""
     labmod.down(NAME, lab_settings, log=lambda msg: None)
     before = (foreign.BINFMT / "register").exists(), foreign.registered("aarch64")
+    inv, ctl = tmp_path_factory.mktemp("arinv"), tmp_path_factory.mktemp("arctl")
+    sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
+    x86 = labmod.up(2, NAME, lab_settings, labmod.UpOptions(inventory_dir=inv, subnet=SUBNET),
+                    log=lambda msg: None)
+    assert api.provision(ProvisionOptions(str(x86.inventory), sets=sets), lab_settings) == 0
+    labmod.down(NAME, lab_settings, log=lambda msg: None)
     info = labmod.up(3, NAME, lab_settings, labmod.UpOptions(
-        inventory_dir=tmp_path_factory.mktemp("arinv"), subnet=SUBNET,
-        arch=("aarch64", "worker-2=native")), log=lambda msg: None)
-    ctl = tmp_path_factory.mktemp("arctl")
-    yield info, (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
+        inventory_dir=inv, subnet=SUBNET, arch=("aarch64", "worker-2=native")), log=lambda msg: None)
+    yield info, sets
     labmod.down(NAME, lab_settings, log=lambda msg: None)
     # lab.down undoes lab.up's host-wide changes: a qemu-user registration it added, and
     # binfmt_misc if lab.up mounted it, are gone
@@ -51,6 +60,30 @@ def test_the_nodes_are_aarch64_userlands(arm_lab, lab_settings):
            for n in info.nodes]
     assert [g.stdout.split() for g in got] == [["aarch64"] * 2, ["aarch64"] * 2, ["x86_64"] * 2], got
     assert [n.arch for n in labmod.status(NAME, lab_settings).nodes] == ["aarch64", "aarch64", None]
+
+
+def test_an_x86_64_venv_in_the_pairs_homes_is_refused_before_any_change(arm_lab, lab_settings, capfd):
+    """The x86_64 venv the pair's homes hold: installing aarch64 wheels into it would leave its
+    x86_64 numpy (pip keeps a matching version) and replacing it would break the x86_64 nodes
+    that may share those homes. One line names the nodes, the path and both CPUs; the hint
+    gives the per-platform setting and the removal; nothing on the nodes changed."""
+    info, sets = arm_lab
+    pair = "worker-0,worker-1"
+    look = "cat ~/.nodeprep/wheelhouse/SHA256SUMS; ls ~/.nodeprep/venv/lib/python3*/site-packages"
+    before = [_on(info, lab_settings, info.nodes[i], look).stdout for i in (0, 1)]
+    assert "x86_64" in before[0]
+    code = api.provision(ProvisionOptions(str(info.inventory), limit=pair, sets=sets), lab_settings)
+    err = capfd.readouterr().err
+    first = err.splitlines()[0]
+    assert code == 2 and first.startswith("error: worker-[0-1]: ~/.nodeprep/venv holds a venv built for "
+                                          "x86_64 ("), err
+    assert "x86_64 (numpy, torch, " in first, err                 # what would break named first
+    assert "; these nodes are aarch64: one venv cannot serve both platforms" in first, err
+    assert "venv_path: ~/.nodeprep/venv-aarch64" in err and "rm -rf ~/.nodeprep/venv" in err, err
+    assert [_on(info, lab_settings, info.nodes[i], look).stdout for i in (0, 1)] == before
+    # the hint's second way (no x86_64 node uses these homes any more); the next test converges
+    for i in (0, 1):
+        assert _on(info, lab_settings, info.nodes[i], "rm -rf ~/.nodeprep/venv").returncode == 0
 
 
 def test_aarch64_pair_cold_then_noop_then_parity(arm_lab, lab_settings, capfd):

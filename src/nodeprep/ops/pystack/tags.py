@@ -32,8 +32,12 @@ def foreign_packages(venv: dict | None, arch: str | None) -> dict[str, list[str]
     return out
 
 
+FIRST = ("numpy", "torch")          # named first in messages
+
+
 def describe(foreign: dict[str, list[str]], limit: int = 4) -> tuple[str, str]:
-    """('numpy, torch', 'x86_64') for messages: the packages (the first LIMIT), the CPUs."""
-    names = sorted(foreign)
+    """('numpy, torch', 'x86_64') for messages: the packages (the first LIMIT, those a
+    training job imports first), the CPUs."""
+    names = sorted(foreign, key=lambda n: (n not in FIRST, FIRST.index(n) if n in FIRST else 0, n))
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more, ", ".join(sorted({a for v in foreign.values() for a in v}))
