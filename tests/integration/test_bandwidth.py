@@ -93,11 +93,17 @@ def four_slow_1_full_tmp_2(lab, lab_up):
         lab_up()
 
 
-@pytest.mark.parametrize("quick", [True, False])
 def test_a_node_whose_iperf3_fails_is_named_and_the_slow_node_still_found(lab, lab_settings, capsys,
-                                                                           four_slow_1_full_tmp_2, quick):
+                                                                           four_slow_1_full_tmp_2):
     """worker-2's iperf3 cannot run with its /tmp full; the pairs it failed are named, the
-    builtin program measures the matrix, and worker-1 is the one node flagged."""
+    builtin program measures the matrix, and worker-1 is the one node flagged; quick, then full
+    mode on the same lab (growing the lab to 4 nodes again right after shrinking it once left
+    worker-3's sshd unanswered for 10 s in a rehearsal)."""
+    for quick in (True, False):
+        _iperf3_fails_in(lab, lab_settings, capsys, quick)
+
+
+def _iperf3_fails_in(lab, lab_settings, capsys, quick: bool) -> None:
     code, rep = _run(lab, lab_settings, capsys, quick=quick)
     assert code == 1 and list(rep["flagged"]) == ["worker-1"] and rep["errors"] == {}, rep
     assert rep["tool"] == "builtin" and rep["mode"] == ("quick" if quick else "full"), rep
@@ -108,7 +114,10 @@ def test_a_node_whose_iperf3_fails_is_named_and_the_slow_node_still_found(lab, l
     w2 = {k: v for k, v in rep["gbps"].items() if "worker-2" in k and "worker-1" not in k}
     assert len(w2) == 4 and min(w2.values()) > 0.5, rep          # quick: its match, then worker-3's reference
     slow = [v for k, v in rep["gbps"].items() if "worker-1" in k]
-    assert slow and max(slow) < 0.03, rep                                     # tc's 20 Mbit/s
+    # tc's 20 Mbit/s; a 1 s round of the builtin sender counts what its socket buffers took in
+    # too (measured up to 0.032 in a clean-clone run), so the bound leaves room; the fast pairs
+    # are 5x above it whatever the tool
+    assert slow and max(slow) < 0.06 and min(w2.values()) > 5 * max(slow), rep
     code = api.bandwidth(BandwidthOptions(str(lab.inventory), seconds=1.0, quick=quick), lab_settings)
     out = capsys.readouterr().out
     assert code == 1 and f"not measured with iperf3: worker-2: {fb['nodes']['worker-2']}" in out, out
