@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from nodeprep import lab as labmod
+from nodeprep.lab import config as lab_config
 from nodeprep.lab import net as lab_net
 from nodeprep.errors import NodeprepError
 
@@ -188,6 +189,31 @@ def test_scale_up_then_down(lab, lab_up, lab_ssh, lab_settings):
     assert new.name not in yaml.safe_load(info.inventory.read_text())["hosts"]
     assert _ok(labmod.node_shell(info, 0, f"getent hosts {new.name} || echo gone")) == "gone\n"
     assert [n.sshd_pid for n in info.nodes] == first
+
+
+def _banner(address: str) -> str:
+    """sh: the first bytes a node's sshd sends to another node (bash's /dev/tcp; no ping here)."""
+    return f"timeout 5 bash -c 'exec 3<>/dev/tcp/{address}/22 && head -c 4 <&3'"
+
+
+def test_a_node_removed_then_made_again_answers_at_once(lab, lab_up, lab_ssh):
+    """Shrink then regrow within the ARP caches' reachable time: the new worker-3 answers the
+    host and the other nodes at once, as its interface's MAC is its address's (a random one
+    left the host's cache pointing at the old interface: sshd unanswered for 10 s)."""
+    extra = LAB_NODES
+    try:
+        info = lab_up(LAB_NODES + 1)
+        node = info.nodes[extra]
+        assert _ok(lab_ssh(node, "hostname")).strip() == node.name                 # cached now
+        assert _ok(labmod.node_shell(info, 0, _banner(node.address))).startswith("SSH-")
+        lab_up(LAB_NODES)
+        info = lab_up(LAB_NODES + 1)                                                # seconds later
+        assert _ok(lab_ssh(info.nodes[extra], "hostname")).strip() == node.name
+        assert _ok(labmod.node_shell(info, 0, _banner(node.address))).startswith("SSH-")
+        macs = _ok(labmod.node_shell(info, extra, f"ip -o addr show to {node.address}/32; cat /sys/class/net/*/address"))
+        assert lab_config.node_mac(node.address) in macs.split(), macs
+    finally:
+        lab_up(LAB_NODES)
 
 
 def test_down_leaves_nothing_and_keys_survive(lab, lab_up, lab_settings, lab_ssh, lab_restore):

@@ -16,7 +16,7 @@ from nodeprep.engine.hostkeys import host_entry
 from nodeprep.errors import InputError
 
 from . import etc, host, net
-from .config import BIN, DENY_FLAG, LabNode, bridge_address, bridge_name, pubkey
+from .config import BIN, DENY_FLAG, LabNode, bridge_address, bridge_name, node_mac, pubkey
 
 ADDRESS_OCTET = 5
 HOST_KEY = "ssh_host_ed25519_key"
@@ -46,7 +46,8 @@ def up(name: str, lab, octet: int, ids: tuple[int, int], pub: str, changes: list
     if not exists(name):
         if net.link_exists(b.netns):
             net.ip_batch([f"link del {b.netns}"])
-        net.ip_batch([f"netns add {b.netns}", f"link add {b.netns} type veth peer name eth0 netns {b.netns}",
+        net.ip_batch([f"netns add {b.netns}", f"link add {b.netns} type veth peer name eth0 address "
+                      f"{node_mac(b.address)} netns {b.netns}",
                       f"link set {b.netns} master {bridge_name(name)} up"])
         net.ip_batch_each({b.netns: ["link set lo up", f"addr add {b.address}/24 dev eth0", "link set eth0 up"]})
         changes.append("made the bastion's namespace")

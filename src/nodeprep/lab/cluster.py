@@ -18,7 +18,7 @@ from nodeprep.settings import Settings
 
 from . import bastion, etc, foreign, gpu, host, local, net, slurm
 from .config import (LAB_HOME, LAB_USER, LabInfo, LabNode, UpOptions, bridge_address,
-                     bridge_name, hosts_text, inventory_path, inventory_text, netns_name, node_address,
+                     bridge_name, hosts_text, inventory_path, inventory_text, netns_name, node_address, node_mac,
                      node_name, pubkey, subnet_for, link_rates, validate_count, validate_name)
 from .nodes import HOST_KEY
 
@@ -202,7 +202,8 @@ def _network(state: _Up) -> list[int]:
             host.remove([ns])
         elif net.link_exists(ns):
             batch.append(f"link del {ns}")
-        batch += [f"netns add {ns}", f"link add {ns} type veth peer name {state.nic(i)} netns {ns}",
+        batch += [f"netns add {ns}", f"link add {ns} type veth peer name {state.nic(i)} address "
+                  f"{node_mac(node_address(state.octet, i))} netns {ns}",
                   f"link set {ns} master {bridge_name(state.name)} up"]
         fresh.append(i)
     net.ip_batch(batch)

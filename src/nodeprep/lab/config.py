@@ -176,6 +176,15 @@ def node_address(octet: int, index: int) -> str:
     return f"10.{octet}.0.{10 + index}"
 
 
+def node_mac(address: str) -> str:
+    """The MAC of the lab interface that holds ADDRESS: locally administered (02:00) and made
+    of the address, so a node removed and made again has the same one. The host's and the
+    other nodes' ARP caches then still hold it; with a random MAC a node regrown within the
+    cache's reachable time (15-45 s) got no packet from them (seen: `lab_up(4)` right after
+    `lab_up(3)`, worker-3's sshd unanswered for 10 s)."""
+    return "02:00:" + ":".join(f"{int(b):02x}" for b in address.split("."))
+
+
 def bridge_address(octet: int) -> str:
     return f"10.{octet}.0.1"
 
