@@ -23,7 +23,7 @@ SUMS = "SHA256SUMS"
 # The stamp of the last sha256 check that passed (STAMP fact; engine/remote.stamp_from_list),
 # over every wheel it checked: a wheel rewritten, truncated or removed since is pushed and
 # checked again, where SHA256SUMS alone says only what was pushed.
-STAMP_NAME = ".nodeprep-verified"
+STAMP_NAME = pystack.paths.VERIFIED      # the name a verify stamp has wherever it is (the venv too)
 
 
 def validate(prov):

@@ -79,7 +79,8 @@ def _foreign_venvs(prov: rolemod.Provisioning) -> None:
         foreign = pystack.foreign_packages(f.get(factmod.VENV(venv)), arch)
         if foreign:
             found.setdefault((venv, arch, *tags.describe(foreign)), []).append(n)
-    for (venv, arch, names, other), nodes in sorted(found.items()):
+    if found:           # one line: the first group (by path); the others share its fix
+        (venv, arch, names, other), nodes = min(found.items())
         raise InputError(f"{fold(nodes)}: {venv} holds a venv built for {other} ({names}); these nodes "
                          f"are {arch}: one venv cannot serve both platforms",
                          hint=f"give the {arch} nodes their own venv_path and wheelhouse_dir (e.g. "
