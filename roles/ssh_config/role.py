@@ -5,7 +5,7 @@ for byte; the file is 0600 and replaced atomically.
 
 On the controller each inventory has a block of its own (`hosts <inventory>`); an alias that
 another inventory's block or the user's own entries define with another address is refused
-before anything changes, naming both places (ops/sshblocks), unless the inventory sets
+before anything changes, naming both places (ops/ssh/config_blocks), unless the inventory sets
 `ssh_alias_prefix`. Every value is written as one ssh_config word (config_blocks.word)."""
 from __future__ import annotations
 

@@ -125,7 +125,10 @@ def verified(stamp: dict, want: dict, arch: str) -> Check:
         return Check(False, "torch never imported here (no stamp of a passed verify)")
     try:
         got = json.loads(stamp["head"])
-        machine, version, cuda, arch_list = got["machine"], got["version"], got["cuda"], got["arch_list"]
+        machine = got["machine"]
+        version = got["version"]
+        cuda = got["cuda"]
+        arch_list = got["arch_list"]
     except (ValueError, TypeError, KeyError):
         return Check(False, "the stamp of the last verify is unreadable")
     if machine != arch:

@@ -55,7 +55,9 @@ MAKING = ".nodeprep-making"
 
 
 def create_script(python: str, venv: str, wh: str, mode: str) -> str:
-    py, env, house = shlex.quote(python), rpath(venv), rpath(wh)
+    py = shlex.quote(python)
+    env = rpath(venv)
+    house = rpath(wh)
     mark = f"mkdir -p {env} && : > {env}/{MAKING}"
     nopip = (f"{mark} && {py} -m venv --without-pip {env} && set -- {house}/pip-*.whl && [ -f \"$1\" ] && "
              f"{env}/bin/python \"$1\"/pip install -q --no-index \"$1\" && echo 'bootstrap: offline pip wheel'")
@@ -117,7 +119,9 @@ def _install_step(venv: str, key, wh: str, manifest) -> Step:
 
 
 def steps(ctx):
-    v, f, prov = ctx.vars, ctx.facts, ctx.prov
+    v = ctx.vars
+    f = ctx.facts
+    prov = ctx.prov
     venv, key = v["venv_path"], VENV(v['venv_path'])
     out = []
     py = f.get(PYTHON)

@@ -221,7 +221,10 @@ class _Pace:
     silent one is the dead-peer rule's)."""
 
     def __init__(self, node: str):
-        self.node, self.t0, self.done, self.base = node, time.monotonic(), 0, 0
+        self.node = node
+        self.t0 = time.monotonic()
+        self.done = 0
+        self.base = 0
 
     def next_file(self) -> None:
         self.base = self.done

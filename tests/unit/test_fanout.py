@@ -164,7 +164,7 @@ def test_a_big_fleet_fits_one_command_and_every_peer_answers(fake_ssh):
 
 
 def test_mesh_logins_script_reports_every_peer(fake_ssh):
-    """ops/mesh's head-side logins (the direct verify path and the train preflight), for real
+    """ops/ssh/logins' head-side logins (the direct verify path and the train preflight), for real
     with the stand-in ssh: an exit status per peer, the error line of a failed one; 400 peers
     in a command of a few KB; a name that is not a plain word never reaches the script."""
     r = run_sh(meshmod.mesh_script(["a", "down", "b"]))

@@ -1,6 +1,6 @@
-"""Shared homes and machines: the IDENTITY fact run for real, ops/topology's groups, the scope
-of steps, provision's check of a step another node acts for, and its waves run against
-directories on this machine (no ssh, no lab)."""
+"""Shared homes and machines: the IDENTITY fact run for real, ops/provision/topology's groups,
+the scope of steps, provision's check of a step another node acts for, and its waves run
+against directories on this machine (no ssh, no lab)."""
 import os
 import subprocess
 from pathlib import Path

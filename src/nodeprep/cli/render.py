@@ -48,7 +48,9 @@ def footer(report: dict) -> None:
 
 # -- provision ----------------------------------------------------------------------------------
 def provision_summary(res) -> None:
-    report, redact, out = res.report, res.redact, sys.stdout
+    report = res.report
+    redact = res.redact
+    out = sys.stdout
     for c in res.controller:
         if c.status != "ok":
             print(f"controller  {c.name}: {c.status}" + (f"  {c.message}" if c.message else ""), file=out)

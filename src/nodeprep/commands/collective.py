@@ -5,7 +5,7 @@ the bus bandwidth per message size that rank 0 measured.
 
 With nccl the ranks run with NCCL_DEBUG=INFO (subsystems INIT,NET): NCCL's own log is the only
 place that says which net plugin it loaded (aws-ofi-nccl or none), which network and which
-transports it used. Each node's lines go through ops/nccllog; verify-parity compares the
+transports it used. Each node's lines go through ops/verify/nccllog; verify-parity compares the
 answers like any other key. Those lines stay in the run's bundle, off the screen."""
 from __future__ import annotations
 

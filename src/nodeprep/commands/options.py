@@ -87,7 +87,8 @@ class ProvisionOptions:
     sets: tuple[str, ...] = ()        # KEY=VALUE overrides (YAML values)
     password: str | None = None       # --ask-pass: read by the cli, kept in memory only
     via: str = "auto"                 # ssh | slurm | auto (default): slurm inside an allocation
-                                      # holding every node, else ssh (engine/slurmrun.resolve)
+                                      # holding every node, else ssh
+                                      # (engine/transports/slurmrun.resolve)
 
 
 @dataclass(frozen=True)

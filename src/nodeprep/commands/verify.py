@@ -56,7 +56,11 @@ class Gather:
     """Probes every selected node, directly or through the head's logins."""
 
     def __init__(self, fleet, hosts, v_of: dict, opts: VerifyOptions, pairs: dict):
-        self.fleet, self.hosts, self.v_of, self.opts, self.pairs = fleet, hosts, v_of, opts, pairs
+        self.fleet = fleet
+        self.hosts = hosts
+        self.v_of = v_of
+        self.opts = opts
+        self.pairs = pairs
         self.head = hosts[0].name
 
     def requests(self, node: str) -> list:
@@ -127,7 +131,10 @@ def _mesh_inputs(hosts, got: dict, v_of: dict, known) -> paper_mesh.PaperMesh:
 
 
 def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report:
-    head, fps, found, results = hosts[0].name, {}, [], fleet.results
+    head = hosts[0].name
+    fps = {}
+    found = []
+    results = fleet.results
     paper = _mesh_inputs(hosts, got, v_of, fleet.store.load())
     for h in hosts:
         if h.name not in got or not results[h.name].usable:

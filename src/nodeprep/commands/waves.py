@@ -209,7 +209,10 @@ class Waves:
     steps."""
 
     def __init__(self, fleet, roles, prov: rolemod.Provisioning, check: bool, planned: dict | None = None):
-        self.fleet, self.roles, self.prov, self.check = fleet, roles, prov, check
+        self.fleet = fleet
+        self.roles = roles
+        self.prov = prov
+        self.check = check
         self.plans: dict[str, list[Step]] = {}
         self.planned = dict(planned or {})      # node -> (facts, steps) planned before the waves
         self.differ: dict = {}

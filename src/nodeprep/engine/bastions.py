@@ -19,7 +19,9 @@ from nodeprep.engine.session import AuthFailed, Unreachable
 
 class Bastions:
     def __init__(self, settings, store: hostkeys.PinnedHostKeys, events):
-        self.settings, self.store, self.events = settings, store, events
+        self.settings = settings
+        self.store = store
+        self.events = events
         self._lock = threading.Lock()
         self._locks: dict[tuple, threading.Lock] = {}
         self._clients: dict[tuple, paramiko.SSHClient] = {}

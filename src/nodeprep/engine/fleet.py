@@ -61,7 +61,7 @@ class Fleet:
         if soft < want:
             self.events.log(f"open-file limit {soft} (hard limit) is below the {want} this run of "
                              f"{len(self.sessions)} nodes may need: raise `ulimit -Hn`")
-        self.transport = None          # engine/slurmrun.use() sets it (--via slurm)
+        self.transport = None          # engine/transports/slurmrun.use() sets it (--via slurm)
         self._pool: ThreadPoolExecutor | None = None
         self._in_pool = threading.local()
         self.interrupted: float | None = None    # when Ctrl-C came (time.monotonic)

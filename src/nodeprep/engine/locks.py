@@ -155,7 +155,9 @@ class Locks:
     """The locks of one run, taken all or nothing: acquire() waits up to WAIT seconds."""
 
     def __init__(self, fleet, locks: list[Lock], owner: Owner):
-        self.fleet, self.locks, self.owner = fleet, locks, owner
+        self.fleet = fleet
+        self.locks = locks
+        self.owner = owner
         self.held: list[Lock] = []
 
     def _round(self, max_age: float) -> dict[Lock, object]:

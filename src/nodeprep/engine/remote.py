@@ -21,10 +21,12 @@ def write_script(path: str, content: str, mode: int) -> str:
     """Replace PATH with CONTENT atomically, creating its directory (0700) if needed."""
     p = rpath(path)
     blob = base64.b64encode(content.encode("utf-8", "surrogateescape")).decode()
-    return (f"f={p}; d=$(dirname \"$f\"); [ -d \"$d\" ] || mkdir -p -m 700 \"$d\"; "
-            f"t=$(mktemp \"$d/.nodeprep.XXXXXX\") && "
-            f"printf %s {blob} | base64 -d > \"$t\" && chmod {mode:o} \"$t\" && "
-            f"mv -f \"$t\" \"$f\" || {{ rm -f \"$t\"; exit 1; }}")
+    return (f"f={p}\n"
+            "d=$(dirname \"$f\")\n"
+            "[ -d \"$d\" ] || mkdir -p -m 700 \"$d\"\n"
+            "t=$(mktemp \"$d/.nodeprep.XXXXXX\") &&\n"
+            f"  printf %s {blob} | base64 -d > \"$t\" && chmod {mode:o} \"$t\" &&\n"
+            "  mv -f \"$t\" \"$f\" || { rm -f \"$t\"; exit 1; }")
 
 
 
@@ -40,11 +42,17 @@ def stamp_from_list(directory: str, stamp: str, listing: str) -> str:
     further line a file name relative to DIRECTORY. One `stat` records every file as it is
     now; written atomically, LISTING removed. A later check that finds every file as
     stamped has seen the same state the action verified, without doing the work again."""
-    d, s, ls = rpath(directory), shlex.quote(stamp), shlex.quote(listing)
-    return (f"( cd {d} && set -- && {{ IFS= read -r h; while IFS= read -r x || [ -n \"$x\" ]; do "
-            f"set -- \"$@\" \"$x\"; done; }} < {ls} && {{ printf '%s\\n' \"$h\"; [ $# -eq 0 ] || "
-            f"stat -c '{STAT_FORMAT}' -- \"$@\"; }} > {s}.$$ && mv -f {s}.$$ {s} "
-            f"|| {{ rm -f {s}.$$; exit 1; }}; rm -f {ls} )")
+    d = rpath(directory)
+    s = shlex.quote(stamp)
+    ls = shlex.quote(listing)
+    return (f"( cd {d} && set -- && {{\n"
+            "    IFS= read -r h\n"
+            "    while IFS= read -r x || [ -n \"$x\" ]; do set -- \"$@\" \"$x\"; done\n"
+            f"  }} < {ls} && {{\n"
+            "    printf '%s\\n' \"$h\"\n"
+            f"    [ $# -eq 0 ] || stat -c '{STAT_FORMAT}' -- \"$@\"\n"
+            f"  }} > {s}.$$ && mv -f {s}.$$ {s} || {{ rm -f {s}.$$; exit 1; }}\n"
+            f"  rm -f {ls} )")
 
 # sh: `np_sha256 < FILE` prints FILE's sha256 (64 hex digits). coreutils' sha256sum (9.1 in
 # Debian 12) does not use the CPU's SHA instructions and hashes ~0.55 GB/s a core here; the
@@ -54,11 +62,17 @@ def stamp_from_list(directory: str, stamp: str, listing: str) -> str:
 # with an odd one still gives the true digest. The choice is made once, where it is defined
 # (a `$(np_sha256 < f)` subshell inherits it).
 SHA256_EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-SHA256_SH = ("np_sha256() { if [ -z \"${np_shc:-}\" ]; then np_shc=sha256sum; "
-             "[ \"$(printf '' | openssl dgst -sha256 -r 2>/dev/null | cut -c1-64)\" = "
-             f"{SHA256_EMPTY} ] && np_shc=openssl; fi; "
-             "if [ \"$np_shc\" = openssl ]; then openssl dgst -sha256 -r | cut -c1-64; "
-             "else sha256sum | cut -c1-64; fi; }; np_sha256 </dev/null >/dev/null")
+# No newline at its end: callers go on with `; ...` on the same line.
+SHA256_SH = ("np_sha256() {\n"
+             "  if [ -z \"${np_shc:-}\" ]; then\n"
+             "    np_shc=sha256sum\n"
+             "    [ \"$(printf '' | openssl dgst -sha256 -r 2>/dev/null | cut -c1-64)\" = "
+             f"{SHA256_EMPTY} ] && np_shc=openssl\n"
+             "  fi\n"
+             "  if [ \"$np_shc\" = openssl ]; then openssl dgst -sha256 -r | cut -c1-64\n"
+             "  else sha256sum | cut -c1-64; fi\n"
+             "}\n"
+             "np_sha256 </dev/null >/dev/null")
 
 
 # Every remote command of a run carries RUN_VAR=<run id> in its environment (Session.run), so a

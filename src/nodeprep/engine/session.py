@@ -92,7 +92,10 @@ class _LineSink:
 
     def __init__(self, log, show: Callable[[str], None] | None,
                  watch: Callable[[str], None] | None = None):
-        self.log, self.show, self.watch, self.buf = log, show, watch, ""
+        self.log = log
+        self.show = show
+        self.watch = watch
+        self.buf = ""
 
     def write(self, data: str):
         self.log.write(data)
@@ -125,15 +128,18 @@ class Session:
 
     def __init__(self, host, fleet):
         """FLEET: the engine.fleet.Fleet of the run (settings, host keys, logs, events)."""
-        self.host, self.settings, self.store = host, fleet.settings, fleet.store
+        self.host = host
+        self.settings = fleet.settings
+        self.store = fleet.store
         self.runlog, self.events = fleet.runlog, fleet.events
         self.name = host.name
         self.stage = "connect"
         self.doing: str | None = None    # the command running now (what a Ctrl-C interrupts)
         self._outer: str | None = None   # the work a busy() block names, around its commands
         self._conn: Connection | None = None
-        # engine/slurmrun.Transport when the run rides Slurm (--via slurm): every run() goes
-        # into a batch the head runs as one srun step; only the head holds an ssh connection
+        # engine/transports/slurmrun.Transport when the run rides Slurm (--via slurm): every
+        # run() goes into a batch the head runs as one srun step; only the head holds an ssh
+        # connection
         self.transport = None
         self._fabric_config = fleet.fabric_config
         self._bastions = fleet.bastions

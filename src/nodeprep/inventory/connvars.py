@@ -22,7 +22,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-USED, IGNORED, REFUSED = "used", "ignored", "refused"
+USED = "used"
+IGNORED = "ignored"
+REFUSED = "refused"
 
 
 @dataclass(frozen=True)

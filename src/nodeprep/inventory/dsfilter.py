@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 from nodeprep.errors import InputError
 
-NODE_SEP, SLOT_START, SLOT_SEP = "@", ":", ","
+NODE_SEP = "@"
+SLOT_START = ":"
+SLOT_SEP = ","
 HINT = "DeepSpeed's form: NAME[:SLOT[,SLOT...]][@NAME...], e.g. worker-0@worker-1:0,2 (! first excludes)"
 
 

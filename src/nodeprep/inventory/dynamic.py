@@ -178,7 +178,9 @@ def _body(src: Source, group: str, body, at: tuple[str, int]) -> LineDict:
                  f"it, as one host '{group}' in a group of its own, with these as the group's "
                  "variables")
         hosts = LineList([group])
-        hosts.file, hosts.line, hosts.lines = file, line, [line]
+        hosts.file = file
+        hosts.line = line
+        hosts.lines = [line]
         shaped = LineDict({"hosts": hosts, "vars": body})
     else:
         return body

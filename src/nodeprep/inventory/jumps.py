@@ -77,7 +77,11 @@ def hop_of_command(command: str) -> Hop | None:
         return None
     if not words or words[0].rsplit("/", 1)[-1] != "ssh":
         return None
-    port, user, host, w_ok, i = 22, None, None, False, 1
+    port = 22
+    user = None
+    host = None
+    w_ok = False
+    i = 1
     while i < len(words):
         w = words[i]
         if w == "-W" and i + 1 < len(words) and words[i + 1] in ("%h:%p", "[%h]:%p"):

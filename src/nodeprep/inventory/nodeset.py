@@ -67,7 +67,9 @@ def _expand_ranges(inner: str, pattern: str) -> list[str]:
 
 def split_top(text: str) -> list[str]:
     """Split a comma list, ignoring commas inside brackets: `a[1,3],b` -> `a[1,3]`, `b`."""
-    items, depth, current = [], 0, ""
+    items = []
+    depth = 0
+    current = ""
     for char in text:
         depth += (char == "[") - (char == "]")
         if char == "," and depth == 0:

@@ -48,7 +48,9 @@ def split_keyword(line: str) -> tuple[str, str] | None:
     if not text or text.startswith("#"):
         return None
     end = next((i for i, c in enumerate(text) if c in _SPACE + "="), len(text))
-    keyword, delim, rest = text[:end], text[end:end + 1], text[end + 1:].lstrip(_SPACE)
+    keyword = text[:end]
+    delim = text[end:end + 1]
+    rest = text[end + 1:].lstrip(_SPACE)
     if delim != "=" and rest.startswith("="):          # `Keyword = value`
         rest = rest[1:].lstrip(_SPACE)
     return keyword.lower(), rest

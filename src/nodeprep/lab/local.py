@@ -59,7 +59,9 @@ def up(nodes: int, name: str, settings: Settings, inventory_dir, log) -> LabInfo
     net.require_tools(ip=False)
     log(WARNING.format(name=name, n=nodes))
     t0 = time.monotonic()
-    user, lab, base = getpass.getuser(), lab_dir(name), local_port_base(name)
+    user = getpass.getuser()
+    lab = lab_dir(name)
+    base = local_port_base(name)
     lab.mkdir(parents=True, exist_ok=True)
     lab.chmod(0o700)
     key = lab / "id_ed25519"

@@ -77,7 +77,9 @@ def send(peer, port, seconds):
 
 
 def main():
-    port, peer, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    port = int(sys.argv[1])
+    peer = sys.argv[2]
+    seconds = float(sys.argv[3])
     lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     lsock.bind(("", port))

@@ -38,7 +38,9 @@ def _burn_one(torch, dev, n, seconds, box):
         a = torch.rand(n, n, generator=g).to(dev)
         b = torch.rand(n, n, generator=g).to(dev)
         first = torch.mm(a, b)
-        iters, bad, t0 = 0, 0, time.perf_counter()
+        iters = 0
+        bad = 0
+        t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             c = torch.mm(a, b)
             if not torch.equal(c, first):

@@ -125,7 +125,9 @@ def declares_local_rank(script):
 def local_rank_args(argv, local_rank):
     """ARGV (script first) with --local_rank as the script declares it: given once when it
     does (the launcher's own value kept), dropped when it does not."""
-    script, rest, found = argv[0], [], []
+    script = argv[0]
+    rest = []
+    found = []
     i = 1
     while i < len(argv):
         a = argv[i]

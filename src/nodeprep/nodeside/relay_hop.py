@@ -128,7 +128,9 @@ class Untar:
         self.begin("data", size)
 
     def begin(self, mode, size):
-        self.mode, self.left, self.pad = mode, size, -size % BLOCK
+        self.mode = mode
+        self.left = size
+        self.pad = -size % BLOCK
         if not size:
             self.end_member()
 

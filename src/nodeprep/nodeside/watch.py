@@ -48,7 +48,10 @@ class Tail:
     until its newline, or is flushed after 2 s of silence)."""
 
     def __init__(self, path):
-        self.path, self.pos, self.buf, self.since = path, 0, b"", None
+        self.path = path
+        self.pos = 0
+        self.buf = b""
+        self.since = None
 
     def lines(self, final=False):
         try:
@@ -160,10 +163,14 @@ class Watch:
 
 
 def main(argv):
-    job, interval, launchers = argv[0], 0.25, []
+    job = argv[0]
+    interval = 0.25
+    launchers = []
     rest = argv[1:]
     while rest:
-        opt, val, rest = rest[0], rest[1], rest[2:]
+        opt = rest[0]
+        val = rest[1]
+        rest = rest[2:]
         if opt == "--interval":
             interval = float(val)
         elif opt == "--launcher":

@@ -1,7 +1,7 @@
 """Running a prepared job (prepare.py prepares it) and watching it to the end, attached
 to the terminal or as a detached supervisor (`train --detach`, cli/detached.py): the same code.
 
-1. One rank watch per machine (payloads/watch.py over ssh; ops/rankwatch decides).
+1. One rank watch per machine (nodeside/watch.py over ssh; ops/train/rankwatch decides).
 2. Each launcher command starts under `setsid` on its node, output to the node's run
    directory: the job does not depend on the controller's ssh session staying open.
 3. Until every launcher ended: on the first abnormal event, on --hang-timeout (after dumping
@@ -109,7 +109,10 @@ def watch_script(job_id: str, python: str, agent: str, launchers: list[int]) -> 
 
 class Supervisor:
     def __init__(self, spec: RunSpec, fleet, events: Events, run_dir: rundir.RunDir):
-        self.spec, self.fleet, self.events, self.run_dir = spec, fleet, events, run_dir
+        self.spec = spec
+        self.fleet = fleet
+        self.events = events
+        self.run_dir = run_dir
         self.lock = threading.Lock()
         self.stop_requested: str | None = None      # set by train.stop (SIGTERM) or Ctrl-C
         self.ended: set[str] = set()                # machines whose watcher said goodbye

@@ -13,10 +13,10 @@ def _sudo_script(arg: tuple[str, str]) -> str:
     """ARG: (the login shell wanted, the user). `sudo -n -l CMD ARGS` exits 0 exactly when
     sudoers allows that command line without a password."""
     want, user = (shlex.quote(a) for a in arg)
-    return ('if [ "$(id -u)" -eq 0 ]; then echo root; '
-            "elif ! command -v sudo >/dev/null 2>&1; then echo missing; "
-            "elif sudo -n true >/dev/null 2>&1; then echo all; "
-            f"elif sudo -n -l /usr/sbin/usermod -s {want} {user} >/dev/null 2>&1; then echo usermod; "
+    return ('if [ "$(id -u)" -eq 0 ]; then echo root\n'
+            "elif ! command -v sudo >/dev/null 2>&1; then echo missing\n"
+            "elif sudo -n true >/dev/null 2>&1; then echo all\n"
+            f"elif sudo -n -l /usr/sbin/usermod -s {want} {user} >/dev/null 2>&1; then echo usermod\n"
             "else echo none; fi")
 
 
@@ -38,9 +38,11 @@ def _login_finds_script(programs: tuple[str, ...]) -> str:
     Not asked of a csh or fish login shell (the shell role refuses those anyway)."""
     loop = ("for p in " + " ".join(shlex.quote(p) for p in programs) +
             '; do q=$(command -v "$p") && [ -x "$q" ] && printf "%s\\n" "$q"; done')
-    return ('case "${SHELL##*/}" in csh|tcsh|fish) ;; *) '
-            f'timeout {LOGIN_TIMEOUT} "${{SHELL:-/bin/sh}}" -lic {shlex.quote(loop)} '
-            "</dev/null 2>/dev/null;; esac; true")
+    return ('case "${SHELL##*/}" in\n'
+            "  csh|tcsh|fish) ;;\n"
+            f'  *) timeout {LOGIN_TIMEOUT} "${{SHELL:-/bin/sh}}" -lic {shlex.quote(loop)} </dev/null 2>/dev/null;;\n'
+            "esac\n"
+            "true")
 
 
 def _login_finds(text: str, rc: int) -> dict[str, str]:

@@ -18,10 +18,13 @@ def read_many_script(paths: list[str]) -> str:
     `cat | base64` carries the contents of those not over MAX_READ, in order; the reader
     splits them by the sizes (and refuses if a file changed size in between)."""
     words = " ".join(rpath(p) for p in paths)
-    return ("set --; k=\n"
+    return ("set --\n"
+            "k=\n"
             f"for f in {words}; do\n"
-            '  if [ -f "$f" ] && [ -r "$f" ]; then set -- "$@" "$f"; k="${k}F"; '
-            'elif [ -f "$f" ]; then k="${k}U"; elif [ -e "$f" ]; then k="${k}O"; else k="${k}M"; fi\n'
+            '  if [ -f "$f" ] && [ -r "$f" ]; then set -- "$@" "$f"; k="${k}F"\n'
+            '  elif [ -f "$f" ]; then k="${k}U"\n'
+            '  elif [ -e "$f" ]; then k="${k}O"\n'
+            '  else k="${k}M"; fi\n'
             "done\n"
             'printf \'%s\\n\' "$k"\n'
             "[ $# -gt 0 ] || exit 0\n"
@@ -30,7 +33,8 @@ def read_many_script(paths: list[str]) -> str:
             # keep the small ones: each pass shifts one file off and appends it back if kept
             f'for x in $m; do f=$1; shift; [ "${{x#*:}}" -le {MAX_READ} ] && set -- "$@" "$f"; done\n'
             "echo @@DATA@@\n"
-            '[ $# -eq 0 ] || cat -- "$@" 2>/dev/null | base64 -w0; echo')
+            '[ $# -eq 0 ] || cat -- "$@" 2>/dev/null | base64 -w0\n'
+            "echo")
 
 
 def split_files(text: str, rc: int, paths: list[str]) -> list[dict]:
@@ -48,7 +52,9 @@ def split_files(text: str, rc: int, paths: list[str]) -> list[dict]:
     if n and (len(lines) < n + 2 or lines[1 + n] != "@@DATA@@"):
         raise ValueError("unexpected answer")
     data = base64.b64decode(lines[n + 2] if len(lines) > n + 2 else "") if n else b""
-    out, it, pos = [], iter(stats), 0
+    out = []
+    it = iter(stats)
+    pos = 0
     for p, k in zip(paths, kinds):
         if k == "M":
             out.append({"exists": False, "mode": None, "size": 0, "content": None})
@@ -84,9 +90,12 @@ def dir_script(path: str) -> str:
     """sh listing PATH's entries, dot files included, a name a line; sh's own globs rather
     than an `ls` (one exec less in every probe that reads a directory)."""
     p = rpath(path)
-    return (f"if [ -d {p} ]; then for np_f in {p}/* {p}/.[!.]* {p}/..?*; do "
-            f"{{ [ -e \"$np_f\" ] || [ -L \"$np_f\" ]; }} && printf '%s\\n' \"${{np_f##*/}}\"; done; "
-            f"else echo @@MISSING@@; fi; true")
+    return (f"if [ -d {p} ]; then\n"
+            f"  for np_f in {p}/* {p}/.[!.]* {p}/..?*; do\n"
+            "    { [ -e \"$np_f\" ] || [ -L \"$np_f\" ]; } && printf '%s\\n' \"${np_f##*/}\"\n"
+            "  done\n"
+            "else echo @@MISSING@@; fi\n"
+            "true")
 
 
 # ELF e_machine values (the System V gABI's list) nodeprep meets on cluster nodes.
@@ -97,8 +106,13 @@ def elf_script(path: str) -> str:
     """For each lib*.so* in directory PATH (links followed): its name and the first 20 bytes
     in hex (the ELF identification and e_machine); nothing when PATH does not exist."""
     p = rpath(path)
-    return (f"for np_f in {p}/lib*.so*; do [ -f \"$np_f\" ] || continue; "
-            f"printf '%s ' \"${{np_f##*/}}\"; od -An -tx1 -N20 -- \"$np_f\" | tr -d '\\n'; echo; done; true")
+    return (f"for np_f in {p}/lib*.so*; do\n"
+            "  [ -f \"$np_f\" ] || continue\n"
+            "  printf '%s ' \"${np_f##*/}\"\n"
+            "  od -An -tx1 -N20 -- \"$np_f\" | tr -d '\\n'\n"
+            "  echo\n"
+            "done\n"
+            "true")
 
 
 def parse_elf(text: str, rc: int) -> dict[str, str | None]:
@@ -132,13 +146,28 @@ def stamp_script(path: str) -> str:
     relative to the stamp's directory) against the files as they are now: ONE `stat` of every
     name it lists, compared in sh; the lines travel only when something differs."""
     p, d = rpath(path), rpath(posixpath.dirname(path) or ".")
-    return (f"[ -f {p} ] || {{ echo @@MISSING@@; exit 0; }}; cd {d} || exit 1; "
-            "h=; r=; set --; { IFS= read -r h; while IFS= read -r l || [ -n \"$l\" ]; do "
-            "r=\"$r$l\n\"; set -- \"$@\" \"${l#* * * }\"; done; } < " + p + "; "
-            "printf '@@HEAD@@ %s\\n' \"$h\"; c=; [ $# -gt 0 ] && c=$(stat -c '" + STAT_FORMAT + "' -- \"$@\" 2>/dev/null); "
-            "if [ \"$c\" = \"${r%?}\" ]; then echo @@SAME@@; else echo @@DIFF@@; "
-            "printf '%s' \"$r\" | while IFS= read -r l; do printf 'R %s\\n' \"$l\"; done; "
-            "printf '%s\\n' \"$c\" | while IFS= read -r l; do [ -n \"$l\" ] && printf 'C %s\\n' \"$l\"; done; fi; true")
+    return (f"[ -f {p} ] || {{ echo @@MISSING@@; exit 0; }}\n"
+            f"cd {d} || exit 1\n"
+            "h=\n"
+            "r=\n"
+            "set --\n"
+            "{ IFS= read -r h\n"
+            "  while IFS= read -r l || [ -n \"$l\" ]; do\n"
+            "    r=\"$r$l\n\"\n"      # a newline inside the quotes: the lines as read
+            "    set -- \"$@\" \"${l#* * * }\"\n"
+            f"  done; }} < {p}\n"
+            "printf '@@HEAD@@ %s\\n' \"$h\"\n"
+            "c=\n"
+            "[ $# -gt 0 ] && c=$(stat -c '" + STAT_FORMAT + "' -- \"$@\" 2>/dev/null)\n"
+            "if [ \"$c\" = \"${r%?}\" ]; then echo @@SAME@@\n"
+            "else\n"
+            "  echo @@DIFF@@\n"
+            "  printf '%s' \"$r\" | while IFS= read -r l; do printf 'R %s\\n' \"$l\"; done\n"
+            "  printf '%s\\n' \"$c\" | while IFS= read -r l; do\n"
+            "    [ -n \"$l\" ] && printf 'C %s\\n' \"$l\"\n"
+            "  done\n"
+            "fi\n"
+            "true")
 
 
 def parse_stamp(text: str, rc: int) -> dict:

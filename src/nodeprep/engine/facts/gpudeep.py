@@ -31,8 +31,9 @@ class DcgmIn:
 
 
 def _dcgm_script(arg: DcgmIn) -> str:
-    return ("command -v dcgmi >/dev/null 2>&1 || { echo @@absent; exit 0; }; "
-            f"timeout -k 10 {DCGM_TIMEOUT} dcgmi diag -r {int(arg.level)} -j 2>&1; echo \"@@rc $?\"")
+    return ("command -v dcgmi >/dev/null 2>&1 || { echo @@absent; exit 0; }\n"
+            f"timeout -k 10 {DCGM_TIMEOUT} dcgmi diag -r {int(arg.level)} -j 2>&1\n"
+            "echo \"@@rc $?\"")
 
 
 def _status(text) -> str:
@@ -150,10 +151,12 @@ def deep_limit(arg: DeepIn) -> int:
 def _deep_script(arg: DeepIn) -> str:
     text = nodeside.GPUDEEP.read_text()
     py = f"{rpath(arg.venv)}/bin/python"
-    return (f"[ -x {py} ] || {{ echo @@novenv; exit 0; }}; d=$(mktemp -d) || exit 1; "
-            "trap 'rm -rf \"$d\"' EXIT; trap 'exit 143' HUP INT TERM; "
-            f"printf '%s' {shlex.quote(text)} > \"$d/gpudeep.py\" && timeout -k 10 {deep_limit(arg)} "
-            f"{py} -I \"$d/gpudeep.py\" "
+    return (f"[ -x {py} ] || {{ echo @@novenv; exit 0; }}\n"
+            "d=$(mktemp -d) || exit 1\n"
+            "trap 'rm -rf \"$d\"' EXIT\n"
+            "trap 'exit 143' HUP INT TERM\n"
+            f"printf '%s' {shlex.quote(text)} > \"$d/gpudeep.py\" &&\n"
+            f"  timeout -k 10 {deep_limit(arg)} {py} -I \"$d/gpudeep.py\" "
             f"--seconds {float(arg.seconds):g} --bytes {int(arg.nbytes)} --emulate {int(arg.emulate)}")
 
 

@@ -133,10 +133,18 @@ def parse_xml(text: str) -> dict:
 # Without nvidia-smi, the device files tell a GPU node whose tools are missing from a CPU node.
 # `nvlink -s` runs only when `-q -x` answered: a wedged driver costs one timeout, not two.
 GPU_DETAIL_PROBE = (
-    "command -v nvidia-smi >/dev/null 2>&1 || { n=0; for d in /dev/nvidia[0-9]*; do [ -e \"$d\" ] && n=$((n+1)); "
-    "done; echo \"NO_NVIDIA_SMI $n\"; exit 0; }\n"
-    f"timeout -k 2 {SMI_TIMEOUT} nvidia-smi -q -x 2>&1; r=$?; echo \"@@SMI_RC=$r@@\"; [ $r -eq 0 ] || exit 0\n"
-    f"timeout -k 2 {SMI_TIMEOUT} nvidia-smi nvlink -s 2>&1; echo \"@@NVLINK_RC=$?@@\"")
+    "command -v nvidia-smi >/dev/null 2>&1 || {\n"
+    "  n=0\n"
+    "  for d in /dev/nvidia[0-9]*; do [ -e \"$d\" ] && n=$((n+1)); done\n"
+    "  echo \"NO_NVIDIA_SMI $n\"\n"
+    "  exit 0\n"
+    "}\n"
+    f"timeout -k 2 {SMI_TIMEOUT} nvidia-smi -q -x 2>&1\n"
+    "r=$?\n"
+    "echo \"@@SMI_RC=$r@@\"\n"
+    "[ $r -eq 0 ] || exit 0\n"
+    f"timeout -k 2 {SMI_TIMEOUT} nvidia-smi nvlink -s 2>&1\n"
+    "echo \"@@NVLINK_RC=$?@@\"")
 
 
 def parse_gpu_detail(text: str, rc: int) -> dict:
@@ -246,14 +254,22 @@ def parse_nvlink(text: str, rc: int) -> dict:
 KLOG_PATTERN = r"NVRM: Xid|SXid|fallen off the bus|available PCIe bandwidth, limited by|nvidia-nvswitch"
 # Only a node with NVIDIA GPUs (or their driver's tool) reads it: the lines looked for are theirs.
 KERNEL_LOG_PROBE = (
-    "read -r np_up _ < /proc/uptime; echo \"uptime $np_up\"\n"
+    "read -r np_up _ < /proc/uptime\n"
+    "echo \"uptime $np_up\"\n"
     "[ -e /dev/nvidia0 ] || command -v nvidia-smi >/dev/null 2>&1 || { echo 'via skipped'; exit 0; }\n"
-    "if np_out=$(timeout -k 2 10 dmesg 2>&1); then echo 'via dmesg'\n"
-    "elif command -v journalctl >/dev/null 2>&1 && "
-    "np_j=$(timeout -k 2 10 journalctl -k -b -o short-monotonic --no-pager -q 2>&1) && "
-    "[ -n \"$np_j\" ]; then np_out=$np_j; echo 'via journalctl'\n"
-    "else echo \"unreadable $(printf '%s' \"$np_out\" | head -n 1)\"; exit 0; fi\n"
-    f"printf '%s\\n' \"$np_out\" | grep -E '{KLOG_PATTERN}' | tail -n 500; true")
+    "if np_out=$(timeout -k 2 10 dmesg 2>&1); then\n"
+    "  echo 'via dmesg'\n"
+    "elif command -v journalctl >/dev/null 2>&1 &&\n"
+    "    np_j=$(timeout -k 2 10 journalctl -k -b -o short-monotonic --no-pager -q 2>&1) &&\n"
+    "    [ -n \"$np_j\" ]; then\n"
+    "  np_out=$np_j\n"
+    "  echo 'via journalctl'\n"
+    "else\n"
+    "  echo \"unreadable $(printf '%s' \"$np_out\" | head -n 1)\"\n"
+    "  exit 0\n"
+    "fi\n"
+    f"printf '%s\\n' \"$np_out\" | grep -E '{KLOG_PATTERN}' | tail -n 500\n"
+    "true")
 
 _STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]\s*(.*)$")
 
@@ -261,7 +277,10 @@ _STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]\s*(.*)$")
 def parse_kernel_log(text: str, rc: int) -> dict:
     """{readable, via (dmesg, journalctl, or skipped: no NVIDIA GPU), error, uptime, lines:
     [{age (seconds, None if unstamped), text}]}."""
-    uptime, via, lines, error = None, None, [], None
+    uptime = None
+    via = None
+    lines = []
+    error = None
     for line in text.splitlines():
         if line.startswith("uptime "):
             try:
@@ -286,10 +305,14 @@ KERNEL_LOG = Fact("kernel_log", lambda _v: KERNEL_LOG_PROBE, parse_kernel_log)
 # -- FABRIC: NVSwitches and the fabric manager -----------------------------------------------
 
 FABRIC_PROBE = (
-    "n=0; for d in /proc/driver/nvidia-nvswitch/devices/* /dev/nvidia-nvswitch[0-9]*; do "
-    "[ -e \"$d\" ] && n=$((n+1)); done; echo \"nvswitches $n\"; [ \"$n\" -gt 0 ] || exit 0\n"
-    "if command -v systemctl >/dev/null 2>&1; then "
-    "echo \"manager $(timeout 5 systemctl is-active nvidia-fabricmanager 2>/dev/null || true)\"; "
+    "n=0\n"
+    "for d in /proc/driver/nvidia-nvswitch/devices/* /dev/nvidia-nvswitch[0-9]*; do\n"
+    "  [ -e \"$d\" ] && n=$((n+1))\n"
+    "done\n"
+    "echo \"nvswitches $n\"\n"
+    "[ \"$n\" -gt 0 ] || exit 0\n"
+    "if command -v systemctl >/dev/null 2>&1; then\n"
+    "  echo \"manager $(timeout 5 systemctl is-active nvidia-fabricmanager 2>/dev/null || true)\"\n"
     "else echo 'manager unknown'; fi\n"
     "pgrep -x nv-fabricmanager >/dev/null 2>&1 && echo 'process yes' || echo 'process no'")
 

@@ -51,7 +51,9 @@ def parse(text: str) -> dict:
     fallback = "@@FALLBACK@@" in lines
     if fallback:
         lines = lines[lines.index("@@FALLBACK@@") + 1:]
-    devices, driver, errors = [], None, []
+    devices = []
+    driver = None
+    errors = []
     for line in lines:
         fields = [f.strip() for f in line.split(",")]
         want = 3 if fallback else 4

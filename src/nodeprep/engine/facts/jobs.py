@@ -57,9 +57,10 @@ def _gpu_apps(text: str, rc: int) -> list[dict]:
 
 
 # processes holding a GPU (none where there is no nvidia-smi)
-GPU_APPS = Fact("gpu_apps", lambda _v: "command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi "
-                "--query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null; true",
-                _gpu_apps)
+GPU_APPS = Fact("gpu_apps", lambda _v: (
+    "command -v nvidia-smi >/dev/null 2>&1 &&\n"
+    "  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null\n"
+    "true"), _gpu_apps)
 
 
 PROGRAM_NAMES = ("pdsh", "mpirun", "orted", "srun")
@@ -69,5 +70,8 @@ def _programs(text: str, rc: int) -> set[str]:
     return {ln.split(" ", 1)[1] for ln in text.splitlines() if ln.startswith("have ")}
 
 
-PROGRAMS = Fact("programs", lambda _v: "for p in " + " ".join(PROGRAM_NAMES) + "; do "
-                "command -v $p >/dev/null 2>&1 && echo \"have $p\"; done; true", _programs)
+PROGRAMS = Fact("programs", lambda _v: (
+    "for p in " + " ".join(PROGRAM_NAMES) + "; do\n"
+    "  command -v $p >/dev/null 2>&1 && echo \"have $p\"\n"
+    "done\n"
+    "true"), _programs)

@@ -20,8 +20,11 @@ def _interfaces(text, rc):
     return ifs
 
 
-INTERFACES = Fact("interfaces", lambda _v: "ip -o -4 addr show 2>/dev/null || { echo NO_IP; hostname -I; }",
-                  _interfaces)
+INTERFACES = Fact("interfaces", lambda _v: (
+    "ip -o -4 addr show 2>/dev/null || {\n"
+    "  echo NO_IP\n"
+    "  hostname -I\n"
+    "}"), _interfaces)
 
 
 def primary_address(ifs: dict[str, list[str]]) -> str | None:
@@ -42,7 +45,8 @@ PORT_LISTENING = Fact("port_listening", lambda port: f"ss -Hltn 'sport = :{int(p
 def _route_script(addr) -> str:
     """`ip route get` to ADDR (a name is resolved on the node first, as NCCL would)."""
     q = shlex.quote(str(addr))
-    return (f"a={q}; case $a in *[!0-9.]*) a=$(getent ahostsv4 \"$a\" | awk 'NR==1 {{print $1}}');; esac; "
+    return (f"a={q}\n"
+            "case $a in *[!0-9.]*) a=$(getent ahostsv4 \"$a\" | awk 'NR==1 {print $1}');; esac\n"
             "[ -n \"$a\" ] && ip -o route get \"$a\" 2>/dev/null || echo NOROUTE")
 
 

@@ -12,10 +12,15 @@ from nodeprep.engine.facts.probe import Fact
 # -- LIMITS ------------------------------------------------------------------------------------
 
 LIMITS_PROBE = (
-    "echo \"memlock $(ulimit -l)\"; echo \"nofile $(ulimit -n)\"\n"
-    "while read -r k v _; do case $k in MemAvailable:|MemTotal:) echo \"$k $v\";; esac; done < /proc/meminfo\n"
-    "LC_ALL=C df -Pk /dev/shm 2>/dev/null | tail -n 1 | { read -r _d size _u free _r; "
-    "echo \"shm ${size:-none} ${free:-none}\"; }")
+    "echo \"memlock $(ulimit -l)\"\n"
+    "echo \"nofile $(ulimit -n)\"\n"
+    "while read -r k v _; do\n"
+    "  case $k in MemAvailable:|MemTotal:) echo \"$k $v\";; esac\n"
+    "done < /proc/meminfo\n"
+    "LC_ALL=C df -Pk /dev/shm 2>/dev/null | tail -n 1 | {\n"
+    "  read -r _d size _u free _r\n"
+    "  echo \"shm ${size:-none} ${free:-none}\"\n"
+    "}")
 
 
 def _kib(v: str) -> int | None:
@@ -49,9 +54,11 @@ LIMITS = Fact("limits", lambda _v: LIMITS_PROBE, parse_limits)
 SYNC_DAEMONS = ("chronyd", "ntpd", "systemd-timesyn", "ptp4l", "phc2sys", "openntpd", "timemaster")
 CLOCK_PROBE = (
     "echo \"now $(date +%s.%N)\"\n"
-    "for np_p in /proc/[0-9]*/comm; do IFS= read -r np_c < \"$np_p\" 2>/dev/null || continue; case $np_c in "
-    + "|".join(SYNC_DAEMONS) +
-    ") echo \"sync $np_c\";; esac; done; true")
+    "for np_p in /proc/[0-9]*/comm; do\n"
+    "  IFS= read -r np_c < \"$np_p\" 2>/dev/null || continue\n"
+    "  case $np_c in " + "|".join(SYNC_DAEMONS) + ") echo \"sync $np_c\";; esac\n"
+    "done\n"
+    "true")
 
 
 def parse_clock(text: str, rc: int) -> dict:
@@ -76,11 +83,19 @@ CLOCK = Fact("clock", lambda _v: CLOCK_PROBE, parse_clock)
 # -- RDMA_PORTS: /sys/class/infiniband ---------------------------------------------------------
 
 RDMA_PROBE = (
-    "for np_p in /sys/class/infiniband/*/ports/*; do [ -d \"$np_p\" ] || continue; "
-    "np_s=; np_r=; np_l=; np_ph=; "
-    "IFS= read -r np_s < \"$np_p/state\" 2>/dev/null; IFS= read -r np_r < \"$np_p/rate\" 2>/dev/null; "
-    "IFS= read -r np_l < \"$np_p/link_layer\" 2>/dev/null; IFS= read -r np_ph < \"$np_p/phys_state\" 2>/dev/null; "
-    "printf '%s|%s|%s|%s|%s\\n' \"${np_p#/sys/class/infiniband/}\" \"$np_s\" \"$np_r\" \"$np_l\" \"$np_ph\"; done; true")
+    "for np_p in /sys/class/infiniband/*/ports/*; do\n"
+    "  [ -d \"$np_p\" ] || continue\n"
+    "  np_s=\n"
+    "  np_r=\n"
+    "  np_l=\n"
+    "  np_ph=\n"
+    "  IFS= read -r np_s < \"$np_p/state\" 2>/dev/null\n"
+    "  IFS= read -r np_r < \"$np_p/rate\" 2>/dev/null\n"
+    "  IFS= read -r np_l < \"$np_p/link_layer\" 2>/dev/null\n"
+    "  IFS= read -r np_ph < \"$np_p/phys_state\" 2>/dev/null\n"
+    "  printf '%s|%s|%s|%s|%s\\n' \"${np_p#/sys/class/infiniband/}\" \"$np_s\" \"$np_r\" \"$np_l\" \"$np_ph\"\n"
+    "done\n"
+    "true")
 
 
 def parse_rdma(text: str, rc: int) -> list[dict]:
@@ -105,10 +120,18 @@ RDMA_PORTS = Fact("rdma_ports", lambda _v: RDMA_PROBE, parse_rdma)
 # -- NET_LINKS: /sys/class/net -----------------------------------------------------------------
 
 NET_PROBE = (
-    "for np_d in /sys/class/net/*; do np_n=${np_d##*/}; [ \"$np_n\" = lo ] && continue; "
-    "np_sp=; np_m=; np_o=; IFS= read -r np_sp < \"$np_d/speed\" 2>/dev/null; "
-    "IFS= read -r np_m < \"$np_d/mtu\" 2>/dev/null; IFS= read -r np_o < \"$np_d/operstate\" 2>/dev/null; "
-    "printf '%s|%s|%s|%s\\n' \"$np_n\" \"$np_sp\" \"$np_m\" \"$np_o\"; done; true")
+    "for np_d in /sys/class/net/*; do\n"
+    "  np_n=${np_d##*/}\n"
+    "  [ \"$np_n\" = lo ] && continue\n"
+    "  np_sp=\n"
+    "  np_m=\n"
+    "  np_o=\n"
+    "  IFS= read -r np_sp < \"$np_d/speed\" 2>/dev/null\n"
+    "  IFS= read -r np_m < \"$np_d/mtu\" 2>/dev/null\n"
+    "  IFS= read -r np_o < \"$np_d/operstate\" 2>/dev/null\n"
+    "  printf '%s|%s|%s|%s\\n' \"$np_n\" \"$np_sp\" \"$np_m\" \"$np_o\"\n"
+    "done\n"
+    "true")
 
 
 def parse_net(text: str, rc: int) -> dict:

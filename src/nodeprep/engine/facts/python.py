@@ -22,23 +22,37 @@ def _venv_script(path: str) -> str:
     is kept in the venv itself, per machine (<venv>/.nodeprep-runs.<machine-id>); a dangling
     bin/python has no stat, so it always runs (and fails)."""
     p = rpath(path)
-    return (f"[ -x {p}/bin/python ] || {{ echo MISSING; exit 0; }}; "
+    return (f"[ -x {p}/bin/python ] || {{ echo MISSING; exit 0; }}\n"
             # the version line of pyvenv.cfg with sh builtins (was sed | head: two execs)
-            f"v=; while IFS= read -r l || [ -n \"$l\" ]; do case $l in version_info*=*|'version '*=*|version=*) "
-            "v=${l#*=}; break;; esac; done < " + f"{p}/pyvenv.cfg; printf '%s\\n' \"${{v:-?}}\"; "
-            "m=; IFS= read -r m 2>/dev/null < /etc/machine-id; k=; c=; ok=; "
-            f"[ -n \"$m\" ] && k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache 2>/dev/null) "
-            f"&& c={p}/.nodeprep-runs.$m && [ -f \"$c\" ] && IFS= read -r ok < \"$c\"; "
-            "if [ -n \"$k\" ] && [ \"$ok\" = \"$k\" ]; then :; "
-            f"elif {p}/bin/python -I -S -c ''; then [ -n \"$c\" ] && "
-            "{ printf '%s\\n' \"$k\" > \"$c.$$\" && mv -f -- \"$c.$$\" \"$c\"; } 2>/dev/null; "
-            "else echo @@BROKEN@@; fi; "
+            "v=\n"
+            "while IFS= read -r l || [ -n \"$l\" ]; do\n"
+            "  case $l in version_info*=*|'version '*=*|version=*) v=${l#*=}; break;; esac\n"
+            f"done < {p}/pyvenv.cfg\n"
+            "printf '%s\\n' \"${v:-?}\"\n"
+            "m=\n"
+            "IFS= read -r m 2>/dev/null < /etc/machine-id\n"
+            "k=\n"
+            "c=\n"
+            "ok=\n"
+            "[ -n \"$m\" ] &&\n"
+            f"  k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache 2>/dev/null) &&\n"
+            f"  c={p}/.nodeprep-runs.$m && [ -f \"$c\" ] && IFS= read -r ok < \"$c\"\n"
+            "if [ -n \"$k\" ] && [ \"$ok\" = \"$k\" ]; then :\n"
+            f"elif {p}/bin/python -I -S -c ''; then\n"
+            "  [ -n \"$c\" ] && { printf '%s\\n' \"$k\" > \"$c.$$\" && mv -f -- \"$c.$$\" \"$c\"; } 2>/dev/null\n"
+            "else echo @@BROKEN@@; fi\n"
             # parameter expansion, not basename: one fork per package cost ~25 ms a node; the
             # wheel's platform tags (WHEEL's Tag lines but `-any`) read with sh's read builtin
-            f"for d in {p}/lib/python*/site-packages/*.dist-info; do [ -d \"$d\" ] || continue; "
-            "w=$d/WHEEL; d=${d%.dist-info}; printf '%s\\n' \"${d##*/}\"; [ -f \"$w\" ] && "
-            "while IFS= read -r l || [ -n \"$l\" ]; do case $l in 'Tag: '*-any) ;; 'Tag: '*) "
-            "printf '@T %s\\n' \"${l#Tag: }\";; esac; done < \"$w\"; done; true")
+            f"for d in {p}/lib/python*/site-packages/*.dist-info; do\n"
+            "  [ -d \"$d\" ] || continue\n"
+            "  w=$d/WHEEL\n"
+            "  d=${d%.dist-info}\n"
+            "  printf '%s\\n' \"${d##*/}\"\n"
+            "  [ -f \"$w\" ] && while IFS= read -r l || [ -n \"$l\" ]; do\n"
+            "    case $l in 'Tag: '*-any) ;; 'Tag: '*) printf '@T %s\\n' \"${l#Tag: }\";; esac\n"
+            "  done < \"$w\"\n"
+            "done\n"
+            "true")
 
 
 def parse_venv(text: str, rc: int) -> dict:
@@ -52,7 +66,9 @@ def parse_venv(text: str, rc: int) -> dict:
     if "@@BROKEN@@" in lines:
         return {"exists": True, "python": None, "packages": {}, "platforms": {},
                 "error": "its python does not run"}
-    pkgs, plats, last = {}, {}, None
+    pkgs = {}
+    plats = {}
+    last = None
     for ln in lines[1:]:
         if ln.startswith("@T "):
             tag = ln[3:].split("-")
@@ -140,25 +156,47 @@ def _torch_script(arg: TorchIn) -> str:
     v = rpath(arg.venv)
     cache = '"$HOME/.nodeprep/torch_probe.${mid:-x}.json"'
     # Line 1 of the cache is its key, line 2 the answer.
-    return ("mid=; [ -s /etc/machine-id ] && IFS= read -r mid < /etc/machine-id; " +
-            (f"rm -f {cache}; " if arg.deep else "") +
+    return ("mid=\n"
+            "[ -s /etc/machine-id ] && IFS= read -r mid < /etc/machine-id\n" +
+            (f"rm -f {cache}\n" if arg.deep else "") +
             # sh builtins where they do (glob, read, set): this runs on every node at every verify
-            f"t=; for x in {v}/lib/python*/site-packages/torch; do [ -d \"$x\" ] && {{ t=$x; break; }}; done; "
-            "[ -n \"$t\" ] || { echo MISSING; exit 0; }; "
-            "set -f; set -- \"$t/version.py\" /etc/ld.so.cache \"${t%/torch}/nvidia/nccl/lib/libnccl.so.2\"; "
-            "o=$IFS; IFS=:; for x in $LD_LIBRARY_PATH; do set -- \"$@\" \"$x/libnccl.so.2\"; done; "
-            "IFS=': '; for x in $LD_PRELOAD; do set -- \"$@\" \"$x\"; done; IFS=$o; "
-            "s=$(stat -L -c %n:%Y:%s \"$@\" 2>/dev/null); set -- $s; set +f; d=; "
-            "[ -r /proc/driver/nvidia/version ] && IFS= read -r d < /proc/driver/nvidia/version; "
-            "k=\"$* | $d | $LD_LIBRARY_PATH | $LD_PRELOAD\"; c=; a=; "
-            f"[ -f {cache} ] && {{ IFS= read -r c; while IFS= read -r l || [ -n \"$l\" ]; do a=$l; done; }} < {cache}; "
-            "if [ -n \"$c\" ] && [ \"$c\" = \"$k\" ]; then printf '%s\\n' \"$a\"; "
+            "t=\n"
+            f"for x in {v}/lib/python*/site-packages/torch; do\n"
+            "  [ -d \"$x\" ] && { t=$x; break; }\n"
+            "done\n"
+            "[ -n \"$t\" ] || { echo MISSING; exit 0; }\n"
+            "set -f\n"
+            "set -- \"$t/version.py\" /etc/ld.so.cache \"${t%/torch}/nvidia/nccl/lib/libnccl.so.2\"\n"
+            "o=$IFS\n"
+            "IFS=:\n"
+            "for x in $LD_LIBRARY_PATH; do set -- \"$@\" \"$x/libnccl.so.2\"; done\n"
+            "IFS=': '\n"
+            "for x in $LD_PRELOAD; do set -- \"$@\" \"$x\"; done\n"
+            "IFS=$o\n"
+            "s=$(stat -L -c %n:%Y:%s \"$@\" 2>/dev/null)\n"
+            "set -- $s\n"
+            "set +f\n"
+            "d=\n"
+            "[ -r /proc/driver/nvidia/version ] && IFS= read -r d < /proc/driver/nvidia/version\n"
+            "k=\"$* | $d | $LD_LIBRARY_PATH | $LD_PRELOAD\"\n"
+            "c=\n"
+            "a=\n"
+            f"[ -f {cache} ] && {{\n"
+            "  IFS= read -r c\n"
+            "  while IFS= read -r l || [ -n \"$l\" ]; do a=$l; done\n"
+            f"}} < {cache}\n"
+            "if [ -n \"$c\" ] && [ \"$c\" = \"$k\" ]; then printf '%s\\n' \"$a\"\n"
+            "else\n"
             # the temp file goes however the probe ends: torch failing to import, or the probe
             # stopped (TERM to its process group, from `timeout` or a Ctrl-C on the controller)
-            f"else tmp={cache[:-1]}.$$.tmp\"; trap 'rm -f -- \"$tmp\"' EXIT; trap 'exit 143' HUP INT TERM; "
-            f"mkdir -p \"$HOME/.nodeprep\" && {{ printf '%s\\n' \"$k\"; "
-            f"{v}/bin/python -I -c {shlex.quote(TORCH_PY)}; }} > \"$tmp\" && "
-            "tail -n 1 \"$tmp\" && mv -f \"$tmp\" " + cache + "; fi")
+            f"  tmp={cache[:-1]}.$$.tmp\"\n"
+            "  trap 'rm -f -- \"$tmp\"' EXIT\n"
+            "  trap 'exit 143' HUP INT TERM\n"
+            "  mkdir -p \"$HOME/.nodeprep\" && {\n"
+            "    printf '%s\\n' \"$k\"\n"
+            f"    {v}/bin/python -I -c {shlex.quote(TORCH_PY)}\n"
+            "  } > \"$tmp\" && tail -n 1 \"$tmp\" && mv -f \"$tmp\" " + cache + "\n"
+            "fi")
 
 
 def _torch_build(text: str, rc: int):

@@ -14,8 +14,9 @@ def _hostname(text, rc):
 
 
 # /proc's copy with a builtin read: the `hostname` exec cost ~0.5 ms of the node's CPU a probe
-HOSTNAME = Fact("hostname", lambda _v: "IFS= read -r h 2>/dev/null < /proc/sys/kernel/hostname && "
-                "[ -n \"$h\" ] && printf '%s\\n' \"$h\" || hostname", _hostname)
+HOSTNAME = Fact("hostname", lambda _v: (
+    "IFS= read -r h 2>/dev/null < /proc/sys/kernel/hostname &&\n"
+    "[ -n \"$h\" ] && printf '%s\\n' \"$h\" || hostname"), _hostname)
 
 
 def _os(text, rc):
@@ -30,9 +31,13 @@ def _os(text, rc):
 # os-release(5): /etc/os-release, else /usr/lib/os-release. Tested before `.` reads it: a `.`
 # of a missing file ends a POSIX sh (dash), and the section with it (no output at all).
 # PRETTY_NAME is emptied first: one in the login's environment is not the node's.
-OS = Fact("os", lambda _v: "PRETTY_NAME=; for np_f in /etc/os-release /usr/lib/os-release; do "
-          "[ -r \"$np_f\" ] && { . \"$np_f\" 2>/dev/null; break; }; done; "
-          "printf '%s\\n' \"$PRETTY_NAME\"; uname -srm", _os)
+OS = Fact("os", lambda _v: (
+    "PRETTY_NAME=\n"
+    "for np_f in /etc/os-release /usr/lib/os-release; do\n"
+    "  [ -r \"$np_f\" ] && { . \"$np_f\" 2>/dev/null; break; }\n"
+    "done\n"
+    "printf '%s\\n' \"$PRETTY_NAME\"\n"
+    "uname -srm"), _os)
 
 
 PY_CODE = ("import os, sys; print(sys.executable); print(\"%d.%d.%d\" % sys.version_info[:3]); "
@@ -55,18 +60,31 @@ def _python_script(v: dict) -> str:
     (`head -c 2`) runs only before writing an entry, since a file that becomes a script
     later has another stat than the one its entry was written under."""
     name = shlex.quote(str(v.get("python") or "python3"))
-    return (f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}; k=; c=; "
-            'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && [ -n "$m" ]; then '
-            'k=$(stat -L --printf \'%d:%i:%s:%Y \' -- "$p" /etc/ld.so.cache 2>/dev/null) || k=; '
-            'c="$HOME/.nodeprep/python_probe.$m"; fi; '
-            f'if [ -n "$k" ] && [ -f "$c" ]; then while {_RECORD}; do '
-            '[ "$a" = "$p $k" ] && [ -n "$z" ] && { printf \'%s\\n\' "$x" "$y" "$z"; exit 0; }; done < "$c"; fi; '
-            f"o=$(\"$p\" -I -S -c {shlex.quote(PY_CODE)}) || exit $?; printf '%s\\n' \"$o\"; "
-            '[ -n "$k" ] && case $(head -c 2 -- "$p" 2>/dev/null) in "#!"|"") ;; *) '
-            '{ { printf \'%s\\n\' "$p $k" "$o"; n=1; [ ! -f "$c" ] || '
-            f'while {_RECORD}; do case $a in "$p "*) continue;; esac; '
-            f'[ $n -lt {_ENTRIES} ] || break; n=$((n+1)); printf \'%s\\n\' "$a" "$x" "$y" "$z"; done < "$c"; }} '
-            '> "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null;; esac; exit 0')
+    return (f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}\n"
+            "k=\n"
+            "c=\n"
+            'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && [ -n "$m" ]; then\n'
+            '  k=$(stat -L --printf \'%d:%i:%s:%Y \' -- "$p" /etc/ld.so.cache 2>/dev/null) || k=\n'
+            '  c="$HOME/.nodeprep/python_probe.$m"\n'
+            "fi\n"
+            'if [ -n "$k" ] && [ -f "$c" ]; then\n'
+            f"  while {_RECORD}; do\n"
+            '    [ "$a" = "$p $k" ] && [ -n "$z" ] && { printf \'%s\\n\' "$x" "$y" "$z"; exit 0; }\n'
+            '  done < "$c"\n'
+            "fi\n"
+            f"o=$(\"$p\" -I -S -c {shlex.quote(PY_CODE)}) || exit $?\n"
+            "printf '%s\\n' \"$o\"\n"
+            '[ -n "$k" ] && case $(head -c 2 -- "$p" 2>/dev/null) in "#!"|"") ;; *)\n'
+            '  { { printf \'%s\\n\' "$p $k" "$o"\n'
+            "      n=1\n"
+            f'      [ ! -f "$c" ] || while {_RECORD}; do\n'
+            '        case $a in "$p "*) continue;; esac\n'
+            f"        [ $n -lt {_ENTRIES} ] || break\n"
+            "        n=$((n+1))\n"
+            '        printf \'%s\\n\' "$a" "$x" "$y" "$z"\n'
+            '      done < "$c"; } > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null;;\n'
+            "esac\n"
+            "exit 0")
 
 
 def _python(text, rc):
@@ -90,8 +108,11 @@ def _login_shell(text, rc):
 
 # The effective uid from /proc/self/status (a read loop: no `id` exec), `id -un` without it.
 LOGIN_SHELL = Fact("login_shell", lambda _v: (
-    "u=; { while read -r np_k np_r np_e np_x; do [ \"$np_k\" = Uid: ] && { u=$np_e; break; }; done "
-    "< /proc/self/status; } 2>/dev/null; case $u in ''|*[!0-9]*) u=$(id -un);; esac; getent passwd \"$u\""),
+    "u=\n"
+    "{ while read -r np_k np_r np_e np_x; do [ \"$np_k\" = Uid: ] && { u=$np_e; break; }\n"
+    "  done < /proc/self/status; } 2>/dev/null\n"
+    "case $u in ''|*[!0-9]*) u=$(id -un);; esac\n"
+    "getent passwd \"$u\""),
     _login_shell)
 
 
@@ -121,11 +142,17 @@ def _room_script(path: str) -> str:
     and `df -Pi` there (space and inodes), whether that directory is writable, and the mount
     options of its file system (ro). Two execs (the df's): the rest is shell builtins."""
     last = "{ read -r _h; read -r np_x; printf '%s\\n' \"$np_x\"; }"      # df's line after its header
-    return (f"p={rpath(path)}; while [ ! -d \"$p\" ] && [ \"$p\" != / ]; do p=${{p%/*}}; p=${{p:-/}}; done; "
-            f"echo \"dir $p\"; [ -w \"$p\" ] && echo writable; k=$(LC_ALL=C df -Pk \"$p\" | {last}); "
-            f"printf '%s\\n' \"$k\"; LC_ALL=C df -Pi \"$p\" | {last}; m=${{k##* }}; "
-            "while read -r _d mp _t opts _r; do [ \"$mp\" = \"$m\" ] && o=$opts; done < /proc/mounts; "
-            "echo \"opts ${o:-?}\"; true")
+    return (f"p={rpath(path)}\n"
+            "while [ ! -d \"$p\" ] && [ \"$p\" != / ]; do p=${p%/*}; p=${p:-/}; done\n"
+            "echo \"dir $p\"\n"
+            "[ -w \"$p\" ] && echo writable\n"
+            f"k=$(LC_ALL=C df -Pk \"$p\" | {last})\n"
+            "printf '%s\\n' \"$k\"\n"
+            f"LC_ALL=C df -Pi \"$p\" | {last}\n"
+            "m=${k##* }\n"
+            "while read -r _d mp _t opts _r; do [ \"$mp\" = \"$m\" ] && o=$opts; done < /proc/mounts\n"
+            "echo \"opts ${o:-?}\"\n"
+            "true")
 
 
 def _room(text: str, rc: int) -> dict:
@@ -151,8 +178,11 @@ def _etc_shells(text, rc):
     return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("/")]
 
 
-ETC_SHELLS = Fact("etc_shells", lambda _v: "{ while IFS= read -r l || [ -n \"$l\" ]; do printf '%s\\n' \"$l\"; "
-                  "done < /etc/shells; } 2>/dev/null; true", _etc_shells)      # builtins: no exec
+ETC_SHELLS = Fact("etc_shells", lambda _v: (                                   # builtins: no exec
+    "{ while IFS= read -r l || [ -n \"$l\" ]; do\n"
+    "    printf '%s\\n' \"$l\"\n"
+    "  done < /etc/shells; } 2>/dev/null\n"
+    "true"), _etc_shells)
 
 
 def _user(text, rc):
@@ -176,17 +206,27 @@ def _identity_script(_v) -> str:
     missing): the script is the same text for every node, so the head's fan-out sends one
     probe for all (a token drawn here made every probe differ: 8 KB a node, and past a dozen
     nodes the fan-out script was too big and verify fell back to direct probes)."""
-    return ("m=; for f in /etc/machine-id /var/lib/dbus/machine-id; do "
-            "[ -s \"$f\" ] && { IFS= read -r m < \"$f\"; break; }; done; "
-            "b=; [ -r /proc/sys/kernel/random/boot_id ] && IFS= read -r b < /proc/sys/kernel/random/boot_id; "
-            "printf 'machine %s %s\\n' \"${m:--}\" \"${b:--}\"; "
-            "f=\"$HOME/.nodeprep/home-id\"; "
-            "if [ ! -s \"$f\" ]; then mkdir -p \"$HOME/.nodeprep\" && { r=; "
-            "IFS= read -r r 2>/dev/null < /proc/sys/kernel/random/uuid; "
-            "[ -n \"$r\" ] || r=$(od -An -N16 -tx1 /dev/urandom); r=$(printf %s \"$r\" | tr -dc 0-9a-f); "
-            "[ ${#r} -ge 16 ] && t=\"$HOME/.nodeprep/.home-id.$r\" && printf '%s\\n' \"$r\" > \"$t\" && "
-            "{ ln \"$t\" \"$f\" 2>/dev/null; rm -f \"$t\"; }; }; fi; "
-            "h=; [ -s \"$f\" ] && IFS= read -r h < \"$f\"; printf 'home %s\\n' \"${h:--}\"")
+    return ("m=\n"
+            "for f in /etc/machine-id /var/lib/dbus/machine-id; do\n"
+            "  [ -s \"$f\" ] && { IFS= read -r m < \"$f\"; break; }\n"
+            "done\n"
+            "b=\n"
+            "[ -r /proc/sys/kernel/random/boot_id ] && IFS= read -r b < /proc/sys/kernel/random/boot_id\n"
+            "printf 'machine %s %s\\n' \"${m:--}\" \"${b:--}\"\n"
+            "f=\"$HOME/.nodeprep/home-id\"\n"
+            "if [ ! -s \"$f\" ]; then\n"
+            "  mkdir -p \"$HOME/.nodeprep\" && {\n"
+            "    r=\n"
+            "    IFS= read -r r 2>/dev/null < /proc/sys/kernel/random/uuid\n"
+            "    [ -n \"$r\" ] || r=$(od -An -N16 -tx1 /dev/urandom)\n"
+            "    r=$(printf %s \"$r\" | tr -dc 0-9a-f)\n"
+            "    [ ${#r} -ge 16 ] && t=\"$HOME/.nodeprep/.home-id.$r\" && printf '%s\\n' \"$r\" > \"$t\" &&\n"
+            "      { ln \"$t\" \"$f\" 2>/dev/null; rm -f \"$t\"; }\n"
+            "  }\n"
+            "fi\n"
+            "h=\n"
+            "[ -s \"$f\" ] && IFS= read -r h < \"$f\"\n"
+            "printf 'home %s\\n' \"${h:--}\"")
 
 
 def _identity(text, rc):

@@ -186,7 +186,9 @@ def node_map(hosts, sinfo: str, head: str, allocation: list[str] | None = None) 
     it. A node is Slurm's if its name, its address or its short name is a Slurm NodeName,
     NodeAddr or NodeHostname (in that order). ALLOCATION: the job's nodes, when inside one.
     A node Slurm does not know (or the job does not hold) is an InputError naming it."""
-    names, by_addr, by_host = set(), {}, {}
+    names = set()
+    by_addr = {}
+    by_host = {}
     for line in sinfo.splitlines():
         f = line.strip().split("|")
         if len(f) == 3 and f[0]:

@@ -78,7 +78,9 @@ class _Round:
 
     def __init__(self, transport: "Transport", n: int):
         self.t, self.cv = transport, threading.Condition()
-        self.working, self.queue, self.flushing = n, [], False
+        self.working = n
+        self.queue = []
+        self.flushing = False
 
     def call(self, fn, session):
         _tls.round = self
@@ -105,7 +107,9 @@ class _Round:
             with self.cv:
                 if self.flushing or self.working > 0 or not self.queue:
                     return
-                batch, self.queue, self.flushing = self.queue, [], True
+                batch = self.queue
+                self.queue = []
+                self.flushing = True
             try:
                 self.t.batch(batch)
             finally:
@@ -228,7 +232,9 @@ def broadcast(head, local_path, remote_path: str, nodes: list[str], *, jobid: st
     name, for the keys); {} when every copy is right."""
     if not remote_path.startswith("/"):
         raise InputError(f"broadcast to {remote_path!r}: give an absolute path (sbcast does not expand ~)")
-    token, sha, size = secrets.token_hex(8), hashlib.sha256(), 0
+    token = secrets.token_hex(8)
+    sha = hashlib.sha256()
+    size = 0
     head._ssh()
     src = f"/tmp/nodeprep-bcast-{token}"
     # streamed in chunks (a CUDA wheelhouse is GBs): never the whole file in memory

@@ -120,11 +120,15 @@ def resume(rank: int, path: str, model, opt) -> tuple[int, int, float]:
     if rank == 0 and os.path.exists(path):
         box[0] = torch.load(path, map_location="cpu", weights_only=True)
     dist.broadcast_object_list(box, src=0)
-    start_epoch, step, loss_value = 0, 0, float("nan")
+    start_epoch = 0
+    step = 0
+    loss_value = float("nan")
     if box[0] is not None:
         model.load_state_dict(box[0]["model"])
         opt.load_state_dict(box[0]["optimizer"])
-        start_epoch, step, loss_value = box[0]["epoch"], box[0]["step"], box[0]["loss"]
+        start_epoch = box[0]["epoch"]
+        step = box[0]["step"]
+        loss_value = box[0]["loss"]
         say(f"rank {rank} resumed from epoch {start_epoch} step {step}")
     return start_epoch, step, loss_value
 

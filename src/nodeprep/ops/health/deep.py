@@ -15,7 +15,10 @@ from nodeprep.engine.facts.gpudeep import DCGM_TIMEOUT, DCGM_DIAG, GPU_DEEP
 from nodeprep.engine.facts.gpuhealth import GPU_DETAIL
 from nodeprep.ops.health.findings import Context, Verdict
 
-OK, WARN, UNKNOWN, CRITICAL = Verdict.OK, Verdict.WARN, Verdict.UNKNOWN, Verdict.CRITICAL
+OK = Verdict.OK
+WARN = Verdict.WARN
+UNKNOWN = Verdict.UNKNOWN
+CRITICAL = Verdict.CRITICAL
 SLOW_GPU = 0.8          # a GPU under this share of its node's fastest GPU of the model: WARN
 SOFT = (1, 5)           # DCGM error severities that leave the GPU usable: MONITOR, CONFIG
 DISAGREE = 1e-3         # relative difference between two GPUs' answers to the same product

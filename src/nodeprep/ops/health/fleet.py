@@ -10,7 +10,10 @@ from nodeprep.engine.facts.gpuhealth import GPU_DETAIL
 from nodeprep.engine.facts.nodehealth import LIMITS, NET_LINKS, RDMA_PORTS
 from nodeprep.ops.health.findings import Context, Verdict
 
-OK, WARN, UNKNOWN, CRITICAL = Verdict.OK, Verdict.WARN, Verdict.UNKNOWN, Verdict.CRITICAL
+OK = Verdict.OK
+WARN = Verdict.WARN
+UNKNOWN = Verdict.UNKNOWN
+CRITICAL = Verdict.CRITICAL
 
 
 def _majority(values: dict[str, object]):

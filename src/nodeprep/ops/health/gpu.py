@@ -7,7 +7,10 @@ from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, KERNEL_LOG, SMI_
 from nodeprep.ops.health import xids
 from nodeprep.ops.health.findings import Context, Verdict
 
-OK, WARN, UNKNOWN, CRITICAL = Verdict.OK, Verdict.WARN, Verdict.UNKNOWN, Verdict.CRITICAL
+OK = Verdict.OK
+WARN = Verdict.WARN
+UNKNOWN = Verdict.UNKNOWN
+CRITICAL = Verdict.CRITICAL
 RESET = "drain the node, then `sudo nvidia-smi -r -i {i}` (or reboot)"
 
 

@@ -6,7 +6,10 @@ from nodeprep.engine.facts import ROOM
 from nodeprep.engine.facts.nodehealth import CLOCK, LIMITS, RDMA_PORTS
 from nodeprep.ops.health.findings import Context, Verdict
 
-OK, WARN, UNKNOWN, CRITICAL = Verdict.OK, Verdict.WARN, Verdict.UNKNOWN, Verdict.CRITICAL
+OK = Verdict.OK
+WARN = Verdict.WARN
+UNKNOWN = Verdict.UNKNOWN
+CRITICAL = Verdict.CRITICAL
 GIB = 1 << 30
 
 # Where a run writes: the home (caches, the job directory), /tmp, and nodeprep's own tree (the
@@ -20,7 +23,9 @@ def _gib(n: float) -> str:
 
 
 def disk(f, ctx: Context) -> list:
-    t, out, seen = ctx.thresholds, [], set()
+    t = ctx.thresholds
+    out = []
+    seen = set()
     for (name, path), req in zip(PLACES, ROOMS):
         r = f[req]
         if r["mount"] in seen:
@@ -73,7 +78,9 @@ def limits(f, ctx: Context) -> list:
     """Locked memory matters where RDMA pins buffers (InfiniBand, RoCE, EFA: NCCL's net plugins
     register memory with the NIC); without RDMA ports a limit is no finding here (fleet.py's
     limits_equal still names a node below the others)."""
-    lim, t, out = f[LIMITS], ctx.thresholds, []
+    lim = f[LIMITS]
+    t = ctx.thresholds
+    out = []
     mem = lim["memlock_kib"]
     if f[RDMA_PORTS] and mem is not None and (t.memlock_min_kib is None or mem < t.memlock_min_kib):
         need = "unlimited" if t.memlock_min_kib is None else f"{t.memlock_min_kib} KiB"
@@ -86,7 +93,9 @@ def limits(f, ctx: Context) -> list:
 
 
 def clock(f, ctx: Context) -> list:
-    c, t, out = f[CLOCK], ctx.thresholds, []
+    c = f[CLOCK]
+    t = ctx.thresholds
+    out = []
     if c["now"] is None or ctx.clock_window is None:
         out.append(("CLOCK_UNKNOWN", UNKNOWN, "the node's time could not be read", "check `date` on the node"))
     else:

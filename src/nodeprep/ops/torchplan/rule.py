@@ -1,6 +1,7 @@
 """The torch plan's rule, per CPU platform (steps 2 and 3 of ops/torchplan/plan.py): which wheels of a
 release fit that platform's drivers and GPUs, which variant the fleet takes, and, when none
-fits, which node blocks and why. Pure: facts from ops/torchdata, nodes from ops/torchnodes."""
+fits, which node blocks and why. Pure: facts from ops/torchplan/data, nodes from
+ops/torchplan/nodes."""
 from __future__ import annotations
 
 import re
@@ -16,7 +17,9 @@ class PlanError(NodeprepError):
 
     def __init__(self, node: str | None, reason: str, fix: str, explain: list[str] | None = None):
         super().__init__(f"node {node}: {reason}" if node else reason, hint=fix)
-        self.node, self.reason, self.fix = node, reason, fix
+        self.node = node
+        self.reason = reason
+        self.fix = fix
         self.explain = explain if explain is not None else []
 
     def __str__(self) -> str:  # the fix often holds parentheses itself

@@ -51,9 +51,16 @@ def listen_script(python: str, port: int, seconds: int = 15) -> str:
           "while time.time()<end:\n"
           "    try: s.accept()[0].close()\n"
           "    except OSError: pass\n")
-    return (f"setsid {shlex.quote(python)} -c {shlex.quote(py)} > \"$HOME/.nodeprep/listen.$$\" 2>&1 < /dev/null & "
-            "echo \"pid $!\"; i=0; while [ $i -lt 50 ]; do grep -q ready \"$HOME/.nodeprep/listen.$$\" 2>/dev/null && break; "
-            "sleep 0.1; i=$((i+1)); done; cat \"$HOME/.nodeprep/listen.$$\"; rm -f \"$HOME/.nodeprep/listen.$$\"")
+    return (f"setsid {shlex.quote(python)} -c {shlex.quote(py)} > \"$HOME/.nodeprep/listen.$$\" 2>&1 < /dev/null &\n"
+            "echo \"pid $!\"\n"
+            "i=0\n"
+            "while [ $i -lt 50 ]; do\n"
+            "  grep -q ready \"$HOME/.nodeprep/listen.$$\" 2>/dev/null && break\n"
+            "  sleep 0.1\n"
+            "  i=$((i+1))\n"
+            "done\n"
+            "cat \"$HOME/.nodeprep/listen.$$\"\n"
+            "rm -f \"$HOME/.nodeprep/listen.$$\"")
 
 
 def connect_script(python: str, address: str, port: int) -> str:

@@ -1,4 +1,4 @@
-"""What a job's rank watchers (payloads/watch.py, one per machine) report, and what nodeprep
+"""What a job's rank watchers (nodeside/watch.py, one per machine) report, and what nodeprep
 decides from it: pure state, no ssh, so every decision is unit-tested with recorded ticks.
 
 - every rank (attempt) with its node, start, end, exit status or signal, OOM kill;

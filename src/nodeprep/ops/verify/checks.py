@@ -98,7 +98,9 @@ def run_checks(fps: dict, logged: dict) -> list[dict]:
 
 def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
     """Problems on one node that make launches fail or hang."""
-    out, workdir, port = [], want.workdir, want.port
+    out = []
+    workdir = want.workdir
+    port = want.port
 
     def bad(key, msg, severity="error"):
         out.append({"node": host.name, "key": key, "message": msg, "severity": severity})

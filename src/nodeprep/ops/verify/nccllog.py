@@ -44,8 +44,12 @@ class _Proc:
     """What one process (pid) of the node said."""
 
     def __init__(self):
-        self.ofi = self.loaded = self.path = None
-        self.ofi_seen = self.none = self.failed = False
+        self.ofi = None
+        self.loaded = None
+        self.path = None
+        self.ofi_seen = False
+        self.none = False
+        self.failed = False
         self.networks: set[str] = set()
         self.transports: set[str] = set()
 
