@@ -447,18 +447,32 @@ def demo(c, nodes=2, keep=True):
         _done(cli.lab_down("local", False, s))
 
 
-@task(help={"k": "only tests matching this expression (pytest -k)",
+TIERS = ("lab", "slurm", "aarch64", "cold", "train")   # markers: tests/conftest.py says which test is which
+
+
+@task(iterable=["tier"],
+      help={"k": "only tests matching this expression (pytest -k)",
             "unit": "unit tests only (no root, no sshd needed)",
             "fast": "the fast tier: unit tests not marked slow (no torch, ansible, downloads or "
-                    "fuzz campaign; see tests/unit/conftest.py), under 2 minutes"})
-def test(c, k=None, unit=False, fast=False):
+                    "fuzz campaign; see tests/unit/conftest.py), under a minute",
+            "tier": "only the integration tests of this tier (repeatable): " + ", ".join(TIERS),
+            "workers": "pytest-xdist workers (default 3; 0 runs in this process, as a debugger needs)"})
+def test(c, k=None, unit=False, fast=False, tier=None, workers=3):
     """Run the test suite: unit tests, then integration tests against a real emulated lab."""
+    bad = [t for t in tier or () if t not in TIERS]
+    if bad:
+        raise SystemExit(f"error: --tier {bad[0]!r}: expected one of {', '.join(TIERS)}")
     args = ["tests/unit"] if unit or fast else ["tests/unit", "tests/integration"]
+    if tier:
+        args = ["tests/integration", "-m", " or ".join(tier)]
     if fast:
         args += ["-m", "not slow"]
     if k:
         args += ["-k", k]
-    # --durations: the slowest tests in every CI log (the suite must stay under 30 minutes)
+    if int(workers):
+        # one module per worker at a time, each worker with its own lab (tests/conftest.py)
+        args += ["-n", str(int(workers)), "--dist", "loadgroup"]
+    # --durations: the slowest tests in every CI log (the suite must stay under 15 minutes)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=25"] + args
     c.run(" ".join(shlex.quote(a) for a in cmd), pty=False, env={"PYTHONDONTWRITEBYTECODE": "1"})
 

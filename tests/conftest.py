@@ -1,16 +1,35 @@
-"""The whole suite: when the run includes the aarch64 lab tests (tests/integration/
-test_aarch64.py) and this machine has no arm64 root yet, build it in the background from the
-start (lab/foreign.prebuild: minutes of emulated package scripts on the core the unit tests
-leave idle); that test's lab waits for it. Its output: <basetemp>/arm64-root.log."""
+"""The whole suite.
+
+Workers: `invoke test` runs the suite on several pytest-xdist workers (`--dist loadgroup`).
+Every test of one integration module goes to one worker (its module fixtures are built once;
+unit tests go one by one to whichever worker is free), and each
+worker runs its own lab "t" (tests/integration/conftest.py names it), so no two workers share a
+lab. The modules known to be long start first (LONG_FIRST), so none of them is the tail.
+
+Tiers (markers, registered in pyproject.toml): every integration test is `lab`; TIERS below adds
+`slurm`, `aarch64`, `cold` (provisions real wheels onto bare nodes) and `train` per module, and
+a test that uses a Slurm fixture is `slurm` wherever it is. `invoke test --tier NAME` runs one.
+
+aarch64: when the run includes tests/integration/test_aarch64.py and this machine has no arm64
+root yet, build it in the background from the start (lab/foreign.prebuild: minutes of emulated
+package scripts); that test's lab waits for it after its x86_64 half. Its output:
+<basetemp>/arm64-root.log.
+"""
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
 
 import pytest
 
-PREBUILD = "from nodeprep.lab import foreign; foreign.prebuild('aarch64')"
+# the prebuild holds PREBUILT for its whole life (binfmt_misc put back included), so a test in
+# another worker waits for it to end, as the worker that started it waits for the process
+PREBUILT = "/var/cache/nodeprep/prebuild.lock"
+PREBUILD = ("import fcntl, os; os.makedirs(os.path.dirname(%r), exist_ok=True); f = open(%r, 'w'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); from nodeprep.lab import foreign; foreign.prebuild('aarch64')"
+            % (PREBUILT, PREBUILT))
 
 
 def _wants_aarch64(session) -> bool:
@@ -18,6 +37,9 @@ def _wants_aarch64(session) -> bool:
 
 
 def pytest_collection_finish(session):
+    # one process starts it: the only one, or the first worker (every worker collects at start)
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
     if os.geteuid() != 0 or not _wants_aarch64(session):
         return
     from nodeprep.lab import foreign
@@ -38,3 +60,51 @@ def arm64_root_ready(request):
     proc = request.config.stash.get(ROOT_BUILD, None)
     if proc is not None:
         proc.wait()
+    elif os.path.exists(PREBUILT):
+        with open(PREBUILT) as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+
+
+# integration module -> its tiers besides `lab`
+TIERS = {
+    "test_aarch64": ("aarch64", "cold", "train"),
+    "test_bastion": ("cold", "train"),
+    "test_pystack": ("cold",),
+    "test_shapes": ("cold", "train"),
+    "test_silence": ("cold",),
+    "test_verified": ("cold",),
+    "test_fanout": ("cold",),
+    "test_slurm_transport": ("slurm",),
+    "test_health_drain": ("slurm",),
+    "test_user_script": ("slurm", "train"),
+    "test_train": ("train",),
+    "test_train_watch": ("train",),
+    "test_closed_stdout": ("train",),
+    "test_health_gate": ("train",),
+    "test_init": ("train",),
+    "test_ansible_vars": ("train",),
+}
+SLURM_FIXTURES = {"real_slurm", "slurm", "slurm_lab", "slx"}
+# the longest modules, started first on the workers (measured 2026-11-28, docs/testing.md)
+LONG_FIRST = ("test_aarch64", "test_train_watch", "test_silence", "test_shapes", "test_bastion",
+              "test_train", "test_inventory_differential", "test_launchers", "test_closed_stdout")
+
+
+def _module(item) -> str:
+    return item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = _module(item)
+        if "/integration/" not in item.nodeid:
+            continue            # unit tests go to any worker, one by one
+        # one worker per module: its module-scoped fixtures (and labs) are built once
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        tiers = {"lab", *TIERS.get(module, ())}
+        if SLURM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            tiers.add("slurm")
+        for tier in sorted(tiers):
+            item.add_marker(getattr(pytest.mark, tier))
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(_module(item), len(rank)))

@@ -1,6 +1,7 @@
 """The emulated lab for integration tests: lab "t", 3 nodes, on its own subnet, with its
 known_hosts, lab directory and inventory in a temporary directory (the project's own
-known_hosts and labs are never touched).
+known_hosts and labs are never touched). Under several pytest-xdist workers each worker has
+its own lab: "t" on 10.199.0.0/24 for the first, "t1" on 10.189, "t2" on 10.188, ...
 
 Fixtures:
   lab_settings  Settings whose state_dir (known_hosts) and lab_root are temporary
@@ -9,6 +10,10 @@ Fixtures:
                 dead nodes too); a test that changes the lab must put it back to 3
   lab_ssh       lab_ssh(node, command) -> CompletedProcess through the OpenSSH client
   lab_ssh_argv  lab_ssh_argv(node, command) -> that OpenSSH command line (node: LabNode|index)
+  site          the lab provisioned ONCE per worker with every role, one controller key and
+                ssh config for the whole run: its value is those --set overrides
+  provisioned   per module: the site applied again (a no-op unless an earlier module changed
+                a node, which it then repairs): what train tests start from; same value
   lab_restore   for tests that change nodes (login shell, password, authorized_keys): yields
                 reset(index); after the test every node is put back as the lab makes it
                 (reset_node on each, after lab_up() restarts dead nodes and the lab key)
@@ -30,6 +35,9 @@ from nodeprep.settings import Settings
 
 LAB_NAME = "t"
 LAB_SUBNET = 199      # 10.199.0.0/24: apart from "local" (200) and derived names (201-250)
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+if _WORKER:           # 10.189, 10.188, ...: below the fixed subnets of other modules (194-199)
+    LAB_NAME, LAB_SUBNET = f"t{_WORKER}", 190 - _WORKER
 # NODEPREP_TEST_LAB=NAME:SUBNET runs a tier on a lab of its own beside another run's lab "t"
 # (a developer's second terminal); modules that name lab "t" themselves still need the default.
 if os.environ.get("NODEPREP_TEST_LAB"):
@@ -137,19 +145,32 @@ def lab_ssh(lab_ssh_argv):
     return run
 
 
-@pytest.fixture(scope="module")
-def provisioned(lab, lab_settings, lab_up, tmp_path_factory):
-    """The lab, provisioned once per module (controller key and ssh config kept apart from
-    the real ones): what the train tests start from. Its value: those --set overrides (a
-    later provision with them changes nothing)."""
+def _provision_site(lab, settings, sets) -> None:
     from nodeprep import cli as api
     from nodeprep.commands.options import ProvisionOptions
+    code = api.provision(ProvisionOptions(str(lab.inventory), sets=sets), settings)
+    assert code == 0
+
+
+@pytest.fixture(scope="session")
+def site(lab, lab_settings, lab_up, tmp_path_factory):
+    """The lab provisioned with every role, once per worker: one controller key and ssh config
+    (kept apart from the real ones) for every module. Its value: those --set overrides (a later
+    provision with them changes nothing)."""
     lab_up()
     ctl = tmp_path_factory.mktemp("ctl")
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
-    code = api.provision(ProvisionOptions(str(lab.inventory), sets=sets), lab_settings)
-    assert code == 0
+    _provision_site(lab, lab_settings, sets)
     return sets
+
+
+@pytest.fixture(scope="module")
+def provisioned(site, lab, lab_settings, lab_up):
+    """The site as each module starts: applied again with the same settings (nothing to change
+    unless an earlier module changed a node: then it is put back), whatever ran before."""
+    lab_up()
+    _provision_site(lab, lab_settings, site)
+    return site
 
 
 @pytest.fixture(scope="module")

@@ -28,18 +28,20 @@ NAME, SUBNET = "ar", 198
 
 
 @pytest.fixture(scope="module")
-def arm_lab(lab_settings, tmp_path_factory, arm64_root_ready):
+def arm_lab(lab_settings, tmp_path_factory, request):
     """The pair first comes up as x86_64 nodes and is provisioned (their homes then hold an
     x86_64 venv and wheelhouse, as where x86 login nodes and aarch64 compute nodes share
-    homes), then the lab comes up again over the same homes with the pair as aarch64 nodes."""
+    homes), then the lab comes up again over the same homes with the pair as aarch64 nodes
+    (the arm64 root, built in the background meanwhile, waited for only then)."""
     labmod.down(NAME, lab_settings, log=lambda msg: None)
-    before = (foreign.BINFMT / "register").exists(), foreign.registered("aarch64")
     inv, ctl = tmp_path_factory.mktemp("arinv"), tmp_path_factory.mktemp("arctl")
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
     x86 = labmod.up(2, NAME, lab_settings, labmod.UpOptions(inventory_dir=inv, subnet=SUBNET),
                     log=lambda msg: None)
     assert api.provision(ProvisionOptions(str(x86.inventory), sets=sets), lab_settings) == 0
     labmod.down(NAME, lab_settings, log=lambda msg: None)
+    request.getfixturevalue("arm64_root_ready")
+    before = (foreign.BINFMT / "register").exists(), foreign.registered("aarch64")
     info = labmod.up(3, NAME, lab_settings, labmod.UpOptions(
         inventory_dir=inv, subnet=SUBNET, arch=("aarch64", "worker-2=native")), log=lambda msg: None)
     yield info, sets

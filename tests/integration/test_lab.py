@@ -19,7 +19,7 @@ from nodeprep.lab import config as lab_config
 from nodeprep.lab import net as lab_net
 from nodeprep.errors import NodeprepError
 
-LAB_NAME, LAB_NODES = "t", 3      # what conftest's session lab is
+from .conftest import LAB_NAME, LAB_NODES  # what conftest's session lab is (per worker)
 
 
 def _ok(proc: subprocess.CompletedProcess) -> str:

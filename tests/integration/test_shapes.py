@@ -20,7 +20,7 @@ from nodeprep import lab as labmod
 from nodeprep.commands.options import ProvisionOptions, TrainOptions, VerifyOptions
 from nodeprep.settings import Settings
 
-NAME, SUBNET = "tsh", 198         # 10.198.0.0/24: apart from lab "t" (199) and "local" (200)
+NAME, SUBNET = "tsh", 194         # 10.194.0.0/24: apart from the other labs (tests/integration/conftest.py)
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -1,3 +1,4 @@
+import fcntl
 import os
 import shlex
 import socket
@@ -223,6 +224,14 @@ TV = Path("/tmp/tv")
 @pytest.fixture(scope="session")
 def torch_python():
     python = TV / "bin" / "python"
+    # one maker at a time (the suite's workers): the others wait, then find it usable
+    with open(f"{TV}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _make_torch_venv(python)
+    return str(python)
+
+
+def _make_torch_venv(python: Path) -> None:
     usable = python.exists() and subprocess.run([str(python), "-c", "import torch"],
                                                 capture_output=True).returncode == 0
     if not usable:
@@ -230,7 +239,6 @@ def torch_python():
         # pinned: an unpinned torch pulls GBs of CUDA wheels
         subprocess.run([str(TV / "bin" / "pip"), "install", "-q", "torch==2.13.0+cpu",
                         "numpy==2.4.6"], check=True, timeout=600)
-    return str(python)
 
 
 def free_port():

@@ -6,6 +6,7 @@ the probe's own code reading its version from a live process: no GPU is needed f
 from __future__ import annotations
 
 import ast
+import fcntl
 import json
 import os
 import shutil
@@ -162,8 +163,12 @@ def _fetch(spec: str, member: str, target: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def real_libnccl() -> Path:
-    """NCCL 2.21.5's own libnccl.so.2 (it loads without a GPU: CUDA is opened lazily)."""
-    return _fetch(WHEEL, "nvidia/nccl/lib/libnccl.so.2", CACHE / "libnccl.so.2.21.5")
+    """NCCL 2.21.5's own libnccl.so.2 (it loads without a GPU: CUDA is opened lazily); one
+    fetch at a time (the suite's workers)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fetch(WHEEL, "nvidia/nccl/lib/libnccl.so.2", CACHE / "libnccl.so.2.21.5")
 
 
 def nccl_dir(tmp: Path, lib: Path) -> Path:

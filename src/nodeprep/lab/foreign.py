@@ -20,6 +20,7 @@ lab added it and no other lab still runs foreign nodes.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
@@ -132,11 +133,18 @@ def cached_root(arch: str) -> Path | None:
 
 def root(arch: str, log=print) -> Path:
     """The cached root of ARCH, built first if missing (minutes: every package's scripts run
-    under emulation)."""
+    under emulation). One build at a time on a machine: a second caller waits for the first
+    one's root (a lock beside ROOTS)."""
+    if cached_root(arch) is not None:
+        return cached_root(arch)
+    ROOTS.mkdir(parents=True, exist_ok=True)
+    with open(ROOTS / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return cached_root(arch) or _build(arch, log)
+
+
+def _build(arch: str, log) -> Path:
     a = ARCHES[arch]
-    path = cached_root(arch)
-    if path is not None:
-        return path
     path = _root_path(arch)
     ensure_binfmt(arch)
     ROOTS.mkdir(parents=True, exist_ok=True)
