@@ -1,8 +1,7 @@
 """The whole suite.
 
-Workers: `invoke test` runs the suite on several pytest-xdist workers (`--dist loadgroup`).
-Every test of one integration module goes to one worker (its module fixtures are built once;
-unit tests go one by one to whichever worker is free), and each
+Workers: `invoke test` runs the suite on several pytest-xdist workers (`--dist loadscope`):
+every test of one module goes to one worker (its module fixtures are built once), and each
 worker runs its own lab "t" (tests/integration/conftest.py names it), so no two workers share a
 lab. The modules known to be long start first (LONG_FIRST), so none of them is the tail.
 
@@ -85,7 +84,7 @@ TIERS = {
     "test_ansible_vars": ("train",),
 }
 SLURM_FIXTURES = {"real_slurm", "slurm", "slurm_lab", "slx"}
-# the longest modules, started first on the workers (measured 2026-11-28, docs/testing.md)
+# the longest modules, started first on the workers (measured 2026-11-28: docs/testing.md)
 LONG_FIRST = ("test_aarch64", "test_train_watch", "test_silence", "test_shapes", "test_bastion",
               "test_train", "test_inventory_differential", "test_launchers", "test_closed_stdout")
 
@@ -98,9 +97,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         module = _module(item)
         if "/integration/" not in item.nodeid:
-            continue            # unit tests go to any worker, one by one
-        # one worker per module: its module-scoped fixtures (and labs) are built once
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            continue
         tiers = {"lab", *TIERS.get(module, ())}
         if SLURM_FIXTURES & set(getattr(item, "fixturenames", ())):
             tiers.add("slurm")
