@@ -472,7 +472,8 @@ def test(c, k=None, unit=False, fast=False, tier=None, workers=3):
     if int(workers):
         # the whole suite: one module per worker at a time, each worker with its own lab
         # (tests/conftest.py); unit tiers: test by test
-        args += ["-n", str(int(workers)), "--dist", "load" if unit or fast else "loadscope"]
+        args += ["-n", str(int(workers)), "--dist", "load" if unit or fast else "loadscope",
+                 "--no-loadscope-reorder"]
     # --durations: the slowest tests in every CI log (the suite must stay under 15 minutes)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=25"] + args
     c.run(" ".join(shlex.quote(a) for a in cmd), pty=False, env={"PYTHONDONTWRITEBYTECODE": "1"})

@@ -1,9 +1,10 @@
 """The whole suite.
 
-Workers: `invoke test` runs the suite on several pytest-xdist workers (`--dist loadscope`):
-every test of one module goes to one worker (its module fixtures are built once), and each
+Workers: `invoke test` runs the suite on several pytest-xdist workers (`--dist loadscope`,
+modules in the order set here, not by test count): every test of one module goes to one worker (its module fixtures are built once), and each
 worker runs its own lab "t" (tests/integration/conftest.py names it), so no two workers share a
-lab. The modules known to be long start first (LONG_FIRST), so none of them is the tail.
+lab. The modules known to be long start first (LONG_FIRST), then the other integration modules, then
+the unit modules (short ones fill the workers' ends), so no long module is the tail.
 
 Tiers (markers, registered in pyproject.toml): every integration test is `lab`; TIERS below adds
 `slurm`, `aarch64`, `cold` (provisions real wheels onto bare nodes) and `train` per module, and
@@ -104,4 +105,4 @@ def pytest_collection_modifyitems(config, items):
         for tier in sorted(tiers):
             item.add_marker(getattr(pytest.mark, tier))
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(_module(item), len(rank)))
+    items.sort(key=lambda item: rank.get(_module(item), len(rank) + ("/unit/" in item.nodeid)))
