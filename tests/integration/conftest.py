@@ -147,7 +147,7 @@ def provisioned(lab, lab_settings, lab_up, tmp_path_factory):
     lab_up()
     ctl = tmp_path_factory.mktemp("ctl")
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
-    code = api.provision(ProvisionOptions(str(lab.inventory), sets=sets), lab_settings)
+    code = api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=sets), lab_settings)
     assert code == 0
     return sets
 
