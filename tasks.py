@@ -87,7 +87,8 @@ def _done(code: int) -> None:
             "json": "print the report as JSON on stdout", **LIVENESS})
 def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silent_after=None):
     """Show each node's hostname, IP, OS, arch, kernel, python, login shell, GPUs, free disk."""
-    _done(cli.facts(FactsOptions(inventory, limit, json), _deadlines(c, connect_timeout, silent_after)))
+    _done(cli.facts(FactsOptions(inventory=inventory, limit=limit, json=json),
+                    _deadlines(c, connect_timeout, silent_after)))
 
 
 @task(positional=["name"],
@@ -104,7 +105,7 @@ def init(c, name=None, from_=None, force=False, dry_run=False, set=None, connect
     Each node is contacted once; what was learned is written as values and comments (commented
     native YAML), then the next three commands."""
     _help_if_asked("init", name, from_)
-    _done(cli.init(InitOptions(name, from_, force, dry_run, tuple(set or ())),
+    _done(cli.init(InitOptions(name=name, source=from_, force=force, dry_run=dry_run, sets=tuple(set or ())),
                    _deadlines(c, connect_timeout, silent_after)))
 
 
@@ -134,9 +135,10 @@ def health(c, inventory=None, limit=None, json=False, list_checks=False, check=N
 
     GPUs (ECC, row remap, PCIe, clocks, NVLink, Xids), disk, memory, /dev/shm, limits, clock,
     RDMA ports, the job network."""
-    _done(cli.health(HealthOptions(inventory, limit, json, tuple(check or ()), tuple(ignore or ()), via,
-                                   drain, undrain, deep, _number("--emulate-gpus", emulate_gpus, int) or 0,
-                                   _number("--burn-seconds", burn_seconds, float) or 10.0),
+    _done(cli.health(HealthOptions(inventory=inventory, limit=limit, json=json, checks=tuple(check or ()),
+                                   ignore=tuple(ignore or ()), via=via, drain=drain, undrain=undrain, deep=deep,
+                                   emulate_gpus=_number("--emulate-gpus", emulate_gpus, int) or 0,
+                                   burn_seconds=_number("--burn-seconds", burn_seconds, float) or 10.0),
                      _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
 
 
@@ -156,7 +158,8 @@ def doctor(c, inventory=None, limit=None, json=False, list_checks=False, check=N
     The controller (keys, agent, ssh config blocks and aliases, labs, Python and pins) and first
     contact with the nodes (reach, auth, host key, sudo, python, launchers on the
     non-interactive PATH, disk)."""
-    _done(cli.doctor(DoctorOptions(inventory, limit, json, tuple(check or ()), verbose, tuple(set or ())),
+    _done(cli.doctor(DoctorOptions(inventory=inventory, limit=limit, json=json, checks=tuple(check or ()),
+                                   verbose=verbose, sets=tuple(set or ())),
                      _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
 
 
@@ -166,7 +169,7 @@ def ssh_prune(c, config="~/.ssh/config", dry_run=False):
     """Remove the managed ~/.ssh/config blocks whose inventory no longer exists.
 
     User entries and other blocks are kept byte for byte."""
-    _done(cli.ssh_prune(PruneOptions(config, dry_run), _settings(c)))
+    _done(cli.ssh_prune(PruneOptions(config=config, dry_run=dry_run), _settings(c)))
 
 
 @task(help={"inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory)",
@@ -185,9 +188,9 @@ def bandwidth(c, inventory=None, limit=None, json=False, quick=False, png=None, 
 
     Every node sends and receives at once, in rounds; the node common to the slow pairs is
     named."""
-    _done(cli.bandwidth(BandwidthOptions(inventory, limit, json, quick, png,
-                                         _number("--seconds", seconds, float) or 3.0,
-                                         _number("--port", port, int) or 29511, tool),
+    _done(cli.bandwidth(BandwidthOptions(inventory=inventory, limit=limit, json=json, quick=quick, png=png,
+                                         seconds=_number("--seconds", seconds, float) or 3.0,
+                                         port=_number("--port", port, int) or 29511, tool=tool),
                         _deadlines(c, connect_timeout, silent_after)))
 
 
@@ -248,7 +251,7 @@ def lab_status(c, name="local"):
 def hosts_forget(c, nodes, inventory=None):
     """Forget pinned host keys after a deliberate node reinstall (next contact re-pins)."""
     _help_if_asked("hosts.forget", nodes, inventory)
-    _done(cli.hosts_forget(ForgetOptions(nodes, inventory), _settings(c)))
+    _done(cli.hosts_forget(ForgetOptions(nodes=nodes, inventory=inventory), _settings(c)))
 
 
 @task(name="inventory",
@@ -262,7 +265,8 @@ def inventory_(c, inventory=None, list=False, graph=False, host=None, json=False
     """Show what nodeprep reads from an inventory, without contacting any node.
 
     Ansible INI/YAML, native YAML, hostfiles, nodefiles, Slurm lists, ~/.ssh/config."""
-    _done(cli.inventory(InventoryOptions(inventory, list, graph, host, json), _settings(c)))
+    _done(cli.inventory(InventoryOptions(inventory=inventory, list=list, graph=graph, host=host, json=json),
+                        _settings(c)))
 
 
 @task(iterable=["set"],
@@ -283,7 +287,8 @@ def inventory_(c, inventory=None, list=False, graph=False, host=None, json=False
 def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False, json=False,
               ask_pass=False, set=None, via="auto", connect_timeout=None, silent_after=None):
     """Prepare every node the same way: the roles of roles/site.yml; idempotent."""
-    _done(cli.provision(ProvisionOptions(inventory, limit, roles, check, diff, json, tuple(set or ()),
+    _done(cli.provision(ProvisionOptions(inventory=inventory, limit=limit, roles=roles, check_mode=check, diff=diff,
+                                         json=json, sets=tuple(set or ()),
                                          via=via), _deadlines(c, connect_timeout, silent_after),
                         ask_pass=ask_pass))
 
@@ -311,8 +316,9 @@ def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir
                   baseline=None, save_baseline=None, mesh="auto", collective=False, via="auto",
                   connect_timeout=None, silent_after=None):
     """Prove the nodes are the same where training cares; show drift grouped by value."""
-    _done(cli.verify_parity(VerifyOptions(inventory, limit, json, deep, workdir, int(port) or None,
-                                          baseline, save_baseline, mesh, collective, via),
+    _done(cli.verify_parity(VerifyOptions(inventory=inventory, limit=limit, json=json, deep=deep, workdir=workdir,
+                                          port=int(port) or None, baseline=baseline, save_baseline=save_baseline,
+                                          mesh=mesh, collective=collective, via=via),
                             _deadlines(c, connect_timeout, silent_after)))
 
 
@@ -353,14 +359,16 @@ def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health",
     shown = None
     if ranks is not None:
         shown = tuple(_number("--ranks", r, int) for r in str(ranks).split(",") if r.strip())
-    _done(cli.train(TrainOptions(inventory, limit, launcher, payload, tuple(args),
-                                 _number("--timeout", timeout, int) or None,
-                                 _number("--max-restarts", max_restarts, int) or 0,
-                                 _number("--port", port, int) or 29500, ds_launcher, not no_preflight, dry_run,
-                                 _number("--emulate", emulate, int) or 0, emulate_network,
-                                 _number("--hang-timeout", hang_timeout, float) or None, shown,
-                                 detach, kill_stale, not no_health_gate, exclude_unhealthy,
-                                 tuple(health_ignore or ())), _deadlines(c, connect_timeout, silent_after)))
+    _done(cli.train(TrainOptions(inventory=inventory, limit=limit, launcher=launcher, payload=payload,
+                                 args=tuple(args), timeout=_number("--timeout", timeout, int) or None,
+                                 max_restarts=_number("--max-restarts", max_restarts, int) or 0,
+                                 port=_number("--port", port, int) or 29500, ds_launcher=ds_launcher,
+                                 preflight=not no_preflight, dry_run=dry_run,
+                                 emulate=_number("--emulate", emulate, int) or 0, emulate_network=emulate_network,
+                                 hang_timeout=_number("--hang-timeout", hang_timeout, float) or None, ranks=shown,
+                                 detach=detach, kill_stale=kill_stale, health_gate=not no_health_gate,
+                                 exclude_unhealthy=exclude_unhealthy, health_ignore=tuple(health_ignore or ())),
+                    _deadlines(c, connect_timeout, silent_after)))
 
 
 def _number(flag: str, value, kind):
@@ -392,7 +400,7 @@ def _run_id(run):
 def train_status(c, run=None, json=False):
     """A training run's state per node: ranks alive, last line, elapsed; checked against the nodes."""
     _help_if_asked("train.status", run)
-    _done(cli.train_status(RunsOptions(_run_id(run), json=json), _settings(c)))
+    _done(cli.train_status(RunsOptions(run=_run_id(run), json=json), _settings(c)))
 
 
 @task(positional=["run"], help={"run": "run id, or `last` for the newest", "node": "only this node's logs",
@@ -400,7 +408,7 @@ def train_status(c, run=None, json=False):
 def train_logs(c, run=None, node=None, rank=None, follow=False):
     """A training run's logs: per node and rank, launcher output, stack dumps."""
     _help_if_asked("train.logs", run, node, rank)
-    _done(cli.train_logs(RunsOptions(_run_id(run), node, _number("--rank", rank, int), follow),
+    _done(cli.train_logs(RunsOptions(run=_run_id(run), node=node, rank=_number("--rank", rank, int), follow=follow),
                          _settings(c)))
 
 
@@ -408,7 +416,7 @@ def train_logs(c, run=None, node=None, rank=None, follow=False):
 def train_stop(c, run=None):
     """Stop a (detached) training run: every rank on every node."""
     _help_if_asked("train.stop", run)
-    _done(cli.train_stop(RunsOptions(run), _settings(c)))
+    _done(cli.train_stop(RunsOptions(run=run), _settings(c)))
 
 
 @task(iterable=["node"],
@@ -425,7 +433,8 @@ def torch_plan(c, torch, node=None, arch=None, index=None, json=False, explain=F
     Per CPU platform: the variant, the exact pin and index, or the node that blocks and how to
     fix it."""
     _help_if_asked("torch-plan", torch, arch, index, *(node or ()))
-    _done(cli.torch_plan(TorchPlanOptions(torch, tuple(node or ()), arch, index, json, explain)))
+    _done(cli.torch_plan(TorchPlanOptions(torch=torch, nodes=tuple(node or ()), arch=arch, index=index, json=json,
+                                          explain=explain)))
 
 
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
@@ -436,12 +445,12 @@ def demo(c, nodes=2, keep=True):
     train: the health payload with the DeepSpeed launcher and the ddp payload with torchrun."""
     s = _settings(c)
     _done(cli.lab_up(int(nodes), "local", s))
-    _done(cli.facts(FactsOptions("local"), s))
-    _done(cli.provision(ProvisionOptions("local"), s))
-    _done(cli.provision(ProvisionOptions("local"), s))
-    _done(cli.verify_parity(VerifyOptions("local"), s))
-    _done(cli.train(TrainOptions("local", launcher="deepspeed", payload="health", timeout=300), s))
-    _done(cli.train(TrainOptions("local", launcher="torchrun", payload="ddp", timeout=300,
+    _done(cli.facts(FactsOptions(inventory="local"), s))
+    _done(cli.provision(ProvisionOptions(inventory="local"), s))
+    _done(cli.provision(ProvisionOptions(inventory="local"), s))
+    _done(cli.verify_parity(VerifyOptions(inventory="local"), s))
+    _done(cli.train(TrainOptions(inventory="local", launcher="deepspeed", payload="health", timeout=300), s))
+    _done(cli.train(TrainOptions(inventory="local", launcher="torchrun", payload="ddp", timeout=300,
                                  args=("--epochs", "2", "--steps-per-epoch", "4")), s))
     if not keep:
         _done(cli.lab_down("local", False, s))

@@ -28,7 +28,7 @@ from nodeprep import cli, lab as labmod
 from nodeprep.commands.options import ProvisionOptions, RunsOptions, TrainOptions
 from nodeprep.ops.train import rundir
 
-LAUNCHERS = {"deepspeed-pdsh": ("deepspeed", "pdsh"), "deepspeed-openmpi": ("deepspeed", "openmpi"),
+LAUNCHER_PAIRS = {"deepspeed-pdsh": ("deepspeed", "pdsh"), "deepspeed-openmpi": ("deepspeed", "openmpi"),
              "torchrun": ("torchrun", "pdsh"), "mpirun": ("mpirun", "pdsh")}
 LONG = ["--epochs", "100", "--steps-per-epoch", "40", "--sleep-per-step", "0.1"]
 CASES = {"exit": ["--no-sync", "--fail-at-step", "3", "--fail-rank", "1"],
@@ -42,8 +42,8 @@ cases = args[1].split(",") if len(args) > 1 else list(CASES)
 
 def one(info, settings, launcher, ds, case) -> tuple[float, float, str, float | None]:
     """(failure -> last rank gone, train wall, root cause, loss -> train returned or None)."""
-    opts = TrainOptions(str(info.inventory), "worker-[0-1]", launcher, "ddp",
-                        tuple(LONG + CASES[case] + ["--snapshot", f"b-{uuid.uuid4().hex[:8]}.pt"]),
+    opts = TrainOptions(inventory=str(info.inventory), limit="worker-[0-1]", launcher=launcher, payload="ddp",
+                        args=tuple(LONG + CASES[case] + ["--snapshot", f"b-{uuid.uuid4().hex[:8]}.pt"]),
                         timeout=240, ds_launcher=ds, hang_timeout=10 if case == "hang" else None)
     t0 = time.monotonic()
     lost: list[float] = []
@@ -63,7 +63,7 @@ def one(info, settings, launcher, ds, case) -> tuple[float, float, str, float | 
         killer.join()
         labmod.silence_node(info, 1, silent=False)
         run = rundir.runs_of(settings.runs)[-1]
-        cli.train_stop(RunsOptions(run.name[len(rundir.PREFIX):]), settings)   # what it left on worker-1
+        cli.train_stop(RunsOptions(run=run.name[len(rundir.PREFIX):]), settings)   # what it left on worker-1
     state = json.loads((rundir.runs_of(settings.runs)[-1] / "state.json").read_text())
     out = state.get("outcome") or {}
     if code != 1 or out.get("stop_seconds") is None:
@@ -86,10 +86,10 @@ def lose_worker_1(info, settings, before, lose, lost: list):
 def main():
     info, settings, _env = bench_lab(2, "stop")
     try:
-        assert cli.provision(ProvisionOptions(str(info.inventory)), settings) == 0
+        assert cli.provision(ProvisionOptions(inventory=str(info.inventory)), settings) == 0
         results = []
         for case in cases:
-            for name, (launcher, ds) in LAUNCHERS.items():
+            for name, (launcher, ds) in LAUNCHER_PAIRS.items():
                 got = [one(info, settings, launcher, ds, case) for _ in range(runs)]
                 stop = [g[0] for g in got]
                 wall = [g[1] for g in got]

@@ -67,7 +67,8 @@ def child(inv, preflight):
     wrap(sv.Supervisor, "run", "Supervisor.run (wall, watch+launch+poll+leftover check)")
     wrap(sv.Supervisor, "_stop_all", "Supervisor._stop_all (wall)")
     t = time.perf_counter()
-    rc = cli.train(TrainOptions(inv, None, "deepspeed", "health", (), preflight=preflight),
+    rc = cli.train(TrainOptions(inventory=inv, limit=None, launcher="deepspeed", payload="health", args=(),
+                                preflight=preflight),
                    bench_settings(Path(os.environ["INVOKE_NODEPREP_STATE_DIR"])))
     w["cli.train total"] = time.perf_counter() - t
     w["import nodeprep.cli/commands.train/engine"] = t_imp

@@ -234,7 +234,7 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
     from nodeprep.engine.fleet import Fleet
     from nodeprep.ops.ssh.logins import fans_out, mesh_pairs
 
-    opts = VerifyOptions(str(inv_path))          # verify-parity's defaults: port 29500, mesh/via auto
+    opts = VerifyOptions(inventory=str(inv_path))          # verify-parity's defaults: port 29500, mesh/via auto
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings)
     v_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     head = hosts[0].name

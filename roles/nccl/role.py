@@ -9,7 +9,7 @@ import shlex
 
 from nodeprep.ops.launchenv import ncclenv
 from nodeprep.errors import InputError
-from nodeprep.engine.steps import Check, FileBlock, Step
+from nodeprep.engine.steps import FileBlock, Step, StepCheck
 from nodeprep.engine.facts import DIR, ELF_ARCH, FILE, INTERFACES, OS, ROUTE
 
 ALLOWED = re.compile(r"^(NCCL_|FI_|OFI_NCCL_|TORCH_NCCL_)[A-Z0-9_]*$")
@@ -63,18 +63,18 @@ def lib_step(home_var: str, home: str, pattern: str, arch: str | None = None) ->
     def check(facts):
         entries = facts[DIR(libdir)]
         if entries is None:
-            return Check(False, f"{libdir} does not exist on this node")
+            return StepCheck(False, f"{libdir} does not exist on this node")
         found = fnmatch.filter(entries, pattern)
         if not found:
-            return Check(False, f"no {pattern} in {libdir}")
+            return StepCheck(False, f"no {pattern} in {libdir}")
         # judged by their ELF header; a file that is not ELF (a linker script, a stand-in) is not
         built = {n: a for n, a in (facts.get(ELF_ARCH(libdir)) or {}).items() if a != "not ELF"}
         other = {n: built[n] for n in found if n in built and arch and built[n] != arch}
         if other and len(other) == len([n for n in found if n in built]):
             name, what = next(iter(sorted(other.items())))
-            return Check(False, f"{libdir}/{name} is {what}, this node is {arch}: its loader cannot load it")
-        return Check(True)
-    return Step(f"nccl.library {pattern} in {libdir}", [DIR(libdir), ELF_ARCH(libdir)], check, None,
+            return StepCheck(False, f"{libdir}/{name} is {what}, this node is {arch}: its loader cannot load it")
+        return StepCheck(True)
+    return Step(f"nccl.library {pattern} in {libdir}", [DIR(libdir), ELF_ARCH(libdir)], check, action=None,
                 hint=f"install it there ({arch or 'this node'}'s build), or fix {home_var} in the "
                      "inventory (per platform: a group of that platform's nodes)")
 

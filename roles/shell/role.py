@@ -9,7 +9,7 @@ import shlex
 
 from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
-from nodeprep.engine.steps import Check, FileBlock, Step
+from nodeprep.engine.steps import FileBlock, Step, StepCheck
 from nodeprep.engine.facts import ETC_SHELLS, FILE, LOGIN_SHELL, USER
 from nodeprep.ops.provision.shells import NON_POSIX, want_shell
 
@@ -52,11 +52,11 @@ def steps(ctx):
 
     def check(facts):
         if facts[LOGIN_SHELL] == want:
-            return Check(True)
+            return StepCheck(True)
         if want not in facts[ETC_SHELLS]:
-            return Check(False, f"{want} is not in /etc/shells (listed: "
+            return StepCheck(False, f"{want} is not in /etc/shells (listed: "
                                 f"{', '.join(facts['etc_shells']) or 'none'})")
-        return Check(False, f"login shell is {facts['login_shell']}, want {want}")
+        return StepCheck(False, f"login shell is {facts['login_shell']}, want {want}")
 
     # usermod as root, else through passwordless sudo; never an interactive prompt.
     action = (f"if [ \"$(id -u)\" -eq 0 ]; then usermod -s {q(want)} {q(user)}; "
@@ -66,7 +66,7 @@ def steps(ctx):
     hint = (f"fallback: ask an admin to run `chsh -s {want} {user}`, or for tcsh add "
             f"`if ( -x {want} ) exec {want} -l` to ~/.login")
     out = [Step(f"user.shell {want}", [LOGIN_SHELL, ETC_SHELLS], check,
-                action if fixable else None, hint=hint if fixable else
+                action=action if fixable else None, hint=hint if fixable else
                 f"install {want} and list it in /etc/shells, or set login_shell to a listed shell",
                 scope="machine")]     # /etc/passwd is the machine's
     line = source_line(v["env_file"])

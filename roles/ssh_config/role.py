@@ -16,13 +16,11 @@ import tempfile
 from pathlib import Path
 
 from nodeprep.errors import InputError
-from nodeprep.ops.ssh import config_blocks
+from nodeprep.ops.ssh import CLUSTER_KEY, config_blocks
 
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import FileBlock, with_block
 from nodeprep.engine.facts import FILE
-
-CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
 
 
 def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = "",
@@ -147,7 +145,7 @@ def controller(prov):
     mode_ok = old is None or (path.stat().st_mode & 0o777) == 0o600
     if new == old and mode_ok:
         return [StepResult(name, "ok")]
-    if prov.check:
+    if prov.check_mode:
         return [StepResult(name, "changed", "would update")]
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".nodeprep.")

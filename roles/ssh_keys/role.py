@@ -16,8 +16,7 @@ from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import FileBlock, FileContent
 from nodeprep.engine.facts import FILE
-
-CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
+from nodeprep.ops.ssh import CLUSTER_KEY
 
 
 def _keygen(path: Path, comment: str, check: bool) -> StepResult:
@@ -60,9 +59,9 @@ def validate(prov):
 
 
 def controller(prov):
-    results = [_keygen(prov.shared.controller_key, "nodeprep controller", prov.check)]
+    results = [_keygen(prov.shared.controller_key, "nodeprep controller", prov.check_mode)]
     if any(v["ssh_mesh"] for v in prov.vars.values()):
-        results.append(_keygen(prov.shared.cluster_key, "nodeprep cluster", prov.check))
+        results.append(_keygen(prov.shared.cluster_key, "nodeprep cluster", prov.check_mode))
     return results
 
 

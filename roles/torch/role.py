@@ -18,7 +18,7 @@ from nodeprep.ops import pystack
 from nodeprep.engine.remote import rpath, stamp_from_list
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.facts import GPUS, OS, STAMP, USER, VENV
-from nodeprep.engine.steps import Check, Step, scope_of
+from nodeprep.engine.steps import Step, StepCheck, scope_of
 
 FACTS = [GPUS, OS, USER]
 
@@ -118,11 +118,11 @@ def matches(have: str | None, want: str) -> bool:
     return have == want or bool(have) and "+" not in want and have.split("+")[0] == want
 
 
-def verified(stamp: dict, want: dict, arch: str) -> Check:
+def verified(stamp: dict, want: dict, arch: str) -> StepCheck:
     """The stamp of the last import that passed (VERIFY's) against what this node needs: made
     on this CPU, for the planned torch, covering this node's GPUs, every file as it was then."""
     if not stamp or not stamp["exists"]:
-        return Check(False, "torch never imported here (no stamp of a passed verify)")
+        return StepCheck(False, "torch never imported here (no stamp of a passed verify)")
     try:
         got = json.loads(stamp["head"])
         machine = got["machine"]
@@ -130,17 +130,17 @@ def verified(stamp: dict, want: dict, arch: str) -> Check:
         cuda = got["cuda"]
         arch_list = got["arch_list"]
     except (ValueError, TypeError, KeyError):
-        return Check(False, "the stamp of the last verify is unreadable")
+        return StepCheck(False, "the stamp of the last verify is unreadable")
     if machine != arch:
-        return Check(False, f"verified on {machine}, this node is {arch}")
+        return StepCheck(False, f"verified on {machine}, this node is {arch}")
     if not stamp["same"]:
         ch = stamp["changed"]
-        return Check(False, f"{len(ch)} file(s) changed since torch last imported here "
+        return StepCheck(False, f"{len(ch)} file(s) changed since torch last imported here "
                             f"({', '.join(posixpath.basename(c) for c in ch[:3])}{', ...' if len(ch) > 3 else ''})")
     if not matches(version, want["version"]) or (cuda or None) != want["cuda"]:
-        return Check(False, f"verified torch {version} (CUDA {cuda}), want {want['version']} (CUDA {want['cuda']})")
+        return StepCheck(False, f"verified torch {version} (CUDA {cuda}), want {want['version']} (CUDA {want['cuda']})")
     lack = [c for c in want["capabilities"] if not covered(c, arch_list)]
-    return Check(not lack, f"GPU capability {', '.join(lack)} not in the verified build's arch list")
+    return StepCheck(not lack, f"GPU capability {', '.join(lack)} not in the verified build's arch list")
 
 
 def steps(ctx):
@@ -157,7 +157,7 @@ def steps(ctx):
     def check(facts):
         have = facts[key]["packages"].get("torch")
         if not matches(have, version):
-            return Check(False, f"torch {have or 'missing'}, want {version}")
+            return StepCheck(False, f"torch {have or 'missing'}, want {version}")
         return verified(facts[stamp], want, arch)
 
     v = rpath(venv)
@@ -165,6 +165,6 @@ def steps(ctx):
     # the old stamp goes first: a verify that fails leaves none behind
     action = (f"rm -f {v}/{STAMP_NAME} && {v}/bin/python -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))} "
               f"{v}/{listing} && " + stamp_from_list(venv, STAMP_NAME, listing))
-    return [Step(f"torch.verify {plan.requirement}", [key, stamp], check, action,
+    return [Step(f"torch.verify {plan.requirement}", [key, stamp], check, action=action,
                  hint="the installed torch does not match the plan or does not import; see the step output",
                  scope=scope_of(venv))]

@@ -11,7 +11,7 @@ from nodeprep.ops import pystack
 from nodeprep.ops.launchenv import dsenv
 from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
-from nodeprep.engine.steps import Check, FileBlock, Room, Step, scope_of
+from nodeprep.engine.steps import FileBlock, Room, Step, StepCheck, scope_of
 from nodeprep.ops.provision import room
 from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, STAMP, USER, VENV
 
@@ -85,7 +85,7 @@ def _venv_room(venv: str, key, manifest):
         lack = {_norm(p.split("==")[0]) for p in m["lock"] if have.get(p.split("==")[0]) != p.split("==")[1]}
         size = sum((local / n).stat().st_size for n in m["files"] if _norm(n.split("-")[0]) in lack)
         return Room(venv, int(size * room.VENV_BYTES_PER_WHEEL_BYTE),
-                    int(size / 2**20 * room.VENV_FILES_PER_WHEEL_MB), "the venv")
+                    int(size / 2**20 * room.VENV_FILES_PER_WHEEL_MB), what="the venv")
     return need
 
 
@@ -101,10 +101,10 @@ def _install_step(venv: str, key, wh: str, manifest) -> Step:
         have = facts[key]["packages"]
         lack = [p for p in lock if have.get(p.split("==")[0]) != p.split("==")[1]]
         if lack:
-            return Check(False, f"{len(lack)} packages to install ({', '.join(lack[:4])}"
+            return StepCheck(False, f"{len(lack)} packages to install ({', '.join(lack[:4])}"
                                 f"{', ...' if len(lack) > 4 else ''})")
         bad = pystack.damaged(facts.get(stamp), lock)
-        return Check(not bad, f"files of {', '.join(bad)} changed since torch last imported: reinstall")
+        return StepCheck(not bad, f"files of {', '.join(bad)} changed since torch last imported: reinstall")
 
     def action(facts):
         # --no-compile: byte-compiling every file of torch is most of the install under
@@ -114,7 +114,7 @@ def _install_step(venv: str, key, wh: str, manifest) -> Step:
         again = (f" && rm -f {rpath(pystack.verified_stamp(venv))} && {pip} --force-reinstall --no-deps "
                  + " ".join(shlex.quote(p) for p in bad)) if bad else ""
         return f"{pip} -r {rpath(posixpath.join(wh, 'requirements.lock'))}{again}"
-    return Step("pip.install requirements.lock", [key, stamp], installed, action,
+    return Step("pip.install requirements.lock", [key, stamp], installed, action=action,
                 scope=scope_of(venv), room=_venv_room(venv, key, manifest))
 
 
@@ -127,14 +127,14 @@ def steps(ctx):
     py = f.get(PYTHON)
     want_py = pystack.fleet_python(prov)
     if py and py["version"] != want_py:
-        out.append(Step("venv.python_version", [PYTHON], lambda facts: Check(
-            False, f"Python {py['version']} here, {want_py} on the rest of the fleet"), None,
+        out.append(Step("venv.python_version", [PYTHON], lambda facts: StepCheck(
+            False, f"Python {py['version']} here, {want_py} on the rest of the fleet"), action=None,
             hint="point `python` at the same version on every node"))
     want_path = pystack.fleet_majority(prov, lambda n, ff: pystack.venv_path(prov.vars[n], ff), "venv_path")
     here = pystack.venv_path(v, f)
     if here != want_path:
-        out.append(Step("venv.path", [USER], lambda facts: Check(
-            False, f"venv would be {here} here but {want_path} elsewhere"), None,
+        out.append(Step("venv.path", [USER], lambda facts: StepCheck(
+            False, f"venv would be {here} here but {want_path} elsewhere"), action=None,
             hint="set venv_path to an absolute path that exists on every node"))
     if out:
         return out
@@ -145,8 +145,8 @@ def steps(ctx):
     def exists(facts):
         e = facts[key]
         if e["exists"] and e["python"] == py["version"] and "pip" in e["packages"]:
-            return Check(True)
-        return Check(False, "missing" if not e["exists"] else "no pip" if e["python"] else
+            return StepCheck(True)
+        return StepCheck(False, "missing" if not e["exists"] else "no pip" if e["python"] else
                      "broken (its python does not run)")
     # Only ever delete a directory that is a venv (has pyvenv.cfg) or one nodeprep was making,
     # never a user's directory.
@@ -154,7 +154,7 @@ def steps(ctx):
     replace = (f"if [ -e {rpath(venv)} ]; then [ -f {rpath(venv)}/pyvenv.cfg ] || [ -f {rpath(venv)}/{MAKING} ] "
                f"|| {{ echo {refuse} >&2; exit 1; }}; rm -rf {rpath(venv)}; fi; ")
     out.append(Step(f"venv.create {venv}", [VENV(venv)], exists,
-                    replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"]),
+                    action=replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"]),
                     scope=scope_of(venv)))
     pystack.wheelhouse_manifests(prov)      # no-op when the wheelhouse role already did it
     manifest = prov.shared.manifests.get(ctx.name)

@@ -16,7 +16,7 @@ from nodeprep.ops.pystack import relay
 from nodeprep.ops.pystack import wheelcast
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.engine.remote import SHA256_SH, rpath, stamp_from_list
-from nodeprep.engine.steps import Check, FileContent, Room, Step, scope_of
+from nodeprep.engine.steps import FileContent, Room, Step, StepCheck, scope_of
 from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, STAMP, USER
 
 SUMS = "SHA256SUMS"
@@ -66,7 +66,7 @@ def _relay(ctx):
     put in place by this very run (the ssh_keys role is in it: it set the cluster key; without
     it the relay could only hope the mesh is there, and the pushes go direct)."""
     rl, prov = ctx.prov.shared.relay, ctx.prov
-    if not ctx.vars.get("wheelhouse_relay") or prov.check:
+    if not ctx.vars.get("wheelhouse_relay") or prov.check_mode:
         return None
     if prov.shared.via == "slurm":
         return rl
@@ -102,17 +102,17 @@ def _sums(text: str | None) -> dict[str, str]:
     return out
 
 
-def _unplanned(ctx) -> list[Step] | None:
+def _without_manifest(ctx) -> list[Step] | None:
     """The node's one step when it has no manifest to sync from: the controller could not
     resolve its platform's wheels, or --check found none in the controller's cache."""
     if ctx.name in ctx.prov.shared.wheelhouse_errors:
         err = ctx.prov.shared.wheelhouse_errors[ctx.name]
-        return [Step("wheelhouse.download", [], lambda f: Check(False, err.splitlines()[0]), None,
+        return [Step("wheelhouse.download", [], lambda f: StepCheck(False, err.splitlines()[0]), action=None,
                      hint="the controller could not resolve the wheels for this node's platform: "
                           + " | ".join(err.splitlines()[1:])[-300:])]
     if ctx.name not in ctx.prov.shared.manifests:
-        return [Step("wheelhouse.sync", [], lambda f: Check(False, "would download and push the "
-                                                                   "wheelhouse"), ":")]
+        return [Step("wheelhouse.sync", [], lambda f: StepCheck(False, "would download and push the "
+                                                                   "wheelhouse"), action=":")]
     return None
 
 
@@ -139,9 +139,9 @@ def _verify(ctx, rl, d: str, files: dict, sums_text: str):
 
 def steps(ctx):
     d = ctx.vars["wheelhouse_dir"]
-    unplanned = _unplanned(ctx)
-    if unplanned:
-        return unplanned
+    no_manifest = _without_manifest(ctx)
+    if no_manifest:
+        return no_manifest
     local, m = ctx.prov.shared.manifests[ctx.name]
     files = m["files"]
     sums_text = "".join(f"{sha}  {name}\n" for name, sha in sorted(files.items()))
@@ -159,11 +159,11 @@ def steps(ctx):
     def check(facts):
         lack = missing(facts)
         if lack:
-            return Check(False, f"{len(lack)} of {len(files)} wheels to push")
+            return StepCheck(False, f"{len(lack)} of {len(files)} wheels to push")
         st = facts[stamp_key]
         if not st["exists"] or st["head"] != STAMP_HEAD:
-            return Check(False, f"{len(files)} wheels not checked against their sha256 since they were pushed")
-        return Check(True)
+            return StepCheck(False, f"{len(files)} wheels not checked against their sha256 since they were pushed")
+        return StepCheck(True)
 
     rl = _relay(ctx)
     try:
@@ -188,9 +188,9 @@ def steps(ctx):
         fleet = ("wheelhouse.relay", lambda fl, nodes: how(fl, nodes, rl, prov.events, prov.notes))
     def room(facts) -> Room:
         lack = missing(facts)
-        return Room(d, sum((local / n).stat().st_size for n in lack), len(lack) + 2, f"{len(lack)} wheels")
+        return Room(d, sum((local / n).stat().st_size for n in lack), len(lack) + 2, what=f"{len(lack)} wheels")
     return [Step(f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
-                 [DIR(d), FILE(posixpath.join(d, SUMS)), stamp_key], check, verify, before=upload,
+                 [DIR(d), FILE(posixpath.join(d, SUMS)), stamp_key], check, action=verify, before=upload,
                  hint="see the run log", scope=scope_of(d), fleet=fleet, room=room),
             FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644)]
 

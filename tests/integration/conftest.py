@@ -148,7 +148,7 @@ def lab_ssh(lab_ssh_argv):
 def _provision_site(lab, settings, sets) -> None:
     from nodeprep import cli as api
     from nodeprep.commands.options import ProvisionOptions
-    code = api.provision(ProvisionOptions(str(lab.inventory), sets=sets), settings)
+    code = api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=sets), settings)
     assert code == 0
 
 

@@ -38,7 +38,7 @@ def arm_lab(lab_settings, tmp_path_factory, request):
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
     x86 = labmod.up(2, NAME, lab_settings, labmod.UpOptions(inventory_dir=inv, subnet=SUBNET),
                     log=lambda msg: None)
-    assert api.provision(ProvisionOptions(str(x86.inventory), sets=sets), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(x86.inventory), sets=sets), lab_settings) == 0
     labmod.down(NAME, lab_settings, log=lambda msg: None)
     request.getfixturevalue("arm64_root_ready")
     before = (foreign.BINFMT / "register").exists(), foreign.registered("aarch64")
@@ -74,7 +74,7 @@ def test_an_x86_64_venv_in_the_pairs_homes_is_refused_before_any_change(arm_lab,
     look = "cat ~/.nodeprep/wheelhouse/SHA256SUMS; ls ~/.nodeprep/venv/lib/python3*/site-packages"
     before = [_on(info, lab_settings, info.nodes[i], look).stdout for i in (0, 1)]
     assert "x86_64" in before[0]
-    code = api.provision(ProvisionOptions(str(info.inventory), limit=pair, sets=sets), lab_settings)
+    code = api.provision(ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings)
     err = capfd.readouterr().err
     first = err.splitlines()[0]
     assert code == 2 and first.startswith("error: worker-[0-1]: ~/.nodeprep/venv holds a venv built for "
@@ -91,14 +91,14 @@ def test_an_x86_64_venv_in_the_pairs_homes_is_refused_before_any_change(arm_lab,
 def test_aarch64_pair_cold_then_noop_then_parity(arm_lab, lab_settings, capfd):
     info, sets = arm_lab
     pair = "worker-0,worker-1"
-    assert api.provision(ProvisionOptions(str(info.inventory), limit=pair, sets=sets), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings) == 0
     out = "".join(capfd.readouterr())
     assert "torch==2.8.0 for aarch64: PyPI's aarch64 wheel of 2.8 is the CPU build" in out, out[-3000:]
     assert "wheelhouse.download cp311-aarch64" in out
-    assert api.provision(ProvisionOptions(str(info.inventory), limit=pair, sets=sets), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings) == 0
     out = "".join(capfd.readouterr())
     assert "nothing to change" in out, out[-3000:]
-    assert api.verify_parity(VerifyOptions(str(info.inventory), limit=pair, json=True), lab_settings) == 0
+    assert api.verify_parity(VerifyOptions(inventory=str(info.inventory), limit=pair, json=True), lab_settings) == 0
     rep = json.loads(capfd.readouterr().out)
     assert rep["ok"] and rep["drift"] == [] and rep["per_platform"] == []
     # what the venv's python says it is, on the node
@@ -110,7 +110,8 @@ def test_aarch64_pair_cold_then_noop_then_parity(arm_lab, lab_settings, capfd):
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun"])
 def test_health_trains_on_the_aarch64_pair(arm_lab, lab_settings, capfd, launcher):
     info, _ = arm_lab
-    code = api.train(TrainOptions(str(info.inventory), "worker-0,worker-1", launcher, "health",
+    code = api.train(TrainOptions(inventory=str(info.inventory), limit="worker-0,worker-1", launcher=launcher,
+                                  payload="health",
                                   timeout=240), lab_settings)
     text = "".join(capfd.readouterr())
     assert code == 0 and "health: OK world_size=2" in text, text[-3000:]
@@ -119,10 +120,10 @@ def test_health_trains_on_the_aarch64_pair(arm_lab, lab_settings, capfd, launche
 
 def test_mixed_fleet_two_wheelhouses_and_parity_per_platform(arm_lab, lab_settings, capfd):
     info, sets = arm_lab
-    assert api.provision(ProvisionOptions(str(info.inventory), sets=sets), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(info.inventory), sets=sets), lab_settings) == 0
     out = "".join(capfd.readouterr())
     assert "torch==2.13.0+cpu for x86_64" in out and "torch==2.8.0 for aarch64" in out, out[-3000:]
-    assert api.verify_parity(VerifyOptions(str(info.inventory), json=True), lab_settings) == 0
+    assert api.verify_parity(VerifyOptions(inventory=str(info.inventory), json=True), lab_settings) == 0
     rep = json.loads(capfd.readouterr().out)
     per = {d["key"]: {g["value"]: g["nodes"] for g in d["groups"]} for d in rep["per_platform"]}
     assert rep["ok"] and rep["drift"] == [], rep
@@ -131,7 +132,7 @@ def test_mixed_fleet_two_wheelhouses_and_parity_per_platform(arm_lab, lab_settin
     # drift on one aarch64 node stays drift in a mixed fleet
     _on(info, lab_settings, info.nodes[1], "echo 'export NCCL_DEBUG=INFO' >> ~/.nodeprep/env.sh")
     try:
-        assert api.verify_parity(VerifyOptions(str(info.inventory)), lab_settings) == 1
+        assert api.verify_parity(VerifyOptions(inventory=str(info.inventory)), lab_settings) == 1
         out = capfd.readouterr().out
         assert "DRIFT: 1 key differs on 1 of 3 nodes (env.shell.NCCL_DEBUG), odd node: worker-1" in out, out
         assert "differ per platform as expected (cpu.arch" in out

@@ -23,11 +23,12 @@ def test_other_spellings_provision_verify_and_train(provisioned, lab, lab_settin
         for n in nodes) + f"[all:vars]\nansible_ssh_user={lab.user}\nansible_ssh_port=22\n"
         f"ansible_private_key_file={lab.key}\nansible_python_interpreter={SECOND_PYTHON}\n"
         "torch_index=pip-config\n")          # the lab reaches no PyTorch index (as its own inventory says)
-    assert api.facts(FactsOptions(str(inv), json=True), lab_settings) == 0
+    assert api.facts(FactsOptions(inventory=str(inv), json=True), lab_settings) == 0
     rep = json.loads(capfd.readouterr().out)
     assert {n: v["facts"]["python"]["path"] for n, v in rep["nodes"].items()} == {n.name: SECOND_PYTHON for n in nodes}
-    assert api.provision(ProvisionOptions(str(inv), sets=provisioned), lab_settings) == 0
-    assert api.verify_parity(VerifyOptions(str(inv)), lab_settings) == 0
-    code = api.train(TrainOptions(str(inv), None, "deepspeed", "health", timeout=180), lab_settings)
+    assert api.provision(ProvisionOptions(inventory=str(inv), sets=provisioned), lab_settings) == 0
+    assert api.verify_parity(VerifyOptions(inventory=str(inv)), lab_settings) == 0
+    code = api.train(TrainOptions(inventory=str(inv), limit=None, launcher="deepspeed", payload="health", timeout=180),
+                     lab_settings)
     text = "".join(capfd.readouterr())
     assert code == 0 and "health: OK world_size=2" in text, text[-3000:]

@@ -23,7 +23,7 @@ def slow_worker_2(lab):
 
 
 def _run(lab, settings, capsys, **kw) -> tuple[int, dict]:
-    code = api.bandwidth(BandwidthOptions(str(lab.inventory), json=True, seconds=1.0, **kw), settings)
+    code = api.bandwidth(BandwidthOptions(inventory=str(lab.inventory), json=True, seconds=1.0, **kw), settings)
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -60,7 +60,7 @@ def test_a_healthy_lab_names_no_node_and_gives_latency(lab, lab_settings, capsys
     code, rep = _run(lab, lab_settings, capsys, tool=tool)
     assert code == 0 and rep["flagged"] == {} and rep["errors"] == {}, rep
     assert len(rep["rtt_ms"]) == 6 and all(0 < v < 50 for v in rep["rtt_ms"].values()), rep
-    assert api.bandwidth(BandwidthOptions(str(lab.inventory), limit="worker-0"), lab_settings) == 2
+    assert api.bandwidth(BandwidthOptions(inventory=str(lab.inventory), limit="worker-0"), lab_settings) == 2
 
 
 # Node INDEX's /tmp a 1 MiB tmpfs filled until ENOSPC, in that node's mount namespace (its sshd
@@ -118,7 +118,7 @@ def _iperf3_fails_in(lab, lab_settings, capsys, quick: bool) -> None:
     # too (measured up to 0.032 in a clean-clone run), so the bound leaves room; the fast pairs
     # are 5x above it whatever the tool
     assert slow and max(slow) < 0.06 and min(w2.values()) > 5 * max(slow), rep
-    code = api.bandwidth(BandwidthOptions(str(lab.inventory), seconds=1.0, quick=quick), lab_settings)
+    code = api.bandwidth(BandwidthOptions(inventory=str(lab.inventory), seconds=1.0, quick=quick), lab_settings)
     out = capsys.readouterr().out
     assert code == 1 and f"not measured with iperf3: worker-2: {fb['nodes']['worker-2']}" in out, out
     assert "SLOW worker-1" in out and "SLOW worker-2" not in out, out

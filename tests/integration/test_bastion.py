@@ -75,7 +75,7 @@ def test_the_controller_cannot_log_in_to_the_nodes_directly(bast):
 def test_facts_through_every_form_with_one_bastion_login(bast, capsys, form):
     info, settings, _sets, base, _up = bast
     before = logins(info)
-    assert api.facts(FactsOptions(forms(info, base)[form], json=True), settings) == 0
+    assert api.facts(FactsOptions(inventory=forms(info, base)[form], json=True), settings) == 0
     rep = json.loads(capsys.readouterr().out)
     assert sorted(rep["nodes"]) == ["worker-0", "worker-1", "worker-2"]
     assert {n: r["facts"]["hostname"] for n, r in rep["nodes"].items()} == {n: n for n in rep["nodes"]}
@@ -84,11 +84,12 @@ def test_facts_through_every_form_with_one_bastion_login(bast, capsys, form):
 
 def test_provision_cold_then_noop_and_openssh_uses_the_block(bast, capsys):
     info, settings, sets, base, _up = bast
-    opts = ProvisionOptions(str(info.inventory), roles=ROLES, sets=sets)
+    opts = ProvisionOptions(inventory=str(info.inventory), roles=ROLES, sets=sets)
     assert api.provision(opts, settings) == 0
     capsys.readouterr()
     before = logins(info)
-    assert api.provision(ProvisionOptions(str(info.inventory), roles=ROLES, sets=sets, json=True), settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(info.inventory), roles=ROLES, sets=sets, json=True),
+                         settings) == 0
     rep = json.loads(capsys.readouterr().out)
     assert not rep["changed"] and not rep["failed"] and logins(info) - before == 1, rep
     block = (base / "ctl" / "config").read_text()
@@ -101,7 +102,7 @@ def test_provision_cold_then_noop_and_openssh_uses_the_block(bast, capsys):
 @pytest.mark.parametrize("form", ["ansible", "sshconfig"])
 def test_provision_through_the_other_forms_changes_nothing(bast, capsys, form):
     info, settings, sets, base, _up = bast
-    code = api.provision(ProvisionOptions(forms(info, base)[form], roles="shell,nccl", json=True), settings)
+    code = api.provision(ProvisionOptions(inventory=forms(info, base)[form], roles="shell,nccl", json=True), settings)
     rep = json.loads(capsys.readouterr().out)
     assert code == 0 and not rep["failed"] and not rep["unreachable"], rep
 
@@ -110,7 +111,7 @@ def test_a_node_down_behind_the_bastion_is_named_and_the_rest_complete(bast, cap
     info, settings, *_ = bast
     labmod.stop_node(info, 1)
     try:
-        assert api.facts(FactsOptions(str(info.inventory), json=True), settings) == 1
+        assert api.facts(FactsOptions(inventory=str(info.inventory), json=True), settings) == 1
         rep = json.loads(capsys.readouterr().out)
     finally:
         labmod.restart_node(info, 1)
@@ -123,14 +124,14 @@ def test_a_node_down_behind_the_bastion_is_named_and_the_rest_complete(bast, cap
 def stacked(bast):
     """The whole stack (venv, torch, deepspeed) provisioned through the bastion."""
     info, settings, sets, *_ = bast
-    assert api.provision(ProvisionOptions(str(info.inventory), sets=sets), settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(info.inventory), sets=sets), settings) == 0
     return bast
 
 
 @pytest.mark.parametrize("form", ["proxy_jump", "sshconfig"])
 def test_verify_parity_through_the_bastion(stacked, capsys, form):
     info, settings, _sets, base, _up = stacked
-    code = api.verify_parity(VerifyOptions(forms(info, base)[form]), settings)
+    code = api.verify_parity(VerifyOptions(inventory=forms(info, base)[form]), settings)
     out = capsys.readouterr()
     assert code == 0 and "PARITY OK" in out.out + out.err, out.out + out.err
 
@@ -140,7 +141,8 @@ def test_verify_parity_through_the_bastion(stacked, capsys, form):
                                             ("sshconfig", "torchrun"), ("ansible", "mpirun")])
 def test_train_through_the_bastion(stacked, capfd, form, launcher):
     info, settings, _sets, base, _up = stacked
-    code = api.train(TrainOptions(forms(info, base)[form], None, launcher, "health", timeout=180), settings)
+    code = api.train(TrainOptions(inventory=forms(info, base)[form], limit=None, launcher=launcher, payload="health",
+                                  timeout=180), settings)
     out = capfd.readouterr()
     text = out.out + out.err
     assert code == 0 and f"health: OK world_size={NODES}" in text, text
@@ -157,7 +159,7 @@ def test_a_changed_bastion_key_is_refused_for_every_node(bast, capsys):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(nd / "ssh_host_ed25519_key")], check=True)
     before = logins(info)
     labnet.wait_banners(labhost.start(NAME, [info.bastion]))      # the same bastion, a new key
-    assert api.facts(FactsOptions(str(info.inventory), json=True), settings) == 1
+    assert api.facts(FactsOptions(inventory=str(info.inventory), json=True), settings) == 1
     rep = json.loads(capsys.readouterr().out)
     for n in ("worker-0", "worker-1", "worker-2"):
         msg = rep["nodes"][n].get("message", "")
@@ -165,7 +167,7 @@ def test_a_changed_bastion_key_is_refused_for_every_node(bast, capsys):
     assert logins(info) == before
     # the reinstall was deliberate: forget the jump host's pin (by its address, as the error
     # says), and the next contact pins the new key and goes through
-    assert api.hosts_forget(ForgetOptions(info.bastion.address, str(info.inventory)), settings) == 0
+    assert api.hosts_forget(ForgetOptions(nodes=info.bastion.address, inventory=str(info.inventory)), settings) == 0
     assert f"jump host {info.bastion.address}: removed 1 pinned key(s)" in capsys.readouterr().out
-    assert api.facts(FactsOptions(str(info.inventory), json=True), settings) == 0
+    assert api.facts(FactsOptions(inventory=str(info.inventory), json=True), settings) == 0
     assert logins(info) == before + 1

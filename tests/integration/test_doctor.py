@@ -30,7 +30,7 @@ def doc(lab, lab_settings, tmp_path, capsys):
 
     def run(*more: str) -> tuple[int, list[dict]]:
         capsys.readouterr()                 # what an earlier command printed
-        code = api.doctor(DoctorOptions(str(lab.inventory), json=True, sets=sets + more), lab_settings)
+        code = api.doctor(DoctorOptions(inventory=str(lab.inventory), json=True, sets=sets + more), lab_settings)
         rep = json.loads(capsys.readouterr().out)
         return code, [f for c in rep["checks"].values() for f in c["findings"] if f["verdict"] != "OK"]
     code, bad = run()
@@ -74,7 +74,7 @@ def test_a_stale_block_is_found_and_ssh_prune_removes_it(doc, lab_settings):
                    "Host old-1\n    HostName 192.0.2.1\n# END nodeprep hosts gone-inv\n")
     code, bad = run()
     assert code == 1 and found(bad, "BLOCK_STALE", "controller")["fix"] == "invoke ssh.prune"
-    assert api.ssh_prune(PruneOptions(str(cfg)), lab_settings) == 0
+    assert api.ssh_prune(PruneOptions(config=str(cfg)), lab_settings) == 0
     assert cfg.read_text() == mine and run()[0] == 0
 
 
@@ -97,7 +97,7 @@ def test_a_changed_host_key_is_found_and_hosts_forget_clears_it(doc, lab, lab_se
     code, bad = run()
     fix = found(bad, "HOST_KEY_CHANGED", "worker-2")["fix"]
     assert code == 1 and f"invoke hosts.forget worker-2 --inventory {lab.inventory}" in fix
-    assert api.hosts_forget(ForgetOptions("worker-2", str(lab.inventory)), lab_settings) == 0
+    assert api.hosts_forget(ForgetOptions(nodes="worker-2", inventory=str(lab.inventory)), lab_settings) == 0
     assert run()[0] == 0                                       # re-pinned at this contact
 
 
@@ -199,7 +199,8 @@ def test_empty_namespaces_of_no_lab_are_found_and_a_running_one_is_left_alone(do
 
 def test_doctor_text_and_exit_code_on_the_lab(lab, lab_settings, tmp_path, capsys):
     cfg = tmp_path / "c"
-    assert api.doctor(DoctorOptions(str(lab.inventory), sets=(f"controller_ssh_config={cfg}",)), lab_settings) == 0
+    assert api.doctor(DoctorOptions(inventory=str(lab.inventory), sets=(f"controller_ssh_config={cfg}",)),
+                      lab_settings) == 0
     out = capsys.readouterr().out
     assert "[✓] reach        3 of 3 OK" in out and out.rstrip().endswith("no issue found"), out
     assert Path(cfg).exists() is False                         # doctor writes nothing on the controller

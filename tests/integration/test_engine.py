@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_facts(lab, settings, capsys, limit=None):
-    code = api.facts(FactsOptions(str(lab.inventory), limit, True), settings)
+    code = api.facts(FactsOptions(inventory=str(lab.inventory), limit=limit, json=True), settings)
     out = capsys.readouterr()
     return code, json.loads(out.out), out.err
 
@@ -51,7 +51,7 @@ def test_facts_on_every_node(lab, lab_settings, capsys):
 
 
 def test_text_table_and_limit(lab, lab_settings, capsys):
-    assert api.facts(FactsOptions(str(lab.inventory), "worker-[1-2]"), lab_settings) == 0
+    assert api.facts(FactsOptions(inventory=str(lab.inventory), limit="worker-[1-2]"), lab_settings) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["node", "hostname", "ip"]
     assert [line.split()[0] for line in out[1:]] == ["worker-1", "worker-2"]
@@ -92,7 +92,7 @@ def test_changed_host_key_refused_others_complete(lab, lab_settings, lab_up, cap
 
 def test_first_contact_is_pinned_and_recorded(lab, lab_settings, tmp_path, capsys):
     fresh = dataclasses.replace(lab_settings, state_dir=str(tmp_path / "state"))
-    code = api.facts(FactsOptions(str(lab.inventory)), fresh)
+    code = api.facts(FactsOptions(inventory=str(lab.inventory)), fresh)
     err = capsys.readouterr().err
     assert code == 0
     assert err.count("pinned new host key") == len(lab.nodes)
@@ -100,7 +100,7 @@ def test_first_contact_is_pinned_and_recorded(lab, lab_settings, tmp_path, capsy
     assert sorted(line.split()[0] for line in pinned) == sorted(n.address for n in lab.nodes)
     # What was recorded agrees with what OpenSSH sees through the lab's own pinning.
     assert set(pinned) <= set(lab_settings.known_hosts.read_text().splitlines())
-    assert api.facts(FactsOptions(str(lab.inventory)), fresh) == 0
+    assert api.facts(FactsOptions(inventory=str(lab.inventory)), fresh) == 0
     assert "pinned new host key" not in capsys.readouterr().err
 
 
@@ -121,7 +121,7 @@ def test_wrong_key_is_auth_failure_without_retry(lab, lab_settings, tmp_path, ca
     text = (inv_dir / "hosts.yml").read_text().replace(str(lab.key), str(key))
     (inv_dir / "hosts.yml").write_text(text)
     t0 = time.monotonic()
-    code = api.facts(FactsOptions(str(inv_dir), "worker-0", True), lab_settings)
+    code = api.facts(FactsOptions(inventory=str(inv_dir), limit="worker-0", json=True), lab_settings)
     rep = json.loads(capsys.readouterr().out)
     assert code == 1
     assert rep["nodes"]["worker-0"]["status"] == "unreachable"

@@ -67,8 +67,8 @@ def run(fan, monkeypatch, capsys):
 
     def go(*sets):
         code = api.provision(ProvisionOptions(
-            str(info.inventory), None, ROLES, False, False, True,
-            (f"python_requirements=[{base / 'req.txt'}]", "wheel_builds={}", "torch_version=",
+            inventory=str(info.inventory), limit=None, roles=ROLES, check_mode=False, diff=False, json=True,
+            sets=(f"python_requirements=[{base / 'req.txt'}]", "wheel_builds={}", "torch_version=",
              f"controller_key={base}/ctl/id", f"controller_ssh_config={base}/ctl/config", *sets)), settings)
         out = capsys.readouterr()
         assert code == 0, out.err[-3000:]

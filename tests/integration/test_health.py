@@ -79,7 +79,7 @@ def gpu_lab(lab, lab_up, tmp_path_factory):
 
 
 def _health(lab, settings, capsys, *extra: str) -> tuple[int, dict]:
-    code = api.health(HealthOptions(str(lab.inventory), json=True, ignore=tuple(extra)), settings)
+    code = api.health(HealthOptions(inventory=str(lab.inventory), json=True, ignore=tuple(extra)), settings)
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -149,7 +149,7 @@ def test_an_nvidia_smi_that_hangs_is_reported_within_its_timeout(gpu_lab, lab, l
 
 
 def test_facts_read_a_gpu_shaped_node_as_the_machine(gpu_lab, lab, lab_settings, capsys):
-    assert api.facts(FactsOptions(str(lab.inventory), None, True), lab_settings) == 0
+    assert api.facts(FactsOptions(inventory=str(lab.inventory), limit=None, json=True), lab_settings) == 0
     out = capsys.readouterr().out
     rep = json.loads(out[out.index("{\n"):])
     gpus = rep["nodes"]["worker-0"]["facts"]["gpus"]
@@ -181,9 +181,9 @@ def test_ignore_and_check_select(gpu_lab, lab, lab_settings, capsys):
     try:
         code, rep = _health(lab, lab_settings, capsys, "SHM_SMALL")
         assert code == 0 and [f["code"] for f in rep["ignored"]] == ["SHM_SMALL"], rep
-        assert api.health(HealthOptions(str(lab.inventory), json=True, checks=("shm",)), lab_settings) == 1
+        assert api.health(HealthOptions(inventory=str(lab.inventory), json=True, checks=("shm",)), lab_settings) == 1
         rep = json.loads(capsys.readouterr().out)
         assert rep["checks"] == ["shm"] and rep["unhealthy"] == ["worker-0"]
     finally:
         labmod.limit_shm(lab, 0, None)
-    assert api.health(HealthOptions(str(lab.inventory), checks=("gpus",)), lab_settings) == 2
+    assert api.health(HealthOptions(inventory=str(lab.inventory), checks=("gpus",)), lab_settings) == 2

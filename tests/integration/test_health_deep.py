@@ -19,7 +19,7 @@ def _codes(rep: dict) -> dict[str, dict[str, str]]:
 
 
 def test_deep_tier_emulated_on_every_node(provisioned, lab, lab_settings, capsys):
-    code = api.health(HealthOptions(str(lab.inventory), json=True, deep=True, emulate_gpus=2, burn_seconds=2),
+    code = api.health(HealthOptions(inventory=str(lab.inventory), json=True, deep=True, emulate_gpus=2, burn_seconds=2),
                       lab_settings)
     rep = json.loads(capsys.readouterr().out)
     assert code == 0, rep
@@ -35,7 +35,7 @@ def test_deep_tier_emulated_on_every_node(provisioned, lab, lab_settings, capsys
 def test_deep_tier_on_gpu_shaped_nodes_says_what_it_cannot_see(provisioned, lab, lab_up, lab_settings, capsys):
     lab_up(gpu_records=(f"worker-1={A5000}",))
     try:
-        code = api.health(HealthOptions(str(lab.inventory), json=True, checks=("dcgm_diag", "gpu_burn",
+        code = api.health(HealthOptions(inventory=str(lab.inventory), json=True, checks=("dcgm_diag", "gpu_burn",
                                                                                "allreduce_node")), lab_settings)
     finally:
         lab_up(gpu_records=("none",))

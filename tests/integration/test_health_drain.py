@@ -43,7 +43,7 @@ def slurm_lab(lab, lab_up, lab_settings):
 
 
 def _health(lab, settings, capsys, **kw) -> tuple[int, dict]:
-    code = api.health(HealthOptions(str(lab.inventory), json=True, **kw), settings)
+    code = api.health(HealthOptions(inventory=str(lab.inventory), json=True, **kw), settings)
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -80,12 +80,12 @@ def test_drain_and_undrain(slurm_lab, lab, lab_settings, capsys):
     now = states()
     assert "drain" not in now[w1][0] and now[w2] == ("drained", "disk replacement ticket 42"), now
     # text: what was done to each node, one line each
-    assert api.health(HealthOptions(str(lab.inventory), undrain=True), lab_settings) == 0
+    assert api.health(HealthOptions(inventory=str(lab.inventory), undrain=True), lab_settings) == 0
     out = capsys.readouterr().out
     assert f"slurm: {w2}: unchanged: drained by someone else" in out
 
 
 def test_undrain_refuses_via_slurm(slurm_lab, lab, lab_settings, capsys):
-    assert api.health(HealthOptions(str(lab.inventory), via="slurm", undrain=True), lab_settings) == 2
+    assert api.health(HealthOptions(inventory=str(lab.inventory), via="slurm", undrain=True), lab_settings) == 2
     err = capsys.readouterr().err
     assert "--undrain --via slurm" in err and "Traceback" not in err

@@ -9,7 +9,8 @@ from nodeprep.commands.options import TrainOptions
 
 
 def _train(lab, settings, capfd, **kw) -> tuple[int, str]:
-    code = api.train(TrainOptions(str(lab.inventory), "worker-[0-2]", "deepspeed", "health", timeout=240, **kw),
+    code = api.train(TrainOptions(inventory=str(lab.inventory), limit="worker-[0-2]", launcher="deepspeed",
+                                  payload="health", timeout=240, **kw),
                      settings)
     out = capfd.readouterr()
     return code, out.out + out.err

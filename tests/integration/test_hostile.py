@@ -43,7 +43,7 @@ def _accepted(base: dict, tmp: Path, var: str, prefix: str) -> dict:
         path = tmp / "one.yml"
         path.write_text(yaml.safe_dump(doc, allow_unicode=True), "utf-8")
         try:
-            validated(ProvisionOptions(str(path), roles="deepspeed_env,nccl"),
+            validated(ProvisionOptions(inventory=str(path), roles="deepspeed_env,nccl"),
                       Settings(state_dir=str(tmp / "state")), Events())
         except NodeprepError as err:
             assert err.exit_code == 2 and "\n" not in str(err)
@@ -74,12 +74,12 @@ def hostile(provisioned, lab, lab_settings, tmp_path_factory):
     inv.write_text(yaml.safe_dump(doc, allow_unicode=True), "utf-8")
     script = tmp / "show_env.py"
     script.write_text(PAYLOAD)
-    code = api.provision(ProvisionOptions(str(inv), sets=provisioned), lab_settings)
+    code = api.provision(ProvisionOptions(inventory=str(inv), sets=provisioned), lab_settings)
     assert code == 0
     assert _canaries(lab) == []
     yield inv, script, ds, nccl
     # put the lab back as the other modules expect it: default env file, no hostile values
-    assert api.provision(ProvisionOptions(str(lab.inventory), sets=provisioned), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=provisioned), lab_settings) == 0
     for node in lab.nodes:
         for stray in Path(node.home, ".nodeprep").glob("env $(touch*"):
             shutil.rmtree(stray) if stray.is_dir() else stray.unlink()
@@ -103,7 +103,7 @@ def test_env_file_path_arrives_literally(hostile, lab, lab_ssh):
 def test_values_reach_every_rank_literally(hostile, lab, lab_settings, lab_ssh, capfd,
                                            launcher, ds_launcher):
     inv, script, ds, nccl = hostile
-    code = api.train(TrainOptions(str(inv), NODES, launcher, str(script), timeout=120,
+    code = api.train(TrainOptions(inventory=str(inv), limit=NODES, launcher=launcher, payload=str(script), timeout=120,
                                   ds_launcher=ds_launcher), lab_settings)
     out = capfd.readouterr()
     text = out.out + out.err
@@ -124,7 +124,8 @@ def test_deepspeed_openmpi_refuses_values_it_would_change(hostile, lab, lab_sett
     """DeepSpeed's openmpi runner double-quotes odd values into mpirun -x (no shell), so the
     ranks would get the quotes too: the preflight names every such value before launching."""
     inv, script, ds, nccl = hostile
-    code = api.train(TrainOptions(str(inv), NODES, "deepspeed", str(script), timeout=120,
+    code = api.train(TrainOptions(inventory=str(inv), limit=NODES, launcher="deepspeed", payload=str(script),
+                                  timeout=120,
                                   ds_launcher="openmpi"), lab_settings)
     out = capfd.readouterr()
     text = out.out + out.err
@@ -145,7 +146,8 @@ def slurm(hostile, lab_up):
 
 def test_values_reach_srun_ranks_literally(hostile, slurm, lab, lab_settings, lab_ssh, capfd):
     inv, script, _ds, nccl = hostile
-    code = api.train(TrainOptions(str(inv), NODES, "srun", str(script), timeout=120), lab_settings)
+    code = api.train(TrainOptions(inventory=str(inv), limit=NODES, launcher="srun", payload=str(script), timeout=120),
+                     lab_settings)
     out = capfd.readouterr()
     text = out.out + out.err
     assert code == 0, text

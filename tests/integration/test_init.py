@@ -55,7 +55,7 @@ def test_init_then_provision_verify_and_train_use_it_unchanged(provisioned, lab,
     base, init_settings = project
     source, sets = sources(lab, base)[form]
     name = f"from{form}"
-    assert api.init(InitOptions(name, source, sets=sets), init_settings) == 0
+    assert api.init(InitOptions(name=name, source=source, sets=sets), init_settings) == 0
     out = capfd.readouterr().out
     path = base / "inventory" / name / "hosts.yml"
     assert f"wrote {path}" in out and f"invoke provision --inventory {name}" in out, out
@@ -65,12 +65,13 @@ def test_init_then_provision_verify_and_train_use_it_unchanged(provisioned, lab,
     if form == "ansible":
         assert "groups:\n  gpus: {hosts: [worker-0, worker-1]}" in text, text
     # a second init of the same name is refused, --force replaces it
-    assert api.init(InitOptions(name, source, sets=sets), init_settings) == 2
+    assert api.init(InitOptions(name=name, source=source, sets=sets), init_settings) == 2
     assert "exists" in capfd.readouterr().err
     inv = str(path)
-    assert api.provision(ProvisionOptions(inv, sets=provisioned), lab_settings) == 0
-    assert api.verify_parity(VerifyOptions(inv), lab_settings) == 0
-    code = api.train(TrainOptions(inv, None, "deepspeed", "health", timeout=180), lab_settings)
+    assert api.provision(ProvisionOptions(inventory=inv, sets=provisioned), lab_settings) == 0
+    assert api.verify_parity(VerifyOptions(inventory=inv), lab_settings) == 0
+    code = api.train(TrainOptions(inventory=inv, limit=None, launcher="deepspeed", payload="health", timeout=180),
+                     lab_settings)
     text = "".join(capfd.readouterr())
     assert code == 0 and "health: OK world_size=2" in text, text[-3000:]
 

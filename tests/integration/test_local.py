@@ -16,7 +16,7 @@ def test_local_node_gets_facts_and_is_provisioned_without_ssh(tmp_path, monkeypa
     inv = tmp_path / "hosts.ini"
     inv.write_text("[me]\nlocalhost ansible_connection=local ansible_user=nobody-at-all\n")
     settings = Settings(state_dir=str(tmp_path / "state"))
-    assert api.facts(FactsOptions(str(inv), json=True), settings) == 0
+    assert api.facts(FactsOptions(inventory=str(inv), json=True), settings) == 0
     rep = json.loads(capsys.readouterr().out)
     facts = rep["nodes"]["localhost"]["facts"]
     assert facts["python"]["version"].startswith("3.") and facts["os"]["arch"]
@@ -24,7 +24,7 @@ def test_local_node_gets_facts_and_is_provisioned_without_ssh(tmp_path, monkeypa
     assert not settings.known_hosts.exists() or settings.known_hosts.read_text() == ""
 
     def provision():
-        code = api.provision(ProvisionOptions(str(inv), roles="shell,nccl", json=True), settings)
+        code = api.provision(ProvisionOptions(inventory=str(inv), roles="shell,nccl", json=True), settings)
         return code, json.loads(capsys.readouterr().out)
 
     code, rep = provision()
@@ -38,7 +38,7 @@ def test_local_node_gets_facts_and_is_provisioned_without_ssh(tmp_path, monkeypa
 def test_a_local_node_among_others_is_refused_with_the_fix(tmp_path, capsys):
     inv = tmp_path / "hosts.ini"
     inv.write_text("[gpus]\ngpu01 ansible_host=192.0.2.10\nlocalhost ansible_connection=local\n")
-    assert api.facts(FactsOptions(str(inv)), Settings(state_dir=str(tmp_path / "s"))) == 2
+    assert api.facts(FactsOptions(inventory=str(inv)), Settings(state_dir=str(tmp_path / "s"))) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"error: {inv}:3: host localhost: connection local")
     assert "--limit localhost" in err[0]

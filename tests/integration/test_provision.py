@@ -30,8 +30,9 @@ def controller(tmp_path_factory):
 def prov(lab, lab_settings, controller):
     def run(*sets, check=False, diff=False, limit=None, roles=ROLES, capsys=None):
         base = [f"controller_key={controller['key']}", f"controller_ssh_config={controller['config']}"]
-        code = api.provision(ProvisionOptions(str(lab.inventory), limit, roles, check, diff, True,
-                                              tuple(base + list(sets))), lab_settings)
+        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit=limit, roles=roles, check_mode=check,
+                                              diff=diff, json=True,
+                                              sets=tuple(base + list(sets))), lab_settings)
         out = capsys.readouterr() if capsys else None
         rep = json.loads(out.out[out.out.index("{\n"):]) if out and code != 2 else None
         return code, rep, (out.err if out else "")
@@ -255,8 +256,9 @@ def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settin
     code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)
     assert code == 1 and rep["nodes"]["worker-1"]["status"] == "unreachable"
     monkeypatch.setattr("sys.stdin", io.StringIO(password + "\n"))
-    code = api.provision(ProvisionOptions(str(lab.inventory), None, "ssh_keys", False, False, True,
-                                          (f"controller_key={lab.key}",)), lab_settings, ask_pass=True)
+    code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit=None, roles="ssh_keys", check_mode=False,
+                                          diff=False, json=True,
+                                          sets=(f"controller_key={lab.key}",)), lab_settings, ask_pass=True)
     out = capsys.readouterr()
     rep = json.loads(out.out)
     assert code == 0 and rep["nodes"]["worker-1"]["status"] == "changed"
@@ -310,7 +312,8 @@ def test_a_run_with_nothing_to_change_takes_no_lock(prov, lab, lab_settings, con
         assert (lock / "owner").read_text().split()[3] == "other-run"       # left alone
         (home(lab, 0) / ".deepspeed_env").unlink()                            # now one must change
         base = [f"controller_key={controller['key']}", f"controller_ssh_config={controller['config']}"]
-        code = api.provision(ProvisionOptions(str(lab.inventory), None, ROLES, json=True, sets=tuple(base)),
+        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit=None, roles=ROLES, json=True,
+                                              sets=tuple(base)),
                              dataclasses.replace(lab_settings, lock_wait=2))
         err = capsys.readouterr().err
         assert code != 0 and "waiting up to" in err and "locked by another nodeprep run" in err, err

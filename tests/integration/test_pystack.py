@@ -22,8 +22,9 @@ def run(lab, lab_settings, tmp_path_factory):
     ctl = tmp_path_factory.mktemp("ctl")
 
     def go(*sets, inventory=None, limit=None, check=False, capsys):
-        code = api.provision(ProvisionOptions(str(inventory or lab.inventory), limit, ROLES, check, False, True,
-                                              (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config",
+        code = api.provision(ProvisionOptions(inventory=str(inventory or lab.inventory), limit=limit, roles=ROLES,
+                                              check_mode=check, diff=False, json=True,
+                                              sets=(f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config",
                                                *sets)), lab_settings)
         out = capsys.readouterr()
         return code, (json.loads(out.out) if code != 2 else None), out.err
@@ -137,8 +138,9 @@ def test_venv_path_home_itself_is_refused(run, capsys):
 def test_two_roles_blocks_in_one_new_env_file(lab, lab_settings, lab_ssh, capsys):
     env = Path(lab.nodes[0].home) / ".nodeprep" / "env.sh"
     env.unlink()
-    code = api.provision(ProvisionOptions(str(lab.inventory), "worker-0", "shell,nccl,venv", False, False, True,
-                                          ("nccl_env={NCCL_DEBUG: WARN}",)), lab_settings)
+    code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-0", roles="shell,nccl,venv",
+                                          check_mode=False, diff=False, json=True,
+                                          sets=("nccl_env={NCCL_DEBUG: WARN}",)), lab_settings)
     rep = json.loads(capsys.readouterr().out)
     assert code == 0, rep
     text = env.read_text()

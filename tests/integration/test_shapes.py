@@ -44,7 +44,7 @@ def shared(base):
 
 
 def provision(info, settings, sets, capsys):
-    code = api.provision(ProvisionOptions(str(info.inventory), json=True, sets=sets), settings)
+    code = api.provision(ProvisionOptions(inventory=str(info.inventory), json=True, sets=sets), settings)
     out = capsys.readouterr()
     return code, json.loads(out.out), out.err
 
@@ -83,12 +83,12 @@ def test_shared_home_provision_acts_once_and_converges(shared, capsys):
 def test_verify_and_train_on_the_shared_home(shared, capfd):
     info, settings, _sets = shared
     for _ in range(2):                                    # the torch cache, cold then warm
-        code = api.verify_parity(VerifyOptions(str(info.inventory)), settings)
+        code = api.verify_parity(VerifyOptions(inventory=str(info.inventory)), settings)
         out = capfd.readouterr().out
         assert code == 0 and "PARITY OK: 4 nodes" in out, out
     assert "worker-[0-3] share one home" in out
     for launcher, payload in (("deepspeed", "health"), ("torchrun", "ddp")):
-        code = api.train(TrainOptions(str(info.inventory), launcher=launcher, payload=payload,
+        code = api.train(TrainOptions(inventory=str(info.inventory), launcher=launcher, payload=payload,
                                       timeout=180), settings)
         cap = capfd.readouterr()
         assert code == 0, cap.out[-3000:] + cap.err[-2000:]
@@ -159,9 +159,9 @@ def test_differing_nic_names_get_a_value_that_fits_every_node(nics, capfd):
     for node in info.nodes:
         env = (node.home / ".nodeprep" / "env.sh").read_text()
         assert "export NCCL_SOCKET_IFNAME==eno1,eth0\n" in env
-    assert api.verify_parity(VerifyOptions(str(info.inventory)), settings) == 0
+    assert api.verify_parity(VerifyOptions(inventory=str(info.inventory)), settings) == 0
     capfd.readouterr()
-    code = api.train(TrainOptions(str(info.inventory), launcher="torchrun", payload="ddp", timeout=180),
+    code = api.train(TrainOptions(inventory=str(info.inventory), launcher="torchrun", payload="ddp", timeout=180),
                      settings)
     cap = capfd.readouterr()
     assert code == 0 and "ddp: done" in cap.out + cap.err, cap.out[-3000:] + cap.err[-2000:]
@@ -170,11 +170,12 @@ def test_differing_nic_names_get_a_value_that_fits_every_node(nics, capfd):
 def test_a_value_that_selects_no_interface_is_named_before_train(nics, capsys):
     info, settings, sets = nics
     bad = sets + ('nccl_env={NCCL_SOCKET_IFNAME: "=eth9"}',)
-    code = api.provision(ProvisionOptions(str(info.inventory), "worker-1", json=True, sets=bad), settings)
+    code = api.provision(ProvisionOptions(inventory=str(info.inventory), limit="worker-1", json=True, sets=bad),
+                         settings)
     assert code == 0, capsys.readouterr().out
     capsys.readouterr()
     try:
-        code = api.verify_parity(VerifyOptions(str(info.inventory), json=True), settings)
+        code = api.verify_parity(VerifyOptions(inventory=str(info.inventory), json=True), settings)
         rep = json.loads(capsys.readouterr().out)
         assert code == 1
         named = [c for c in rep["checks"] if c["key"] == "net.NCCL_SOCKET_IFNAME"]

@@ -54,7 +54,7 @@ def _json(out: str) -> dict:
 def test_silent_from_the_start_is_named_at_connect(lab, lab_settings, heal, capsys):
     labmod.silence_node(lab, 1)
     t0 = time.monotonic()
-    code = api.facts(FactsOptions(str(lab.inventory), None, True), lab_settings)
+    code = api.facts(FactsOptions(inventory=str(lab.inventory), limit=None, json=True), lab_settings)
     took = time.monotonic() - t0
     rep = _json(capsys.readouterr().out)
     assert code == 1 and took < DEADLINE
@@ -67,7 +67,8 @@ def test_silent_from_the_start_is_named_at_connect(lab, lab_settings, heal, caps
 def test_silent_during_verify_parity_others_compared(lab, lab_settings, heal, capsys):
     labmod.silence_node(lab, 2)
     t0 = time.monotonic()
-    code = api.verify_parity(VerifyOptions(str(lab.inventory), None, json=True, port=None), lab_settings)
+    code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory), limit=None, json=True, port=None),
+                             lab_settings)
     took = time.monotonic() - t0
     rep = _json(capsys.readouterr().out)
     assert code == 1 and took < DEADLINE + 10
@@ -103,9 +104,9 @@ def _cold(lab, index: int) -> None:
 def test_silent_during_a_cold_provision(lab, lab_settings, heal, tmp_path, match):
     ctl = tmp_path / "ctl"
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config", "wheelhouse_relay=false")
-    opts = ProvisionOptions(str(lab.inventory), "worker-[1-2]", sets=sets)
+    opts = ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets)
     # the whole lab warm first (maybe already): parity checks the mesh to every node
-    assert api.provision(ProvisionOptions(str(lab.inventory), sets=sets), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=sets), lab_settings) == 0
     _cold(lab, 2)
     events = _SilenceAt(lab, 2, match)
     res = provision(opts, lab_settings, events)
@@ -117,7 +118,7 @@ def test_silent_during_a_cold_provision(lab, lab_settings, heal, tmp_path, match
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed") and res.exit_code == 1
     labmod.silence_node(lab, 2, silent=False)                    # healed: converges, parity holds
     assert api.provision(opts, lab_settings) == 0
-    assert api.verify_parity(VerifyOptions(str(lab.inventory), None, port=None), lab_settings) == 0
+    assert api.verify_parity(VerifyOptions(inventory=str(lab.inventory), limit=None, port=None), lab_settings) == 0
 
 
 def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, heal, tmp_path, capsys):
@@ -126,7 +127,7 @@ def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, he
     _cold(lab, 2)
     labmod.limit_space(lab, 2, ".nodeprep/wheelhouse", "16m")
     try:
-        code = api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", json=True, sets=sets),
+        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", json=True, sets=sets),
                              lab_settings)
         rep = _json(capsys.readouterr().out)
     finally:
@@ -137,7 +138,8 @@ def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, he
     assert "wheels needs" in failed[0]["message"]
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed")
     # room again: the next run converges
-    assert api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", sets=sets), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets),
+                         lab_settings) == 0
 
 
 def test_a_read_only_home_is_named_as_such(lab, lab_settings, heal, tmp_path, capsys):
@@ -146,7 +148,7 @@ def test_a_read_only_home_is_named_as_such(lab, lab_settings, heal, tmp_path, ca
     _cold(lab, 2)
     labmod.readonly_home(lab, 2)
     try:
-        code = api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", json=True, sets=sets),
+        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", json=True, sets=sets),
                              lab_settings)
         rep = _json(capsys.readouterr().out)
     finally:
@@ -154,7 +156,8 @@ def test_a_read_only_home_is_named_as_such(lab, lab_settings, heal, tmp_path, ca
     assert code == 1
     text = json.dumps(rep["nodes"]["worker-2"]).lower()
     assert "read-only file system" in text and "/home/nodeprep" in text, text
-    assert api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", sets=sets), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets),
+                         lab_settings) == 0
 
 
 # -- Ctrl-C: a real `invoke` process, SIGINT as a terminal sends it --------------------------------
@@ -216,7 +219,7 @@ def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, 
     labmod.silence_node(lab, 2, silent=False)
     # healed: the next run takes over the lock the silent node kept (its holder is gone), stops
     # what the interrupted run left running there, replaces the venv it was making, converges
-    assert api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", sets=tuple(sets[1::2])),
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=tuple(sets[1::2])),
                          lab_settings) == 0
 
 
@@ -233,7 +236,7 @@ def test_ctrl_c_while_pushing_wheels(lab, lab_settings, heal, tmp_path):
     time.sleep(1)
     assert _no_locks(lab, [1, 2])
     # what was pushed whole stays; the next run completes the node
-    assert api.provision(ProvisionOptions(str(lab.inventory), "worker-[1-2]", sets=tuple(sets[1::2])),
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=tuple(sets[1::2])),
                          lab_settings) == 0
 
 

@@ -56,7 +56,7 @@ def steps(report: dict) -> dict:
 
 
 def run(info, settings, sets, via: str) -> dict:
-    opts = ProvisionOptions(str(info.inventory), roles=ROLES, sets=sets, via=via)
+    opts = ProvisionOptions(inventory=str(info.inventory), roles=ROLES, sets=sets, via=via)
     return provision(opts, settings, Events()).report
 
 
@@ -82,8 +82,8 @@ def test_provision_via_slurm_matches_ssh_and_converges(slx):
 def test_verify_parity_via_slurm_gives_the_same_keys_and_values(slx):
     info, settings, sets, _up = slx
     run(info, settings, sets, "slurm")
-    by_ssh = verify(VerifyOptions(str(info.inventory), via="direct"), settings, Events())
-    by_slurm = verify(VerifyOptions(str(info.inventory), via="slurm"), settings, Events())
+    by_ssh = verify(VerifyOptions(inventory=str(info.inventory), via="direct"), settings, Events())
+    by_slurm = verify(VerifyOptions(inventory=str(info.inventory), via="slurm"), settings, Events())
     assert by_slurm.report.as_dict() == by_ssh.report.as_dict()
     assert any("srun steps" in n for n in by_slurm.notes)
 
@@ -92,13 +92,13 @@ def test_a_node_slurm_does_not_know_is_one_line_and_exit_2(slx, tmp_path, capsys
     info, settings, sets, _up = slx
     inv = tmp_path / "hosts.yml"
     inv.write_text(info.inventory.read_text() + "  ghost-9: {address: 10.1.2.3, port: 22}\n")
-    assert api.provision(ProvisionOptions(str(inv), roles=ROLES, sets=sets, via="slurm"), settings) == 2
+    assert api.provision(ProvisionOptions(inventory=str(inv), roles=ROLES, sets=sets, via="slurm"), settings) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --via slurm: ghost-9 not in the Slurm cluster worker-0 sees")
     assert len(err.splitlines()) == 1
-    assert api.verify_parity(VerifyOptions(str(inv), via="slurm"), settings) == 2
+    assert api.verify_parity(VerifyOptions(inventory=str(inv), via="slurm"), settings) == 2
     assert "ghost-9" in capsys.readouterr().err
-    assert api.provision(ProvisionOptions(str(inv), via="nope"), settings) == 2
+    assert api.provision(ProvisionOptions(inventory=str(inv), via="nope"), settings) == 2
 
 
 def test_a_task_that_dies_is_its_nodes_failure_only(slx):
@@ -156,7 +156,7 @@ def test_inside_an_allocation_auto_rides_it(slx, monkeypatch):
         monkeypatch.setenv("SLURM_JOB_ID", job.group(1))
         monkeypatch.setenv("SLURM_JOB_NODELIST", "worker-[0-2]")
         assert not run(info, settings, sets, "auto")["failed"]
-        res = verify(VerifyOptions(str(info.inventory)), settings, Events())
+        res = verify(VerifyOptions(inventory=str(info.inventory)), settings, Events())
         assert not res.report.unreachable and any("srun steps" in n for n in res.notes)
         # the steps ran in that job (it still holds the nodes), not in allocations of their own
         q = subprocess.run(["squeue", "-h", "-o", "%i %N"], capture_output=True, text=True, env=env)
@@ -187,7 +187,7 @@ def test_wheels_go_by_sbcast_and_are_checked_on_arrival(slx, tmp_path, monkeypat
     extra = (f"python_requirements=[{tmp_path / 'req.txt'}]", "wheel_builds={}", "torch_version=")
     for n in info.nodes:
         shutil.rmtree(Path(n.home) / ".nodeprep" / "wheelhouse", ignore_errors=True)
-    opts = ProvisionOptions(str(info.inventory), roles="wheelhouse", sets=sets + extra, via="slurm")
+    opts = ProvisionOptions(inventory=str(info.inventory), roles="wheelhouse", sets=sets + extra, via="slurm")
     rep = provision(opts, settings, Events()).report
     assert not rep["failed"] and not rep["unreachable"], json.dumps(rep)[-2000:]
     w = {n: r.get("wheelhouse") for n, r in rep["nodes"].items()}

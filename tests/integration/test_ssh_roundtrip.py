@@ -19,7 +19,8 @@ AFTER = f"Host {P}worker-*\n    User bob\n    HostName 192.0.2.99\n    Port 2200
 
 def _provision(lab, lab_settings, ctl, cfg) -> int:
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={cfg}")
-    return api.provision(ProvisionOptions(str(lab.inventory), None, "ssh_keys,ssh_config", sets=sets),
+    return api.provision(ProvisionOptions(inventory=str(lab.inventory), limit=None, roles="ssh_keys,ssh_config",
+                                          sets=sets),
                          lab_settings)
 
 

@@ -16,7 +16,8 @@ JOB_DIR = ".nodeprep/jobs/payloads"
 
 
 def train(lab, settings, capfd, launcher, payload, args=(), **kw):
-    code = api.train(TrainOptions(str(lab.inventory), NODES, launcher, payload, tuple(args), **kw), settings)
+    code = api.train(TrainOptions(inventory=str(lab.inventory), limit=NODES, launcher=launcher, payload=payload,
+                                  args=tuple(args), **kw), settings)
     out = capfd.readouterr()
     return code, out.out + out.err
 
@@ -135,7 +136,8 @@ def test_deepspeed_openmpi_launcher(provisioned, lab, lab_settings, lab_ssh, cap
 def test_emulate_two_nodes_on_one_machine(provisioned, lab, lab_settings, lab_ssh, capfd, launcher):
     """worker-0 alone pretends to be 2 nodes (emu-0, emu-1): ssh aliases to itself checked
     against its own pinned host key, one process per emulated node (CPU), world size 2."""
-    code = api.train(TrainOptions(str(lab.inventory), "worker-0", launcher, "health", timeout=120, emulate=2),
+    code = api.train(TrainOptions(inventory=str(lab.inventory), limit="worker-0", launcher=launcher, payload="health",
+                                  timeout=120, emulate=2),
                      lab_settings)
     cap = capfd.readouterr()
     out = cap.out + cap.err
@@ -154,7 +156,8 @@ def test_emulate_two_nodes_on_one_machine(provisioned, lab, lab_settings, lab_ss
 def test_emulate_input_errors(provisioned, lab, lab_settings, capfd):
     code, out = train(lab, lab_settings, capfd, "deepspeed", "health", emulate=2)
     assert code == 2 and "--emulate makes ONE machine look like 2 nodes" in out and "--limit" in out
-    code = api.train(TrainOptions(str(lab.inventory), "worker-0", "srun", "health", emulate=2), lab_settings)
+    code = api.train(TrainOptions(inventory=str(lab.inventory), limit="worker-0", launcher="srun", payload="health",
+                                  emulate=2), lab_settings)
     out = capfd.readouterr()
     assert code == 2 and "--emulate with srun" in out.out + out.err
 
@@ -169,8 +172,9 @@ def test_torchrun_restart_after_sigkill_resumes_from_snapshot(provisioned, lab, 
     result = {}
 
     def go():
-        result["code"] = api.train(TrainOptions(str(lab.inventory), NODES, "torchrun", "ddp",
-                                                ("--epochs", "6", "--steps-per-epoch", "5", "--sleep-per-step",
+        result["code"] = api.train(TrainOptions(inventory=str(lab.inventory), limit=NODES, launcher="torchrun",
+                                                payload="ddp",
+                                                args=("--epochs", "6", "--steps-per-epoch", "5", "--sleep-per-step",
                                                  "0.3", "--snapshot", snap.name), timeout=240, max_restarts=1),
                                    lab_settings)
     t = threading.Thread(target=go)

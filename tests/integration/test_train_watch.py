@@ -23,7 +23,7 @@ from nodeprep.ops.train import rundir
 NODES = "worker-[0-1]"
 LONG = ["--epochs", "100", "--steps-per-epoch", "40", "--sleep-per-step", "0.1"]
 # (launcher, DeepSpeed's multinode launcher)
-LAUNCHERS = [("deepspeed", "pdsh"), ("deepspeed", "openmpi"), ("torchrun", "pdsh"), ("mpirun", "pdsh")]
+LAUNCHER_PAIRS = [("deepspeed", "pdsh"), ("deepspeed", "openmpi"), ("torchrun", "pdsh"), ("mpirun", "pdsh")]
 IDS = ["deepspeed-pdsh", "deepspeed-openmpi", "torchrun", "mpirun"]
 
 
@@ -31,7 +31,8 @@ def train(lab, settings, capfd, launcher, args, ds="pdsh", **kw):
     # a fresh snapshot each run: ddp resumes from an existing one (past the step that fails)
     args = list(args) + ["--snapshot", f"w-{uuid.uuid4().hex[:8]}.pt"]
     t0 = time.monotonic()
-    code = api.train(TrainOptions(str(lab.inventory), NODES, launcher, "ddp", tuple(args), ds_launcher=ds,
+    code = api.train(TrainOptions(inventory=str(lab.inventory), limit=NODES, launcher=launcher, payload="ddp",
+                                  args=tuple(args), ds_launcher=ds,
                                   **{"timeout": 240, **kw}), settings)
     out = capfd.readouterr()
     return code, out.out + out.err, time.monotonic() - t0
@@ -58,7 +59,7 @@ def last_run(settings) -> Path:
     return rundir.runs_of(settings.runs)[-1]
 
 
-@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+@pytest.mark.parametrize("launcher,ds", LAUNCHER_PAIRS, ids=IDS)
 def test_rank_exit_without_collective_stops_every_rank(provisioned, lab, lab_settings, lab_ssh, capfd,
                                                        launcher, ds):
     code, out, took = train(lab, lab_settings, capfd, launcher,
@@ -76,7 +77,7 @@ def test_rank_exit_without_collective_stops_every_rank(provisioned, lab, lab_set
     assert all(v["how"] in ("stopped", "failed") for v in exits.values())
 
 
-@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+@pytest.mark.parametrize("launcher,ds", LAUNCHER_PAIRS, ids=IDS)
 def test_rank_killed_with_sigkill(provisioned, lab, lab_settings, lab_ssh, capfd, launcher, ds):
     code, out, _ = train(lab, lab_settings, capfd, launcher,
                          LONG + ["--fail-at-step", "3", "--fail-rank", "1", "--fail-signal", "9"], ds)
@@ -85,7 +86,7 @@ def test_rank_killed_with_sigkill(provisioned, lab, lab_settings, lab_ssh, capfd
     assert "0 processes left on 2 node(s)" in out and leftovers(lab_ssh, lab) == []
 
 
-@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+@pytest.mark.parametrize("launcher,ds", LAUNCHER_PAIRS, ids=IDS)
 def test_hang_dumps_stacks_and_names_the_hung_rank(provisioned, lab, lab_settings, lab_ssh, capfd, launcher, ds):
     code, out, took = train(lab, lab_settings, capfd, launcher,
                             LONG + ["--hang-at-step", "4", "--fail-rank", "1"], ds,
@@ -127,7 +128,7 @@ def _lose_worker_1(lab, lab_settings, capfd, launcher, ds, lose, heal) -> tuple:
     return code, out, ended - lost, [r for r in rundir.runs_of(lab_settings.runs) if r not in before][-1]
 
 
-@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+@pytest.mark.parametrize("launcher,ds", LAUNCHER_PAIRS, ids=IDS)
 def test_node_loss_stops_the_other_nodes(provisioned, lab, lab_settings, lab_ssh, capfd, lab_up, launcher, ds):
     code, out, _took, _run = _lose_worker_1(lab, lab_settings, capfd, launcher, ds, labmod.stop_node, lab_up)
     assert code == 1, out
@@ -233,7 +234,7 @@ def test_stale_job_refuses_the_launch_until_kill_stale(provisioned, lab, lab_set
     assert leftovers(lab_ssh, lab) == []
 
 
-@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+@pytest.mark.parametrize("launcher,ds", LAUNCHER_PAIRS, ids=IDS)
 def test_a_silent_node_stops_the_other_nodes(provisioned, lab, lab_settings, lab_ssh, capfd, lab_up, launcher, ds):
     """worker-1 goes silent (blackhole routes: no RST, no answer) in the middle of training:
     the rank watch names it within its deadline and every rank on the other nodes is stopped,
@@ -244,6 +245,6 @@ def test_a_silent_node_stops_the_other_nodes(provisioned, lab, lab_settings, lab
     assert code == 1, out
     assert "FAILED: worker-1 stopped answering" in summary(out), out
     assert took < 45, took                        # not the launcher's own 240 s timeout
-    api.train_stop(RunsOptions(run.name[len(rundir.PREFIX):]), lab_settings)
+    api.train_stop(RunsOptions(run=run.name[len(rundir.PREFIX):]), lab_settings)
     assert leftovers(lab_ssh, lab) == []
     lab_up()

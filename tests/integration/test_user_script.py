@@ -17,13 +17,14 @@ from nodeprep.commands.options import TrainOptions
 
 NODES = "worker-[0-1]"
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "plain_ddp.py"
-LAUNCHERS = [("deepspeed", "pdsh"), ("deepspeed", "openmpi"), ("torchrun", "pdsh"), ("mpirun", "pdsh"),
+LAUNCHER_PAIRS = [("deepspeed", "pdsh"), ("deepspeed", "openmpi"), ("torchrun", "pdsh"), ("mpirun", "pdsh"),
              ("srun", "pdsh")]
 IDS = ["deepspeed-pdsh", "deepspeed-openmpi", "torchrun", "mpirun", "srun"]
 
 
 def _train(lab, settings, capfd, launcher, ds, args, timeout=180) -> tuple[int, str]:
-    code = api.train(TrainOptions(str(lab.inventory), NODES, launcher, str(SCRIPT), tuple(args), timeout=timeout,
+    code = api.train(TrainOptions(inventory=str(lab.inventory), limit=NODES, launcher=launcher, payload=str(SCRIPT),
+                                  args=tuple(args), timeout=timeout,
                                   ds_launcher=ds), settings)
     out = capfd.readouterr()
     return code, out.out + out.err
@@ -41,7 +42,7 @@ def _gloo_teardown_race(code: int, out: str) -> bool:
                 and f"plain: done rank {failed.group(2)}/2" in out)
 
 
-@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+@pytest.mark.parametrize("launcher,ds", LAUNCHER_PAIRS, ids=IDS)
 def test_the_plain_script_trains_under_every_launcher(real_slurm, lab, lab_settings, capfd, launcher, ds):
     code, out = _train(lab, lab_settings, capfd, launcher, ds, ["--steps", "5"])
     if _gloo_teardown_race(code, out):
@@ -52,7 +53,7 @@ def test_the_plain_script_trains_under_every_launcher(real_slurm, lab, lab_setti
     assert done == [("0", "2", "0", "1"), ("1", "2", "0", "1")], out
 
 
-@pytest.mark.parametrize("launcher,ds", LAUNCHERS, ids=IDS)
+@pytest.mark.parametrize("launcher,ds", LAUNCHER_PAIRS, ids=IDS)
 def test_a_failing_rank_of_the_plain_script_stops_every_rank(real_slurm, lab, lab_settings, lab_ssh, capfd,
                                                               launcher, ds):
     code, out = _train(lab, lab_settings, capfd, launcher, ds,

@@ -46,7 +46,8 @@ BREAKS = {
 
 
 def _provision(lab, settings, sets, capsys, check=False):
-    code = api.provision(ProvisionOptions(str(lab.inventory), check=check, json=True, sets=sets), settings)
+    code = api.provision(ProvisionOptions(inventory=str(lab.inventory), check_mode=check, json=True, sets=sets),
+                         settings)
     out = capsys.readouterr().out
     return code, json.loads(out[out.index("{\n"):])
 

@@ -26,14 +26,15 @@ def fleet(lab, lab_settings, lab_up, tmp_path_factory):
     sets = [f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config"]
 
     def provision():
-        code = api.provision(ProvisionOptions(str(lab.inventory), sets=tuple(sets or ())), lab_settings)
+        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=tuple(sets or ())), lab_settings)
         assert code == 0
     provision()
     return provision
 
 
 def verify(lab, settings, capsys, inventory=None, **kw):
-    code = api.verify_parity(VerifyOptions(str(inventory or lab.inventory), None, True, **kw), settings)
+    code = api.verify_parity(VerifyOptions(inventory=str(inventory or lab.inventory), limit=None, json=True, **kw),
+                             settings)
     out = capsys.readouterr()
     return code, json.loads(out.out)
 
@@ -47,7 +48,7 @@ def test_fresh_fleet_is_in_parity(fleet, lab, lab_settings, capsys):
     assert code == 0, rep
     assert rep["ok"] is True and rep["drift"] == [] and rep["unreachable"] == {}
     assert rep["compared_keys"] > 30
-    code = api.verify_parity(VerifyOptions(str(lab.inventory)), lab_settings)
+    code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory)), lab_settings)
     assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1].startswith("PARITY OK: 3 nodes")
 
 
@@ -92,7 +93,7 @@ def test_node_the_head_cannot_log_in_to_is_probed_directly(fleet, lab, lab_setti
     cut = "".join(ln for ln in good.splitlines(True) if not ln.split(" ")[0].split(",").count("worker-1"))
     kh.write_text(cut)
     try:
-        code = api.verify_parity(VerifyOptions(str(lab.inventory), mesh="head"), lab_settings)
+        code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory), mesh="head"), lab_settings)
         out = capsys.readouterr().out
         assert kh.read_text() == cut          # nothing was added behind the user's back
     finally:
@@ -222,7 +223,7 @@ def test_baseline_reports_what_changed_since(fleet, lab, lab_settings, capsys, t
 def test_bad_baseline_file_is_input_error(lab, lab_settings, capsys, tmp_path):
     bad = tmp_path / "b.json"
     bad.write_text("{not json")
-    code = api.verify_parity(VerifyOptions(str(lab.inventory), baseline=str(bad)), lab_settings)
+    code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory), baseline=str(bad)), lab_settings)
     err = capsys.readouterr().err
     assert code == 2 and str(bad) in err and err.count("\n") == 1
 

@@ -130,9 +130,10 @@ def test_a_node_without_iperf3_is_named_when_auto_takes_the_builtin_program():
     assert lacking({"a": True, "b": True}) is None and lacking({}) is None
     fb = lacking({"w0": True, "w1": False, "w2": False})
     assert fb.nodes == {"w1": "iperf3: not found on the login PATH", "w2": "iperf3: not found on the login PATH"}
-    out = text(BandwidthResult(_matrix(3), "full", 2, 1.0, {}, "builtin", fb))
+    out = text(BandwidthResult(_matrix(3), "full", 2, seconds=1.0, flagged={}, tool="builtin", fallback=fb))
     assert "not measured with iperf3: w1: iperf3: not found on the login PATH" in out and "iperf3 failed" not in out
-    assert BandwidthResult(_matrix(3), "full", 2, 1.0, {}, "builtin", fb).as_dict()["fallback"]["nodes"] == fb.nodes
+    assert BandwidthResult(_matrix(3), "full", 2, seconds=1.0, flagged={}, tool="builtin",
+                           fallback=fb).as_dict()["fallback"]["nodes"] == fb.nodes
 
 
 def test_iperf3pair_runs_for_real_against_itself():

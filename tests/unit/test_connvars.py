@@ -86,7 +86,7 @@ def test_a_refused_variable_fails_in_one_line_with_host_origin_and_fix(tmp_path,
 
 def test_the_secret_of_a_refused_password_is_never_shown(tmp_path, capsys):
     inv = write(tmp_path, "[g]\nn1 ansible_password=hunter2 ansible_become_pass=s3cret\n")
-    assert api.inventory(InventoryOptions(str(inv), host="n1"), Settings(project_root=str(ROOT))) == 0
+    assert api.inventory(InventoryOptions(inventory=str(inv), host="n1"), Settings(project_root=str(ROOT))) == 0
     out = capsys.readouterr().out
     assert "hunter2" not in out and "s3cret" not in out
     assert "(refused: a password" in out and "(refused: a sudo password" in out
@@ -94,7 +94,8 @@ def test_the_secret_of_a_refused_password_is_never_shown(tmp_path, capsys):
 
 def test_inventory_host_lists_each_class(tmp_path, capsys):
     inv = write(tmp_path, "[g]\nn1 ansible_ssh_timeout=30 ansible_ssh_common_args='-o ProxyJump=b' http_port=80\n")
-    assert api.inventory(InventoryOptions(str(inv), host="n1", json=True), Settings(project_root=str(ROOT))) == 0
+    assert api.inventory(InventoryOptions(inventory=str(inv), host="n1", json=True),
+                         Settings(project_root=str(ROOT))) == 0
     got = json.loads(capsys.readouterr().out)["variables"]
     assert got["ansible_ssh_timeout"]["class"] == "ignored" and "--connect-timeout" in got["ansible_ssh_timeout"]["why"]
     assert got["ansible_ssh_common_args"]["class"] == "used" and got["ansible_ssh_common_args"]["used"]

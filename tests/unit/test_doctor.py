@@ -19,13 +19,14 @@ from nodeprep.engine.events import Events
 from nodeprep.engine.facts import FactValues
 from nodeprep.errors import InputError
 from nodeprep.ops.doctor import catalogue, controller as ctl, node
-from nodeprep.ops.health.findings import Check, Verdict
+from nodeprep.ops.health.findings import CheckSpec, Verdict
 from nodeprep.ops.ssh import config_blocks
 from nodeprep.settings import Settings
 
 
 def view(**kw) -> ctl.View:
-    base = dict(ssh_dir="/home/u/.ssh", ssh_dir_mode=0o700, keys=[ctl.KeyFile("/k/id", "default", True, 0o600, False)],
+    base = dict(ssh_dir="/home/u/.ssh", ssh_dir_mode=0o700, keys=[ctl.KeyFile("/k/id", "default", True, mode=0o600,
+                                                                              encrypted=False)],
                 agent_sock=None, agent_rc=None, agent_keys=0, config_path="/home/u/.ssh/config", config_mode=0o600)
     base.update(kw)
     return ctl.View(**base)
@@ -44,9 +45,9 @@ def test_a_clean_controller_has_no_finding():
 
 @pytest.mark.parametrize("kw, code, fix", [
     ({"ssh_dir_mode": 0o777}, "SSH_DIR_MODE", "chmod 700 /home/u/.ssh"),
-    ({"keys": [ctl.KeyFile("/k/id", "default", True, 0o644, False)]}, "KEY_MODE", "chmod 600 /k/id"),
+    ({"keys": [ctl.KeyFile("/k/id", "default", True, mode=0o644, encrypted=False)]}, "KEY_MODE", "chmod 600 /k/id"),
     ({"keys": [ctl.KeyFile("/k/gone", "key: of inv.yml:3", False)]}, "KEY_MISSING", "ssh-keygen -t ed25519 -N '' -f /k/gone"),
-    ({"keys": [ctl.KeyFile("/k/id", "default", True, 0o600, True)]}, "KEY_LOCKED", "ssh-add /k/id"),
+    ({"keys": [ctl.KeyFile("/k/id", "default", True, mode=0o600, encrypted=True)]}, "KEY_LOCKED", "ssh-add /k/id"),
     ({"keys": []}, "NO_KEY", "ssh-keygen"),
 ])
 def test_key_findings_name_their_fix(kw, code, fix):
@@ -55,7 +56,8 @@ def test_key_findings_name_their_fix(kw, code, fix):
 
 
 def test_a_locked_key_is_fine_when_the_agent_holds_keys():
-    v = view(keys=[ctl.KeyFile("/k/id", "default", True, 0o600, True)], agent_sock="/s", agent_rc=0, agent_keys=1)
+    v = view(keys=[ctl.KeyFile("/k/id", "default", True, mode=0o600, encrypted=True)], agent_sock="/s", agent_rc=0,
+             agent_keys=1)
     assert codes(ctl.ssh_keys(v)) == []
 
 
@@ -65,8 +67,9 @@ def test_a_dead_agent_is_a_warning_with_the_fix():
 
 
 def test_stale_blocks_and_conflicts_name_prune_or_the_prefix(tmp_path):
-    stale = config_blocks.Defined("worker-0", "10.9.0.10", None, "/c:2 (the block of inventory 'old')", "old")
-    mine = config_blocks.Defined("worker-1", "192.0.2.5", None, "/c:9", None)
+    stale = config_blocks.Defined("worker-0", "10.9.0.10", None, where="/c:2 (the block of inventory 'old')",
+                                  block="old")
+    mine = config_blocks.Defined("worker-1", "192.0.2.5", None, where="/c:9", block=None)
     v = view(blocks=[("old", 1, False), ("lab", 5, True)], inventory="lab", label="lab",
              aliases=[ctl.Alias("worker-0", "10.1.0.10", 22, [stale]), ctl.Alias("worker-1", "10.1.0.11", 22, [mine])])
     got = {(g[0], g[3]) for g in ctl.ssh_config(v)}
@@ -115,7 +118,8 @@ def contact(name="n1", reached=True, facts=None, **kw) -> node.Contact:
                      "inodes_free": 10**6, "writable": True, "readonly": False},
             "venv": {"exists": False}, "sudo": "usermod", "login_finds": {}}
     base.update(facts or {})
-    return node.Contact(name, "10.0.0.1", 22, "u", "/k/id", {"login_shell": None, "python": "python3"}, reached,
+    return node.Contact(name, "10.0.0.1", 22, user="u", key="/k/id", vars={"login_shell": None, "python": "python3"},
+                        reached=reached,
                         login={"method": "publickey", "host_key": "SHA256:x", "pinned_now": False},
                         facts=FactValues(base), **kw)
 
@@ -191,7 +195,7 @@ def boom(_view):
 
 def test_a_crashing_check_is_a_finding_and_the_others_run(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    crashing = Check("crashy", "always crashes", {}, run=boom, tier="controller")
+    crashing = CheckSpec("crashy", "always crashes", codes={}, run=boom, tier="controller")
     monkeypatch.setattr(catalogue, "CHECKS", (crashing,) + catalogue.CHECKS)
     settings = Settings(project_root=str(tmp_path), state_dir=str(tmp_path / "st"), lab_root=str(tmp_path / "labs"),
                         default_inventory="absent")
@@ -211,7 +215,7 @@ def test_check_selection_and_unknown_names():
 
 
 def test_render_folds_nodes_with_the_same_finding():
-    res = doctor_cmd.DoctorResult(("launchers",), [], ["n1", "n2", "n3"], "lab")
+    res = doctor_cmd.DoctorResult(("launchers",), [], ["n1", "n2", "n3"], inventory="lab")
     from nodeprep.ops.health.findings import Finding
     res.findings = [Finding(n, "launchers", "NOT_ON_PATH", Verdict.WARN, f"pdsh missing on {n}", f"on {n}: x")
                     for n in ("n1", "n2")] + [Finding("n3", "launchers", "PROGRAMS_OK", Verdict.OK, "ok", "")]
@@ -239,14 +243,14 @@ def test_prune_removes_only_blocks_whose_inventory_is_gone(tmp_path):
     cfg.write_bytes(text.encode())
     os.chmod(cfg, 0o640)
     settings = Settings(project_root=str(tmp_path))
-    dry = prune(PruneOptions(str(cfg), dry_run=True), settings)
+    dry = prune(PruneOptions(config=str(cfg), dry_run=True), settings)
     assert dry.removed == ["gone", str(tmp_path / "tmpinv" / "hosts.yml")] and not dry.written
     assert cfg.read_bytes() == text.encode()
-    res = prune(PruneOptions(str(cfg)), settings)
+    res = prune(PruneOptions(config=str(cfg)), settings)
     assert res.written and res.kept == ["live", str(kept_path)]
     assert cfg.read_bytes().decode() == mine + block("live") + block(str(kept_path)) + "Host tail\n    User me\n"
     assert stat.S_IMODE(cfg.stat().st_mode) == 0o640
-    assert prune(PruneOptions(str(cfg)), settings).removed == []          # again: nothing to do
+    assert prune(PruneOptions(config=str(cfg)), settings).removed == []          # again: nothing to do
 
 
 def test_a_refused_inventory_is_a_finding_and_a_missing_one_a_bad_flag(tmp_path, monkeypatch):
@@ -254,13 +258,13 @@ def test_a_refused_inventory_is_a_finding_and_a_missing_one_a_bad_flag(tmp_path,
     inv = tmp_path / "hosts.ini"
     inv.write_text("[g]\nn1 ansible_host=192.0.2.1 ansible_ssh_pass=hunter2\n")
     settings = Settings(project_root=str(tmp_path), state_dir=str(tmp_path / "st"), lab_root=str(tmp_path / "labs"))
-    res = doctor_cmd.doctor(DoctorOptions(str(inv)), settings, Events())
+    res = doctor_cmd.doctor(DoctorOptions(inventory=str(inv)), settings, Events())
     bad = [f for f in res.problems() if f.check == "inventory"]
     assert [f.code for f in bad] == ["INVENTORY_REFUSED"] and f"{inv}:2" in bad[0].reason
     assert "ssh-copy-id" in bad[0].fix and "hunter2" not in bad[0].reason + bad[0].fix
     assert "node checks skipped" in res.skipped and not res.nodes
     with pytest.raises(InputError, match="not found"):
-        doctor_cmd.doctor(DoctorOptions(str(tmp_path / "nope.ini")), settings, Events())
+        doctor_cmd.doctor(DoctorOptions(inventory=str(tmp_path / "nope.ini")), settings, Events())
 
 
 def test_a_jump_hosts_changed_key_or_refused_login_names_the_jump_host():

@@ -133,7 +133,8 @@ def _plan(inv, launcher: str, limit: str, gpus: int = 4):
     got = {h.name: FactValues({"gpus": {"count": gpus}, "user": {"home": "/home/ops"},
                                "identity": {"machine": h.name, "home": h.name}}) for h in hosts}
     vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
-    return plan_of(TrainOptions(None, limit, launcher, "health"), "job1", hosts, got, vars_of)[0]
+    return plan_of(TrainOptions(inventory=None, limit=limit, launcher=launcher, payload="health"), "job1", hosts, got,
+                   vars_of)[0]
 
 
 def test_deepspeed_gets_the_chosen_slots_as_its_include(inv):

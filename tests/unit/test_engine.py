@@ -86,9 +86,9 @@ def test_closed_stdout_pipe_is_no_traceback():
 def test_bad_verify_choices_are_one_line_input_errors(capsys):
     from nodeprep import cli
     from nodeprep.commands.options import VerifyOptions
-    assert cli.verify_parity(VerifyOptions("local", via="bogus")) == 2
+    assert cli.verify_parity(VerifyOptions(inventory="local", via="bogus")) == 2
     assert capsys.readouterr().err.strip() == "error: --via 'bogus': expected auto, direct or slurm"
-    assert cli.verify_parity(VerifyOptions("local", mesh="ring")) == 2
+    assert cli.verify_parity(VerifyOptions(inventory="local", mesh="ring")) == 2
     assert capsys.readouterr().err.strip() == "error: --mesh 'ring': expected auto, full or head"
 
 

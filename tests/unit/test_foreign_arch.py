@@ -13,7 +13,7 @@ import yaml
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.lab import config, foreign
 from nodeprep.ops import torchplan
-from nodeprep.ops.pystack.plan import _releases_by_platform
+from nodeprep.ops.pystack.runcache import _releases_by_platform
 from nodeprep.ops.provision import roles as roles_mod
 
 NAMES = ["worker-0", "worker-1", "worker-2"]
@@ -43,12 +43,12 @@ def test_bad_arch_values_are_one_line_input_errors(values, match):
 def test_a_running_node_keeps_its_architecture():
     state = {"nodes": 2, "arch": {"1": "aarch64"}}
     with pytest.raises(InputError, match="worker-0 runs another architecture"):
-        foreign.plan("dr", ("aarch64",), state, True, 2, NAMES[:2])
+        foreign.node_arches("dr", ("aarch64",), state, True, 2, NAMES[:2])
     # a new node may take one while the lab runs (the values given are the whole answer);
     # with the lab down any node may change
-    assert foreign.plan("dr", ("worker-1=aarch64", "worker-2=aarch64"), state, True, 3, NAMES) == \
+    assert foreign.node_arches("dr", ("worker-1=aarch64", "worker-2=aarch64"), state, True, 3, NAMES) == \
         {1: "aarch64", 2: "aarch64"}
-    assert foreign.plan("dr", ("aarch64",), state, False, 2, NAMES[:2]) == {0: "aarch64", 1: "aarch64"}
+    assert foreign.node_arches("dr", ("aarch64",), state, False, 2, NAMES[:2]) == {0: "aarch64", 1: "aarch64"}
 
 
 @pytest.mark.parametrize("lab_dir", ["/srv/labs,1/dr", "/srv/a:b/dr", "/srv/a\\b/dr"])
@@ -72,7 +72,7 @@ def test_mixed_lab_inventory_pins_the_aarch64_release_per_host():
 
 
 def _cpu(name, arch):
-    return torchplan.NodeGPU(name, arch, None, [], cpu_only=True)
+    return torchplan.NodeGPU(name, arch, None, capabilities=[], cpu_only=True)
 
 
 def test_pip_config_pins_pypis_aarch64_cpu_wheel_by_its_plain_version():

@@ -18,7 +18,7 @@ from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, KERNEL_LOG, pars
 from nodeprep.engine.facts.nodehealth import (CLOCK, LIMITS, NET_LINKS, RDMA_PORTS, RDMA_PROBE, parse_clock,
                                               parse_limits, parse_rdma)
 from nodeprep.ops.health import catalogue, fleet, gpu, node, xids
-from nodeprep.ops.health.findings import Check, Context, Verdict
+from nodeprep.ops.health.findings import CheckSpec, Context, Verdict
 
 REC = Path(__file__).resolve().parents[1] / "recordings"
 XMLS = sorted(REC.glob("gpu/*/nvidia-smi-q.xml"))
@@ -513,7 +513,7 @@ def test_a_healthy_fleet_is_all_ok_and_a_crashing_check_does_not_stop_the_rest()
     per = {"a": facts(a5000), "b": facts(a5000)}
     found = run_all(per)
     assert {f.verdict for f in found} <= {Verdict.OK}, [f for f in found if f.verdict]
-    broken = Check("broken", "raises", {"X": "x"}, (), lambda f, c: 1 / 0)
+    broken = CheckSpec("broken", "raises", codes={"X": "x"}, facts=(), run=lambda f, c: 1 / 0)
     got = judge((broken, catalogue.BY_NAME["shm"]), {"a": facts(limits=_limits(shm=(1024, 1024)))}, {"a": ctx()})
     assert [(f.code, f.verdict) for f in got] == [("CHECK_ERROR", Verdict.UNKNOWN), ("SHM_SMALL", Verdict.CRITICAL)]
 

@@ -164,8 +164,9 @@ def test_one_cause_is_shown_once():
     assert [x.code for x in got] == ["DEEP_NO_TORCH"]
 
 
-@pytest.mark.parametrize("opts", [HealthOptions("nowhere", emulate_gpus=2), HealthOptions("nowhere", burn_seconds=5),
-                                  HealthOptions("nowhere", deep=True, emulate_gpus=99)])
+@pytest.mark.parametrize("opts", [HealthOptions(inventory="nowhere", emulate_gpus=2),
+                                  HealthOptions(inventory="nowhere", burn_seconds=5),
+                                  HealthOptions(inventory="nowhere", deep=True, emulate_gpus=99)])
 def test_deep_options_need_the_deep_tier_and_sane_values(opts, capsys):
     assert api.health(opts) == 2
     err = capsys.readouterr().err

@@ -47,42 +47,42 @@ def ops(actions):
 def test_drain_only_critical_and_never_over_another_reason():
     critical = {"worker-0": ["DISK_FULL"], "worker-2": ["XID_HW"], "worker-3": ["NODE_UNREACHABLE"],
                 "worker-1": ["SHM_SMALL"]}
-    acts = drain.plan(critical, NODES, NAMES, drain.parse_state(SINFO), drain=True, undrain=False)
+    acts = drain.actions_for(critical, NODES, NAMES, drain.parse_state(SINFO), drain=True, undrain=False)
     assert ops(acts) == {"worker-0": "drain", "worker-1": "keep", "worker-2": "keep", "worker-3": "drain"}
     by = {a.node: a for a in acts}
     assert by["worker-0"].reason == "nodeprep: DISK_FULL (invoke health)"
     assert "someone else" in by["worker-2"].why and "same codes" in by["worker-1"].why
     # new codes on a node nodeprep drained: the reason follows
-    acts = drain.plan({"worker-1": ["XID_HW"]}, NODES, NAMES, drain.parse_state(SINFO), True, False)
+    acts = drain.actions_for({"worker-1": ["XID_HW"]}, NODES, NAMES, drain.parse_state(SINFO), True, False)
     assert ops(acts) == {"worker-1": "drain"} and "XID_HW" in acts[0].reason
     # without --drain nothing is planned, whatever the verdicts
-    assert drain.plan(critical, NODES, NAMES, drain.parse_state(SINFO), False, False) == []
+    assert drain.actions_for(critical, NODES, NAMES, drain.parse_state(SINFO), False, False) == []
 
 
 def test_undrain_only_our_drains_of_healthy_nodes():
     critical = {"worker-4": ["XID_HW"]}
-    acts = drain.plan(critical, NODES, NAMES, drain.parse_state(SINFO), drain=False, undrain=True)
+    acts = drain.actions_for(critical, NODES, NAMES, drain.parse_state(SINFO), drain=False, undrain=True)
     assert ops(acts) == {"worker-1": "resume", "worker-2": "keep", "worker-4": "keep"}
     assert "never undrained" in {a.node: a for a in acts}["worker-2"].why
 
 
 def test_a_node_slurm_does_not_list_is_said_so():
-    acts = drain.plan({"gpu-9": ["DISK_FULL"]}, ["gpu-9", "worker-0"], {"worker-0": "worker-0"},
+    acts = drain.actions_for({"gpu-9": ["DISK_FULL"]}, ["gpu-9", "worker-0"], {"worker-0": "worker-0"},
                       drain.parse_state(SINFO), True, False)
     assert [(a.node, a.op) for a in acts] == [("gpu-9", "keep")] and "does not list" in acts[0].why
 
 
 def test_the_inventory_name_and_the_slurm_name_differ():
-    acts = drain.plan({"gpu0.example": ["DISK_FULL"]}, ["gpu0.example"], {"gpu0.example": "worker-0"},
+    acts = drain.actions_for({"gpu0.example": ["DISK_FULL"]}, ["gpu0.example"], {"gpu0.example": "worker-0"},
                       drain.parse_state(SINFO), True, False)
     assert acts[0].slurm == "worker-0" and "NodeName=worker-0 " in acts[0].command()
 
 
 def test_commands_are_literal():
-    a = Action("n", "odd;name", "drain", "", drain.reason(["DISK_FULL"]))
+    a = Action("n", "odd;name", "drain", why="", reason=drain.reason(["DISK_FULL"]))
     assert a.command() == ("scontrol update NodeName='odd;name' State=DRAIN "
                            "Reason='nodeprep: DISK_FULL (invoke health)'")
-    assert Action("n", "w1", "resume", "").command() == "scontrol update NodeName=w1 State=RESUME"
+    assert Action("n", "w1", "resume", why="").command() == "scontrol update NodeName=w1 State=RESUME"
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def _run(script: str, env) -> subprocess.CompletedProcess:
 
 def test_script_falls_back_to_sudo_only_when_slurm_refuses_the_user(stand_ins):
     make, log = stand_ins
-    a = Action("w1", "worker-1", "drain", "", drain.reason(["DISK_FULL"]))
+    a = Action("w1", "worker-1", "drain", why="", reason=drain.reason(["DISK_FULL"]))
     r = _run(drain.script(a), make("slurm_update error: Invalid user id", 1))
     assert r.returncode == 0, r.stderr
     lines = log.read_text().splitlines()
@@ -121,7 +121,7 @@ def test_script_falls_back_to_sudo_only_when_slurm_refuses_the_user(stand_ins):
 
 def test_script_reports_another_failure_without_sudo(stand_ins):
     make, log = stand_ins
-    r = _run(drain.script(Action("w1", "worker-9", "resume", "")),
+    r = _run(drain.script(Action("w1", "worker-9", "resume", why="")),
              make("slurm_update error: Invalid node name specified", 1))
     assert r.returncode == 1 and "Invalid node name" in r.stderr
     assert not any(ln.startswith("sudo") for ln in log.read_text().splitlines())
@@ -129,6 +129,6 @@ def test_script_reports_another_failure_without_sudo(stand_ins):
 
 def test_script_when_sudo_is_refused_too(stand_ins):
     make, _log = stand_ins
-    r = _run(drain.script(Action("w1", "worker-1", "resume", "")),
+    r = _run(drain.script(Action("w1", "worker-1", "resume", why="")),
              make("slurm_update error: Invalid user id", 1, sudo_rc=1))
     assert r.returncode == 1 and "password is required" in r.stderr

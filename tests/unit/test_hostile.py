@@ -102,7 +102,7 @@ def _inventory(target: str, value: str, tmp: Path) -> Path:
 
 def _validate(path: Path):
     settings = Settings(state_dir=str(path.parent / "state"))
-    return validated(ProvisionOptions(str(path)), settings, Events())
+    return validated(ProvisionOptions(inventory=str(path)), settings, Events())
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -248,7 +248,7 @@ def test_users(user, ok):
 
 
 def test_ipv6_zone_survives_the_ssh_config(tmp_path):
-    host = Host("w1", "fe80::1%eth0", 22, "u", None, (), {}, {}, None)
+    host = Host("w1", "fe80::1%eth0", 22, user="u", key=None, groups=(), vars={}, origin={}, slots=None)
     text = _role("ssh_config").entries([host], None)
     assert "HostName fe80::1%%eth0" in text
     (tmp_path / "c").write_text(text)

@@ -47,7 +47,8 @@ def test_an_ansible_source_becomes_a_native_inventory_with_its_groups(tmp_path):
     inv = load(str(src))
     facts = {"gpu01": answered("a100_8x"), "gpu02": answered("a100_8x"), "login01": answered("no_devices")}
     del facts["gpu02"]
-    text = build(InitOptions("lab2", f"{src}"), inv, facts, {"gpu02": "cannot reach 10.0.0.12:22: timed out"}, "2.13.0")
+    text = build(InitOptions(name="lab2", source=f"{src}"), inv, facts,
+                 {"gpu02": "cannot reach 10.0.0.12:22: timed out"}, "2.13.0")
     out = tmp_path / "hosts.yml"
     out.write_text(text)
     back = load(str(out))
@@ -66,7 +67,7 @@ def test_a_hostfile_source_keeps_its_slots(tmp_path):
     hf = tmp_path / "hostfile"
     hf.write_text("node1 slots=4\nnode2 slots=4\n")
     inv = load(f"hostfile:{hf}", extra_vars={"user": "train"})
-    text = build(InitOptions("hf", f"hostfile:{hf}"), inv, {}, {"node1": "x", "node2": "y"}, "2.13.0")
+    text = build(InitOptions(name="hf", source=f"hostfile:{hf}"), inv, {}, {"node1": "x", "node2": "y"}, "2.13.0")
     (tmp_path / "hosts.yml").write_text(text)
     back = load(str(tmp_path / "hosts.yml"))
     assert [(h.name, h.slots, h.user) for h in back.hosts] == [("node1", 4, "train"), ("node2", 4, "train")]
@@ -77,12 +78,12 @@ def test_refusals(tmp_path):
     (tmp_path / "inventory" / "have").mkdir(parents=True)
     (tmp_path / "inventory" / "have" / "hosts.yml").write_text("hosts: {a: {}}\n")
     with pytest.raises(InputError, match="exists"):
-        _target(InitOptions("have", "hosts:a"), settings)
-    assert _target(InitOptions("have", "hosts:a", force=True), settings).name == "hosts.yml"
+        _target(InitOptions(name="have", source="hosts:a"), settings)
+    assert _target(InitOptions(name="have", source="hosts:a", force=True), settings).name == "hosts.yml"
     with pytest.raises(InputError, match="not usable"):
-        _target(InitOptions("../x", "hosts:a"), settings)
+        _target(InitOptions(name="../x", source="hosts:a"), settings)
     with pytest.raises(InputError, match="--from is missing"):
-        _target(InitOptions("new", None), settings)
+        _target(InitOptions(name="new", source=None), settings)
 
 
 @settings(max_examples=300, deadline=None)

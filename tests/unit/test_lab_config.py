@@ -206,8 +206,8 @@ def test_sudoers_slurm_rule_allows_exactly_nodeprep_drain_and_resume():
 
     def args(action):
         return " ".join(shlex.split(action.command())[1:])
-    ok = [drain.Action("w1", "worker-1", "drain", "", drain.reason(["DISK_FULL", "XID_HW"])),
-          drain.Action("w1", "gpu-a.b_c", "resume", "")]
+    ok = [drain.Action("w1", "worker-1", "drain", why="", reason=drain.reason(["DISK_FULL", "XID_HW"])),
+          drain.Action("w1", "gpu-a.b_c", "resume", why="")]
     for a in ok:
         assert pattern.match(args(a)), args(a)
     for bad in ("update NodeName=worker-1 State=DOWN", "update NodeName=worker-1 State=DRAIN Reason=maint",
@@ -334,8 +334,8 @@ def test_non_root_lab_says_it_has_no_per_node_etc():
 ])
 def test_non_root_lab_refuses_per_node_access_changes(call, tmp_path):
     from nodeprep import lab
-    node = lc.LabNode("worker-0", 0, "127.0.0.1", 2200, None, tmp_path, None)
-    info = lc.LabInfo("local", [node], "alice", tmp_path / "key", tmp_path / "hosts.yml", False)
+    node = lc.LabNode("worker-0", 0, "127.0.0.1", port=2200, netns=None, home=tmp_path, sshd_pid=None)
+    info = lc.LabInfo("local", [node], "alice", key=tmp_path / "key", inventory=tmp_path / "hosts.yml", rootful=False)
     with pytest.raises(NodeprepError, match="needs the namespace lab"):
         call(lab, info)
 

@@ -38,8 +38,8 @@ def test_hostfile_rejects(nodes, message):
 
 
 def test_from_hosts():
-    hosts = [Host("g1", "10.0.0.5", 2222, "lab", None, (), {}, {}, 8),
-             Host("g2", "10.0.0.6", 22, None, None, (), {}, {}, None)]
+    hosts = [Host("g1", "10.0.0.5", 2222, user="lab", key=None, groups=(), vars={}, origin={}, slots=8),
+             Host("g2", "10.0.0.6", 22, user=None, key=None, groups=(), vars={}, origin={}, slots=None)]
     assert L.from_hosts(hosts, slots=2) == [L.NodeSlots("g1", "10.0.0.5", 8, 2222),
                                             L.NodeSlots("g2", "10.0.0.6", 2, 22)]
 

@@ -56,30 +56,30 @@ FS = {"dir": "/home/u", "mount": "/home", "free": 38 * 2**20, "size": 10 * 2**30
 
 
 @pytest.mark.parametrize("fact, needs, says", [
-    (FS, [Room("~/.nodeprep/venv", int(1.4 * 2**30), 27000, "the venv")],
+    (FS, [Room("~/.nodeprep/venv", int(1.4 * 2**30), 27000, what="the venv")],
      "no space on /home: 38 MiB free, the venv needs 1.4 GiB"),
-    (FS, [Room("~/w", 30 * 2**20, 28, "26 wheels"), Room("~/v", 20 * 2**20, 100, "the venv")],
+    (FS, [Room("~/w", 30 * 2**20, 28, what="26 wheels"), Room("~/v", 20 * 2**20, 100, what="the venv")],
      "no space on /home: 38 MiB free, 26 wheels and the venv need 50 MiB"),
-    ({**FS, "free": 2**40, "inodes_free": 500}, [Room("~/v", 2**20, 27000, "the venv")],
+    ({**FS, "free": 2**40, "inodes_free": 500}, [Room("~/v", 2**20, 27000, what="the venv")],
      "no inodes left on /home: 500 free, the venv needs 27000"),
-    ({**FS, "readonly": True, "writable": False}, [Room("~/v", 1, 1, "the venv")],
+    ({**FS, "readonly": True, "writable": False}, [Room("~/v", 1, 1, what="the venv")],
      "read-only file system /home (where /home/u is)"),
-    ({**FS, "writable": False}, [Room("~/v", 1, 1, "the venv")], "no permission to write /home/u"),
+    ({**FS, "writable": False}, [Room("~/v", 1, 1, what="the venv")], "no permission to write /home/u"),
 ])
 def test_no_room_is_said_with_the_numbers(fact, needs, says):
     assert room.problem(fact, needs).startswith(says)
 
 
 def test_room_is_enough_or_unknown():
-    assert room.problem(FS, [Room("~/v", 2**20, 10, "the venv")]) is None
-    assert room.problem({**FS, "inodes_free": None}, [Room("~/v", 2**20, 10**9, "x")]) is None   # btrfs
-    assert room.problem(None, [Room("~/v", 2**40, 1, "x")]) is None      # unread: the step says
+    assert room.problem(FS, [Room("~/v", 2**20, 10, what="the venv")]) is None
+    assert room.problem({**FS, "inodes_free": None}, [Room("~/v", 2**20, 10**9, what="x")]) is None   # btrfs
+    assert room.problem(None, [Room("~/v", 2**40, 1, what="x")]) is None      # unread: the step says
 
 
 def test_steps_on_one_file_system_are_added_up():
     rooms = {"~/w": FS, "~/v": FS, "/scratch/v": {**FS, "mount": "/scratch", "free": 2**40}}
-    wanted = [(0, Room("~/w", 30 * 2**20, 1, "26 wheels")), (2, Room("~/v", 20 * 2**20, 1, "the venv")),
-              (3, Room("/scratch/v", 2**30, 1, "another venv"))]
+    wanted = [(0, Room("~/w", 30 * 2**20, 1, what="26 wheels")), (2, Room("~/v", 20 * 2**20, 1, what="the venv")),
+              (3, Room("/scratch/v", 2**30, 1, what="another venv"))]
     bad = room.problems(rooms, wanted)
     assert set(bad) == {0, 2} and bad[0] == bad[2]
 

@@ -13,8 +13,8 @@ LAYOUT = [["worker-0", 2], ["worker-1", 2]]
 
 
 def spec(layout=LAYOUT) -> RunSpec:
-    return RunSpec("J1", "deepspeed", "2 node(s)", None, None, ["worker-0", "worker-1"],
-                   {"worker-0": ["worker-0", "true"]}, {}, layout)
+    return RunSpec("J1", "deepspeed", "2 node(s)", inventory=None, limit=None, nodes=["worker-0", "worker-1"],
+                   commands={"worker-0": ["worker-0", "true"]}, watchers={}, layout=layout)
 
 
 def watch(restarts=False, hang=None, layout=LAYOUT) -> RankWatch:

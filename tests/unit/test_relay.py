@@ -1,4 +1,4 @@
-"""The wheel relay's plan (which node feeds which: per platform, from a holder or the
+"""The wheel relay's chains (which node feeds which: per platform, from a holder or the
 controller, in inventory order), its fallback decisions, the scripts' security properties
 (pinned keys only, values quoted), and the engine's apply passes around fleet-level work."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from nodeprep.commands.waves import _fleet_work, _passes
-from nodeprep.engine.steps import Check, Step
+from nodeprep.engine.steps import Step, StepCheck
 from nodeprep.ops.pystack import relay
-from nodeprep.ops.pystack.relay import Chain, MeshLogin, Want, plan
+from nodeprep.ops.pystack.relay import Chain, MeshLogin, Want, chains_for
 
 X86, ARM = "cp311-x86_64-glibc2.36", "cp311-aarch64-glibc2.36"
 ORDER = [f"n{i}" for i in range(8)]
@@ -22,29 +22,29 @@ def want(node, platform=X86, missing=("a.whl", "b.whl")):
 
 
 def test_one_chain_per_platform_in_inventory_order_from_the_controller():
-    chains = plan([want("n3"), want("n1", ARM), want("n0"), want("n2", ARM), want("n5")], {}, ORDER)
+    chains = chains_for([want("n3"), want("n1", ARM), want("n0"), want("n2", ARM), want("n5")], {}, ORDER)
     assert chains == [Chain(ARM, None, ["n1", "n2"], ["a.whl", "b.whl"]),
                       Chain(X86, None, ["n0", "n3", "n5"], ["a.whl", "b.whl"])]
 
 
 def test_a_holder_of_the_platform_heads_its_chain_not_another_platforms():
-    chains = plan([want("n1"), want("n2"), want("n4", ARM)], {X86: ["n0", "n3"], ARM: []}, ORDER)
+    chains = chains_for([want("n1"), want("n2"), want("n4", ARM)], {X86: ["n0", "n3"], ARM: []}, ORDER)
     assert [(c.platform, c.source, c.nodes) for c in chains] == [
         (ARM, None, ["n4"]), (X86, "n0", ["n1", "n2"])]
 
 
 def test_the_stream_carries_what_any_node_lacks_and_skips_nodes_lacking_nothing():
-    chains = plan([want("n0", missing=("b.whl",)), want("n1", missing=("a.whl", "c.whl")),
+    chains = chains_for([want("n0", missing=("b.whl",)), want("n1", missing=("a.whl", "c.whl")),
                    want("n2", missing=())], {}, ORDER)
     assert chains == [Chain(X86, None, ["n0", "n1"], ["a.whl", "b.whl", "c.whl"])]
 
 
 def test_no_wants_no_chain():
-    assert plan([], {X86: ["n0"]}, ORDER) == []
+    assert chains_for([], {X86: ["n0"]}, ORDER) == []
 
 
 def test_a_node_never_feeds_itself():
-    assert plan([want("n0")], {X86: ["n0"]}, ORDER)[0].source is None
+    assert chains_for([want("n0")], {X86: ["n0"]}, ORDER)[0].source is None
 
 
 @pytest.mark.parametrize("verified,bad,error,push,why", [
@@ -113,7 +113,7 @@ def test_timeout_grows_with_size_and_hops():
 # -- the engine's passes -------------------------------------------------------------------
 
 def st(name, fleet=None):
-    s = Step(name, [], lambda f: Check(False), "true", fleet=fleet)
+    s = Step(name, [], lambda f: StepCheck(False), action="true", fleet=fleet)
     s.role = "r"
     return s
 
@@ -121,7 +121,7 @@ def st(name, fleet=None):
 def test_steps_from_a_fleet_step_on_go_to_a_later_pass():
     work = ("relay", lambda fleet, nodes: None)
     mesh, wheel, venv = st("mesh"), st("wheel", work), st("venv")
-    c = Check(False)
+    c = StepCheck(False)
     differ = {"a": [(mesh, c), (wheel, c), (venv, c)], "b": [(wheel, c), (venv, c)], "c": [(mesh, c)]}
     passes = _passes(differ)
     assert [{n: [s.name for s, _ in items] for n, items in p.items()} for p in passes] == [
@@ -129,7 +129,7 @@ def test_steps_from_a_fleet_step_on_go_to_a_later_pass():
 
 
 def test_a_wave_without_fleet_steps_is_one_pass():
-    c = Check(False)
+    c = StepCheck(False)
     assert len(_passes({"a": [(st("x"), c)], "b": [(st("y"), c)]})) == 1
     assert _passes({}) == [{}]
 
@@ -159,7 +159,7 @@ class _Fleet:
 def test_fleet_work_runs_once_per_key_over_usable_nodes_and_skips_failed_ones():
     calls = []
     work = ("relay", lambda fleet, nodes: calls.append(sorted(nodes)))
-    c = Check(False)
+    c = StepCheck(False)
     part = {n: [(st("wheel", work), c), (st("venv"), c)] for n in ("a", "b", "c")}
     fleet = _Fleet(["a", "b", "c"], failed={"b"})
     left = _fleet_work(fleet, part)

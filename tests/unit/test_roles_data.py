@@ -4,7 +4,7 @@ the form the fact parsers produce, keyed by the fact's key) and the plan the rol
 from them; tests/roles/README.md describes the format. For every case:
 
   1. the plan: the roles' validate(prov) and steps(ctx), run as `provision` runs them
-     (commands.provision.validated and plan_node), give the expected steps, in order, with
+     (commands.provision.validated and node_steps), give the expected steps, in order, with
      their checks (ok, or the `why` they report) and the files they leave; or the expected
      one-line error;
   2. convergence on paper: the effect of each differing step is applied to its node's facts
@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 
 from nodeprep.commands.options import ProvisionOptions
 from nodeprep.commands.provision import _converged, validated
-from nodeprep.commands.waves import plan_node
+from nodeprep.commands.waves import node_steps
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.facts import FILE, LOGIN_SHELL, OS, PYTHON, FactValues
@@ -119,7 +119,7 @@ def load_case(path: Path) -> dict:
 
 class Run:
     """One case's world: the inventory written where validate reads it, the controller's
-    files, the settings; plan() builds the Provisioning as `provision` does, gives it the
+    files, the settings; steps() builds the Provisioning as `provision` does, gives it the
     facts and the case's Shared fields, and plans every node."""
 
     def __init__(self, path: Path, tmp: Path):
@@ -159,15 +159,15 @@ class Run:
             out[node] = FactValues(copy.deepcopy(values))
         return out
 
-    def plan(self, facts: dict):
-        opts = ProvisionOptions(str(self.inventory), roles=",".join(self.roles),
-                                check=bool(self.case.get("check")))
+    def steps(self, facts: dict):
+        opts = ProvisionOptions(inventory=str(self.inventory), roles=",".join(self.roles),
+                                check_mode=bool(self.case.get("check")))
         roles, prov = validated(opts, self.settings, Events())
         assert sorted(facts) == sorted(h.name for h in prov.hosts), "facts for every node"
         prov.facts = facts
         self._give(prov)
         self._declared_facts_given(roles, prov)
-        return roles, prov, {h.name: plan_node(rolemod.Ctx(h, prov), roles) for h in prov.hosts}
+        return roles, prov, {h.name: node_steps(rolemod.Ctx(h, prov), roles) for h in prov.hosts}
 
     def _give(self, prov) -> None:
         """The case's Shared fields: what controller(prov) would have computed with the network,
@@ -302,7 +302,7 @@ STILL_DIFFER = [
      "the controller could not resolve this platform's wheels: no action on the node"),
     ("user.shell ", lambda st, roles, prov: st.action is None,
      "the wanted shell is not in the node's /etc/shells: nodeprep does not install shells"),
-    ("wheelhouse.sync", lambda st, roles, prov: st.name == "wheelhouse.sync" and prov.check,
+    ("wheelhouse.sync", lambda st, roles, prov: st.name == "wheelhouse.sync" and prov.check_mode,
      "--check without a cached wheelhouse: a placeholder whose check says 'would download'"),
     ("torch.verify ", lambda st, roles, prov: "venv" not in roles,
      "its action verifies torch and installs nothing: torch comes from the venv role's "
@@ -390,14 +390,14 @@ def test_role_case(path, tmp_path, monkeypatch):
     if "error" in case:
         _expect_error(run)
         return
-    roles, prov, plans = run.plan(run.facts())
+    roles, prov, steps_by_node = run.steps(run.facts())
     node = case.get("node") or prov.hosts[0].name
-    steps = plans[node]
+    steps = steps_by_node[node]
     assert [st.name for st in steps] == [w["step"] for w in case["plan"]]
     after = {}
     for h in prov.hosts:
         wants = case["plan"] if h.name == node else None
-        after[h.name], shown = apply_on_paper(plans[h.name], prov.facts[h.name], prov, h.name, wants)
+        after[h.name], shown = apply_on_paper(steps_by_node[h.name], prov.facts[h.name], prov, h.name, wants)
         if wants is not None:
             assert shown == case["plan"]
     _second_run_plans_nothing(run, after)
@@ -405,7 +405,7 @@ def test_role_case(path, tmp_path, monkeypatch):
 
 def _expect_error(run: Run) -> None:
     with pytest.raises(NodeprepError) as err:
-        run.plan(run.facts())
+        run.steps(run.facts())
     e = err.value
     text = str(e)
     if isinstance(e, InputError) and e.file:
@@ -419,15 +419,15 @@ def _expect_error(run: Run) -> None:
 
 
 def _second_run_plans_nothing(run: Run, facts: dict) -> None:
-    roles, prov, plans = run.plan(facts)
+    roles, prov, steps_by_node = run.steps(facts)
     left = []
-    for name, steps in plans.items():
+    for name, steps in steps_by_node.items():
         for st in steps:
             if all(r in facts[name] for r in st.reads) and st.check(facts[name]).ok:
                 continue
             lacking = [factmod.key_of(r) for r in st.reads if r not in facts[name]]
             assert still_differs(st, run.roles, prov), (
-                f"{name}: a second run plans '{st.name}' again: "
+                f"{name}: a second run steps_by_node '{st.name}' again: "
                 + (f"facts {lacking} not known" if lacking else st.check(facts[name]).why))
             left.append(st.name)
     assert _converged(prov, roles, {}) is (not left)

@@ -9,7 +9,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def spec(name, default, kind):
-    return VarSpec(name, default, kind, "doc", "test:1")
+    return VarSpec(name, default, kind, doc="doc", source="test:1")
 
 
 def write(root: Path, role: str, text: str):

@@ -90,7 +90,7 @@ def _inventory(tmp_path, prefix=None):
 def test_second_inventory_naming_the_same_nodes_is_refused_with_both_places(tmp_path):
     inv = _inventory(tmp_path)
     with pytest.raises(InputError) as err:
-        validated(ProvisionOptions(str(inv), roles="ssh_config"),
+        validated(ProvisionOptions(inventory=str(inv), roles="ssh_config"),
                   Settings(state_dir=str(tmp_path / "s")), Events())
     text = str(err.value)
     assert err.value.exit_code == 2 and "\n" not in text
@@ -100,7 +100,7 @@ def test_second_inventory_naming_the_same_nodes_is_refused_with_both_places(tmp_
 
 def test_an_alias_prefix_resolves_it(tmp_path):
     inv = _inventory(tmp_path, prefix="b-")
-    _roles, prov = validated(ProvisionOptions(str(inv), roles="ssh_config"),
+    _roles, prov = validated(ProvisionOptions(inventory=str(inv), roles="ssh_config"),
                              Settings(state_dir=str(tmp_path / "s")), Events())
     assert prov.vars["worker-0"]["ssh_alias_prefix"] == "b-"
 

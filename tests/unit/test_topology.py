@@ -10,7 +10,7 @@ from nodeprep.commands import waves
 from nodeprep.commands.waves import _check_all
 from nodeprep.engine.facts import FILE, IDENTITY, FactValues
 from nodeprep.engine.results import NodeResult, StepResult
-from nodeprep.engine.steps import Check, FileBlock, FileContent, Step, scope_of, with_block
+from nodeprep.engine.steps import FileBlock, FileContent, Step, StepCheck, scope_of, with_block
 from nodeprep.ops.provision.roles import Role
 from nodeprep.ops.provision.topology import Topology
 from nodeprep.settings import Settings
@@ -104,7 +104,7 @@ def test_shared_home_and_one_machine():
     t = Topology.of(facts, WORKERS)
     assert t.shared
     assert t.homes == {"h1": WORKERS}
-    assert t.machines == {"m:b0": ["worker-0", "worker-3"], "m:b1": ["worker-1"], "m:b2": ["worker-2"]}
+    assert t.by_machine_id == {"m:b0": ["worker-0", "worker-3"], "m:b1": ["worker-1"], "m:b2": ["worker-2"]}
     assert [t.actor(n, "home") for n in WORKERS] == ["worker-0"] * 4
     assert [t.actor(n, "machine") for n in WORKERS] == ["worker-0", "worker-1", "worker-2", "worker-0"]
     assert [t.actor(n, "node") for n in WORKERS] == WORKERS
@@ -165,7 +165,7 @@ def test_file_steps_declare_their_scope():
     assert FileContent("~/.deepspeed_env", "A=1\n").scope == "home"
     assert FileBlock("/etc/ssh/ssh_config", "hosts", "Host x\n").scope == "machine"
     assert FileContent("/opt/x.conf", "").scope == "machine"
-    assert Step("probe.x", [], lambda f: Check(True)).scope == "node"
+    assert Step("probe.x", [], lambda f: StepCheck(True)).scope == "node"
 
 
 # -- provision: checking the steps of a node that shares a home or machine --------------------
@@ -198,7 +198,7 @@ class NoGather:
 def _steps():
     home = FileBlock("~/.bashrc", "env", BODY, where="top")
     machine = FileContent("/etc/profile.d/nodeprep.sh", "export A=1\n")
-    node = Step("probe.node-local", [], lambda f: Check(False, "off"), action="true")
+    node = Step("probe.node-local", [], lambda f: StepCheck(False, "off"), action="true")
     for st, role in ((home, "shell"), (machine, "sys"), (node, "local")):
         st.role = role
     return home, machine, node
@@ -287,7 +287,7 @@ def test_without_actor_every_step_is_this_nodes():
 
 
 def test_step_with_no_action_on_the_actor_fails_with_its_hint():
-    st = Step("probe.gpu", [], lambda f: Check(False, "no driver"), hint="install one")
+    st = Step("probe.gpu", [], lambda f: StepCheck(False, "no driver"), hint="install one")
     st.role = "gpu"
     res, differ = _check("worker-0", _facts(WANT), False, [st])
     assert differ == []
@@ -347,7 +347,7 @@ def _provision(tmp_path, homes: dict, machines: dict):
     for n in homes:
         prov.facts[n][IDENTITY.key] = {"home": homes[n], "machine": machines[n]}
     prov.topology = Topology.of(prov.facts, list(homes))
-    waves.Waves(fleet, roles, prov, check=False).all(list(homes))
+    waves.Waves(fleet, roles, prov, check_mode=False).all(list(homes))
     return {n: [(r.status, r.message) for r in s.result.steps] for n, s in fleet.sessions.items()}, dirs
 
 

@@ -21,7 +21,7 @@ from nodeprep.ops.torchplan.plan import NodeGPU, PlanError, choose, parse_node_s
 
 def cli(torch, nodes, arch, index, json_mode):
     """`invoke torch-plan` as the task calls it."""
-    return cli_mod.torch_plan(TorchPlanOptions(torch, tuple(nodes), arch, index, json_mode))
+    return cli_mod.torch_plan(TorchPlanOptions(torch=torch, nodes=tuple(nodes), arch=arch, index=index, json=json_mode))
 
 CASES = sorted((Path(__file__).parents[1] / "torchplan").glob("*.json"))
 
@@ -188,7 +188,8 @@ def test_version_keeps_patch_and_pins_exactly():
     plan = choose("2.5.1", [node])
     assert (plan.torch, plan.requirement, plan.cuda) == ("2.5.1", "torch==2.5.1+cu124", "12.4")
     assert choose("2.13", [node]).requirement == "torch==2.13.0+cu129"  # X.Y means X.Y.0
-    assert choose("2.13.0", [NodeGPU("c", "x86_64", None, [], cpu_only=True)]).requirement == "torch==2.13.0+cpu"
+    assert choose("2.13.0", [NodeGPU("c", "x86_64", None, capabilities=[],
+                                     cpu_only=True)]).requirement == "torch==2.13.0+cpu"
 
 
 @pytest.mark.parametrize("cap,archs,ptx,ok", [
@@ -275,7 +276,7 @@ def test_cli_text(capsys):
 
 
 def test_cli_text_per_platform_and_explain(capsys):
-    assert cli_mod.torch_plan(TorchPlanOptions("2.7.1", ("v:driver=580.82.07,gpus=8xV100",
+    assert cli_mod.torch_plan(TorchPlanOptions(torch="2.7.1", nodes=("v:driver=580.82.07,gpus=8xV100",
                                                          "g:driver=580.82.07,gpu=GH200,arch=aarch64"),
                                                explain=True)) == 0
     out = capsys.readouterr().out.splitlines()
@@ -289,7 +290,8 @@ def test_cli_text_per_platform_and_explain(capsys):
 
 
 def test_cli_explain_on_error_goes_to_stderr_after_the_one_line(capsys):
-    assert cli_mod.torch_plan(TorchPlanOptions("2.13.0", ("b:driver=560.35.03,gpu=B200",), explain=True)) == 1
+    assert cli_mod.torch_plan(TorchPlanOptions(torch="2.13.0", nodes=("b:driver=560.35.03,gpu=B200",),
+                                               explain=True)) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("error: node b: B200 (sm_100, Blackwell) needs driver >= 570.133.20")
     assert err[1] == "explain:" and any("[gpu-operator]" in line for line in err)

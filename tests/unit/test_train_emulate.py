@@ -26,11 +26,12 @@ def inv(tmp_path):
 def job(inv, launcher, gpus, m, network=False):
     """The LaunchPlan train builds for one machine with GPUS emulated as M nodes."""
     hosts = inv.select("gpubox")
-    opts = TrainOptions(None, None, launcher, "health", ("--x", "a b"), None, 0, 29500, "pdsh", True,
+    opts = TrainOptions(inventory=None, limit=None, launcher=launcher, payload="health", args=("--x", "a b"),
+                        timeout=None, max_restarts=0, port=29500, ds_launcher="pdsh", preflight=True,
                         emulate=m, emulate_network=network)
     got = {"gpubox": FactValues({"gpus": {"count": gpus}, "user": {"home": "/home/ops"}})}
     vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
-    return plan_of(opts, "job1", hosts, got, vars_of, E.plan_emulation(hosts[0], m, gpus, launcher, network))[0]
+    return plan_of(opts, "job1", hosts, got, vars_of, E.emulation_of(hosts[0], m, gpus, launcher, network))[0]
 
 
 @pytest.mark.parametrize("gpus,m,include", [
@@ -81,7 +82,7 @@ def test_network_path_option(inv):
 
 def test_alias_block_pins_the_machines_own_host_key(inv):
     host = inv.select("gpubox")[0]
-    block = E.alias_block(E.plan_emulation(host, 2, 2, "deepspeed", False), host)
+    block = E.alias_block(E.emulation_of(host, 2, 2, "deepspeed", False), host)
     assert block.splitlines() == [
         "Host emu-0 emu-1", "    HostName 10.0.0.5", "    Port 2222",
         "    HostKeyAlias [gpubox]:2222",
@@ -94,8 +95,8 @@ def test_refused_combinations(inv):
     with pytest.raises(InputError, match="srun"):
         E.check_emulate(2, inv.select("gpubox"), "srun")
     with pytest.raises(InputError, match="Open MPI gives every emulated node local ranks"):
-        E.plan_emulation(inv.select("gpubox")[0], 2, 4, "mpirun", False)
+        E.emulation_of(inv.select("gpubox")[0], 2, 4, "mpirun", False)
     with pytest.raises(InputError, match="do not split evenly"):
-        E.plan_emulation(inv.select("gpubox")[0], 3, 4, "deepspeed", False)
+        E.emulation_of(inv.select("gpubox")[0], 3, 4, "deepspeed", False)
     with pytest.raises(InputError, match="cannot emulate 4 nodes on 2 GPU"):
-        E.plan_emulation(inv.select("gpubox")[0], 4, 2, "torchrun", False)
+        E.emulation_of(inv.select("gpubox")[0], 4, 2, "torchrun", False)

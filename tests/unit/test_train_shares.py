@@ -31,7 +31,7 @@ def job(inv, launcher, limit="half0,half1,other", gpus=4, venvs=None):
     vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     for node, venv in (venvs or {}).items():
         vars_of[node]["venv_path"] = venv
-    return plan_of(TrainOptions(None, limit, launcher, "health"), "job1", hosts,
+    return plan_of(TrainOptions(inventory=None, limit=limit, launcher=launcher, payload="health"), "job1", hosts,
                    {h.name: got[h.name] for h in hosts}, vars_of)[0]
 
 

@@ -56,7 +56,7 @@ def provision_summary(res) -> None:
             print(f"controller  {c.name}: {c.status}" + (f"  {c.message}" if c.message else ""), file=out)
     for n in res.notes:
         print(f"note: {n}", file=out)
-    verb = "would change" if res.check else "changed"
+    verb = "would change" if res.check_mode else "changed"
     width = max([len(n) for n in report["nodes"]] + [4])
     for node, r in report["nodes"].items():
         steps = r.get("steps", [])

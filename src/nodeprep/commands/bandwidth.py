@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from nodeprep import nodeside
 from nodeprep.commands.common import select_hosts
@@ -27,6 +27,7 @@ class BandwidthResult:
     matrix: pairs.Matrix
     mode: str                   # full | quick
     rounds: int
+    _: KW_ONLY
     seconds: float
     flagged: dict[str, str]
     tool: str = "builtin"       # iperf3 | builtin: the tool of every pair in the matrix
@@ -91,9 +92,9 @@ class _Rounds:
 
     def full(self, m: pairs.Matrix, quick_wanted: bool) -> tuple[str, int, dict[str, str]]:
         """Every ordered pair, N-1 rounds; stops after a round where iperf3 failed on a node."""
-        plan = pairs.ring_rounds(m.names)
+        rounds = pairs.ring_rounds(m.names)
         done = 0
-        for flows in plan:
+        for flows in rounds:
             self.run(flows, m)
             done += 1
             if m.unmeasured:
@@ -154,11 +155,11 @@ def _measure(fleet: Fleet, addr: dict[str, str], opts: BandwidthOptions, tool: s
         tool, m = "builtin", pairs.Matrix(names)
         rounds = _Rounds(fleet, addr, opts, tool)
         mode, done, flagged = rounds.quick(m) if quick else rounds.full(m, opts.quick)
-    return BandwidthResult(m, mode, done, opts.seconds, flagged, tool, fallback)
+    return BandwidthResult(m, mode, done, seconds=opts.seconds, flagged=flagged, tool=tool, fallback=fallback)
 
 
 def bandwidth(opts: BandwidthOptions, settings: Settings, events: Events) -> BandwidthResult:
-    opts.check()
+    opts.validate()
     _inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     if len(hosts) < 2:
         raise InputError("bandwidth needs at least 2 nodes", hint="--limit at least two nodes")

@@ -9,7 +9,7 @@ Without --inventory, the default inventory's nodes are checked when it exists, e
 controller (the result says so)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +33,7 @@ class DoctorResult:
     checks: tuple[str, ...]
     findings: list[Finding]                   # every finding, OK ones included
     nodes: list[str] = field(default_factory=list)
+    _: KW_ONLY
     inventory: str | None = None
     skipped: str = ""                         # why the node checks did not run
 
@@ -115,9 +116,10 @@ def _contacts(hosts, all_vars: dict, settings: Settings, events: Events, spec: s
             f, venv = got.get(h.name) or factmod.FactValues(), all_vars[h.name]["venv_path"]
             facts = factmod.FactValues({**f, **(extra.get(h.name) or {}),
                                         "room": f.get(factmod.ROOM(venv)), "venv": f.get(factmod.VENV(venv))})
-            out.append(node.Contact(h.name, h.address, int(h.port), h.user, h.key, all_vars[h.name],
-                                    s.result.usable and h.name in got, s.result.error_kind, s.result.message,
-                                    s.login() if s.connected else {}, facts, spec))
+            out.append(node.Contact(h.name, h.address, int(h.port), user=h.user, key=h.key,
+                                    vars=all_vars[h.name], reached=s.result.usable and h.name in got,
+                                    error_kind=s.result.error_kind, message=s.result.message,
+                                    login=s.login() if s.connected else {}, facts=facts, inventory=spec))
         return out
 
 
@@ -141,4 +143,4 @@ def doctor(opts: DoctorOptions, settings: Settings, events: Events,
         contacts = _contacts(hosts, all_vars, settings, events, spec)
         findings += [f for c in node_checks for f in _run(c, contacts, None)]
     return DoctorResult(tuple(c.name for c in checks), findings, [h.name for h in hosts],
-                        inv.name if inv is not None else None, skipped if node_checks else "")
+                        inventory=inv.name if inv is not None else None, skipped=skipped if node_checks else "")

@@ -167,7 +167,7 @@ def gather_deep(fleet: Fleet, checks, facts: dict, opts: HealthOptions) -> None:
 
 def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> None:
     """--drain / --undrain: Slurm's view of the nodes read on the first node that answered,
-    the plan (drain.plan), then one scontrol per change, each with its outcome in RES.slurm."""
+    the actions (drain.actions_for), then one scontrol per change, each with its outcome in RES.slurm."""
     head = next((fleet.sessions[h.name] for h in hosts if h.name in {s.name for s in fleet.usable()}), None)
     if head is None:
         raise NodeprepError("--drain/--undrain: no node answered, and scontrol runs on one",
@@ -192,7 +192,7 @@ def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> N
     for f in res.findings:
         if f.verdict is Verdict.CRITICAL:
             critical.setdefault(f.node, []).append(f.code)
-    for a in drain.plan(critical, res.nodes, names, drain.parse_state(state_text), opts.drain, opts.undrain):
+    for a in drain.actions_for(critical, res.nodes, names, drain.parse_state(state_text), opts.drain, opts.undrain):
         err = ""
         if a.op != "keep":
             done = head.run_ssh(drain.script(a), 30, f"slurm: {a.op} {a.slurm}")

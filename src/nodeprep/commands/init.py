@@ -14,7 +14,7 @@ replaced only with --force; --dry-run writes nothing and returns the text."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.commands.common import parse_sets
@@ -36,6 +36,7 @@ class InitResult:
     name: str
     path: Path
     text: str
+    _: KW_ONLY
     written: bool
     unreached: dict[str, str] = field(default_factory=dict)
     next_steps: list[str] = field(default_factory=list)
@@ -178,4 +179,4 @@ def init(opts: InitOptions, settings: Settings, events: Events) -> InitResult:
     steps = [f".venv/bin/invoke provision --inventory {opts.name}",
              f".venv/bin/invoke verify-parity --inventory {opts.name}",
              f".venv/bin/invoke train --inventory {opts.name} --launcher deepspeed --payload health"]
-    return InitResult(opts.name, path, text, not opts.dry_run, unreached, steps)
+    return InitResult(opts.name, path, text, written=not opts.dry_run, unreached=unreached, next_steps=steps)

@@ -7,7 +7,7 @@ shape documented in InventoryView.as_dict.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from nodeprep.commands.options import InventoryOptions
 from nodeprep.errors import InputError
@@ -30,6 +30,7 @@ class VarLine:
     name: str
     value: object
     origin: str          # file:line, cli, or "default FILE:LINE"
+    _: KW_ONLY
     used: bool           # a nodeprep variable (False: kept from an Ansible inventory, unused)
     kind: str = ""       # an Ansible connection variable's class (used, ignored, refused: connvars)
     why: str = ""        # what it becomes, why it changes nothing, or what to write instead
@@ -80,12 +81,13 @@ def inventory(opts: InventoryOptions, settings: Settings) -> InventoryView:
     lines = []
     for name, spec in sorted(inv.schema.items()):
         if name in host.vars:
-            lines.append(VarLine(name, shown(name, host.vars[name]), host.origin[name], True))
+            lines.append(VarLine(name, shown(name, host.vars[name]), host.origin[name], used=True))
         else:
-            lines.append(VarLine(name, shown(name, spec.default), f"default {spec.source}", True))
+            lines.append(VarLine(name, shown(name, spec.default), f"default {spec.source}", used=True))
     for name, value in host.extra.items():
         rule = connvars.classify(name, value)
-        lines.append(VarLine(name, shown(name, value), host.origin.get(name, ""), bool(rule and rule.status == "used"),
-                             rule.status if rule else "", rule.text if rule else ""))
+        lines.append(VarLine(name, shown(name, value), host.origin.get(name, ""),
+                             used=bool(rule and rule.status == "used"),
+                             kind=rule.status if rule else "", why=rule.text if rule else ""))
     return InventoryView(inv, host, tuple(lines))
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeprep.errors import InputError
+from nodeprep.ops.launchenv.dsenv import SUPPORTED_DS_LAUNCHERS
+from nodeprep.ops.train.launchers import LAUNCHERS
 
-LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FactsOptions:
     inventory: str | None = None      # name under inventory/, a path, hostfile:F, slurm:, pbs:
     limit: str | None = None          # ranges, globs, groups; !x excludes
     json: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HealthOptions:
     inventory: str | None = None
     limit: str | None = None
@@ -31,7 +31,7 @@ class HealthOptions:
     burn_seconds: float = 10.0        # how long each GPU burns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DoctorOptions:
     inventory: str | None = None      # none: the default inventory if it exists, else the controller only
     limit: str | None = None
@@ -41,13 +41,13 @@ class DoctorOptions:
     sets: tuple[str, ...] = ()        # KEY=VALUE as provision's --set (login_shell=..., controller_ssh_config=...)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PruneOptions:
     config: str = "~/.ssh/config"     # the controller's ssh config
     dry_run: bool = False             # say which blocks would go, change nothing
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InitOptions:
     name: str | None = None           # inventory/NAME/hosts.yml is written
     source: str | None = None         # --from: anything --inventory reads, or hosts:LIST
@@ -56,7 +56,7 @@ class InitOptions:
     sets: tuple[str, ...] = ()        # KEY=VALUE the source does not say (user=ops, key=~/.ssh/k)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BandwidthOptions:
     inventory: str | None = None
     limit: str | None = None
@@ -67,7 +67,7 @@ class BandwidthOptions:
     port: int = 29511
     tool: str = "auto"                # iperf3 | builtin | auto (iperf3 where every node has it)
 
-    def check(self) -> None:
+    def validate(self) -> None:
         if self.tool not in ("auto", "iperf3", "builtin"):
             raise InputError(f"--tool {self.tool!r}: expected auto, iperf3 or builtin")
         if not 0.2 <= self.seconds <= 60:
@@ -76,12 +76,12 @@ class BandwidthOptions:
             raise InputError(f"--port {self.port!r}: expected 1024 to 65535")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProvisionOptions:
     inventory: str | None = None
     limit: str | None = None
     roles: str | None = None          # comma list (default: all of roles/site.yml)
-    check: bool = False               # change nothing; list what would change
+    check_mode: bool = False          # --check: change nothing; list what would change
     diff: bool = False                # file diffs, secrets redacted
     json: bool = False
     sets: tuple[str, ...] = ()        # KEY=VALUE overrides (YAML values)
@@ -91,7 +91,7 @@ class ProvisionOptions:
                                       # (engine/transports/slurmrun.resolve)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VerifyOptions:
     inventory: str | None = None
     limit: str | None = None
@@ -106,18 +106,18 @@ class VerifyOptions:
     via: str = "auto"                 # auto | direct | slurm (auto: slurm inside an allocation
                                       # holding every node, else the head's logins past 4 nodes)
 
-    def check(self) -> None:
+    def validate(self) -> None:
         if self.mesh not in ("auto", "full", "head"):
             raise InputError(f"--mesh {self.mesh!r}: expected auto, full or head")
         if self.via not in ("auto", "direct", "slurm"):
             raise InputError(f"--via {self.via!r}: expected auto, direct or slurm")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainOptions:
     inventory: str | None = None
     limit: str | None = None          # the first node is the head
-    launcher: str = "deepspeed"       # one of LAUNCHERS
+    launcher: str = "deepspeed"       # one of ops/train/launchers.LAUNCHERS
     payload: str = "health"           # builtin name or a script path
     args: tuple[str, ...] = ()        # the payload's own arguments
     timeout: int | None = None        # seconds before every rank is stopped
@@ -136,18 +136,18 @@ class TrainOptions:
     exclude_unhealthy: bool = False   # launch on the healthy nodes instead of refusing
     health_ignore: tuple[str, ...] = ()   # finding codes the gate does not hold against a node
 
-    def check(self) -> None:
+    def validate(self) -> None:
         if self.hang_timeout is not None and self.hang_timeout <= 0:
             raise InputError(f"--hang-timeout {self.hang_timeout!r}: expected seconds > 0")
         if self.launcher not in LAUNCHERS:
             raise InputError(f"--launcher {self.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
-        if self.ds_launcher not in ("pdsh", "openmpi"):
+        if self.ds_launcher not in SUPPORTED_DS_LAUNCHERS:
             raise InputError(f"--ds-launcher {self.ds_launcher!r}: expected pdsh or openmpi")
         if self.emulate_network and not self.emulate:
             raise InputError("--emulate-network only applies with --emulate N")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunsOptions:
     """train.status / train.logs / train.stop."""
     run: str | None = None            # job id (or a unique prefix); default the newest
@@ -157,7 +157,7 @@ class RunsOptions:
     json: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TorchPlanOptions:
     torch: str = ""
     nodes: tuple[str, ...] = ()       # NAME:driver=...,gpus=... specs
@@ -167,7 +167,7 @@ class TorchPlanOptions:
     explain: bool = False             # the table rows and rule steps behind the answer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InventoryOptions:
     inventory: str | None = None
     list: bool = False                # the default view
@@ -176,7 +176,7 @@ class InventoryOptions:
     json: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ForgetOptions:
     nodes: str = ""                   # names or ranges
     inventory: str | None = None

@@ -8,7 +8,7 @@ what would change (--diff: the file diffs, secrets redacted).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from nodeprep.commands.common import parse_sets, select_hosts
 from nodeprep.commands.options import ProvisionOptions
@@ -16,7 +16,7 @@ from nodeprep.engine import facts as factmod
 from nodeprep.engine.transports import slurmrun
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
-from nodeprep.commands.waves import Waves, plan_node, probe
+from nodeprep.commands.waves import Waves, node_steps, probe
 from nodeprep.engine.locks import Lock, Locks, Owner
 from nodeprep.errors import InputError
 from nodeprep.inventory.nodeset import fold
@@ -33,8 +33,9 @@ HOME_LOCK = "~/.nodeprep/lock"
 @dataclass
 class ProvisionResult:
     report: dict                      # the run report (per node, per step)
-    check: bool                       # --check: "would change"
+    check_mode: bool                  # --check: "would change"
     controller: list = field(default_factory=list)   # StepResults of the controller's own work
+    _: KW_ONLY
     notes: list = field(default_factory=list)        # things to tell the user once
     diffs: list = field(default_factory=list)        # --diff: one text per differing file
     redact: Redactor = field(default_factory=lambda: Redactor([]))
@@ -94,23 +95,23 @@ def _locks(fleet, prov: rolemod.Provisioning) -> Locks:
     topo, out = prov.topology, []
     for nodes in topo.homes.values():
         out.append(Lock(nodes[0], HOME_LOCK, f"home of {fold(nodes)}"))
-    for key, nodes in topo.machines.items():
+    for key, nodes in topo.by_machine_id.items():
         uid = ((prov.facts.get(nodes[0]) or {}).get(factmod.USER) or {}).get("uid", "x")
         tag = hashlib.sha256(key.encode()).hexdigest()[:12]
         out.append(Lock(nodes[0], f"/tmp/nodeprep-{uid}-{tag}.lock", f"machine of {fold(nodes)}"))
     return Locks(fleet, out, Owner.me(fleet.run_id))
 
 
-def _converged(prov: rolemod.Provisioning, roles, planned: dict) -> bool:
+def _converged(prov: rolemod.Provisioning, roles, early: dict) -> bool:
     """Whether every step of every probed node already matches the probe's facts. A run that
     would change nothing takes no lock (two round trips per node saved: its cost is the probe);
     one that would, or that cannot tell from the probe alone, takes the locks and goes the
-    whole way. PLANNED gets each node's steps with the facts they were planned from."""
+    whole way. EARLY gets each node's steps with the facts they were planned from."""
     hosts = {h.name: h for h in prov.hosts}
     for name, facts in prov.facts.items():
         try:
-            steps = plan_node(rolemod.Ctx(hosts[name], prov), roles)
-            planned[name] = (facts, steps)
+            steps = node_steps(rolemod.Ctx(hosts[name], prov), roles)
+            early[name] = (facts, steps)
             if not all(all(r in facts for r in st.reads) and st.check(facts).ok for st in steps):
                 return False
         except Exception:      # the waves plan it again and report why, under the locks
@@ -123,7 +124,7 @@ def validated(opts: ProvisionOptions, settings: Settings, events: Events):
     otherwise, and no node touched yet."""
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, parse_sets(opts.sets), events)
     roles = rolemod.load(opts.roles, settings.roles_dir)
-    prov = rolemod.Provisioning(inv, hosts, settings, opts.check, events=events)
+    prov = rolemod.Provisioning(inv, hosts, settings, opts.check_mode, events=events)
     prov.vars = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     for role in roles:
         role.call("validate", prov)
@@ -146,16 +147,16 @@ def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> Pro
         locks = None
         try:
             controller = [res for role in roles for res in (role.call("controller", prov) or [])]
-            planned: dict = {}
-            converged = not opts.check and _converged(prov, roles, planned)
-            if not opts.check and not converged:
+            early: dict = {}
+            converged = not opts.check_mode and _converged(prov, roles, early)
+            if not opts.check_mode and not converged:
                 locks = _locks(fleet, prov)
                 if locks.acquire(settings.lock_wait, settings.lock_stale):
                     # another run held the lock: the nodes may have changed since the probe
                     prov.facts = fleet.map(lambda s: probe(s, roles, prov), "facts")
             # a converged fleet's plans stand (nothing will change, nothing is read again);
             # otherwise a node's plan may read what another node's actions change
-            waves = Waves(fleet, roles, prov, opts.check, planned if converged else None)
+            waves = Waves(fleet, roles, prov, opts.check_mode, early if converged else None)
             waves.all(order)
             for s in fleet.usable():
                 ctx = rolemod.Ctx(s.host, prov)
@@ -164,8 +165,8 @@ def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> Pro
         finally:
             if locks:
                 locks.release()
-        report = fleet.report(inventory=inv.name, check=opts.check,
+        report = fleet.report(inventory=inv.name, check=opts.check_mode,
                               controller=[c.as_dict() for c in controller], notes=prov.notes)
     redact = waves.redactor()
-    return ProvisionResult(report, opts.check, controller, prov.notes,
-                           _diffs(waves.differ, redact) if opts.diff else [], redact)
+    return ProvisionResult(report, opts.check_mode, controller, notes=prov.notes,
+                           diffs=_diffs(waves.differ, redact) if opts.diff else [], redact=redact)

@@ -178,12 +178,13 @@ def _collective(opts: VerifyOptions, settings: Settings, events: Events, fleet) 
     if unreachable:
         return {"ok": False, "launcher": "torchrun",
                 "error": f"skipped: unreachable node(s) {', '.join(unreachable)}"}
-    return collmod.collective(TrainOptions(opts.inventory, opts.limit, "torchrun", "allreduce",
+    return collmod.collective(TrainOptions(inventory=opts.inventory, limit=opts.limit, launcher="torchrun",
+                                           payload="allreduce",
                                            timeout=300, port=opts.port or 29500), settings, events)
 
 
 def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyResult:
-    opts.check()
+    opts.validate()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     v_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     head, names = hosts[0].name, [h.name for h in hosts]

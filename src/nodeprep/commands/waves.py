@@ -40,7 +40,7 @@ def apply_script(changes: list[tuple[Step, str]], rereads: list, token: str) -> 
     return "\n".join(parts) + "\n" + factmod.probe_script(rereads, {}, token)
 
 
-def plan_node(ctx: rolemod.Ctx, roles: list[rolemod.Role]) -> list[Step]:
+def node_steps(ctx: rolemod.Ctx, roles: list[rolemod.Role]) -> list[Step]:
     steps = []
     for role in roles:
         for st in role.call("steps", ctx, default=[]) or []:
@@ -61,7 +61,7 @@ def _shared_result(st: Step, c, actor: str, check_mode: bool) -> StepResult:
 
 
 def _check_all(session, steps: list[Step], facts: dict, check_mode: bool, actor=None):
-    """Compare every step with the facts; returns [(step, Check)] of those that differ and
+    """Compare every step with the facts; returns [(step, StepCheck)] of those that differ and
     this node acts on. ACTOR(step): the node that acts for the step's scope (default: this)."""
     differ = []
     # Facts a role did not declare up front cost one more round trip, not a failure.
@@ -208,28 +208,28 @@ class Waves:
     (re-probed where the node acting for them changed something) and only verify the shared
     steps."""
 
-    def __init__(self, fleet, roles, prov: rolemod.Provisioning, check: bool, planned: dict | None = None):
+    def __init__(self, fleet, roles, prov: rolemod.Provisioning, check_mode: bool, early: dict | None = None):
         self.fleet = fleet
         self.roles = roles
         self.prov = prov
-        self.check = check
-        self.plans: dict[str, list[Step]] = {}
-        self.planned = dict(planned or {})      # node -> (facts, steps) planned before the waves
+        self.check_mode = check_mode
+        self.steps: dict[str, list[Step]] = {}
+        self.early = dict(early or {})      # node -> (facts, steps) planned before the waves
         self.differ: dict = {}
         self.topo = prov.topology
 
-    def _plan(self, s):
+    def _check_node(self, s):
         facts = self.prov.facts[s.name]
-        early, steps = self.planned.pop(s.name, (None, None))
+        early, steps = self.early.pop(s.name, (None, None))
         if early is not facts:       # planned from facts read again since: plan anew
-            steps = plan_node(rolemod.Ctx(s.host, self.prov), self.roles)
-        self.plans[s.name] = steps
-        return _check_all(s, steps, facts, self.check, lambda st: self.topo.actor(s.name, st.scope))
+            steps = node_steps(rolemod.Ctx(s.host, self.prov), self.roles)
+        self.steps[s.name] = steps
+        return _check_all(s, steps, facts, self.check_mode, lambda st: self.topo.actor(s.name, st.scope))
 
     def wave(self, nodes: list[str]) -> None:
-        differ = self.fleet.map(self._plan, "plan", only=nodes)
+        differ = self.fleet.map(self._check_node, "plan", only=nodes)
         self.differ.update(differ)
-        if not self.check:
+        if not self.check_mode:
             redact = self.redactor()
             for k, part in enumerate(_passes(differ)):   # one pass unless a step waits (Step.fleet)
                 if k and part:
@@ -239,7 +239,7 @@ class Waves:
                                "apply", only=list(part))
 
     def redactor(self) -> Redactor:
-        return _redactor(self.prov, [st for p in self.plans.values() for st in p])
+        return _redactor(self.prov, [st for p in self.steps.values() for st in p])
 
     def all(self, order: list[str]) -> None:
         """Wave after wave: a node goes once the nodes that act for its home and its machine
@@ -250,8 +250,8 @@ class Waves:
         while pending:
             wave = [n for n in pending if all(a in done or a == n for a in self._actors(n))]
             acted = {n for n, d in self.differ.items() if d}
-            stale = [n for n in wave if n not in self.plans and set(self._actors(n)) & acted - {n}]
-            if stale and not self.check:     # what they share changed: read it again
+            stale = [n for n in wave if n not in self.steps and set(self._actors(n)) & acted - {n}]
+            if stale and not self.check_mode:     # what they share changed: read it again
                 self.prov.facts.update(self.fleet.map(lambda s: probe(s, self.roles, self.prov),
                                                       "facts", only=stale))
             self.wave(wave)

@@ -9,7 +9,7 @@ verify each one took. Two kinds cover most roles: `FileContent` (the whole file 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Callable
 
 from nodeprep.engine.facts import FILE
@@ -17,7 +17,8 @@ from nodeprep.engine.remote import write_script
 
 
 @dataclass
-class Check:
+class StepCheck:
+    """A step's verdict on one node: does it match the facts, and if not, why."""
     ok: bool
     why: str = ""            # for a differing step: what differs ("missing", "content differs")
     diff: str = ""           # unified diff for --diff (redacted by the runner)
@@ -27,8 +28,9 @@ class Check:
 class Step:
     name: str                                    # verb on a domain + object: "file.block ~/.ssh/config"
     reads: list                                  # fact requests the check needs
-    check: Callable[[dict], Check]
+    check: Callable[[dict], StepCheck]
     # sh snippet, or a function of the facts giving one; None: nothing nodeprep can do
+    _: KW_ONLY
     action: str | Callable[[dict], str] | None = None
     hint: str = ""                               # what the user can do when it fails
     role: str = ""
@@ -58,6 +60,7 @@ class Room:
     path: str
     bytes: int
     files: int
+    _: KW_ONLY
     what: str                    # "26 wheels", "the venv"
 
 
@@ -78,14 +81,14 @@ def FileContent(path: str, content: str, mode: int = 0o644, secrets=()) -> Step:
     def check(facts):
         f = facts[req.key]
         if not f["exists"]:
-            return Check(False, "missing", _diff(path, None, content))
+            return StepCheck(False, "missing", _diff(path, None, content))
         if f["content"] != content:
-            return Check(False, "content differs", _diff(path, f["content"], content))
+            return StepCheck(False, "content differs", _diff(path, f["content"], content))
         if f["mode"] != mode:
-            return Check(False, f"mode {f['mode']:o}, want {mode:o}")
-        return Check(True)
+            return StepCheck(False, f"mode {f['mode']:o}, want {mode:o}")
+        return StepCheck(True)
 
-    return Step(f"file.content {path}", [req], check, write_script(path, content, mode),
+    return Step(f"file.content {path}", [req], check, action=write_script(path, content, mode),
                 secrets=list(secrets), after=lambda facts: {req.key: _written(content, mode)},
                 scope=scope_of(path))
 
@@ -170,15 +173,15 @@ def FileBlock(path: str, name: str, body: str, mode: int | None = None, where: s
     def check(facts):
         f = facts[req.key]
         if f["exists"] and f["content"] is None:
-            return Check(False, "file too large to manage")
+            return StepCheck(False, "file too large to manage")
         new = wanted(f)
         if not f["exists"]:
-            return Check(False, "missing", _diff(path, None, new))
+            return StepCheck(False, "missing", _diff(path, None, new))
         if new != f["content"]:
-            return Check(False, f"block '{name}' differs", _diff(path, f["content"], new))
+            return StepCheck(False, f"block '{name}' differs", _diff(path, f["content"], new))
         if mode is not None and f["mode"] != mode:
-            return Check(False, f"mode {f['mode']:o}, want {mode:o}")
-        return Check(True)
+            return StepCheck(False, f"mode {f['mode']:o}, want {mode:o}")
+        return StepCheck(True)
 
     def action(facts):  # the new content depends on what the file holds now
         f = facts[req.key]
@@ -188,7 +191,7 @@ def FileBlock(path: str, name: str, body: str, mode: int | None = None, where: s
         f = facts[req.key]
         return {req.key: _written(wanted(f), mode if mode is not None else (f["mode"] or 0o644))}
 
-    return Step(f"file.block {path} [{name}]", [req], check, action, secrets=list(secrets),
+    return Step(f"file.block {path} [{name}]", [req], check, action=action, secrets=list(secrets),
                 after=after, scope=scope_of(path))
 
 

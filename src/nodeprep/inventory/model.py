@@ -30,7 +30,7 @@ name). explain() shows the chain for one variable.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.inventory import ansible, connvars, fields, jumps, reader, sources
@@ -45,6 +45,7 @@ class Host:
     name: str
     address: str
     port: int
+    _: KW_ONLY
     user: str | None
     key: str | None                  # absolute path on the controller, or None
     groups: tuple[str, ...]
@@ -62,6 +63,7 @@ class Inventory:
     name: str
     path: Path | None
     hosts: list[Host]
+    _: KW_ONLY
     groups: dict[str, list[str]]     # group -> host names; "all" included
     schema: dict[str, VarSpec] = field(default_factory=dict, repr=False)
     # host -> [(scope, {var: (value, origin)})], low to high precedence, for explain()
@@ -214,7 +216,7 @@ def _build(src: sources.Source, cli: dict, schema, check_fields: bool = True) ->
     children["all"] = [g for g in [*src.children.get("all", []), *tops]
                        if g != "all" and (g != "ungrouped" or ungrouped or "ungrouped" in src.groups)]
     children["all"] = list(dict.fromkeys(children["all"]))
-    return Inventory(src.name, src.path, hosts, groups, schema, layers, children=children,
+    return Inventory(src.name, src.path, hosts, groups=groups, schema=schema, layers=layers, children=children,
                      direct=direct, warnings=list(src.warnings), kind=src.kind)
 
 

@@ -9,7 +9,7 @@ error, because a single value would then silently configure both.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from nodeprep.errors import InputError
@@ -32,6 +32,7 @@ class VarSpec:
     name: str
     default: object
     kind: str      # bool, int, float, str, list, dict, or any
+    _: KW_ONLY
     doc: str
     source: str    # "file:line" of the definition
 
@@ -74,7 +75,7 @@ def _read(path: Path, core: bool) -> list[VarSpec]:
                              "add a `# what it does` comment line directly above it",
                              shown, line)
         kind = _NULL_KINDS.get(name, "any") if core and default is None else _kind(default)
-        specs.append(VarSpec(str(name), default, kind, doc, f"{shown}:{line}"))
+        specs.append(VarSpec(str(name), default, kind, doc=doc, source=f"{shown}:{line}"))
     return specs
 
 

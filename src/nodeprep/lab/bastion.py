@@ -31,7 +31,8 @@ def address(octet: int) -> str:
 
 
 def node(name: str, lab, octet: int) -> LabNode:
-    return LabNode("bastion", -1, address(octet), 22, netns(name), lab / "bastion" / "home", None)
+    return LabNode("bastion", -1, address(octet), port=22, netns=netns(name), home=lab / "bastion" / "home",
+                   sshd_pid=None)
 
 
 def exists(name: str) -> bool:

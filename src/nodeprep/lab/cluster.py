@@ -1,4 +1,4 @@
-"""The lab as a whole: up (plan the nodes, the network, each node's files and sshd, Slurm,
+"""The lab as a whole: up (the nodes, the network, each node's files and sshd, Slurm,
 pinned host keys, the inventory), down and status. The parts it puts together are the
 package's other modules (see __init__.py)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
@@ -44,8 +44,8 @@ def _ours(name: str) -> dict[int, str]:
 
 def _node(name: str, lab: Path, octet: int, i: int, arch: str | None = None) -> LabNode:
     """Node I of lab NAME (directory LAB, subnet 10.OCTET.0.0/24), sshd_pid not looked up."""
-    return LabNode(node_name(i), i, node_address(octet, i), 22, netns_name(name, i),
-                   lab / node_name(i) / "home", None, arch)
+    return LabNode(node_name(i), i, node_address(octet, i), port=22, netns=netns_name(name, i),
+                   home=lab / node_name(i) / "home", sshd_pid=None, arch=arch)
 
 
 def _sshd_pid(node: LabNode) -> int | None:
@@ -63,6 +63,7 @@ class _Up:
     name: str
     count: int                 # nodes wanted
     lab: Path                  # <lab_root>/NAME
+    _: KW_ONLY
     octet: int                 # X of 10.X.0.0/24
     running: bool              # the bridge was up already
     slurm: bool                # Slurm over the nodes after this up()
@@ -105,7 +106,7 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
         return local.up(nodes, name, settings, options.inventory_dir, log)
     net.require_tools()
     t0 = time.monotonic()
-    state = _plan(nodes, name, settings, options)
+    state = _up_state(nodes, name, settings, options)
     ids = host.ensure_user(state.changes)
     pub = _controller_key(state)
     state.changes += foreign.converge(state.lab, set(state.arches.values()), log)
@@ -130,7 +131,7 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     return status(name, settings)
 
 
-def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
+def _up_state(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
     """What this up() works on. A running lab keeps its subnet (moving it is refused) and
     its bridge must be this lab's; Slurm runs when asked, or (None) as the lab had it."""
     lab, bridge = _lab_dir(settings, name), bridge_name(name)
@@ -161,12 +162,12 @@ def _plan(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
     if running and state and tuple(state.get("nic_names") or ()) != nics:
         raise InputError(f"lab {name} is up with other interface names",
                          hint="run `invoke lab.down` first to change them")
-    up = _Up(name, nodes, lab, octet, running, with_slurm, shared, options.aliases)
+    up = _Up(name, nodes, lab, octet=octet, running=running, slurm=with_slurm, shared_home=shared, aliases=options.aliases)
     up.nics, up.no_sudo = nics, tuple(options.no_sudo)
     up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
     up.gpu_records = gpu.records(options.gpu_records, (state or {}).get("gpu_records"), nodes,
                                  [node_name(i) for i in range(nodes)])
-    up.arches = foreign.plan(name, options.arch, state, running, nodes, [node_name(i) for i in range(nodes)])
+    up.arches = foreign.node_arches(name, options.arch, state, running, nodes, [node_name(i) for i in range(nodes)])
     foreign.mountable(name, lab, up.arches)
     up.bastion = bool((state or {}).get("bastion")) if options.bastion is None else options.bastion
     bastion.check(with_slurm, up.bastion)
@@ -394,5 +395,6 @@ def status(name: str = "local", settings: Settings = Settings()) -> LabInfo | No
     b = bastion.node(name, lab, state["subnet"]) if state.get("bastion") and bastion.exists(name) else None
     if b is not None:
         b.sshd_pid = _sshd_pid(b)
-    return LabInfo(name, found, LAB_USER, lab / "id_ed25519", Path(state["inventory"]), True, b)
+    return LabInfo(name, found, LAB_USER, key=lab / "id_ed25519", inventory=Path(state["inventory"]), rootful=True,
+                   bastion=b)
 

@@ -9,7 +9,7 @@ import base64
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 import paramiko
@@ -39,6 +39,7 @@ class LabNode:
     name: str                 # worker-N
     index: int
     address: str
+    _: KW_ONLY
     port: int
     netns: str | None         # None in the non-root fallback
     home: Path                # the node's private home on the host file system
@@ -51,6 +52,7 @@ class LabInfo:
     name: str
     nodes: list[LabNode]
     user: str
+    _: KW_ONLY
     key: Path                 # controller private key for the lab (0600)
     inventory: Path           # the hosts.yml written
     rootful: bool

@@ -82,7 +82,7 @@ def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
     return out
 
 
-def plan(lab: str, values: tuple[str, ...] | None, state: dict | None, running: bool, count: int,
+def node_arches(lab: str, values: tuple[str, ...] | None, state: dict | None, running: bool, count: int,
          names: list[str]) -> dict[int, str]:
     """The lab's foreign nodes after this up(): --arch VALUES over what the lab had (STATE;
     while it is RUNNING its nodes may not change architecture), with the host tools they

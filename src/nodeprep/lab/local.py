@@ -116,12 +116,12 @@ def status(name: str, settings: Settings) -> LabInfo | None:
     except (OSError, ValueError):
         return None
     base = local_port_base(name)
-    nodes = [LabNode(node_name(i), i, ADDRESS, base + i, None, Path.home(),
-                     _pid(lab / node_name(i))) for i in range(state["nodes"])]
+    nodes = [LabNode(node_name(i), i, ADDRESS, port=base + i, netns=None, home=Path.home(),
+                     sshd_pid=_pid(lab / node_name(i))) for i in range(state["nodes"])]
     if not any(n.sshd_pid for n in nodes):
         return None
-    return LabInfo(name, nodes, getpass.getuser(), lab / "id_ed25519",
-                   Path(state["inventory"]), False)
+    return LabInfo(name, nodes, getpass.getuser(), key=lab / "id_ed25519",
+                   inventory=Path(state["inventory"]), rootful=False)
 
 
 def stop_node(node: LabNode) -> None:

@@ -46,6 +46,7 @@ import sys
 import time
 
 JOB_VAR = "PYTHON_NODEPREP_JOB"
+RUNS = ".nodeprep/runs"                # under the home: a job's run directory is RUNS/<job>
 STACK_SIGNAL = signal.SIGRTMIN + 4      # rarely used; SIGUSR1/2 belong to the user (Slurm, ...)
 FORWARD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -146,7 +147,7 @@ def local_rank_args(argv, local_rank):
 
 
 def run_dir(job):
-    return os.path.join(os.path.expanduser("~"), ".nodeprep", "runs", job)
+    return os.path.join(os.path.expanduser("~"), RUNS, job)
 
 
 def machine_key():

@@ -20,8 +20,9 @@ import sys
 import time
 
 # rank.py lies beside this file (~/.nodeprep/agent): the same key the rank records carry
-from rank import machine_key
+from rank import machine_key, run_dir
 
+STOP = "watch.stop"        # in the run directory: the controller says end
 MAX_LINES = 400            # per file per tick: a chatty rank cannot starve the heartbeat
 MAX_LINE = 4000            # characters kept of one line
 
@@ -73,7 +74,7 @@ class Tail:
 
 class Watch:
     def __init__(self, job, launchers):
-        self.dir = os.path.join(os.path.expanduser("~"), ".nodeprep", "runs", job)
+        self.dir = run_dir(job)
         self.ranks_dir = os.path.join(self.dir, "ranks")
         self.key = machine_key()
         self.launchers = launchers
@@ -179,7 +180,7 @@ def main(argv):
     parent = os.getppid()
     out = sys.stdout
     while True:
-        stop = os.path.exists(os.path.join(w.dir, "watch.stop")) or os.getppid() != parent
+        stop = os.path.exists(os.path.join(w.dir, STOP)) or os.getppid() != parent
         ev = w.tick(final=stop)
         try:
             out.write(json.dumps({"t": time.time(), "ev": ev, "end": stop}) + "\n")

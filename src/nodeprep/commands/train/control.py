@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.commands.common import select_hosts
@@ -36,6 +36,7 @@ class RunStatus:
     job_id: str
     path: str
     state: str                                   # running | finished | failed | stopped | orphaned
+    _: KW_ONLY
     launcher: str = ""
     where: str = ""
     elapsed: float = 0.0
@@ -68,7 +69,7 @@ def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
     spec = rundir.read_json(path / "job.json")
     state = rundir.read_json(path / "state.json")
     st = RunStatus(spec.get("job_id", path.name), str(path), state.get("state", "starting"),
-                   spec.get("launcher", ""), spec.get("where", ""))
+                   launcher=spec.get("launcher", ""), where=spec.get("where", ""))
     st.supervisor = supervisor_alive(state)
     st.elapsed = (state.get("updated", time.time()) if not st.supervisor else time.time()) - \
         state.get("started", time.time())

@@ -49,7 +49,7 @@ def _emulation(opts: TrainOptions, fleet, head, facts: dict, events: Events):
     """--emulate M: the one machine's ssh aliases written, the split planned."""
     if not opts.emulate:
         return None
-    emu = emulate.plan_emulation(head, opts.emulate, facts[head.name][factmod.GPUS]["count"],
+    emu = emulate.emulation_of(head, opts.emulate, facts[head.name][factmod.GPUS]["count"],
                                  opts.launcher, opts.emulate_network)
     fleet.map(lambda s: emulate.write_aliases(s, emu, head), "emulate")
     fail_if_nodes_failed(fleet)
@@ -62,11 +62,11 @@ def plan_of(opts: TrainOptions, job_id: str, hosts, facts: dict, vars_of: dict, 
     root, script = payload.resolve_payload(opts.payload)
     names = [h.name for h in hosts]
     topo = Topology.of(facts, names)
-    shares = gpusplit.machine_shares(topo.machines, names, {n: facts[n][factmod.GPUS]["count"] for n in names})
+    shares = gpusplit.machine_shares(topo.by_machine_id, names, {n: facts[n][factmod.GPUS]["count"] for n in names})
     rel = script.name if script.parent == root else str(script.relative_to(root))
     chosen = dsfilter.parse(opts.limit) if dsfilter.is_filter(opts.limit) else None   # NAME:SLOTS
     plan = LaunchPlan(job_id, opts.launcher, rel,
-                      node_runs(hosts, facts, vars_of, root.name, Split(topo.machines, shares, chosen)),
+                      node_runs(hosts, facts, vars_of, root.name, Split(topo.by_machine_id, shares, chosen)),
                       args=tuple(opts.args), ds_launcher=opts.ds_launcher, port=opts.port,
                       max_restarts=opts.max_restarts, shares=shares, emu=emu)
     return plan, topo
@@ -93,7 +93,7 @@ def prepare(opts: TrainOptions, inv, hosts, fleet, events: Events, job_id: str |
     facts = {h.name: facts[h.name] for h in hosts}
     emu = _emulation(opts, fleet, hosts[0], facts, events)
     plan, topo = plan_of(opts, job_id or new_job_id(), hosts, facts, vars_of, emu)
-    prep = Prepared(plan, facts, vars_of, files, topo)
+    prep = Prepared(plan, facts, vars_of, files=files, topo=topo)
     problems = preflight.problems(prep, opts, fleet)
     if problems and opts.preflight:
         raise NodeprepError("preflight failed:\n  " + "\n  ".join(problems),

@@ -56,10 +56,10 @@ def run_spec(prep: Prepared, opts: TrainOptions) -> RunSpec:
     head_vars = prep.vars[plan.head.name]
     env = {**plan.env(), "MASTER_PORT": plan.port, **(head_vars.get("deepspeed_env") or {}),
            **(head_vars.get("nccl_env") or {})}
-    return RunSpec(plan.job_id, plan.launcher, plan.where(), opts.inventory, opts.limit, names,
-                   {label: [plan.session_of(label), cmd] for label, cmd in cmds.items()},
-                   {m: [plan.node(m).python, agent_dir(plan.node(m).home)] for m in plan.machines()},
-                   plan.layout(), names=sorted(set(names) | set(plan.emu.names if plan.emu else [])),
+    return RunSpec(plan.job_id, plan.launcher, plan.where(), inventory=opts.inventory, limit=opts.limit, nodes=names,
+                   commands={label: [plan.session_of(label), cmd] for label, cmd in cmds.items()},
+                   watchers={m: [plan.node(m).python, agent_dir(plan.node(m).home)] for m in plan.machines()},
+                   layout=plan.layout(), names=sorted(set(names) | set(plan.emu.names if plan.emu else [])),
                    restarts=plan.launcher == "torchrun" and plan.max_restarts > 0,
                    hang_timeout=opts.hang_timeout, timeout=opts.timeout,
                    ranks_shown=list(opts.ranks) if opts.ranks is not None else None,
@@ -90,7 +90,7 @@ def supervise(spec: RunSpec, fleet, events: Events, path) -> Outcome:
 def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult:
     """The srun command is shown before it runs (events.note), as --dry-run shows every one.
     --detach: prepare here, then the cli starts the supervisor in the background."""
-    opts.check()
+    opts.validate()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     job_id = new_job_id()
     path = rundir.run_path(settings.runs, job_id)

@@ -17,7 +17,7 @@ import os
 import shlex
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
@@ -25,11 +25,14 @@ from nodeprep.engine.remote import stop_tagged_script
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.train import rundir
 from nodeprep.ops.train import processes
+from nodeprep.ops.train.payload import NODE_RUNS
 from nodeprep.engine.facts.jobs import JOB_VAR
 from nodeprep.ops.train.rankwatch import RankWatch, describe_rc
 from nodeprep.redact import MASK, is_secret
 
 WATCH_VAR = "NODEPREP_WATCH"
+WATCH_STOP = "watch.stop"       # in the run directory: the watchers end (nodeside/watch.py STOP)
+STACK_SIGNAL = "RTMIN+4"        # kill -s: the ranks dump their stacks (nodeside/rank.py STACK_SIGNAL)
 STACK_WAIT = 3.0
 
 
@@ -39,6 +42,7 @@ class RunSpec:
     job_id: str
     launcher: str
     where: str
+    _: KW_ONLY
     inventory: str | None
     limit: str | None
     nodes: list[str]                              # inventory nodes of the job
@@ -92,7 +96,7 @@ def launch_script(job_id: str, index: int, command: str) -> str:
     with the job id, its exit status written when it ends."""
     blob = base64.b64encode(command.encode()).decode()
     base = f'"$d/launcher-{index}"'
-    return (f'd="$HOME/.nodeprep/runs/{job_id}"; mkdir -p "$d/ranks" || exit 1\n'
+    return (f'd="$HOME/{NODE_RUNS}/{job_id}"; mkdir -p "$d/ranks" || exit 1\n'
             f"printf %s {blob} | base64 -d > {base}.sh || exit 1\n"
             f"rm -f {base}.rc; cd \"$HOME\"\n"
             f"env -u NODEPREP_RUN {JOB_VAR}={job_id} setsid /bin/sh -c "
@@ -103,7 +107,7 @@ def launch_script(job_id: str, index: int, command: str) -> str:
 
 def watch_script(job_id: str, python: str, agent: str, launchers: list[int]) -> str:
     args = " ".join(f"--launcher {i}" for i in launchers)
-    return (f'mkdir -p "$HOME/.nodeprep/runs/{job_id}/ranks"; export {WATCH_VAR}={job_id}; '
+    return (f'mkdir -p "$HOME/{NODE_RUNS}/{job_id}/ranks"; export {WATCH_VAR}={job_id}; '
             f"exec {shlex.quote(python)} -u {shlex.quote(agent + '/watch.py')} {job_id} {args}")
 
 
@@ -191,10 +195,9 @@ class Supervisor:
         through the watchers as r<R>.stack lines."""
         with self.lock:
             any_alive = bool(self.watch.alive())
-        sig = "RTMIN+4"
-        script = (f"for p in $(cat \"$HOME/.nodeprep/runs/{self.spec.job_id}\"/ranks/*.start 2>/dev/null "
+        script = (f"for p in $(cat \"$HOME/{NODE_RUNS}/{self.spec.job_id}\"/ranks/*.start 2>/dev/null "
                   "| sed -n 's/.*\"child\": \\([0-9]*\\).*/\\1/p'); do "
-                  f"/bin/kill -s {sig} $p 2>/dev/null; done; true")
+                  f"/bin/kill -s {STACK_SIGNAL} $p 2>/dev/null; done; true")
         self.fleet.map(lambda s: s.run(script, timeout=20, label="dump stacks"), "stacks",
                        only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes])
         if any_alive:
@@ -279,7 +282,7 @@ class Supervisor:
             time.sleep(0.1)
 
     def _end_watchers(self, threads) -> None:
-        self.fleet.map(lambda s: s.run(f'touch "$HOME/.nodeprep/runs/{self.spec.job_id}/watch.stop"',
+        self.fleet.map(lambda s: s.run(f'touch "$HOME/{NODE_RUNS}/{self.spec.job_id}/{WATCH_STOP}"',
                                        timeout=20, label="end watch"), "end watch",
                        only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes])
         for t in threads:

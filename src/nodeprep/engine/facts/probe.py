@@ -71,7 +71,7 @@ class FactValues(dict):
         return super().get(key_of(k), default)
 
 
-def _plan(requests: list, host_vars: dict) -> list[tuple[str, Fact, list[tuple[int, Any]]]]:
+def _sections(requests: list, host_vars: dict) -> list[tuple[str, Fact, list[tuple[int, Any]]]]:
     """Sections of a probe: (tag, fact, [(request index, argument)]). A batchable fact's
     parametrized requests share one section, placed where the first of them stood."""
     out: list = []
@@ -92,14 +92,14 @@ def _plan(requests: list, host_vars: dict) -> list[tuple[str, Fact, list[tuple[i
 
 def section_tags(requests: list) -> list[str]:
     """The section tags a probe of REQUESTS prints (for checking that it ran to the end)."""
-    return [tag for tag, _f, _a in _plan(requests, {})]
+    return [tag for tag, _f, _a in _sections(requests, {})]
 
 
 def probe_script(requests: list, host_vars: dict, token: str) -> str:
     """REQUESTS: Fact objects (their snippet gets the host vars) or Requests such as
     FILE("~/.ssh/config")."""
     parts = []
-    for tag, fact, items in _plan(requests, host_vars):
+    for tag, fact, items in _sections(requests, host_vars):
         snippet = fact.batch([a for _i, a in items]) if tag.startswith("b.") else fact.command(items[0][1])
         # Each section runs in a subshell so one fact's `exit` or `cd` cannot leak into the next.
         parts.append(f"echo '@@{token}:{tag}@@'\n( {snippet}\n) 2>&1 </dev/null\n"
@@ -128,7 +128,7 @@ def parse_sections(node: str, requests: list, output: str, token: str, rc: int,
                    tail: str = "") -> FactValues:
     sections = split_sections(output, token)
     values = FactValues()
-    for tag, fact, items in _plan(requests, {}):
+    for tag, fact, items in _sections(requests, {}):
         keys = [key_of(requests[i]) for i, _a in items]
         key = ", ".join(keys) if len(keys) < 3 else f"{fact.name} ({len(keys)} of them)"
         if tag not in sections:

@@ -8,7 +8,7 @@ import os
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.ops.health.findings import Verdict
@@ -23,6 +23,7 @@ class KeyFile:
     path: str
     named: str                       # "key: of FILE:LINE" (the inventory's), or "default"
     exists: bool = True
+    _: KW_ONLY
     mode: int | None = None
     encrypted: bool | None = None    # None: not a key paramiko reads
 
@@ -42,6 +43,7 @@ class View:
     ssh_dir: str
     ssh_dir_mode: int | None
     keys: list[KeyFile]
+    _: KW_ONLY
     agent_sock: str | None
     agent_rc: int | None             # ssh-add -l: 0 keys listed, 1 none, 2 no agent answers
     agent_keys: int
@@ -132,7 +134,8 @@ def look(project: Path, config: Path, inv=None, hosts=(), prefix: str = "") -> V
     ssh_alias_prefix (the aliases its block would write)."""
     ssh_dir = Path("~/.ssh").expanduser()
     sock, rc, n = _agent()
-    v = View(str(ssh_dir), _mode(ssh_dir), keys_of(list(hosts)), sock, rc, n, str(config), _mode(config),
+    v = View(str(ssh_dir), _mode(ssh_dir), keys_of(list(hosts)), agent_sock=sock, agent_rc=rc, agent_keys=n,
+             config_path=str(config), config_mode=_mode(config),
              deps=_deps(project / "requirements" / "tool.txt"))
     try:
         text = config.read_text(encoding="utf-8", errors="replace") if config.is_file() else ""

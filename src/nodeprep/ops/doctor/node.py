@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from nodeprep.engine import facts as factmod
 from nodeprep.ops.health.findings import Verdict
@@ -34,6 +34,7 @@ class Contact:
     name: str
     address: str
     port: int
+    _: KW_ONLY
     user: str | None
     key: str | None
     vars: dict

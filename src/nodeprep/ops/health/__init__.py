@@ -1,6 +1,6 @@
 """Node health: is each node fit to run a job, beyond being identical to the others.
 
-  findings.py   Verdict (OK/WARN/UNKNOWN/CRITICAL), Finding, Check, Thresholds, Context
+  findings.py   Verdict (OK/WARN/UNKNOWN/CRITICAL), Finding, CheckSpec, Thresholds, Context
   gpu.py        one node's GPUs: nvidia-smi, persistence, ECC, row remap, retired pages, PCIe,
                 clock events, NVLink, Xids, fabric manager, busy GPUs
   node.py       one node besides its GPUs: disk, memory, /dev/shm, limits, clock

@@ -12,7 +12,7 @@ Nothing else changes: without --drain/--undrain this module is not used."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 PREFIX = "nodeprep:"
 # `sinfo -N` prints a node once per partition; %T: its state (drained, draining, down+drain ...),
@@ -40,6 +40,7 @@ class Action:
     node: str             # inventory name
     slurm: str            # Slurm NodeName
     op: str               # drain | resume | keep
+    _: KW_ONLY
     why: str
     reason: str = ""      # the reason written with drain
 
@@ -69,7 +70,7 @@ def reason(codes) -> str:
     return f"{PREFIX} {','.join(sorted(set(codes)))} (invoke health)"
 
 
-def plan(critical: dict[str, list[str]], nodes: list[str], slurm_names: dict[str, str],
+def actions_for(critical: dict[str, list[str]], nodes: list[str], slurm_names: dict[str, str],
          states: dict[str, SlurmNode], drain: bool, undrain: bool) -> list[Action]:
     """One Action per node where something is (or is deliberately not) done. CRITICAL: {node:
     its CRITICAL codes}; NODES: the nodes health looked at, in order; SLURM_NAMES: {node: Slurm
@@ -80,24 +81,24 @@ def plan(critical: dict[str, list[str]], nodes: list[str], slurm_names: dict[str
         st = states.get(name) if name else None
         if st is None:
             if (drain and node in critical) or undrain:
-                out.append(Action(node, name or "", "keep", "Slurm does not list this node: nothing done"))
+                out.append(Action(node, name or "", "keep", why="Slurm does not list this node: nothing done"))
             continue
         codes = critical.get(node)
         if codes and drain:
             want = reason(codes)
             if st.drained and not st.ours:
-                out.append(Action(node, name, "keep", f"already drained by someone else "
+                out.append(Action(node, name, "keep", why=f"already drained by someone else "
                                   f"(reason {st.reason!r}): left as it is"))
             elif st.drained and st.reason == want:
-                out.append(Action(node, name, "keep", "already drained by nodeprep for the same codes"))
+                out.append(Action(node, name, "keep", why="already drained by nodeprep for the same codes"))
             else:
-                out.append(Action(node, name, "drain", f"CRITICAL: {', '.join(sorted(set(codes)))}", want))
+                out.append(Action(node, name, "drain", why=f"CRITICAL: {', '.join(sorted(set(codes)))}", reason=want))
         elif codes and undrain and st.drained and st.ours:
-            out.append(Action(node, name, "keep", "still CRITICAL: stays drained"))
+            out.append(Action(node, name, "keep", why="still CRITICAL: stays drained"))
         elif not codes and undrain and st.drained and st.ours:
-            out.append(Action(node, name, "resume", f"healthy now (was drained: {st.reason!r})"))
+            out.append(Action(node, name, "resume", why=f"healthy now (was drained: {st.reason!r})"))
         elif not codes and undrain and st.drained:
-            out.append(Action(node, name, "keep", f"drained by someone else (reason {st.reason!r}): "
+            out.append(Action(node, name, "keep", why=f"drained by someone else (reason {st.reason!r}): "
                               "never undrained by nodeprep"))
     return out
 

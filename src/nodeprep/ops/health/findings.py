@@ -2,7 +2,7 @@
 give, the facts it reads, a function from those facts to findings)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import IntEnum
 from typing import Callable
 
@@ -31,13 +31,14 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Check:
+class CheckSpec:
     """NAME for --check; CODES {code: what it means} for --list-checks and --ignore; FACTS the
     probe must gather; RUN (the node's facts, Context) -> [(code, verdict, reason, fix)];
     FLEET: True when RUN takes every node's facts at once ({node: facts}) and returns
     [(node, code, verdict, reason, fix)]."""
     name: str
     about: str
+    _: KW_ONLY
     codes: dict[str, str]
     facts: tuple = ()
     run: Callable = None

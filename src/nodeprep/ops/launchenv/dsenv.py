@@ -44,7 +44,7 @@ ACCELERATOR_ENVS = {                                               # accelerator
 }
 EXCLUDE_ENVS = {"AISC_JOB_NAME": ("NCCL_IB_HCA", "UCX_NET_DEVICES")}  # runner.py:43
 DEFAULT_NAME = ".deepspeed_env"                                    # runner.py:37
-LAUNCHERS = ("pdsh", "openmpi")
+SUPPORTED_DS_LAUNCHERS = ("pdsh", "openmpi")    # the --ds-launcher values nodeprep drives
 _QUOTED = re.compile(r"[^\w@%+=:,./-]")       # values DeepSpeed double-quotes (multinode_runner.py:39)
 _LIVE_IN_QUOTES = '"$`\\'                     # still special to a POSIX shell inside "..."
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -159,8 +159,8 @@ def parse(text: str, path: str, launcher: str = "pdsh") -> EnvFile:
     """Read TEXT (the file at PATH) as DeepSpeed 0.19.8 does. ENTRIES: key -> stripped value for
     every line it accepts (invalid names included, as DeepSpeed exports them; lines it dies on
     are left out). PROBLEMS: "PATH:LINE: what is wrong; what to do", for LAUNCHER (pdsh, openmpi)."""
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"unknown launcher {launcher!r} (one of {', '.join(LAUNCHERS)})")
+    if launcher not in SUPPORTED_DS_LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r} (one of {', '.join(SUPPORTED_DS_LAUNCHERS)})")
     out = EnvFile(path)
     seen: dict[str, int] = {}
     for n, line in enumerate(_lines(text), 1):

@@ -52,7 +52,7 @@ class Provisioning:
     inventory: object
     hosts: list
     settings: object
-    check: bool = False
+    check_mode: bool = False     # --check: change nothing, say what would change
     vars: dict = field(default_factory=dict)     # node -> resolved variables
     facts: dict = field(default_factory=dict)    # node -> facts from the probe
     shared: Shared = field(default_factory=Shared)

@@ -16,9 +16,9 @@ from nodeprep.inventory.nodeset import fold
 @dataclass
 class Topology:
     homes: dict[str, list[str]] = field(default_factory=dict)      # home id -> nodes
-    machines: dict[str, list[str]] = field(default_factory=dict)   # machine id -> nodes
+    by_machine_id: dict[str, list[str]] = field(default_factory=dict)   # machine-id:boot-id -> nodes
     home_of: dict[str, str] = field(default_factory=dict)
-    machine_of: dict[str, str] = field(default_factory=dict)
+    machine_id_of: dict[str, str] = field(default_factory=dict)        # node -> machine-id:boot-id
 
     @classmethod
     def of(cls, facts: dict, order: list[str]) -> "Topology":
@@ -27,10 +27,10 @@ class Topology:
         for n in order:
             ident = (facts.get(n) or {}).get(IDENTITY.key) or {}
             home = ident.get("home") or f"node:{n}"
-            machine = ident.get("machine") or f"node:{n}"
-            t.home_of[n], t.machine_of[n] = home, machine
+            machine_id = ident.get("machine") or f"node:{n}"
+            t.home_of[n], t.machine_id_of[n] = home, machine_id
             t.homes.setdefault(home, []).append(n)
-            t.machines.setdefault(machine, []).append(n)
+            t.by_machine_id.setdefault(machine_id, []).append(n)
         return t
 
     def actor(self, node: str, scope: str) -> str:
@@ -38,7 +38,7 @@ class Topology:
         if scope == "home":
             return self.homes[self.home_of[node]][0]
         if scope == "machine":
-            return self.machines[self.machine_of[node]][0]
+            return self.by_machine_id[self.machine_id_of[node]][0]
         return node
 
     def leads_all(self, node: str) -> bool:
@@ -47,11 +47,11 @@ class Topology:
 
     @property
     def shared(self) -> bool:
-        return any(len(v) > 1 for v in (*self.homes.values(), *self.machines.values()))
+        return any(len(v) > 1 for v in (*self.homes.values(), *self.by_machine_id.values()))
 
     def describe(self) -> list[str]:
         """One line per shared group: `worker-[0-15] share one home (worker-0 acts for it)`."""
         out = [f"{fold(ns)} share one home ({ns[0]} acts for it)" for ns in self.homes.values() if len(ns) > 1]
-        out += [f"{fold(ns)} are one machine ({ns[0]} acts for it)" for ns in self.machines.values()
+        out += [f"{fold(ns)} are one machine ({ns[0]} acts for it)" for ns in self.by_machine_id.values()
                 if len(ns) > 1]
         return out

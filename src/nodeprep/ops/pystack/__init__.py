@@ -3,16 +3,16 @@ installed offline from wheels the controller downloads once per platform.
 
   paths.py       the venv's absolute path on a node, the PATH its ranks get, its verify stamp
   tags.py        which CPU a venv's wheels were built for (their platform tags)
-  plan.py        what the stack roles compute once per run: platforms, pins, the torch plan,
-                 the wheelhouse manifests
+  runcache.py    the per-run cache of what the stack roles compute once (in prov.shared):
+                 platforms, pins, the torch plan, the wheelhouse manifests
   wheelhouse.py  the controller's wheelhouse: resolve and download once per node platform
   relay.py       wheels node to node in a chain over the mesh (the controller sends each once)
   wheelcast.py   the same by Slurm's sbcast (--via slurm)
 
-`from nodeprep.ops import pystack` gives paths.py and plan.py's names (pystack.venv_path, ...).
+`from nodeprep.ops import pystack` gives paths.py and runcache.py's names (pystack.venv_path, ...).
 """
 from nodeprep.ops.pystack.paths import damaged, node_path, path_env, venv_path, verified_stamp
-from nodeprep.ops.pystack.plan import (fleet_majority, fleet_python, platform, requirement_pins, torch_plan,
+from nodeprep.ops.pystack.runcache import (fleet_majority, fleet_python, platform, requirement_pins, torch_plan,
                                        wheelhouse_manifests)
 from nodeprep.ops.pystack.tags import foreign_packages
 

@@ -15,7 +15,7 @@ What arrives lands in `<wheelhouse>/.relay/` on each node. Nothing there is used
 controller, over its own connection, has checked each file against ITS manifest's sha256
 (finalize_script) and renamed it into place; `.relay/` is then removed. A node whose copy is
 missing or wrong gets those wheels pushed directly by the controller (the fallback), and the
-run's notes and report say so. The plan (which node feeds which) is pure: see plan().
+run's notes and report say so. Which node feeds which is pure: see chains_for().
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ from pathlib import Path
 from nodeprep import nodeside
 from nodeprep.engine.transports.fanout import SSH_CLIENT
 from nodeprep.engine.remote import SHA256_SH, write_script
+from nodeprep.ops.ssh import CLUSTER_KEY_SH
 
-CLUSTER_KEY = "$HOME/.ssh/nodeprep_cluster_ed25519"
-STAGE = ".relay"
+STAGE, HOP_SUMS = ".relay", ".sha256"    # the relay hop's directory; its sums there (relay_hop.SUMS)
 # Ciphers that cost the least CPU per byte where the CPU has AES instructions; every one has
 # been in OpenSSH since 6.5, so a node refusing them all is an odd one (its relay fails over).
 CIPHERS = ("aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
@@ -64,7 +64,7 @@ class Chain:
     files: list[str]           # what the stream carries: every wheel one of the nodes lacks
 
 
-def plan(wants: list[Want], holders: dict[str, list[str]], order: list[str]) -> list[Chain]:
+def chains_for(wants: list[Want], holders: dict[str, list[str]], order: list[str]) -> list[Chain]:
     """One chain per platform over the nodes that lack its wheels, in inventory ORDER, headed
     by the first node of HOLDERS[platform] (nodes that hold all of them) or the controller.
     The stream carries the union of what they lack: a node receiving a wheel it has already
@@ -99,7 +99,7 @@ def _client(login: MeshLogin) -> str:
     """The ssh words to a peer over the mesh, up to its address: pinned keys only
     (StrictHostKeyChecking=yes, BatchMode), the cluster key, every value quoted."""
     user = f"-l {shlex.quote(login.user)} " if login.user else ""
-    return (f"{SSH_CLIENT} -o IdentitiesOnly=yes -o Ciphers={CIPHERS} -i \"{CLUSTER_KEY}\" "
+    return (f"{SSH_CLIENT} -o IdentitiesOnly=yes -o Ciphers={CIPHERS} -i \"{CLUSTER_KEY_SH}\" "
             f"-p {int(login.port)} {user}")
 
 
@@ -200,7 +200,7 @@ def finalize_script(dest: str, sums: dict[str, str]) -> str:
     s = f"{dest}/{STAGE}"
     lines = [f"cd -- {shlex.quote(dest)} 2>/dev/null || exit 0", f"[ -d {shlex.quote(STAGE)} ] || exit 0",
              SHA256_SH, "np_nl='\n'",
-             f"np_sums=\"$np_nl$(cat -- {shlex.quote(f'{STAGE}/.sha256')} 2>/dev/null)$np_nl\""]
+             f"np_sums=\"$np_nl$(cat -- {shlex.quote(f'{STAGE}/{HOP_SUMS}')} 2>/dev/null)$np_nl\""]
     for name, sha in sorted(sums.items()):
         p, q = shlex.quote(f"{STAGE}/{name}"), shlex.quote(name)
         listed = f"*\"$np_nl\"{shlex.quote(f'{sha} {name}')}\"$np_nl\"*"
@@ -362,7 +362,7 @@ def run_chain(fleet, chain: Chain, relay: Relay, timeout: int) -> None:
 
 
 def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
-    """The fleet-level relay of one apply pass (Step.fleet): plan the chains over NODES, put
+    """The fleet-level relay of one apply pass (Step.fleet): the chains over NODES, put
     each node's hop script in place, run the chains (one per platform, at once). Never
     raises: what did not arrive is pushed by the controller afterwards."""
     try:
@@ -376,7 +376,7 @@ def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
     usable = {s.name for s in fleet.usable()}
     holders = {p: [h for h in relay.order if h in hs and h in usable and h not in nodes]
                for p, hs in relay.holders.items()}
-    chains = plan([relay.wants[n] for n in nodes if n in relay.wants], holders, relay.order)
+    chains = chains_for([relay.wants[n] for n in nodes if n in relay.wants], holders, relay.order)
     where = {n: c for c in chains for n in c.nodes}
     size = {c.platform: sum((relay.local[c.platform] / f).stat().st_size for f in c.files)
             for c in chains}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from nodeprep.engine.steps import without_block
@@ -42,6 +42,7 @@ class Defined:
     alias: str
     hostname: str | None     # None: the entry sets no HostName of its own
     port: int | None
+    _: KW_ONLY
     where: str               # FILE:LINE, and the block's inventory if it is one
     block: str | None = None  # the managed block's inventory; None: the user's own entry
 
@@ -83,7 +84,7 @@ def defined(text: str, file: str, own: str, names: set[str] | None = None) -> di
             hostname = r.hostname
             found.setdefault(alias, []).append(Defined(
                 alias, None if hostname == alias else hostname, r.port if r.one("port") else None,
-                f"{file}:{number}{label}", block))
+                where=f"{file}:{number}{label}", block=block))
     return found
 
 

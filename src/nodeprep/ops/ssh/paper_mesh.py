@@ -13,8 +13,9 @@ import hashlib
 import hmac
 
 from nodeprep.engine.hostkeys import host_entry
+from nodeprep.ops.ssh import CLUSTER_KEY
 
-CLUSTER_PUB = "~/.ssh/nodeprep_cluster_ed25519.pub"
+CLUSTER_PUB = CLUSTER_KEY + ".pub"
 FILES = ("~/.ssh/authorized_keys", "~/.ssh/known_hosts", CLUSTER_PUB)
 _KEY_TYPES = ("ssh-", "ecdsa-", "sk-")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from nodeprep.engine.facts import gpus
 from nodeprep.errors import InputError
@@ -19,6 +19,7 @@ class NodeGPU:
     name: str
     arch: str                      # "x86_64" | "aarch64"
     driver: str | None
+    _: KW_ONLY
     capabilities: list[str]        # one per GPU, e.g. "8.0"
     cpu_only: bool = False
     models: list[str] = field(default_factory=list)  # GPU names, parallel to capabilities
@@ -30,8 +31,8 @@ def node_from_facts(name: str, arch: str | None, gpus_fact: dict | None, cpu_onl
     g = gpus_fact or {}
     devs = [] if g.get("error") else (g.get("devices") or [])
     return NodeGPU(name, ARCH_ALIASES.get(arch or "x86_64", arch), g.get("driver"),
-                   [d.get("capability") for d in devs], bool(cpu_only),
-                   [d.get("name") or "" for d in devs], g.get("error"))
+                   capabilities=[d.get("capability") for d in devs], cpu_only=bool(cpu_only),
+                   models=[d.get("name") or "" for d in devs], error=g.get("error"))
 
 
 def parse_node_spec(text: str, default_arch: str = "x86_64") -> NodeGPU:
@@ -75,5 +76,5 @@ def parse_node_spec(text: str, default_arch: str = "x86_64") -> NodeGPU:
     arch = vals.get("arch", default_arch)
     if arch not in ARCH_ALIASES:
         raise bad(f"arch={arch}: expected x86_64 or aarch64")
-    return NodeGPU(name.strip(), ARCH_ALIASES[arch], vals.get("driver"), [c for c, _ in found],
-                   "cpu" in vals, [m for _, m in found])
+    return NodeGPU(name.strip(), ARCH_ALIASES[arch], vals.get("driver"), capabilities=[c for c, _ in found],
+                   cpu_only="cpu" in vals, models=[m for _, m in found])

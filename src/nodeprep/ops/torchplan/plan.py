@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 
 from nodeprep.errors import InputError
 from nodeprep.ops.torchplan import data as td
@@ -40,6 +40,7 @@ class Build:
     cpu_arch: str
     nodes: list[str]
     variant: str
+    _: KW_ONLY
     index_url: str | None
     requirement: str
     cuda: str | None
@@ -167,9 +168,9 @@ def _build(fl: PlatformGroups, arch: str, full: str, chosen, template: str) -> B
         archs[archs.index(pick.ptx_cap)] += "+PTX"
     ptx = ", ".join(fl.label(k) for k in pick.via_ptx) or None
     return Build(arch, [n.name for n in fl.nodes if n.arch == arch], pick.variant,
-                 template.format(variant=pick.variant), f"torch=={full}+{pick.variant}",
-                 td.cuda(pick.variant), archs, compat,
-                 f"{ptx} through the {pick.ptx_cap} PTX (JIT)" if ptx else None, reasons)
+                 index_url=template.format(variant=pick.variant), requirement=f"torch=={full}+{pick.variant}",
+                 cuda=td.cuda(pick.variant), arch_list=archs, compat=compat,
+                 ptx=f"{ptx} through the {pick.ptx_cap} PTX (JIT)" if ptx else None, reasons=reasons)
 
 
 def from_pip_config(plan: Plan) -> list[str]:
@@ -213,8 +214,9 @@ def _cpu_plan(fl: PlatformGroups, full: str, minor: str, template: str, why: lis
         if w is None or not w.selectable:
             raise PlanError(fl.first(a), f"torch {minor} has no CPU build for {a}", "pick another torch release")
         why.append(f"   {w.row(full)}")
-        builds.append(Build(a, [n.name for n in fl.nodes if n.arch == a], "cpu", template.format(variant="cpu"),
-                            f"torch=={full}+cpu", None, [], reasons=["CUDA variants: no node has a GPU"]))
+        builds.append(Build(a, [n.name for n in fl.nodes if n.arch == a], "cpu",
+                            index_url=template.format(variant="cpu"), requirement=f"torch=={full}+cpu",
+                            cuda=None, arch_list=[], reasons=["CUDA variants: no node has a GPU"]))
     why.append("2. no node has a GPU: the CPU build on every platform")
     return Plan(full, builds, td.release(minor).get("pypi_default"))
 

@@ -2,13 +2,14 @@
 between them, so multi-node launch paths can be tried on a single box."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from nodeprep.engine.facts import FILE, gather
 from nodeprep.engine.hostkeys import host_entry
 from nodeprep.engine.remote import write_script
 from nodeprep.engine.steps import with_block
 from nodeprep.errors import InputError, NodeprepError
+from nodeprep.ops.ssh import CLUSTER_KEY
 from nodeprep.ops.train import gpusplit
 
 EMU_PREFIX = "emu-"
@@ -21,6 +22,7 @@ class Emulation:
     machine: str
     names: list[str]
     per_node: int                  # processes per emulated node
+    _: KW_ONLY
     hostfile_slots: list[int]      # what the hostfile says (all K GPUs with --include)
     devices: list[list[int]] | None  # GPUs of each emulated node (None: CPU)
     include: str | None
@@ -47,17 +49,18 @@ def check_emulate(m, hosts, launcher) -> None:
                          hint="use --launcher deepspeed, torchrun or mpirun")
 
 
-def plan_emulation(host, m: int, gpus: int, launcher: str, network: bool) -> Emulation:
+def emulation_of(host, m: int, gpus: int, launcher: str, network: bool) -> Emulation:
     names = [f"{EMU_PREFIX}{k}" for k in range(m)]
     if not gpus:   # a CPU machine: one process per emulated node, nothing to split
-        return Emulation(host.name, names, 1, [1] * m, None, None, [], network)
+        return Emulation(host.name, names, 1, hostfile_slots=[1] * m, devices=None, include=None, cuda_visible=[],
+                         network=network)
     if launcher == "mpirun":
         raise InputError(f"--emulate with mpirun on {host.name}'s {gpus} GPU(s): Open MPI gives every "
                          "emulated node local ranks from 0, so they would share GPUs",
                          hint="use --launcher deepspeed (--include) or torchrun (CUDA_VISIBLE_DEVICES)")
     e = gpusplit.emulated(gpus, m, prefix=EMU_PREFIX)
-    return Emulation(host.name, e["names"], e["slots"][0], [gpus] * m, e["devices"], e["include"],
-                     e["cuda_visible"], network)
+    return Emulation(host.name, e["names"], e["slots"][0], hostfile_slots=[gpus] * m, devices=e["devices"],
+                     include=e["include"], cuda_visible=e["cuda_visible"], network=network)
 
 
 def alias_block(emu: Emulation, host) -> str:
@@ -66,7 +69,7 @@ def alias_block(emu: Emulation, host) -> str:
     recorded under in ~/.ssh/known_hosts by provision's ssh mesh): no new trust is added."""
     return (f"Host {' '.join(emu.names)}\n    HostName {host.address}\n    Port {host.port}\n"
             f"    HostKeyAlias {host_entry(host.name, host.port)}\n"
-            f"    IdentityFile ~/.ssh/nodeprep_cluster_ed25519\n    IdentitiesOnly yes\n")
+            f"    IdentityFile {CLUSTER_KEY}\n    IdentitiesOnly yes\n")
 
 
 def write_aliases(session, emu: Emulation, host) -> bool:

@@ -47,13 +47,13 @@ def emulated(gpus: int, nodes: int, prefix: str = "worker-") -> dict:
             "hostfile": "".join(f"{n} slots={gpus}\n" for n in names)}
 
 
-def machine_shares(machines: dict[str, list[str]], names: list[str],
+def machine_shares(by_machine_id: dict[str, list[str]], names: list[str],
                    gpus: dict[str, int]) -> dict[str, list[int]]:
-    """MACHINES: machine -> its inventory nodes (Topology.machines). The selected NAMES on one
+    """BY_MACHINE_ID: machine id -> its inventory nodes (Topology.by_machine_id). The selected NAMES on one
     machine split its GPUs; nodes alone on their machine, or on a machine without GPUs, are
     not in the answer (they use them all)."""
     out: dict[str, list[int]] = {}
-    for nodes in machines.values():
+    for nodes in by_machine_id.values():
         sel = [n for n in nodes if n in names]
         k_gpus = gpus.get(sel[0], 0) if sel else 0
         if len(sel) < 2 or not k_gpus:

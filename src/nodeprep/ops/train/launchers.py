@@ -22,6 +22,8 @@ from nodeprep.errors import InputError
 # deepspeed_cmd leaves this placeholder where the hostfile path goes: the caller writes the
 # file on the launching node and substitutes the path with fill_hostfile().
 HOSTFILE = "{hostfile}"
+LAUNCHERS = ("deepspeed", "torchrun", "mpirun", "srun")    # train --launcher
+# every multinode launcher DeepSpeed's runner knows (nodeprep drives dsenv.SUPPORTED_DS_LAUNCHERS)
 DEEPSPEED_LAUNCHERS = ("pdsh", "openmpi", "mvapich", "slurm", "mpich", "impi")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

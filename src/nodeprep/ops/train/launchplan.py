@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.engine.facts import GPUS, USER
@@ -19,7 +19,7 @@ from nodeprep.ops.provision.topology import Topology
 from nodeprep.ops.pystack.paths import venv_path
 from nodeprep.ops.train import gpusplit, launchers
 from nodeprep.ops.train.emulate import Emulation
-from nodeprep.ops.train.payload import agent_dir
+from nodeprep.ops.train.payload import NODE_RUNS, agent_dir
 
 # --emulate-network: NCCL must take the network path between emulated nodes on one machine
 NETWORK_PATH = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
@@ -31,6 +31,7 @@ class NodeRun:
     name: str
     address: str          # on the training network: MASTER_ADDR and the rendezvous use it
     port: int             # sshd port
+    _: KW_ONLY
     slots: int            # processes on it: len(devices) when chosen, else the inventory's
                           # slots, its GPUs, cpu_slots, or 1
     given_slots: int | None   # the inventory's `slots`
@@ -47,10 +48,10 @@ class NodeRun:
 
 @dataclass(frozen=True)
 class Split:
-    """Which GPUs each node gets: MACHINES (Topology.machines), the SHARES of shared machines
+    """Which GPUs each node gets: BY_MACHINE_ID (Topology.by_machine_id), the SHARES of shared machines
     (gpusplit.machine_shares), and the slots a DeepSpeed-style --limit CHOSE
     (inventory/dsfilter.py: slot i of a node is its i-th GPU)."""
-    machines: dict[str, list[str]]
+    by_machine_id: dict[str, list[str]]
     shares: dict[str, list[int]] = field(default_factory=dict)
     chosen: Filter | None = None
 
@@ -59,7 +60,7 @@ def node_runs(hosts, facts: dict, vars_of: dict, job_name: str, split: Split) ->
     """HOSTS (inventory order, the head first) with their FACTS (USER, GPUS) and variables, as
     SPLIT divides the GPUs; a node the --limit filter leaves without slots is not in the answer."""
     shares, chosen = split.shares, split.chosen
-    machine_of = {n: ns[0] for ns in split.machines.values() for n in ns}
+    machine_of = {n: ns[0] for ns in split.by_machine_id.values() for n in ns}
     own = {}
     for h in hosts:
         gpus = facts[h.name][GPUS]["count"]
@@ -78,11 +79,12 @@ def node_runs(hosts, facts: dict, vars_of: dict, job_name: str, split: Split) ->
         if picked is not None and picked[h.name] != list(range(len(share) if share is not None else base)):
             devices = [share[i] for i in picked[h.name]] if share is not None else picked[h.name]
         slots = len(devices) if devices is not None else base
-        out.append(NodeRun(h.name, h.address, h.port, slots, h.slots, gpus, home,
-                           venv_path(vars_of[h.name], f) + "/bin/python",
-                           posixpath.join(home, ".nodeprep", "jobs", job_name), machine_of.get(h.name, h.name),
-                           gpus if share is not None else base,
-                           tuple(devices) if devices is not None else None))
+        out.append(NodeRun(h.name, h.address, h.port, slots=slots, given_slots=h.slots, gpus=gpus, home=home,
+                           python=venv_path(vars_of[h.name], f) + "/bin/python",
+                           job_dir=posixpath.join(home, ".nodeprep", "jobs", job_name),
+                           machine=machine_of.get(h.name, h.name),
+                           pool=gpus if share is not None else base,
+                           devices=tuple(devices) if devices is not None else None))
     return out
 
 
@@ -254,8 +256,8 @@ class LaunchPlan:
         plus the master address, in this run's directory, so nothing is left in the job
         directory for a later pdsh run to pick up."""
         dse = f"MASTER_ADDR={self.master_addr}\nMASTER_PORT={self.port}\n"
-        env_file = f'"$HOME/.nodeprep/runs/{self.job_id}/deepspeed_env"'
-        return (f"mkdir -p \"$HOME/.nodeprep/runs/{self.job_id}\" && {{ [ -f \"$HOME/.deepspeed_env\" ] && "
+        env_file = f'"$HOME/{NODE_RUNS}/{self.job_id}/deepspeed_env"'
+        return (f"mkdir -p \"$HOME/{NODE_RUNS}/{self.job_id}\" && {{ [ -f \"$HOME/.deepspeed_env\" ] && "
                 f"sed -e '$a\\' \"$HOME/.deepspeed_env\"; printf %s {shlex.quote(dse)}; }} > {env_file} && "
                 f"export DS_ENV_FILE={env_file} && ")
 
@@ -291,6 +293,7 @@ class Prepared:
     plan: LaunchPlan
     facts: dict                  # node -> the train probe's FactValues
     vars: dict                   # node -> the node's resolved inventory variables
+    _: KW_ONLY
     files: dict[str, Path]       # the payload's files, synced into the job directory
     topo: Topology
 

@@ -86,5 +86,10 @@ def agent_files() -> dict[str, Path]:
     return {"rank.py": nodeside.RANK, "watch.py": nodeside.WATCH}
 
 
+# a job's run directory on a node is ~/NODE_RUNS/<job> (nodeside/rank.py's RUNS: the same, kept
+# equal by tests/unit/test_nodeside_copies.py)
+NODE_RUNS = ".nodeprep/runs"
+
+
 def agent_dir(home: str) -> str:
     return posixpath.join(home, ".nodeprep", "agent")

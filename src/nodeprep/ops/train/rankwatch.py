@@ -17,7 +17,7 @@ import re
 import signal
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Callable
 
 from nodeprep.ops.train import tracebacks
@@ -73,6 +73,7 @@ class Failure:
     t: float                        # the node's clock (node loss: the last tick seen)
     kind: str                       # rank | node | launcher | hang | timeout | interrupted | stopped
     who: str                        # "worker-1 r3", "worker-1", a launcher label
+    _: KW_ONLY
     what: str
     rank: int | None = None
     prio: int = 0                   # 0 rank/node, 1 launcher (usually a consequence)
@@ -203,7 +204,7 @@ class RankWatch:
             said = ev.get("script_rc")
             what = describe_rc(r.rc, r.oom) if said is None or r.rc >= 0 else (
                 f"{describe_rc(int(said), None)} (then {describe_rc(r.rc, None)} as it shut down)")
-            self.failures.append(Failure(t, "rank", r.name, what, r.rank, fatal=-r.rc in FATAL))
+            self.failures.append(Failure(t, "rank", r.name, what=what, rank=r.rank, fatal=-r.rc in FATAL))
 
     def _by_our_stop(self, rc: int, end: float) -> bool:
         """An end nodeprep's stop explains: TERM/KILL (or a shell's 143/137 for them) after
@@ -220,8 +221,8 @@ class RankWatch:
         if self._by_our_stop(-signal.SIGKILL, r.end):
             r.how = "stopped"
         elif not self.restarts:
-            self.failures.append(Failure(r.end, "rank", r.name, "vanished without an exit status "
-                                         "(its wrapper was killed, e.g. SIGKILL)", r.rank))
+            self.failures.append(Failure(r.end, "rank", r.name, what="vanished without an exit status "
+                                         "(its wrapper was killed, e.g. SIGKILL)", rank=r.rank))
 
     def _launcher(self, ev: dict) -> None:
         i, rc = str(ev["label"]), int(ev["rc"])
@@ -229,7 +230,7 @@ class RankWatch:
         self.launcher_rc[label] = rc
         if rc != 0 and self.stop_t is None:
             self.failures.append(Failure(float(ev.get("end", time.time())), "launcher", label,
-                                         f"(the launcher) exited with status {rc}", prio=1))
+                                         what=f"(the launcher) exited with status {rc}", prio=1))
 
     def lost(self, machine: str, why: str) -> None:
         """MACHINE's watcher ended or went silent while the job ran."""
@@ -237,11 +238,11 @@ class RankWatch:
             return
         self.lost_nodes.add(machine)
         seen = time.time() - (time.monotonic() - self.last_tick.get(machine, time.monotonic()))
-        self.failures.append(Failure(seen, "node", machine, f"stopped answering ({why})"))
+        self.failures.append(Failure(seen, "node", machine, what=f"stopped answering ({why})"))
 
     def fail(self, kind: str, what: str) -> None:
         """A failure the controller decides: hang, timeout, interrupted, stopped."""
-        self.failures.append(Failure(time.time(), kind, "", what, prio=2))
+        self.failures.append(Failure(time.time(), kind, "", what=what, prio=2))
 
     def stopping(self) -> None:
         if self.stop_t is None:

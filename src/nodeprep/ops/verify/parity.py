@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.errors import InputError
@@ -59,6 +59,7 @@ class Report:
     nodes: list[str]
     drift: list[Drift]
     unreachable: dict[str, str]
+    _: KW_ONLY
     checks: list[dict]
     compared_keys: int
     compared_nodes: int = 0     # nodes whose values were compared (none compared proves nothing)
@@ -185,7 +186,7 @@ def compare(fingerprints: dict, severity: dict | None = None, checks=(),
     checks = [{"node": c.get("node", ""), "key": c.get("key", ""), "message": c.get("message", ""),
                "severity": c.get("severity") or severity_of(c.get("key", ""), severity)}
               for c in checks]
-    return Report(nodes, drift, unreachable, checks, len(keys), len(reachable))
+    return Report(nodes, drift, unreachable, checks=checks, compared_keys=len(keys), compared_nodes=len(reachable))
 
 
 def against_baseline(current: dict, baseline: dict, severity: dict | None = None,
@@ -215,7 +216,8 @@ def against_baseline(current: dict, baseline: dict, severity: dict | None = None
                "message": "added since the baseline, nothing to compare it with"
                if n not in baseline else "in the baseline but no fingerprint now"}
               for n in nodes if n not in unreachable and (n in current) != (n in baseline)]
-    return Report(nodes, drift, unreachable, checks, len(keys), len(both), baseline=True)
+    return Report(nodes, drift, unreachable, checks=checks, compared_keys=len(keys), compared_nodes=len(both),
+                  baseline=True)
 
 
 def fingerprint_file_write(path, fingerprints: dict, meta: dict | None = None) -> None:

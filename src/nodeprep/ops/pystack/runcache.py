@@ -1,7 +1,8 @@
-"""What the Python-stack roles (wheelhouse, venv, torch, deepspeed_env) compute from the
-fleet's facts, once per run and cached in prov.shared (a typed roles.Shared): each node's wheel
-platform, the fleet's majority values, the pinned requirements, the wheelhouse manifests and
-the ONE torch build for the whole fleet. Paths on the nodes are paths.py."""
+"""The per-run cache of the Python-stack roles (wheelhouse, venv, torch, deepspeed_env): what
+they compute from the fleet's facts once per run, kept in prov.shared (a typed roles.Shared):
+each node's wheel platform, the fleet's majority values, the pinned requirements, the
+wheelhouse manifests and the ONE torch build for the whole fleet. Paths on the nodes are
+paths.py."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -150,13 +151,13 @@ def wheelhouse_manifests(prov) -> list:
                  if f.get("python") and f["python"]["version"] == fleet_py}
     import platform as controller
     here = plan.for_arch(controller.machine()) if plan else None    # sdists are built on the controller
-    built = None if prov.check else house.build(first["wheel_builds"], here.requirement if here else None,
+    built = None if prov.check_mode else house.build(first["wheel_builds"], here.requirement if here else None,
                                                torch_for(controller.machine())[1])
     results = []
     for p in sorted(set(platforms.values()), key=lambda p: p.key):
         name = f"wheelhouse.download {p.key}"
         pins, index = torch_for(p.arch)
-        if prov.check:   # plan from the cache when it matches; never download in --check
+        if prov.check_mode:   # plan from the cache when it matches; never download in --check
             m = house.cached(p, pins, index)
             if m is None:
                 results.append(StepResult(name, "changed", "would resolve and download"))
