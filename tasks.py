@@ -465,8 +465,9 @@ TIERS = ("lab", "slurm", "aarch64", "cold", "train")   # markers: tests/conftest
             "fast": "the fast tier: unit tests not marked slow (no torch, ansible, downloads or "
                     "fuzz campaign; see tests/unit/conftest.py), under a minute",
             "tier": "only the integration tests of this tier (repeatable): " + ", ".join(TIERS),
-            "workers": "pytest-xdist workers (default 3; 0 runs in this process, as a debugger needs)"})
-def test(c, k=None, unit=False, fast=False, tier=None, workers=3):
+            "workers": "pytest-xdist workers (default: 2 for --fast/--unit, none for the lab tiers, "
+                       "whose deadline tests need the cores; 0: this process, as a debugger needs)"})
+def test(c, k=None, unit=False, fast=False, tier=None, workers=None):
     """Run the test suite: unit tests, then integration tests against a real emulated lab."""
     bad = [t for t in tier or () if t not in TIERS]
     if bad:
@@ -478,6 +479,8 @@ def test(c, k=None, unit=False, fast=False, tier=None, workers=3):
         args += ["-m", "not slow"]
     if k:
         args += ["-k", k]
+    if workers is None:
+        workers = 2 if unit or fast else 0
     if int(workers):
         # the whole suite: one module per worker at a time, each worker with its own lab
         # (tests/conftest.py); unit tiers: test by test

@@ -1,10 +1,11 @@
 """The whole suite.
 
 Workers: `invoke test` runs the suite on several pytest-xdist workers (`--dist loadscope`,
-modules in the order set here, not by test count): every test of one module goes to one worker (its module fixtures are built once), and each
-worker runs its own lab "t" (tests/integration/conftest.py names it), so no two workers share a
-lab. The modules known to be long start first (LONG_FIRST), then the other integration modules, then
-the unit modules (short ones fill the workers' ends), so no long module is the tail.
+modules in the order set here, not by test count): every test of one module goes to one
+worker (its module fixtures are built once), and each worker runs its own lab "t"
+(tests/integration/conftest.py names it), so no two workers share a lab. The modules known to
+be long start first (LONG_FIRST), then the other integration modules, then the unit modules
+(short ones fill the workers' ends), so no long module is the tail.
 
 Tiers (markers, registered in pyproject.toml): every integration test is `lab`; TIERS below adds
 `slurm`, `aarch64`, `cold` (provisions real wheels onto bare nodes) and `train` per module, and
@@ -104,5 +105,7 @@ def pytest_collection_modifyitems(config, items):
             tiers.add("slurm")
         for tier in sorted(tiers):
             item.add_marker(getattr(pytest.mark, tier))
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return      # one process: unit tests first, while the arm64 root builds beside them
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(_module(item), len(rank) + ("/unit/" in item.nodeid)))
