@@ -471,7 +471,7 @@ def test(c, k=None, unit=False, fast=False, tier=None, workers=None):
     """Run the test suite: unit tests, then integration tests against a real emulated lab."""
     bad = [t for t in tier or () if t not in TIERS]
     if bad:
-        raise SystemExit(f"error: --tier {bad[0]!r}: expected one of {', '.join(TIERS)}")
+        raise Exit(f"error: --tier {bad[0]!r}: expected one of {', '.join(TIERS)}", code=2)
     args = ["tests/unit"] if unit or fast else ["tests/unit", "tests/integration"]
     if tier:
         args = ["tests/integration", "-m", " or ".join(tier)]
@@ -481,6 +481,8 @@ def test(c, k=None, unit=False, fast=False, tier=None, workers=None):
         args += ["-k", k]
     if workers is None:
         workers = 2 if unit or fast else 0
+    if not str(workers).isdigit():
+        raise Exit(f"error: --workers {workers!r}: expected a whole number (0: one process)", code=2)
     if int(workers):
         # the whole suite: one module per worker at a time, each worker with its own lab
         # (tests/conftest.py); unit tiers: test by test
