@@ -86,10 +86,10 @@ from nodeprep.settings import Settings
 a = json.loads(sys.argv[1])
 s, p = Settings(**a["settings"]), Settings(**a["settings"], project_root=a["project"])
 inv = a["project"] + "/inventory/fromslurm/hosts.yml"
-codes = {"init": api.init(InitOptions("fromslurm", "slurm:", sets=tuple(a["init_sets"])), p),
-         "provision": api.provision(ProvisionOptions(inv, sets=tuple(a["sets"])), s),
-         "verify": api.verify_parity(VerifyOptions(inv), s),
-         "train": api.train(TrainOptions(inv, None, "deepspeed", "health", timeout=180), s)}
+codes = {"init": api.init(InitOptions(name="fromslurm", source="slurm:", sets=tuple(a["init_sets"])), p),
+         "provision": api.provision(ProvisionOptions(inventory=inv, sets=tuple(a["sets"])), s),
+         "verify": api.verify_parity(VerifyOptions(inventory=inv), s),
+         "train": api.train(TrainOptions(inventory=inv, launcher="deepspeed", payload="health", timeout=180), s)}
 print("CODES " + json.dumps(codes))
 '''
 
@@ -97,7 +97,7 @@ print("CODES " + json.dumps(codes))
 def test_init_from_slurm_inside_an_allocation(real_slurm, provisioned, lab, lab_settings, project, tmp_path):
     base, _init_settings = project
     conf = Path(tempfile.mkdtemp()) / "slurm.conf"    # a copy the lab user can read (pytest's and the
-    conf.write_text((Path(lab_settings.lab_root) / "t" / "slurm" / "slurm.conf").read_text())   # lab's are root's)
+    conf.write_text((Path(lab_settings.lab_root) / lab.name / "slurm" / "slurm.conf").read_text())   # lab's are root's)
     os.chmod(conf.parent, 0o755)
     os.chmod(conf, 0o644)
     env = dict(os.environ, SLURM_CONF=str(conf))
