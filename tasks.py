@@ -465,32 +465,39 @@ TIERS = ("lab", "slurm", "aarch64", "cold", "train")   # markers: tests/conftest
             "fast": "the fast tier: unit tests not marked slow (no torch, ansible, downloads or "
                     "fuzz campaign; see tests/unit/conftest.py), under a minute",
             "tier": "only the integration tests of this tier (repeatable): " + ", ".join(TIERS),
-            "workers": "pytest-xdist workers (default: 2 for --fast/--unit, none for the lab tiers, "
-                       "whose deadline tests need the cores; 0: this process, as a debugger needs)"})
+            "workers": "pytest-xdist workers (default: 2 for the unit tests, none for the lab tests, "
+                       "whose deadline tests need the cores; 0: one process, as a debugger needs)"})
 def test(c, k=None, unit=False, fast=False, tier=None, workers=None):
     """Run the test suite: unit tests, then integration tests against a real emulated lab."""
     bad = [t for t in tier or () if t not in TIERS]
     if bad:
         raise Exit(f"error: --tier {bad[0]!r}: expected one of {', '.join(TIERS)}", code=2)
-    args = ["tests/unit"] if unit or fast else ["tests/unit", "tests/integration"]
-    if tier:
-        args = ["tests/integration", "-m", " or ".join(tier)]
-    if fast:
-        args += ["-m", "not slow"]
-    if k:
-        args += ["-k", k]
-    if workers is None:
-        workers = 2 if unit or fast else 0
-    if not str(workers).isdigit():
+    if workers is not None and not str(workers).isdigit():
         raise Exit(f"error: --workers {workers!r}: expected a whole number (0: one process)", code=2)
-    if int(workers):
-        # the whole suite: one module per worker at a time, each worker with its own lab
-        # (tests/conftest.py); unit tiers: test by test
-        args += ["-n", str(int(workers)), "--dist", "load" if unit or fast else "loadscope",
-                 "--no-loadscope-reorder"]
-    # --durations: the slowest tests in every CI log (the suite must stay under 15 minutes)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=25"] + args
-    c.run(" ".join(shlex.quote(a) for a in cmd), pty=False, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    if tier:
+        runs = [(["tests/integration", "-m", " or ".join(tier)], 0)]
+    elif unit or fast:
+        runs = [(["tests/unit"] + (["-m", "not slow"] if fast else []), 2)]
+    else:
+        # the whole suite in two runs: the unit tier test by test on 2 workers (independent,
+        # CPU-bound tests), then the lab tier in one process (its deadline tests need the
+        # cores); the arm64 root the lab tier needs builds beside the unit tier
+        runs = [(["tests/unit"], 2), (["tests/integration"], 0)]
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    if any("tests/integration" in args and "-m" not in args for args, _ in runs):
+        env["NODEPREP_TEST_PREBUILD"] = "aarch64"
+    failed = False
+    for args, default in runs:
+        n = int(default if workers is None else workers)
+        # on workers: unit tests one by one; lab modules one per worker, each worker with its
+        # own lab (tests/conftest.py), in the order tests/conftest.py sets
+        dist = ["--dist", "load"] if "tests/unit" in args else ["--dist", "loadscope", "--no-loadscope-reorder"]
+        args = args + (["-k", k] if k else []) + (["-n", str(n), *dist] if n else [])
+        # --durations: the slowest tests in every CI log (the suite must stay under 15 minutes)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=25"] + args
+        failed |= c.run(" ".join(shlex.quote(a) for a in cmd), pty=False, env=env, warn=True).failed
+    if failed:
+        raise Exit("error: tests failed (above)", code=1)
 
 
 lab = Collection("lab")

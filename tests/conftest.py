@@ -11,10 +11,11 @@ Tiers (markers, registered in pyproject.toml): every integration test is `lab`; 
 `slurm`, `aarch64`, `cold` (provisions real wheels onto bare nodes) and `train` per module, and
 a test that uses a Slurm fixture is `slurm` wherever it is. `invoke test --tier NAME` runs one.
 
-aarch64: when the run includes tests/integration/test_aarch64.py and this machine has no arm64
-root yet, build it in the background from the start (lab/foreign.prebuild: minutes of emulated
-package scripts); that test's lab waits for it after its x86_64 half. Its output:
-<basetemp>/arm64-root.log.
+aarch64: when the run includes tests/integration/test_aarch64.py, or NODEPREP_TEST_PREBUILD=aarch64
+says a run that does follows (`invoke test` sets it for the unit tier before the lab tier), and
+this machine has no arm64 root yet, build it in the background from the start
+(lab/foreign.prebuild: minutes of emulated package scripts); that test's lab waits for it. Its
+output: <basetemp>/arm64-root.log.
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def pytest_collection_finish(session):
     # one process starts it: the only one, or the first worker (every worker collects at start)
     if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
-    if os.geteuid() != 0 or not _wants_aarch64(session):
+    wanted = _wants_aarch64(session) or os.environ.get("NODEPREP_TEST_PREBUILD") == "aarch64"
+    if os.geteuid() != 0 or not wanted:
         return
     from nodeprep.lab import foreign
     if foreign.cached_root("aarch64") is not None:
@@ -90,6 +92,11 @@ SLURM_FIXTURES = {"real_slurm", "slurm", "slurm_lab", "slx"}
 LONG_FIRST = ("test_aarch64", "test_train_watch", "test_silence", "test_shapes", "test_bastion",
               "test_train", "test_inventory_differential", "test_launchers", "test_closed_stdout")
 
+# in one process, the lab modules run last: test_aarch64 (the arm64 root builds in the
+# background meanwhile), then the modules whose deadlines (a silent node named within 30 s,
+# Ctrl-C within 3 s) want the cores to themselves, the root build long done
+LATE = ("test_aarch64", "test_silence", "test_train_watch", "test_train", "test_closed_stdout")
+
 
 def _module(item) -> str:
     return item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
@@ -106,6 +113,9 @@ def pytest_collection_modifyitems(config, items):
         for tier in sorted(tiers):
             item.add_marker(getattr(pytest.mark, tier))
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return      # one process: unit tests first, while the arm64 root builds beside them
+        # one process: unit tests first, then the lab modules with LATE last (sort is stable)
+        late = {name: i + 1 for i, name in enumerate(LATE)}
+        items.sort(key=lambda item: ("/integration/" in item.nodeid, late.get(_module(item), 0)))
+        return
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(_module(item), len(rank) + ("/unit/" in item.nodeid)))

@@ -14,6 +14,11 @@ Fixtures:
                 ssh config for the whole run: its value is those --set overrides
   provisioned   per module: the site applied again (a no-op unless an earlier module changed
                 a node, which it then repairs): what train tests start from; same value
+  own_settings  own_settings(base, **kw) -> Settings of a module's own lab (its state and lab
+                directories under BASE) whose controller wheelhouse is the run's: the real
+                stack is resolved, and deepspeed built, once per run
+  site_copy     site_copy(home): the site's provisioned Python stack (venv, wheelhouse) copied
+                into a node's HOME: a provisioned node without provisioning it cold again
   lab_restore   for tests that change nodes (login shell, password, authorized_keys): yields
                 reset(index); after the test every node is put back as the lab makes it
                 (reset_node on each, after lab_up() restarts dead nodes and the lab key)
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +68,19 @@ def lab_settings(tmp_path_factory) -> Settings:
     base = tmp_path_factory.mktemp("lab")
     # lock_wait: a lock a test leaks fails the next test in two minutes, not fifteen
     return Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"), lock_wait=120)
+
+
+@pytest.fixture(scope="session")
+def own_settings(lab_settings):
+    shared = lab_settings.state / "wheelhouse"
+
+    def make(base: Path, **kw) -> Settings:
+        settings = Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"), **kw)
+        shared.mkdir(parents=True, exist_ok=True)
+        settings.state.mkdir(parents=True, exist_ok=True)
+        (settings.state / "wheelhouse").symlink_to(shared, target_is_directory=True)
+        return settings
+    return make
 
 
 @pytest.fixture(scope="session")
@@ -171,6 +190,23 @@ def provisioned(site, lab, lab_settings, lab_up):
     lab_up()
     _provision_site(lab, lab_settings, site)
     return site
+
+
+@pytest.fixture(scope="session")
+def site_copy(site, lab):
+    """copy(home): ~/.nodeprep/venv and ~/.nodeprep/wheelhouse of the site's worker-0 into
+    HOME (a lab node's home on this host; every lab node sees its home as /home/nodeprep, so
+    the venv's paths hold), owned as HOME is (an arm64 root's user may have another uid). The
+    next provision there verifies them (and changes what differs) instead of installing the
+    stack cold."""
+    source = lab.nodes[0].home / ".nodeprep"
+
+    def copy(home: Path) -> None:
+        (home / ".nodeprep").mkdir(exist_ok=True)
+        for part in ("venv", "wheelhouse"):
+            subprocess.run(["cp", "-a", str(source / part), str(home / ".nodeprep" / part)], check=True)
+        subprocess.run(["chown", "-R", "--reference", str(home), str(home / ".nodeprep")], check=True)
+    return copy
 
 
 @pytest.fixture(scope="module")

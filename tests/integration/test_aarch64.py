@@ -2,8 +2,9 @@
 GH200-like aarch64 nodes), on a lab of its own: worker-0 and worker-1 run an arm64 Debian
 root under qemu-user (lab.up --arch aarch64), worker-2 is a native x86_64 node.
 
-- the pair's homes first hold an x86_64 venv (the pair came up as x86_64 nodes and was
-  provisioned): refused in one line before any change, with the per-platform setting;
+- the pair's homes first hold an x86_64 venv and wheelhouse (the site's, copied there: as where
+  x86 login nodes that were provisioned share homes with aarch64 compute nodes): refused in
+  one line before any change, with the per-platform setting;
 - the aarch64 pair is provisioned cold from the controller (its wheelhouse resolved for
   aarch64's markers, torch 2.8.0 from PyPI's aarch64 CPU wheel), then again as a no-op;
   parity OK; the health payload trains on it with torchrun and with DeepSpeed (pdsh);
@@ -28,22 +29,20 @@ NAME, SUBNET = "ar", 198
 
 
 @pytest.fixture(scope="module")
-def arm_lab(lab_settings, tmp_path_factory, request):
-    """The pair first comes up as x86_64 nodes and is provisioned (their homes then hold an
-    x86_64 venv and wheelhouse, as where x86 login nodes and aarch64 compute nodes share
-    homes), then the lab comes up again over the same homes with the pair as aarch64 nodes
-    (the arm64 root, built in the background meanwhile, waited for only then)."""
+def arm_lab(lab_settings, site_copy, tmp_path_factory, request):
+    """The lab with the pair as aarch64 nodes (the arm64 root, built in the background
+    meanwhile, waited for only here); every home holds the site's x86_64 venv and wheelhouse,
+    copied there: the pair's as x86 login nodes that share their homes leave them, worker-2's
+    as a provisioned x86_64 node."""
     labmod.down(NAME, lab_settings, log=lambda msg: None)
     inv, ctl = tmp_path_factory.mktemp("arinv"), tmp_path_factory.mktemp("arctl")
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
-    x86 = labmod.up(2, NAME, lab_settings, labmod.UpOptions(inventory_dir=inv, subnet=SUBNET),
-                    log=lambda msg: None)
-    assert api.provision(ProvisionOptions(inventory=str(x86.inventory), sets=sets), lab_settings) == 0
-    labmod.down(NAME, lab_settings, log=lambda msg: None)
     request.getfixturevalue("arm64_root_ready")
     before = (foreign.BINFMT / "register").exists(), foreign.registered("aarch64")
     info = labmod.up(3, NAME, lab_settings, labmod.UpOptions(
         inventory_dir=inv, subnet=SUBNET, arch=("aarch64", "worker-2=native")), log=lambda msg: None)
+    for node in info.nodes:
+        site_copy(node.home)
     yield info, sets
     labmod.down(NAME, lab_settings, log=lambda msg: None)
     # lab.down undoes lab.up's host-wide changes: a qemu-user registration it added, and

@@ -22,16 +22,15 @@ from nodeprep import lab as labmod
 from nodeprep.lab import host as labhost
 from nodeprep.lab import net as labnet
 from nodeprep.commands.options import FactsOptions, ForgetOptions, ProvisionOptions, TrainOptions, VerifyOptions
-from nodeprep.settings import Settings
 
 NAME, NODES = "bast", 3
 ROLES = "ssh_keys,ssh_config,shell,nccl,deepspeed_env"
 
 
 @pytest.fixture(scope="module")
-def bast(tmp_path_factory):
+def bast(tmp_path_factory, own_settings):
     base = tmp_path_factory.mktemp("bast")
-    settings = Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"), lock_wait=60)
+    settings = own_settings(base, lock_wait=60)
     labmod.down(NAME, settings, log=lambda m: None)
 
     def up(**kw):
@@ -121,9 +120,13 @@ def test_a_node_down_behind_the_bastion_is_named_and_the_rest_complete(bast, cap
 
 
 @pytest.fixture(scope="module")
-def stacked(bast):
-    """The whole stack (venv, torch, deepspeed) provisioned through the bastion."""
+def stacked(bast, site_copy):
+    """The whole stack (venv, torch, deepspeed) provisioned through the bastion: the site's
+    copied into each home first, so that provision verifies it there (through the bastion)
+    rather than installing it cold again (test_provision covers the cold path)."""
     info, settings, sets, *_ = bast
+    for node in info.nodes:
+        site_copy(node.home)
     assert api.provision(ProvisionOptions(inventory=str(info.inventory), sets=sets), settings) == 0
     return bast
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,22 +22,10 @@ from nodeprep import lab as labmod
 from nodeprep.commands.options import ProvisionOptions
 from nodeprep.settings import Settings
 
+from .synthetic import make_wheel
+
 NAME, NODES = "fan", 3
 ROLES = "ssh_keys,ssh_config,wheelhouse"
-
-
-def make_wheel(where: Path, name: str, size: int) -> Path:
-    """A pure-Python wheel pip accepts, SIZE bytes of random data inside (stored, not deflated)."""
-    dist = f"{name}-1.0.dist-info"
-    path = where / f"{name}-1.0-py3-none-any.whl"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
-    wheel = "Wheel-Version: 1.0\nGenerator: nodeprep-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr(f"{name}/data.bin", os.urandom(size))
-        z.writestr(f"{dist}/METADATA", meta)
-        z.writestr(f"{dist}/WHEEL", wheel)
-        z.writestr(f"{dist}/RECORD", "")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import pytest
 from nodeprep import cli as api
 from nodeprep import lab as labmod
 from nodeprep.commands.options import ProvisionOptions, TrainOptions, VerifyOptions
-from nodeprep.settings import Settings
 
 NAME, SUBNET = "tsh", 194         # 10.194.0.0/24: apart from the other labs (tests/integration/conftest.py)
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,13 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """One state dir for the module's labs: the controller's wheelhouse is built once."""
+    """The module's directory: its labs' state, lab roots and inventories."""
     return tmp_path_factory.mktemp("shapes")
 
 
 @pytest.fixture(scope="module")
-def shared(base):
-    settings = Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"))
+def settings(base, own_settings):
+    """The module's labs' settings: the run's controller wheelhouse (built once per run)."""
+    return own_settings(base)
+
+
+@pytest.fixture(scope="module")
+def shared(settings, base):
     labmod.down(NAME, settings, log=lambda msg: None)
     info = labmod.up(3, NAME, settings, labmod.UpOptions(inventory_dir=base / "inv", subnet=SUBNET,
                                                          shared_home=True, aliases=1),
@@ -140,13 +144,15 @@ def test_killed_run_leaves_a_lock_the_next_run_takes_over(shared, tmp_path, caps
 
 
 @pytest.fixture(scope="module")
-def nics(base):
-    """Nodes whose interfaces are named differently (eno1, eth0), private homes."""
-    settings = Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"))
+def nics(settings, base, site_copy):
+    """Nodes whose interfaces are named differently (eno1, eth0), private homes, each holding
+    the site's Python stack (copied: provision verifies it rather than installing it cold)."""
     labmod.down("tnic", settings, log=lambda msg: None)
     info = labmod.up(2, "tnic", settings, labmod.UpOptions(inventory_dir=base / "nicinv", subnet=195,
                                                            nic_names=("eno1", "eth0")),
                      log=lambda msg: None)
+    for node in info.nodes:
+        site_copy(node.home)
     yield info, settings, (f"controller_key={base}/nicctl/id", f"controller_ssh_config={base}/nicctl/config")
     labmod.down("tnic", settings, log=lambda msg: None)
 

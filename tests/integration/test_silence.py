@@ -6,7 +6,13 @@ converges. Ctrl-C ends a command within 3 s in every state, one line per node sa
 interrupted, locks released. A node without room is named with the numbers.
 
 Durations asserted here are the documented deadlines (a behaviour), with slack for the lab's
-2 shared cores; bench/silence_bench.py measures them."""
+2 shared cores; bench/silence_bench.py measures them.
+
+The cold provisions here move and install a small synthetic stack (tests/integration/
+synthetic.py: three wheels of random bytes, 150 MB in all, no torch) in a venv and wheelhouse
+of its own beside the site's: what a silent node or Ctrl-C does to a cold wheelhouse push and
+pip install does not depend on what the wheels hold, and the site's stack, which parity and
+training use, is never taken down."""
 from __future__ import annotations
 
 import json
@@ -25,8 +31,12 @@ from nodeprep.commands.options import FactsOptions, ProvisionOptions, VerifyOpti
 from nodeprep.commands.provision import provision
 from nodeprep.engine.events import Events
 
+from .synthetic import make_stack, stack_sets
+
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 30.0        # a silent node is named within this, by default
+VENV, WHEELHOUSE = ".nodeprep/venv-silence", ".nodeprep/wheelhouse-silence"     # under ~
+ROLES = "wheelhouse,venv"
 
 
 # what an interrupted run left running on a node (every command of a run carries NODEPREP_RUN)
@@ -34,6 +44,26 @@ _LEFT_BEHIND = ("myns=$(readlink /proc/self/ns/net); for p in /proc/[0-9]*; do "
                 "[ \"$(readlink $p/ns/net 2>/dev/null)\" = \"$myns\" ] || continue; "
                 "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^NODEPREP_RUN=' && kill -9 ${p#/proc/} 2>/dev/null; "
                 "done; true")
+
+
+@pytest.fixture(scope="module")
+def stack(site, lab, tmp_path_factory):
+    """The site's --set overrides plus the small stack's: (sets, wheels directory)."""
+    base = tmp_path_factory.mktemp("silence-stack")
+    req = make_stack(base, "npsilence", [50_000_000, 50_000_001, 50_000_002])
+    yield (*site, *stack_sets(req, f"~/{VENV}", f"~/{WHEELHOUSE}")), base / "wheels"
+    for node in lab.nodes:
+        labmod.node_shell(lab, node.index, f"rm -rf ~/{VENV} ~/{WHEELHOUSE}")
+
+
+@pytest.fixture
+def small(stack, monkeypatch):
+    """The small stack's --set overrides; the controller's pip (here and in an `invoke` this
+    test starts) resolves from its wheels alone."""
+    sets, wheels = stack
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    return sets
 
 
 @pytest.fixture
@@ -96,17 +126,16 @@ class _SilenceAt(Events):
 
 
 def _cold(lab, index: int) -> None:
-    """Node INDEX without its Python stack (venv, wheelhouse): the next provision is cold."""
-    labmod.node_shell(lab, index, "rm -rf /home/nodeprep/.nodeprep/venv /home/nodeprep/.nodeprep/wheelhouse")
+    """Node INDEX without the small stack (venv, wheelhouse): the next provision is cold."""
+    labmod.node_shell(lab, index, f"rm -rf /home/nodeprep/{VENV} /home/nodeprep/{WHEELHOUSE}")
 
 
 @pytest.mark.parametrize("match", ["upload for wheelhouse", "pip.install"], ids=["wheel-push", "pip"])
-def test_silent_during_a_cold_provision(lab, lab_settings, heal, tmp_path, match):
-    ctl = tmp_path / "ctl"
-    sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config", "wheelhouse_relay=false")
-    opts = ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets)
+def test_silent_during_a_cold_provision(site, lab, lab_settings, small, heal, match):
+    sets = (*small, "wheelhouse_relay=false")
+    opts = ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=sets)
     # the whole lab warm first (maybe already): parity checks the mesh to every node
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=sets), lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=site), lab_settings) == 0
     _cold(lab, 2)
     events = _SilenceAt(lab, 2, match)
     res = provision(opts, lab_settings, events)
@@ -121,43 +150,39 @@ def test_silent_during_a_cold_provision(lab, lab_settings, heal, tmp_path, match
     assert api.verify_parity(VerifyOptions(inventory=str(lab.inventory), limit=None, port=None), lab_settings) == 0
 
 
-def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, heal, tmp_path, capsys):
-    ctl = tmp_path / "ctl"
-    sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
+def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, small, heal, capsys):
     _cold(lab, 2)
-    labmod.limit_space(lab, 2, ".nodeprep/wheelhouse", "16m")
+    labmod.limit_space(lab, 2, WHEELHOUSE, "16m")
     try:
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", json=True, sets=sets),
-                             lab_settings)
+        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
+                                              json=True, sets=small), lab_settings)
         rep = _json(capsys.readouterr().out)
     finally:
-        labmod.limit_space(lab, 2, ".nodeprep/wheelhouse", None)
+        labmod.limit_space(lab, 2, WHEELHOUSE, None)
     assert code == 1
     failed = [s for s in rep["nodes"]["worker-2"]["steps"] if s["status"] == "failed"]
-    assert failed and failed[0]["message"].startswith("no space on /home/nodeprep/.nodeprep/wheelhouse: 16 MiB free")
+    assert failed and failed[0]["message"].startswith(f"no space on /home/nodeprep/{WHEELHOUSE}: 16 MiB free")
     assert "wheels needs" in failed[0]["message"]
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed")
     # room again: the next run converges
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets),
-                         lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
+                                          sets=small), lab_settings) == 0
 
 
-def test_a_read_only_home_is_named_as_such(lab, lab_settings, heal, tmp_path, capsys):
-    ctl = tmp_path / "ctl"
-    sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
+def test_a_read_only_home_is_named_as_such(lab, lab_settings, small, heal, capsys):
     _cold(lab, 2)
     labmod.readonly_home(lab, 2)
     try:
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", json=True, sets=sets),
-                             lab_settings)
+        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
+                                              json=True, sets=small), lab_settings)
         rep = _json(capsys.readouterr().out)
     finally:
         labmod.readonly_home(lab, 2, readonly=False)
     assert code == 1
     text = json.dumps(rep["nodes"]["worker-2"]).lower()
     assert "read-only file system" in text and "/home/nodeprep" in text, text
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets),
-                         lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
+                                          sets=small), lab_settings) == 0
 
 
 # -- Ctrl-C: a real `invoke` process, SIGINT as a terminal sends it --------------------------------
@@ -179,12 +204,12 @@ def _interrupt(proc: subprocess.Popen) -> tuple[int, float, str]:
     return proc.returncode, time.monotonic() - t0, out
 
 
-def _wait_for(check, seconds: float, seen=None) -> None:
+def _wait_for(check, seconds: float, seen=None, every: float = 0.2) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if check():
             return
-        time.sleep(0.2)
+        time.sleep(every)
     raise AssertionError("the state to interrupt never came" + ("; output:\n" + "".join(seen)[-3000:] if seen else ""))
 
 
@@ -203,12 +228,11 @@ def test_ctrl_c_while_connecting_to_a_silent_node(lab, lab_settings, heal):
     assert "Traceback" not in out
 
 
-def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, heal, tmp_path):
-    sets = ["--set", f"controller_key={tmp_path}/id", "--set", f"controller_ssh_config={tmp_path}/config",
-            "--set", "wheelhouse_relay=false"]
+def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, small, heal):
+    sets = [arg for s in (*small, "wheelhouse_relay=false") for arg in ("--set", s)]
     _cold(lab, 2)
-    proc = _invoke(lab, lab_settings, "provision", "--limit", "worker-[1-2]", *sets)
-    venv = lab.nodes[2].home / ".nodeprep" / "venv"
+    proc = _invoke(lab, lab_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets)
+    venv = lab.nodes[2].home / VENV
     _wait_for(venv.exists, 240)                                  # worker-2 is in its apply
     labmod.silence_node(lab, 2)
     time.sleep(2)
@@ -219,25 +243,25 @@ def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, 
     labmod.silence_node(lab, 2, silent=False)
     # healed: the next run takes over the lock the silent node kept (its holder is gone), stops
     # what the interrupted run left running there, replaces the venv it was making, converges
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=tuple(sets[1::2])),
-                         lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
+                                          sets=tuple(sets[1::2])), lab_settings) == 0
 
 
-def test_ctrl_c_while_pushing_wheels(lab, lab_settings, heal, tmp_path):
-    sets = ["--set", f"controller_key={tmp_path}/id", "--set", f"controller_ssh_config={tmp_path}/config",
-            "--set", "wheelhouse_relay=false"]
+def test_ctrl_c_while_pushing_wheels(lab, lab_settings, small, heal):
+    sets = [arg for s in (*small, "wheelhouse_relay=false") for arg in ("--set", s)]
     _cold(lab, 2)
-    proc = _invoke(lab, lab_settings, "provision", "--limit", "worker-[1-2]", *sets)
-    wheelhouse = lab.nodes[2].home / ".nodeprep" / "wheelhouse"
-    _wait_for(lambda: any(p.name.endswith(".part") for p in wheelhouse.glob(".*")), 240)
+    proc = _invoke(lab, lab_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets)
+    wheelhouse = lab.nodes[2].home / WHEELHOUSE
+    # 150 MB over the lab's veth: a push of about a second, so look often
+    _wait_for(lambda: any(p.name.endswith(".part") for p in wheelhouse.glob(".*")), 240, every=0.01)
     code, took, out = _interrupt(proc)
     assert code == 130 and took < 3, out
     assert "worker-2  interrupted during apply" in out
     time.sleep(1)
     assert _no_locks(lab, [1, 2])
     # what was pushed whole stays; the next run completes the node
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=tuple(sets[1::2])),
-                         lab_settings) == 0
+    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
+                                          sets=tuple(sets[1::2])), lab_settings) == 0
 
 
 def test_ctrl_c_while_training(provisioned, lab, lab_settings, heal):

@@ -175,7 +175,8 @@ def test_wheels_go_by_sbcast_and_are_checked_on_arrival(slx, tmp_path, monkeypat
     sends nothing."""
     import json
     import shutil
-    from tests.integration.test_fanout import make_wheel, sums
+    from tests.integration.synthetic import make_wheel
+    from tests.integration.test_fanout import sums
     info, settings, sets, _up = slx
     wheels = tmp_path / "wheels"
     wheels.mkdir()
