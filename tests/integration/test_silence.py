@@ -7,6 +7,7 @@ interrupted, locks released. A node without room is named with the numbers.
 
 Durations asserted here are the documented deadlines (a behaviour), with slack for the lab's
 2 shared cores; bench/silence_bench.py measures them."""
+
 from __future__ import annotations
 
 import json
@@ -26,14 +27,16 @@ from nodeprep.commands.provision import provision
 from nodeprep.engine.events import Events
 
 ROOT = Path(__file__).resolve().parents[2]
-DEADLINE = 30.0        # a silent node is named within this, by default
+DEADLINE = 30.0  # a silent node is named within this, by default
 
 
 # what an interrupted run left running on a node (every command of a run carries NODEPREP_RUN)
-_LEFT_BEHIND = ("myns=$(readlink /proc/self/ns/net); for p in /proc/[0-9]*; do "
-                "[ \"$(readlink $p/ns/net 2>/dev/null)\" = \"$myns\" ] || continue; "
-                "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^NODEPREP_RUN=' && kill -9 ${p#/proc/} 2>/dev/null; "
-                "done; true")
+_LEFT_BEHIND = (
+    "myns=$(readlink /proc/self/ns/net); for p in /proc/[0-9]*; do "
+    '[ "$(readlink $p/ns/net 2>/dev/null)" = "$myns" ] || continue; '
+    "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^NODEPREP_RUN=' && kill -9 ${p#/proc/} 2>/dev/null; "
+    "done; true"
+)
 
 
 @pytest.fixture
@@ -48,27 +51,30 @@ def heal(lab, lab_up):
 
 
 def _json(out: str) -> dict:
-    return json.loads(out[out.index("{\n"):])
+    return json.loads(out[out.index("{\n") :])
 
 
 def test_silent_from_the_start_is_named_at_connect(lab, lab_settings, heal, capsys):
     labmod.silence_node(lab, 1)
     t0 = time.monotonic()
-    code = api.facts(FactsOptions(inventory=str(lab.inventory), limit=None, json=True), lab_settings)
+    code = api.facts(
+        FactsOptions(inventory=str(lab.inventory), limit=None, json=True), lab_settings
+    )
     took = time.monotonic() - t0
     rep = _json(capsys.readouterr().out)
     assert code == 1 and took < DEADLINE
     assert rep["nodes"]["worker-1"]["status"] == "unreachable"
     assert "no answer within 10 s" in rep["nodes"]["worker-1"]["message"]
-    assert "tries" not in rep["nodes"]["worker-1"]["message"]          # a silent address: no retry
+    assert "tries" not in rep["nodes"]["worker-1"]["message"]  # a silent address: no retry
     assert [rep["nodes"][n]["status"] for n in ("worker-0", "worker-2")] == ["ok", "ok"]
 
 
 def test_silent_during_verify_parity_others_compared(lab, lab_settings, heal, capsys):
     labmod.silence_node(lab, 2)
     t0 = time.monotonic()
-    code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory), limit=None, json=True, port=None),
-                             lab_settings)
+    code = api.verify_parity(
+        VerifyOptions(inventory=str(lab.inventory), limit=None, json=True, port=None), lab_settings
+    )
     took = time.monotonic() - t0
     rep = _json(capsys.readouterr().out)
     assert code == 1 and took < DEADLINE + 10
@@ -88,7 +94,12 @@ class _SilenceAt(Events):
 
     def status(self, node, stage, status, message=""):
         with self.lock:
-            if node == self.name and self.silenced is None and status == "running" and self.match in message:
+            if (
+                node == self.name
+                and self.silenced is None
+                and status == "running"
+                and self.match in message
+            ):
                 labmod.silence_node(self.lab, self.index)
                 self.silenced = time.monotonic()
             if node == self.name and status == "unreachable" and self.named is None:
@@ -97,16 +108,26 @@ class _SilenceAt(Events):
 
 def _cold(lab, index: int) -> None:
     """Node INDEX without its Python stack (venv, wheelhouse): the next provision is cold."""
-    labmod.node_shell(lab, index, "rm -rf /home/nodeprep/.nodeprep/venv /home/nodeprep/.nodeprep/wheelhouse")
+    labmod.node_shell(
+        lab, index, "rm -rf /home/nodeprep/.nodeprep/venv /home/nodeprep/.nodeprep/wheelhouse"
+    )
 
 
-@pytest.mark.parametrize("match", ["upload for wheelhouse", "pip.install"], ids=["wheel-push", "pip"])
+@pytest.mark.parametrize(
+    "match", ["upload for wheelhouse", "pip.install"], ids=["wheel-push", "pip"]
+)
 def test_silent_during_a_cold_provision(lab, lab_settings, heal, tmp_path, match):
     ctl = tmp_path / "ctl"
-    sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config", "wheelhouse_relay=false")
+    sets = (
+        f"controller_key={ctl}/id",
+        f"controller_ssh_config={ctl}/config",
+        "wheelhouse_relay=false",
+    )
     opts = ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets)
     # the whole lab warm first (maybe already): parity checks the mesh to every node
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=sets), lab_settings) == 0
+    assert (
+        api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=sets), lab_settings) == 0
+    )
     _cold(lab, 2)
     events = _SilenceAt(lab, 2, match)
     res = provision(opts, lab_settings, events)
@@ -116,30 +137,48 @@ def test_silent_during_a_cold_provision(lab, lab_settings, heal, tmp_path, match
     assert rep["nodes"]["worker-2"]["message"].startswith("silent for 15 s during")
     assert events.named - events.silenced < DEADLINE
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed") and res.exit_code == 1
-    labmod.silence_node(lab, 2, silent=False)                    # healed: converges, parity holds
+    labmod.silence_node(lab, 2, silent=False)  # healed: converges, parity holds
     assert api.provision(opts, lab_settings) == 0
-    assert api.verify_parity(VerifyOptions(inventory=str(lab.inventory), limit=None, port=None), lab_settings) == 0
+    assert (
+        api.verify_parity(
+            VerifyOptions(inventory=str(lab.inventory), limit=None, port=None), lab_settings
+        )
+        == 0
+    )
 
 
-def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, heal, tmp_path, capsys):
+def test_no_room_is_named_with_the_numbers_before_the_push(
+    lab, lab_settings, heal, tmp_path, capsys
+):
     ctl = tmp_path / "ctl"
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
     _cold(lab, 2)
     labmod.limit_space(lab, 2, ".nodeprep/wheelhouse", "16m")
     try:
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", json=True, sets=sets),
-                             lab_settings)
+        code = api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory), limit="worker-[1-2]", json=True, sets=sets
+            ),
+            lab_settings,
+        )
         rep = _json(capsys.readouterr().out)
     finally:
         labmod.limit_space(lab, 2, ".nodeprep/wheelhouse", None)
     assert code == 1
     failed = [s for s in rep["nodes"]["worker-2"]["steps"] if s["status"] == "failed"]
-    assert failed and failed[0]["message"].startswith("no space on /home/nodeprep/.nodeprep/wheelhouse: 16 MiB free")
+    assert failed and failed[0]["message"].startswith(
+        "no space on /home/nodeprep/.nodeprep/wheelhouse: 16 MiB free"
+    )
     assert "wheels needs" in failed[0]["message"]
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed")
     # room again: the next run converges
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets),
-                         lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets),
+            lab_settings,
+        )
+        == 0
+    )
 
 
 def test_a_read_only_home_is_named_as_such(lab, lab_settings, heal, tmp_path, capsys):
@@ -148,28 +187,48 @@ def test_a_read_only_home_is_named_as_such(lab, lab_settings, heal, tmp_path, ca
     _cold(lab, 2)
     labmod.readonly_home(lab, 2)
     try:
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", json=True, sets=sets),
-                             lab_settings)
+        code = api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory), limit="worker-[1-2]", json=True, sets=sets
+            ),
+            lab_settings,
+        )
         rep = _json(capsys.readouterr().out)
     finally:
         labmod.readonly_home(lab, 2, readonly=False)
     assert code == 1
     text = json.dumps(rep["nodes"]["worker-2"]).lower()
     assert "read-only file system" in text and "/home/nodeprep" in text, text
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets),
-                         lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=sets),
+            lab_settings,
+        )
+        == 0
+    )
 
 
 # -- Ctrl-C: a real `invoke` process, SIGINT as a terminal sends it --------------------------------
 
+
 def _invoke(lab, lab_settings, *args) -> subprocess.Popen:
-    env = dict(os.environ, INVOKE_NODEPREP_STATE_DIR=lab_settings.state_dir,
-               INVOKE_NODEPREP_LAB_ROOT=lab_settings.lab_root, PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        INVOKE_NODEPREP_STATE_DIR=lab_settings.state_dir,
+        INVOKE_NODEPREP_LAB_ROOT=lab_settings.lab_root,
+        PYTHONUNBUFFERED="1",
+    )
     args = list(args)
-    cut = args.index("--") if "--" in args else len(args)      # options before the payload's own
+    cut = args.index("--") if "--" in args else len(args)  # options before the payload's own
     args[cut:cut] = ["--inventory", str(lab.inventory)]
-    return subprocess.Popen([str(ROOT / ".venv" / "bin" / "invoke"), *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "invoke"), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _interrupt(proc: subprocess.Popen) -> tuple[int, float, str]:
@@ -185,11 +244,17 @@ def _wait_for(check, seconds: float, seen=None) -> None:
         if check():
             return
         time.sleep(0.2)
-    raise AssertionError("the state to interrupt never came" + ("; output:\n" + "".join(seen)[-3000:] if seen else ""))
+    raise AssertionError(
+        "the state to interrupt never came"
+        + ("; output:\n" + "".join(seen)[-3000:] if seen else "")
+    )
 
 
 def _no_locks(lab, indexes) -> bool:
-    out = [labmod.node_shell(lab, i, "ls -d /home/nodeprep/.nodeprep/lock 2>/dev/null").stdout for i in indexes]
+    out = [
+        labmod.node_shell(lab, i, "ls -d /home/nodeprep/.nodeprep/lock 2>/dev/null").stdout
+        for i in indexes
+    ]
     return not any(o.strip() for o in out)
 
 
@@ -204,28 +269,47 @@ def test_ctrl_c_while_connecting_to_a_silent_node(lab, lab_settings, heal):
 
 
 def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, heal, tmp_path):
-    sets = ["--set", f"controller_key={tmp_path}/id", "--set", f"controller_ssh_config={tmp_path}/config",
-            "--set", "wheelhouse_relay=false"]
+    sets = [
+        "--set",
+        f"controller_key={tmp_path}/id",
+        "--set",
+        f"controller_ssh_config={tmp_path}/config",
+        "--set",
+        "wheelhouse_relay=false",
+    ]
     _cold(lab, 2)
     proc = _invoke(lab, lab_settings, "provision", "--limit", "worker-[1-2]", *sets)
     venv = lab.nodes[2].home / ".nodeprep" / "venv"
-    _wait_for(venv.exists, 240)                                  # worker-2 is in its apply
+    _wait_for(venv.exists, 240)  # worker-2 is in its apply
     labmod.silence_node(lab, 2)
     time.sleep(2)
     code, took, out = _interrupt(proc)
     assert code == 130 and took < 3, out
     assert "worker-2  interrupted during apply" in out and "Traceback" not in out
-    assert _no_locks(lab, [1])                                   # the node that answers: released
+    assert _no_locks(lab, [1])  # the node that answers: released
     labmod.silence_node(lab, 2, silent=False)
     # healed: the next run takes over the lock the silent node kept (its holder is gone), stops
     # what the interrupted run left running there, replaces the venv it was making, converges
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=tuple(sets[1::2])),
-                         lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory), limit="worker-[1-2]", sets=tuple(sets[1::2])
+            ),
+            lab_settings,
+        )
+        == 0
+    )
 
 
 def test_ctrl_c_while_pushing_wheels(lab, lab_settings, heal, tmp_path):
-    sets = ["--set", f"controller_key={tmp_path}/id", "--set", f"controller_ssh_config={tmp_path}/config",
-            "--set", "wheelhouse_relay=false"]
+    sets = [
+        "--set",
+        f"controller_key={tmp_path}/id",
+        "--set",
+        f"controller_ssh_config={tmp_path}/config",
+        "--set",
+        "wheelhouse_relay=false",
+    ]
     _cold(lab, 2)
     proc = _invoke(lab, lab_settings, "provision", "--limit", "worker-[1-2]", *sets)
     wheelhouse = lab.nodes[2].home / ".nodeprep" / "wheelhouse"
@@ -236,14 +320,37 @@ def test_ctrl_c_while_pushing_wheels(lab, lab_settings, heal, tmp_path):
     time.sleep(1)
     assert _no_locks(lab, [1, 2])
     # what was pushed whole stays; the next run completes the node
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", sets=tuple(sets[1::2])),
-                         lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory), limit="worker-[1-2]", sets=tuple(sets[1::2])
+            ),
+            lab_settings,
+        )
+        == 0
+    )
 
 
 def test_ctrl_c_while_training(provisioned, lab, lab_settings, heal):
     """Training: every rank on every node stopped, within 3 s, nothing of the job left."""
-    proc = _invoke(lab, lab_settings, "train", "--limit", "worker-[0-1]", "--payload", "ddp", "--launcher",
-                   "torchrun", "--", "--epochs", "100", "--steps-per-epoch", "40", "--sleep-per-step", "0.1")
+    proc = _invoke(
+        lab,
+        lab_settings,
+        "train",
+        "--limit",
+        "worker-[0-1]",
+        "--payload",
+        "ddp",
+        "--launcher",
+        "torchrun",
+        "--",
+        "--epochs",
+        "100",
+        "--steps-per-epoch",
+        "40",
+        "--sleep-per-step",
+        "0.1",
+    )
     seen: list[str] = []
     reader = threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True)
     reader.start()

@@ -21,6 +21,7 @@ validated Inventory.
   nodeset.py    node sets such as worker-[0-7], folded and expanded
   model.py      the validated Inventory: hosts, groups, variable precedence, origins
 """
+
 from nodeprep.inventory.model import Host, Inventory, load
 
 __all__ = ["Host", "Inventory", "load"]

@@ -26,14 +26,45 @@ files through it): the controller key, and per node its home, /etc, host key, ss
 pid file and log. Homes, /etc and host keys survive down/up (only purge removes them); host
 keys are pinned in the project's known_hosts by up(), since the lab made them.
 """
-from .cluster import down, status, up
-from .leftovers import leftovers
-from .config import LabInfo, LabNode, UpOptions
-from .nodes import (disable_password, enable_password, limit_link, limit_memlock, limit_shm, limit_space, node_shell,
-                    readonly_home, regenerate_host_key, remove_authorized_key, restart_node, silence_node,
-                    stop_node)
 
-__all__ = ["LabInfo", "LabNode", "UpOptions", "up", "down", "status", "leftovers", "node_shell",
-           "stop_node", "restart_node", "regenerate_host_key", "enable_password",
-           "disable_password", "remove_authorized_key", "silence_node", "limit_space", "readonly_home",
-           "limit_shm", "limit_memlock", "limit_link"]
+from .cluster import down, status, up
+from .config import LabInfo, LabNode, UpOptions
+from .leftovers import leftovers
+from .nodes import (
+    disable_password,
+    enable_password,
+    limit_link,
+    limit_memlock,
+    limit_shm,
+    limit_space,
+    node_shell,
+    readonly_home,
+    regenerate_host_key,
+    remove_authorized_key,
+    restart_node,
+    silence_node,
+    stop_node,
+)
+
+__all__ = [
+    "LabInfo",
+    "LabNode",
+    "UpOptions",
+    "up",
+    "down",
+    "status",
+    "leftovers",
+    "node_shell",
+    "stop_node",
+    "restart_node",
+    "regenerate_host_key",
+    "enable_password",
+    "disable_password",
+    "remove_authorized_key",
+    "silence_node",
+    "limit_space",
+    "readonly_home",
+    "limit_shm",
+    "limit_memlock",
+    "limit_link",
+]

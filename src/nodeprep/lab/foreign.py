@@ -18,6 +18,7 @@ mounts go with the node's processes. The binfmt registration is the one host-wid
 up() adds it when missing and records that in the lab directory; down() removes it when this
 lab added it and no other lab still runs foreign nodes.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -35,30 +36,42 @@ from nodeprep.errors import InputError, NodeprepError
 from .config import BIN, LabNode
 
 NATIVE = platform.machine()
-SUITE = "bookworm"                         # the host's Debian release: the same Python minor (3.11)
+SUITE = "bookworm"  # the host's Debian release: the same Python minor (3.11)
 ROOTS = Path("/var/cache/nodeprep/roots")
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
-ADDED = "binfmt-added"                     # in the lab directory: what this lab registered (and mounted)
-MOUNTED = "binfmt_misc"                    # ... its line when this lab mounted binfmt_misc itself
+ADDED = "binfmt-added"  # in the lab directory: what this lab registered (and mounted)
+MOUNTED = "binfmt_misc"  # ... its line when this lab mounted binfmt_misc itself
 # What a lab node needs: its sshd and client (the mesh, pdsh's hops), the interpreter nodeprep
 # builds the venv from, pdsh for DeepSpeed's launcher, Open MPI for mpirun, sudo and the shells
 # for the shell role, ps/ip for the facts.
-PACKAGES = ("openssh-server", "openssh-client", "python3", "python3-venv", "pdsh", "openmpi-bin", "sudo",
-            "procps", "iproute2", "zsh", "ca-certificates")
+PACKAGES = (
+    "openssh-server",
+    "openssh-client",
+    "python3",
+    "python3-venv",
+    "pdsh",
+    "openmpi-bin",
+    "sudo",
+    "procps",
+    "iproute2",
+    "zsh",
+    "ca-certificates",
+)
 
 
 @dataclass(frozen=True)
 class Arch:
-    name: str           # what `uname -m` says: aarch64
-    debian: str         # Debian's name for it: arm64
-    qemu: str           # the binfmt_misc entry Debian's qemu-user-static ships: qemu-aarch64
+    name: str  # what `uname -m` says: aarch64
+    debian: str  # Debian's name for it: arm64
+    qemu: str  # the binfmt_misc entry Debian's qemu-user-static ships: qemu-aarch64
 
 
 ARCHES = {"aarch64": Arch("aarch64", "arm64", "qemu-aarch64")}
 
 
-def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
-          names: list[str]) -> dict[int, str]:
+def parse(
+    values: tuple[str, ...] | None, previous: dict | None, count: int, names: list[str]
+) -> dict[int, str]:
     """`--arch` values -> {node index: arch} of the nodes that are not native. None keeps
     what the lab had; ARCH sets every node, NODE=ARCH one node (later values win); the native
     architecture (x86_64 here) or `native` sets it back."""
@@ -69,12 +82,16 @@ def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
         node, _, arch = str(value).rpartition("=")
         arch = NATIVE if arch == "native" else arch
         if arch != NATIVE and arch not in ARCHES:
-            raise InputError(f"--arch {value!r}: unknown architecture {arch!r}",
-                             hint=f"one of {', '.join([NATIVE, *ARCHES])}, or NODE=ARCH for one node")
+            raise InputError(
+                f"--arch {value!r}: unknown architecture {arch!r}",
+                hint=f"one of {', '.join([NATIVE, *ARCHES])}, or NODE=ARCH for one node",
+            )
         if node and node not in names:
-            raise InputError(f"--arch {value!r}: no node {node!r} in this lab",
-                             hint=f"the nodes are {names[0]} .. {names[-1]}")
-        for i in ([names.index(node)] if node else range(count)):
+            raise InputError(
+                f"--arch {value!r}: no node {node!r} in this lab",
+                hint=f"the nodes are {names[0]} .. {names[-1]}",
+            )
+        for i in [names.index(node)] if node else range(count):
             if arch == NATIVE:
                 out.pop(i, None)
             else:
@@ -82,18 +99,28 @@ def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
     return out
 
 
-def node_arches(lab: str, values: tuple[str, ...] | None, state: dict | None, running: bool, count: int,
-         names: list[str]) -> dict[int, str]:
+def node_arches(
+    lab: str,
+    values: tuple[str, ...] | None,
+    state: dict | None,
+    running: bool,
+    count: int,
+    names: list[str],
+) -> dict[int, str]:
     """The lab's foreign nodes after this up(): --arch VALUES over what the lab had (STATE;
     while it is RUNNING its nodes may not change architecture), with the host tools they
     need checked."""
     state = state or {}
     arches = parse(values, state.get("arch"), count, names)
     was = {int(k): v for k, v in (state.get("arch") or {}).items()}
-    moved = [names[i] for i in range(min(count, state.get("nodes", 0))) if was.get(i) != arches.get(i)]
+    moved = [
+        names[i] for i in range(min(count, state.get("nodes", 0))) if was.get(i) != arches.get(i)
+    ]
     if running and moved:
-        raise InputError(f"lab {lab}: {moved[0]} runs another architecture now",
-                         hint="run `invoke lab.down` first to change a node's architecture")
+        raise InputError(
+            f"lab {lab}: {moved[0]} runs another architecture now",
+            hint="run `invoke lab.down` first to change a node's architecture",
+        )
     require(set(arches.values()))
     return arches
 
@@ -102,9 +129,11 @@ def mountable(lab: str, lab_dir: Path, arches: dict[int, str]) -> None:
     """Foreign nodes' roots are overlays under LAB_DIR: a path their mount options can name."""
     odd = sorted(set(str(lab_dir)) & set(",:\\"))
     if arches and odd:
-        raise InputError(f"lab {lab}: its directory {lab_dir} holds {' '.join(repr(c) for c in odd)}, which an "
-                         "overlay mount's options cannot name (the aarch64 nodes' roots are overlays)",
-                         hint="set nodeprep.lab_root (invoke.yaml) to a path without ',' ':' or '\\'")
+        raise InputError(
+            f"lab {lab}: its directory {lab_dir} holds {' '.join(repr(c) for c in odd)}, which an "
+            "overlay mount's options cannot name (the aarch64 nodes' roots are overlays)",
+            hint="set nodeprep.lab_root (invoke.yaml) to a path without ',' ':' or '\\'",
+        )
 
 
 def require(arches: set[str]) -> None:
@@ -113,11 +142,15 @@ def require(arches: set[str]) -> None:
         return
     # arch-test: mmdebstrap runs it for a root of another architecture and stops without it
     # (it is only a Recommends of mmdebstrap)
-    missing = [t for t in ("mmdebstrap", "arch-test", "qemu-aarch64-static") if shutil.which(t) is None]
+    missing = [
+        t for t in ("mmdebstrap", "arch-test", "qemu-aarch64-static") if shutil.which(t) is None
+    ]
     if missing:
-        raise InputError(f"lab --arch needs {', '.join(missing)}",
-                         hint="run `sh requirements/bootstrap.sh` "
-                              "(apt-get install mmdebstrap arch-test qemu-user-static)")
+        raise InputError(
+            f"lab --arch needs {', '.join(missing)}",
+            hint="run `sh requirements/bootstrap.sh` "
+            "(apt-get install mmdebstrap arch-test qemu-user-static)",
+        )
 
 
 def _root_path(arch: str) -> Path:
@@ -150,13 +183,24 @@ def _build(arch: str, log) -> Path:
     ROOTS.mkdir(parents=True, exist_ok=True)
     new = path.with_name(path.name + ".new")
     shutil.rmtree(new, ignore_errors=True)
-    log(f"lab: building the {a.debian} root once ({SUITE}, mmdebstrap; a few minutes under emulation)")
+    log(
+        f"lab: building the {a.debian} root once ({SUITE}, mmdebstrap; a few minutes under emulation)"
+    )
     t0 = time.monotonic()
-    proc = subprocess.run(["mmdebstrap", "--variant=apt", f"--architectures={a.debian}",
-                           f"--include={','.join(PACKAGES)}",
-                           # the root's own host keys are never used (each node has its own)
-                           "--customize-hook=rm -f \"$1\"/etc/ssh/ssh_host_*",
-                           SUITE, str(new)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "mmdebstrap",
+            "--variant=apt",
+            f"--architectures={a.debian}",
+            f"--include={','.join(PACKAGES)}",
+            # the root's own host keys are never used (each node has its own)
+            '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
+            SUITE,
+            str(new),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         shutil.rmtree(new, ignore_errors=True)
@@ -167,15 +211,25 @@ def _build(arch: str, log) -> Path:
 
 
 # mmdebstrap's (apt's) words when Debian's mirror could not be reached or read
-_MIRROR = ("Failed to fetch", "Temporary failure resolving", "Could not resolve", "Could not connect",
-           "Unable to connect", "Connection timed out", "Network is unreachable", "Hash Sum mismatch")
+_MIRROR = (
+    "Failed to fetch",
+    "Temporary failure resolving",
+    "Could not resolve",
+    "Could not connect",
+    "Unable to connect",
+    "Connection timed out",
+    "Network is unreachable",
+    "Hash Sum mismatch",
+)
 
 
 def build_hint(tail: str) -> str:
     """What to do after mmdebstrap failed with TAIL (its last lines): the cause it names."""
     if "install arch-test" in tail:  # "E: install arch-test for foreign architecture support"
-        return ("install Debian's arch-test package (apt-get install arch-test, or rerun "
-                "`sh requirements/bootstrap.sh`), then rerun lab.up")
+        return (
+            "install Debian's arch-test package (apt-get install arch-test, or rerun "
+            "`sh requirements/bootstrap.sh`), then rerun lab.up"
+        )
     if any(m in tail for m in _MIRROR):
         return "Debian's package mirror must be reachable; rerun lab.up"
     return "mmdebstrap's last lines above say why; rerun lab.up once that is fixed"
@@ -221,8 +275,10 @@ def ensure_binfmt(arch: str) -> bool:
     try:
         line = next(ln for ln in conf.read_text().splitlines() if ln.startswith(":"))
     except (OSError, StopIteration):
-        raise InputError(f"{conf} is missing", hint="apt-get install qemu-user-static "
-                         "(or run `sh requirements/bootstrap.sh`)") from None
+        raise InputError(
+            f"{conf} is missing",
+            hint="apt-get install qemu-user-static (or run `sh requirements/bootstrap.sh`)",
+        ) from None
     if "F" not in line.rsplit(":", 1)[1]:
         line += "F"
     (BINFMT / "register").write_text(line)
@@ -234,11 +290,14 @@ def mount_binfmt() -> bool:
     this call mounted it."""
     if (BINFMT / "register").exists():
         return False
-    proc = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], capture_output=True, text=True
+    )
     if proc.returncode:
-        raise NodeprepError(f"cannot mount binfmt_misc: {proc.stderr.strip()}",
-                            hint="the kernel needs binfmt_misc (modprobe binfmt_misc)")
+        raise NodeprepError(
+            f"cannot mount binfmt_misc: {proc.stderr.strip()}",
+            hint="the kernel needs binfmt_misc (modprobe binfmt_misc)",
+        )
     return True
 
 
@@ -269,7 +328,7 @@ def converge(lab: Path, arches: set[str], log=print) -> list[str]:
         mine.add(MOUNTED)
         changes.append("mounted binfmt_misc")
     for arch in sorted(arches):
-        if ensure_binfmt(arch):          # first: building the root needs it, and must not hide who added it
+        if ensure_binfmt(arch):  # first: building the root needs it, and must not hide who added it
             mine.add(arch)
             changes.append(f"registered qemu-user for {arch}")
         root(arch, log)
@@ -312,13 +371,33 @@ NODE_INIT = (
     'mount --rbind /sys "$R/sys" && mount --rbind /dev "$R/dev" && '
     'mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm" && mount -t tmpfs -o mode=755 tmpfs "$R/run" && '
     'mkdir -p "$R/run/sshd" && { umount -l /run/netns 2>/dev/null; '
-    'exec chroot "$R" /usr/sbin/sshd -D -e -f "$5"; }')
+    'exec chroot "$R" /usr/sbin/sshd -D -e -f "$5"; }'
+)
 
 
 def node_argv(node: LabNode, home: Path) -> list[str]:
     """How NODE (its directory: the parent of its home source) starts, HOME its home's path."""
     nd = node.home.parent
-    return ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--uts", "--propagation",
-            "private", "/bin/sh", "-c", NODE_INIT, "sh", node.name, str(nd / "etc"),
-            str(node.home), str(home), str(nd / "sshd_config"), str(nd / BIN),
-            str(root(node.arch)), str(nd)]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        node.netns,
+        "unshare",
+        "--mount",
+        "--uts",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        NODE_INIT,
+        "sh",
+        node.name,
+        str(nd / "etc"),
+        str(node.home),
+        str(home),
+        str(nd / "sshd_config"),
+        str(nd / BIN),
+        str(root(node.arch)),
+        str(nd),
+    ]

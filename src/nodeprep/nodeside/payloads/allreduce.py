@@ -5,6 +5,7 @@ what each link carries in a ring, comparable across world sizes), then `allreduc
 Every result is also checked (a sum of rank-dependent values). gloo on CPU, nccl on GPU.
 Run under torchrun, the DeepSpeed launcher, mpirun or srun. Standalone: stdlib + torch only.
 """
+
 import argparse
 import datetime
 import json
@@ -21,9 +22,11 @@ def say(line):
 
 
 def rank_env():
-    for names in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-                  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-                  ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")):
+    for names in (
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ):
         if all(n in os.environ for n in names):
             return tuple(int(os.environ[n]) for n in names)
     sys.exit("allreduce: FAIL no rank environment: start this under a launcher")
@@ -57,9 +60,9 @@ def main():
         n *= max(2, args.factor)
     rows = []
     for size in sizes:
-        count = size // 4                               # float32
+        count = size // 4  # float32
         buf = torch.empty(count, dtype=torch.float32, device=device)
-        want = world * (world + 1) / 2                  # sum of (rank + 1)
+        want = world * (world + 1) / 2  # sum of (rank + 1)
         for i in range(args.warmup + args.iters):
             if i == args.warmup:
                 if cuda:
@@ -73,19 +76,30 @@ def main():
         dt = (time.perf_counter() - t0) / args.iters
         ok = bool(torch.all(buf == want).item())
         algbw = size / dt / 1e9
-        sig = lambda x: float(f"{x:.4g}")   # 4 significant digits: 1 KiB on gloo is ~1e-4 GB/s
-        rows.append({"bytes": size, "time_us": round(dt * 1e6, 1), "algbw_gbps": sig(algbw),
-                     "busbw_gbps": sig(algbw * 2 * (world - 1) / world), "correct": ok})
+        sig = lambda x: float(f"{x:.4g}")  # 4 significant digits: 1 KiB on gloo is ~1e-4 GB/s
+        rows.append(
+            {
+                "bytes": size,
+                "time_us": round(dt * 1e6, 1),
+                "algbw_gbps": sig(algbw),
+                "busbw_gbps": sig(algbw * 2 * (world - 1) / world),
+                "correct": ok,
+            }
+        )
         if rank == 0:
             r = rows[-1]
-            say(f"allreduce: {size:>10} B  {r['time_us']:>10.1f} us  algbw {r['algbw_gbps']:>9.4g} GB/s"
-                f"  busbw {r['busbw_gbps']:>9.4g} GB/s  {'ok' if ok else 'WRONG RESULT'}")
+            say(
+                f"allreduce: {size:>10} B  {r['time_us']:>10.1f} us  algbw {r['algbw_gbps']:>9.4g} GB/s"
+                f"  busbw {r['busbw_gbps']:>9.4g} GB/s  {'ok' if ok else 'WRONG RESULT'}"
+            )
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         good = all(r["correct"] for r in rows)
-        say("allreduce-json: " + json.dumps({"world_size": world, "backend": backend,
-                                             "ok": good, "sizes": rows}))
+        say(
+            "allreduce-json: "
+            + json.dumps({"world_size": world, "backend": backend, "ok": good, "sizes": rows})
+        )
         say(f"allreduce: {'OK' if good else 'FAIL'} world_size={world} backend={backend}")
         if not good:
             os._exit(1)

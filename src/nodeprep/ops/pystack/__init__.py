@@ -11,10 +11,29 @@ installed offline from wheels the controller downloads once per platform.
 
 `from nodeprep.ops import pystack` gives paths.py and runcache.py's names (pystack.venv_path, ...).
 """
+
 from nodeprep.ops.pystack.paths import damaged, node_path, path_env, venv_path, verified_stamp
-from nodeprep.ops.pystack.runcache import (fleet_majority, fleet_python, platform, requirement_pins, torch_plan,
-                                       wheelhouse_manifests)
+from nodeprep.ops.pystack.runcache import (
+    fleet_majority,
+    fleet_python,
+    platform,
+    requirement_pins,
+    torch_plan,
+    wheelhouse_manifests,
+)
 from nodeprep.ops.pystack.tags import foreign_packages
 
-__all__ = ["damaged", "foreign_packages", "node_path", "verified_stamp", "path_env", "venv_path", "fleet_majority", "fleet_python", "platform",
-           "requirement_pins", "torch_plan", "wheelhouse_manifests"]
+__all__ = [
+    "damaged",
+    "foreign_packages",
+    "node_path",
+    "verified_stamp",
+    "path_env",
+    "venv_path",
+    "fleet_majority",
+    "fleet_python",
+    "platform",
+    "requirement_pins",
+    "torch_plan",
+    "wheelhouse_manifests",
+]

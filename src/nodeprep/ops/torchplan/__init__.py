@@ -9,9 +9,37 @@
 
 `from nodeprep.ops import torchplan` gives the public names (torchplan.choose, .Plan, ...).
 """
-from nodeprep.ops.torchplan.plan import (ARCH_ALIASES, DEFAULT_INDEX, SPEC_SYNTAX, Build, NodeGPU, Plan,
-                                         PlanError, choose, covers, evaluate, from_pip_config, merged,
-                                         node_from_facts, parse_node_spec)
 
-__all__ = ["ARCH_ALIASES", "DEFAULT_INDEX", "SPEC_SYNTAX", "Build", "NodeGPU", "Plan", "PlanError",
-           "choose", "covers", "evaluate", "from_pip_config", "merged", "node_from_facts", "parse_node_spec"]
+from nodeprep.ops.torchplan.plan import (
+    ARCH_ALIASES,
+    DEFAULT_INDEX,
+    SPEC_SYNTAX,
+    Build,
+    NodeGPU,
+    Plan,
+    PlanError,
+    choose,
+    covers,
+    evaluate,
+    from_pip_config,
+    merged,
+    node_from_facts,
+    parse_node_spec,
+)
+
+__all__ = [
+    "ARCH_ALIASES",
+    "DEFAULT_INDEX",
+    "SPEC_SYNTAX",
+    "Build",
+    "NodeGPU",
+    "Plan",
+    "PlanError",
+    "choose",
+    "covers",
+    "evaluate",
+    "from_pip_config",
+    "merged",
+    "node_from_facts",
+    "parse_node_spec",
+]
