@@ -121,11 +121,12 @@ def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silen
     positional=["name"],
     help={
         "name": "the new inventory: inventory/NAME/hosts.yml",
-        "from": "where the hosts are: sshconfig:PATTERN, a hostfile, slurm:[LIST], pbs:, an Ansible "
-        "inventory (groups kept), or hosts:gpu[01-04],login01",
+        "from": "where the hosts are: sshconfig:PATTERN, a hostfile, slurm:[LIST], pbs:, "
+        "an Ansible inventory (groups kept), or hosts:gpu[01-04],login01",
         "force": "replace an existing inventory NAME",
         "dry_run": "print the file, write nothing",
-        "set": "KEY=VALUE the source does not say, e.g. user=ops or key=~/.ssh/id_ed25519 (repeatable)",
+        "set": "KEY=VALUE the source does not say, "
+        "e.g. user=ops or key=~/.ssh/id_ed25519 (repeatable)",
         **LIVENESS,
     },
     iterable=["set"],
@@ -223,8 +224,8 @@ def health(
 @task(
     iterable=["check", "set"],
     help={
-        "inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory, if it "
-        "exists; else the controller only)",
+        "inventory": "inventory name, a path or PREFIX:ARG "
+        "(default: nodeprep.default_inventory, if it exists; else the controller only)",
         "limit": "only these nodes (ranges, globs, groups; !x excludes)",
         "json": "print every check's findings as JSON on stdout",
         "list_checks": "list every check with its codes, and exit",
@@ -584,7 +585,8 @@ def verify_parity(
         "(train.status, train.logs, train.stop)",
         "kill_stale": "stop earlier nodeprep jobs still running on the nodes before launching",
         "no_health_gate": "launch without the passive health checks (docs/health.md)",
-        "exclude_unhealthy": "launch on the healthy nodes, leaving out those with a CRITICAL finding",
+        "exclude_unhealthy": "launch on the healthy nodes, "
+        "leaving out those with a CRITICAL finding",
         "health_ignore": "a health finding code the gate does not hold against a node (repeatable)",
         **LIVENESS,
     },
@@ -694,7 +696,7 @@ def _run_id(run):
     help={"run": "run id, or `last` for the newest", "json": "print the status as JSON"},
 )
 def train_status(c, run=None, json=False):
-    """A training run's state per node: ranks alive, last line, elapsed; checked against the nodes."""
+    """A training run's state per node: ranks alive, last line, elapsed; checked on the nodes."""
     _help_if_asked("train.status", run)
     _done(cli.train_status(RunsOptions(run=_run_id(run), json=json), _settings(c)))
 

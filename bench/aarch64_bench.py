@@ -7,7 +7,8 @@ The controller's cache (the aarch64 wheelhouse download, the deepspeed build) is
 and left out of the timed part. nodeprep's run is the whole provision (every role: ssh mesh,
 ssh config, shell, nccl, wheelhouse, venv, torch verify, deepspeed_env), split per phase;
 the hand floor does only the Python stack, so the ratio is conservative.
-Target (issue 32): nodeprep at most 1.1x the floor. Usage: bench/aarch64_bench.py [NODES=2] [RUNS=3]"""
+Target (issue 32): nodeprep at most 1.1x the floor.
+Usage: bench/aarch64_bench.py [NODES=2] [RUNS=3]"""
 
 import json
 import shutil
@@ -73,7 +74,8 @@ def by_hand(info, settings, house: Path, compile_: bool):
                 dest,
                 "cat > ~/.nodeprep/wheelhouse/requirements.lock && "
                 f"python3 -m venv ~/.nodeprep/venv && ~/.nodeprep/venv/bin/pip install -q{flags} "
-                "--no-index --find-links ~/.nodeprep/wheelhouse -r ~/.nodeprep/wheelhouse/requirements.lock",
+                "--no-index --find-links ~/.nodeprep/wheelhouse "
+                "-r ~/.nodeprep/wheelhouse/requirements.lock",
             ],
             lock,
         )
@@ -103,7 +105,8 @@ def main():
         state = Path(settings.state_dir)
         cmd = provision_cmd(info, tmp)
         log(
-            f"aarch64 bench: {nodes} emulated aarch64 nodes, {runs} rounds; warming the controller cache"
+            f"aarch64 bench: {nodes} emulated aarch64 nodes, {runs} rounds; "
+            "warming the controller cache"
         )
         wipe(info)
         dt, ph, _ = pystack.run_provision(cmd, env)
@@ -130,7 +133,8 @@ def main():
                 phases[k].append(ph)
                 foreign[k].append(fg.mean)
                 log(
-                    f"  round {i + 1}: {k:<40} {dt:6.1f} s  ({pystack.fmt(ph)}; foreign procs {fg.mean:.2f})"
+                    f"  round {i + 1}: {k:<40} {dt:6.1f} s  "
+                    f"({pystack.fmt(ph)}; foreign procs {fg.mean:.2f})"
                 )
         res = summary(
             f"cold provision of {nodes} aarch64 lab nodes (qemu-user) from x86_64, {runs} "
@@ -142,7 +146,8 @@ def main():
         ratio = med[names[0]] / med[names[1]]
         log(
             f"  nodeprep / same work by hand: x{ratio:.2f} (target <= x{TARGET:.2f}: "
-            f"{'met' if ratio <= TARGET else 'NOT met'}); / naive hand install: x{med[names[0]] / med[names[2]]:.2f}"
+            f"{'met' if ratio <= TARGET else 'NOT met'}); "
+            f"/ naive hand install: x{med[names[0]] / med[names[2]]:.2f}"
         )
         for k in names:
             log(

@@ -88,7 +88,8 @@ try:
             if k == "bastion":
                 per_run_logins.append(logins(info) - n0)
         print(
-            f"round {i + 1}: direct {times['direct'][-1]:.2f} s, bastion {times['bastion'][-1]:.2f} s",
+            f"round {i + 1}: direct {times['direct'][-1]:.2f} s, "
+            f"bastion {times['bastion'][-1]:.2f} s",
             flush=True,
         )
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -96,8 +97,10 @@ try:
     ratio = med["bastion"] / med["direct"]
     print(
         f"no-op provision of {nodes} nodes: direct {med['direct']:.2f} s, behind one bastion "
-        f"{med['bastion']:.2f} s: x{ratio:.2f} (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'}); "
-        f"controller CPU per node {cpu_node['direct']:.1f} ms direct, {cpu_node['bastion']:.1f} ms via the "
+        f"{med['bastion']:.2f} s: x{ratio:.2f} "
+        f"(target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'}); "
+        f"controller CPU per node {cpu_node['direct']:.1f} ms direct, "
+        f"{cpu_node['bastion']:.1f} ms via the "
         f"bastion; bastion logins per run {per_run_logins}"
     )
     results.append(

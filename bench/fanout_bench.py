@@ -180,7 +180,8 @@ def main():
         )
         for k, m in med.items():
             print(
-                f"  {k:<7} wall {m['wall']:7.2f} s  x{m['wall'] / med['one']['wall']:5.2f} vs one   "
+                f"  {k:<7} wall {m['wall']:7.2f} s  "
+                f"x{m['wall'] / med['one']['wall']:5.2f} vs one   "
                 f"controller sent {m['bridge_tx'] / size:5.2f} wheelhouses on the wire, "
                 f"{m['controller_bytes'] / size:5.2f} payload   controller CPU {m['cpu']:.1f} s   "
                 f"machine busy {m['machine_busy']:4.0%}"
@@ -190,7 +191,8 @@ def main():
             and med["fanout"]["bridge_tx"] <= 2 * size
         )
         print(
-            f"  targets (fan-out <= 3x one send, controller <= 2 wheelhouses): {'met' if ok else 'NOT met'}"
+            "  targets (fan-out <= 3x one send, controller <= 2 wheelhouses): "
+            f"{'met' if ok else 'NOT met'}"
         )
         save(
             "fanout",

@@ -126,6 +126,10 @@ def write_ansible(
     d = OUT / "ansible"
     (d / "cp").mkdir(parents=True, exist_ok=True)
     home = "/home/" + info.user
+    ssh_args = (
+        "-o ControlMaster=auto -o ControlPersist=60s "
+        f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
+    )
     (d / "ansible.cfg").write_text(f"""[defaults]
 inventory = {d / "hosts.ini"}
 forks = {len(info.nodes)}
@@ -138,7 +142,7 @@ local_tmp = {d / "tmp"}
 [ssh_connection]
 pipelining = True
 control_path_dir = {d / "cp"}
-ssh_args = -o ControlMaster=auto -o ControlPersist=60s -o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes
+ssh_args = {ssh_args}
 """)
     hosts = ["[nodes]"] + [
         f"{n.name} ansible_host={n.address} ansible_port={n.port}" for n in info.nodes
@@ -300,7 +304,7 @@ else:
         block(b["path"], b["name"], b["body"], b["mode"], b["where"])
     for f in FILES:
         files.put(name=f"file {{f['rel']}}", src=f["src"], dest=f["path"], mode=f"{{f['mode']:o}}")
-''')
+''')  # noqa: E501 (the generated deploy.py, kept as written)
     return d / "inventory.py", d / "deploy.py"
 
 

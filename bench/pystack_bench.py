@@ -34,7 +34,8 @@ def log(msg):
 
 
 def wipe(info, n):
-    """Remove ~/.nodeprep/{venv,wheelhouse} of the first N nodes (on the host fs), keep ~/.nodeprep."""
+    """Remove ~/.nodeprep/{venv,wheelhouse} of the first N nodes (on the host fs), keep
+    ~/.nodeprep."""
     for node in info.nodes[:n]:
         base = node.home / ".nodeprep"
         for d in ("venv", "wheelhouse"):
@@ -63,7 +64,8 @@ def provision_cmd(info, tmp):
 def run_provision(cmd, env):
     """Run CMD (whole process), timestamping its status lines. Returns (seconds, phases, output).
     Phases from the plain display's per-node lines: facts, controller (after the last `facts:`
-    line, before the first `plan:` line: the wheelhouse/torch controller steps), plan+apply, exit."""
+    line, before the first `plan:` line: the wheelhouse/torch controller steps), plan+apply,
+    exit."""
     t0 = time.perf_counter()
     p = subprocess.Popen(
         cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -176,7 +178,8 @@ def bare(info, settings, house: Path, n):
                 *opts,
                 dest,
                 "cat > ~/.nodeprep/wheelhouse/requirements.lock && "
-                "python3 -m venv ~/.nodeprep/venv && ~/.nodeprep/venv/bin/pip install -q --no-index "
+                "python3 -m venv ~/.nodeprep/venv && "
+                "~/.nodeprep/venv/bin/pip install -q --no-index "
                 "--find-links ~/.nodeprep/wheelhouse -r ~/.nodeprep/wheelhouse/requirements.lock",
             ],
             lock,
@@ -217,7 +220,8 @@ def part1(info, settings, env, tmp):
     got, _ = downloads(rep)
     warm = {"seconds": dt, "phases": ph, "downloaded": got}
     log(
-        f"  warm-up provision {dt:.1f} s ({fmt(ph)}); controller-side prep {ph['controller']:.1f} s, "
+        f"  warm-up provision {dt:.1f} s ({fmt(ph)}); "
+        f"controller-side prep {ph['controller']:.1f} s, "
         f"wheelhouse downloaded: {got}"
     )
     plats = [p for p in (state / "wheelhouse").iterdir() if (p / "MANIFEST.json").exists()]

@@ -1,7 +1,8 @@
 """How the controller's cost grows with the fleet (issue 18): for each lab size, interleaved
 rounds of bare Fabric `true` (the floor), bare Fabric running the very probe `invoke facts`
 sends (the floor of one probe round trip per node: on the lab the nodes' work shares the
-controller's 2 cores, so it weighs in the wall time as it would not on a cluster), `invoke facts`, a no-op `invoke provision --roles
+controller's 2 cores, so it weighs in the wall time as it would not on a cluster),
+`invoke facts`, a no-op `invoke provision --roles
 ssh_keys,ssh_config,shell,nccl,deepspeed_env` (converged first; every timed run is checked to
 change nothing) and the pyinfra deploy that manages the same files (bench/peers.py, also
 checked to change nothing), optionally beside the same provision from an older checkout
@@ -65,7 +66,8 @@ def run(cmd, env, verify=None) -> tuple[float, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
         raise SystemExit(
-            f"bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+            f"bench: {' '.join(cmd)} failed ({r.returncode}):\n"
+            f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
         )
     if verify:
         verify(r.stdout + r.stderr)
@@ -136,13 +138,15 @@ def one_size(n: int) -> dict:
     wall = {k: statistics.median(w for w, _ in v) for k, v in got.items()}
     cpu = {k: statistics.median(c for _, c in v) * 1000 / n for k, v in got.items()}
     print(
-        f"\n{n} nodes{' (one shared home, all roles)' if SHARED else ''}, {runs} interleaved rounds, "
+        f"\n{n} nodes{' (one shared home, all roles)' if SHARED else ''}, "
+        f"{runs} interleaved rounds, "
         f"{os.cpu_count()} CPUs (medians)",
         flush=True,
     )
     for k in got:
         print(
-            f"  {k:<24} wall {wall[k]:7.3f} s  x{wall[k] / wall['bare Fabric true']:5.2f} vs bare Fabric   "
+            f"  {k:<24} wall {wall[k]:7.3f} s  "
+            f"x{wall[k] / wall['bare Fabric true']:5.2f} vs bare Fabric   "
             f"controller CPU {cpu[k]:6.1f} ms/node   runs: "
             + " ".join(f"{w:.2f}" for w, _ in got[k]),
             flush=True,

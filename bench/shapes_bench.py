@@ -77,10 +77,12 @@ def main(n: int) -> None:
     med = {k: statistics.median(t for t, _p, _i in v) for k, v in runs.items()}
     ratio = med["shared home"] / med["private homes"]
     print(
-        f"\ncold provision, {NODES} nodes, medians of {n}: private homes {med['private homes']:.1f} s, "
+        f"\ncold provision, {NODES} nodes, medians of {n}: "
+        f"private homes {med['private homes']:.1f} s, "
         f"shared home {med['shared home']:.1f} s = x{ratio:.2f} (target <= 0.5: "
         f"{'MET' if ratio <= 0.5 else 'NOT MET'}); wheelhouse pushed "
-        f"{runs['shared home'][0][1]}x on the shared home, {runs['private homes'][0][1]}x on private homes"
+        f"{runs['shared home'][0][1]}x on the shared home, "
+        f"{runs['private homes'][0][1]}x on private homes"
     )
     save(
         "shapes",

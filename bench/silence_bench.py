@@ -117,14 +117,16 @@ def main() -> None:
     for k in ("at_connect", "mid_command"):
         s = out[k]
         print(
-            f"{k}: min {s['min']:.1f} s, median {s['median']:.1f} s, max {s['max']:.1f} s ({s['runs']} runs)"
+            f"{k}: min {s['min']:.1f} s, median {s['median']:.1f} s, "
+            f"max {s['max']:.1f} s ({s['runs']} runs)"
         )
     if nodes:
         with tempfile.TemporaryDirectory() as d:
             out["noop_provision"] = n = noop_provision(Path(d))
         out["nodes"] = nodes
         print(
-            f"no-op provision of {nodes} nodes (medians of {noop_runs}): none silent {n['none silent']:.2f} s, "
+            f"no-op provision of {nodes} nodes (medians of {noop_runs}): "
+            f"none silent {n['none silent']:.2f} s, "
             f"one silent {n['one silent']:.2f} s (+{n['one silent'] - n['none silent']:.1f} s)"
         )
     save("silence", out)

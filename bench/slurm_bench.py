@@ -41,7 +41,8 @@ def run(cmd, env, verify=None, ok=(0,)) -> tuple[float, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode not in ok:
         raise SystemExit(
-            f"bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+            f"bench: {' '.join(cmd)} failed ({r.returncode}):\n"
+            f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
         )
     if verify:
         verify(r.stdout)

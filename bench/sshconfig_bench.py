@@ -54,7 +54,8 @@ def write_configs(tmp: Path, n: int) -> tuple[Path, Path]:
     hosts.write_text(
         "vars:\n  user: ops\nhosts:\n"
         + "".join(
-            f"  node{i:04d}: {{address: 10.{i // 50}.{i // 250}.{i % 250 + 1}, port: {2200 + i % 3}}}\n"
+            f"  node{i:04d}: {{address: 10.{i // 50}.{i // 250}.{i % 250 + 1}, "
+            f"port: {2200 + i % 3}}}\n"
             for i in range(n)
         )
     )

@@ -130,8 +130,10 @@ def main():
                 }
                 results.append(r)
                 print(
-                    f"{case:<8} {name:<18} failure -> last rank gone: median {r['stop_median']:5.1f} s "
-                    f"(runs {' '.join(f'{x:.1f}' for x in stop)}); train wall {r['wall_median']:5.1f} s"
+                    f"{case:<8} {name:<18} failure -> last rank gone: "
+                    f"median {r['stop_median']:5.1f} s "
+                    f"(runs {' '.join(f'{x:.1f}' for x in stop)}); "
+                    f"train wall {r['wall_median']:5.1f} s"
                     + (
                         f"; loss -> train returned median {r['loss_to_end_median']:.1f} s"
                         if loss

@@ -4,7 +4,8 @@ user would type once the job dir is in place: `ssh <worker-0> 'cd ~/.nodeprep/jo
 StrictHostKeyChecking=yes). Whole processes, medians of RUNS interleaved rounds (plus one warm-up
 each; order reversed every other round), `invoke train --no-preflight` and `--no-health-gate` as
 more contenders. Targets: at most 1.2x the bare command (issue 12), at most 1.3x with the health
-gate (issue 29; the gate is on by default, so that is plain `invoke train`). Every run must print `health: OK world_size=N`. Setup (untimed, reported): lab up,
+gate (issue 29; the gate is on by default, so that is plain `invoke train`). Every run must
+print `health: OK world_size=N`. Setup (untimed, reported): lab up,
 `invoke provision`, one first `invoke train` (puts health.py and the hostfile on the nodes).
 When the target is missed (or with --profile), an instrumented in-process `train` (this file run
 with --child) splits nodeprep's time into process start, connect, facts, preflight mesh, sync,
@@ -156,7 +157,8 @@ def main():
             "health",
         ]
         log(
-            f"  setup: first `invoke train` {timed(train, env, verify=check_ok):.1f} s (syncs health.py)"
+            f"  setup: first `invoke train` {timed(train, env, verify=check_ok):.1f} s "
+            "(syncs health.py)"
         )
         job = head.home / ".nodeprep" / "jobs" / "payloads"
         hostfile = (job / "hostfile").read_text()
@@ -216,7 +218,8 @@ def main():
         )
         gate = med["invoke train"] / med["bare ssh deepspeed -H hostfile"]
         log(
-            f"  with the health gate (the default) x{gate:.2f} (issue 29's target <= {GATE_TARGET}x: "
+            f"  with the health gate (the default) x{gate:.2f} "
+            f"(issue 29's target <= {GATE_TARGET}x: "
             f"{'met' if gate <= GATE_TARGET else 'NOT met'}); the gate's own cost "
             f"{med['invoke train'] - med['invoke train --no-health-gate']:+.2f} s"
         )

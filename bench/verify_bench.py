@@ -1,7 +1,8 @@
 """`invoke verify-parity` on 8 and on 32 lab nodes against a bare Fabric ThreadingGroup running
 `true` on the same nodes (bench/bare_fabric.py), whole processes, medians of RUNS interleaved
 rounds. Issue targets: verify at most 2x the bare floor at 8 nodes, and verify on 32 nodes at
-most 1.5x verify on 8 nodes. Usage: bench/verify_bench.py [RUNS=5] [--profile] [--setup-only | --teardown]
+most 1.5x verify on 8 nodes.
+Usage: bench/verify_bench.py [RUNS=5] [--profile] [--setup-only | --teardown]
 
 Setup (not timed): the lab comes up with 32 nodes; only worker-0 is provisioned for real
 (`invoke provision --limit worker-0`); its ~/.nodeprep/{venv,wheelhouse} are then replicated
@@ -17,7 +18,8 @@ down to 8 nodes (re-provisioned, not timed) and times verify vs bare there, to s
 trimmed inventory measures the same.
 
 The first verify after the setup imports torch on every node (the node caches the answer in
-~/.nodeprep/torch_probe.<machine-id>.json): it is reported apart as the cold cost. When a target is missed,
+~/.nodeprep/torch_probe.<machine-id>.json): it is reported apart as the cold cost. When a
+target is missed,
 an in-process profile times verify's stages (connect, then the probes with the mesh logins:
 verify.Gather(...).all()), each fact of the probe (ops.fingerprints.requests) on one node, and the
 process start-up."""
@@ -96,7 +98,8 @@ def provision(cmd, env, state, n, label="provision"):
                 }
             )
             log(
-                f"    FLAKE ({label}): {len(bad)} node(s) hit Fabric's shared-Config race; re-running"
+                f"    FLAKE ({label}): {len(bad)} node(s) hit Fabric's shared-Config race; "
+                "re-running"
             )
             continue
         if r.returncode or bad or rep["failed"] or rep["unreachable"] or len(rep["nodes"]) != n:
@@ -333,7 +336,8 @@ def profile(inv_path: Path, settings: Settings, reps=3) -> dict:
                 }
             )
             log(
-                f"    FLAKE (profile): {len(failed)} node(s) hit the shared-Config race; repetition redone"
+                f"    FLAKE (profile): {len(failed)} node(s) hit the shared-Config race; "
+                "repetition redone"
             )
             continue
         if bad or failed or len(got) != len(hosts):
@@ -542,19 +546,23 @@ def main():
         scale = med[keys[2]] / med[keys[0]]
         bare_scale = med[keys[3]] / med[keys[1]]
         log(
-            f"\n  verify {SMALL} nodes / bare floor {SMALL} nodes: x{x8:.2f} (target <= {TARGET_BARE}x: "
+            f"\n  verify {SMALL} nodes / bare floor {SMALL} nodes: x{x8:.2f} "
+            f"(target <= {TARGET_BARE}x: "
             f"{'met' if x8 <= TARGET_BARE else 'NOT met'})"
         )
         log(
-            f"  verify {NODES} nodes / verify {SMALL} nodes:    x{scale:.2f} (target <= {TARGET_SCALE}x: "
+            f"  verify {NODES} nodes / verify {SMALL} nodes:    x{scale:.2f} "
+            f"(target <= {TARGET_SCALE}x: "
             f"{'met' if scale <= TARGET_SCALE else 'NOT met'})"
         )
         log(
-            f"  verify {NODES} nodes / bare floor {NODES} nodes: x{med[keys[2]] / med[keys[3]]:.2f}; "
+            f"  verify {NODES} nodes / bare floor {NODES} nodes: "
+            f"x{med[keys[2]] / med[keys[3]]:.2f}; "
             f"bare floor {NODES}/{SMALL} nodes: x{bare_scale:.2f}"
         )
         log(
-            f"  cold first verify on {NODES} nodes: {cold:.2f} s = x{cold / med[keys[2]]:.1f} the warm median"
+            f"  cold first verify on {NODES} nodes: {cold:.2f} s = "
+            f"x{cold / med[keys[2]]:.1f} the warm median"
         )
         # Every lab node shares this machine's CPUs: wall time at 32 nodes follows the CPU that
         # all nodes together burn. CPU per run (medians of the timed runs) and per extra node:
@@ -570,7 +578,8 @@ def main():
             for i, k in ((0, "verify-parity"), (1, "bare Fabric true"))
         }
         log(
-            f"  machine CPU per extra node (8 -> 32): verify {per_node['verify-parity'] * 1000:.1f} ms, "
+            "  machine CPU per extra node (8 -> 32): "
+            f"verify {per_node['verify-parity'] * 1000:.1f} ms, "
             f"bare Fabric {per_node['bare Fabric true'] * 1000:.1f} ms "
             f"(on {os.cpu_count()} CPUs shared by all {NODES} nodes)"
         )
@@ -628,7 +637,8 @@ def main():
         info8, _s, env = bench_lab(SMALL)
         dt, ch, _, _ = provision(provision_cmd(info8.inventory, tmp), env, state, SMALL)
         log(
-            f"  provision on the {SMALL}-node lab {dt:.1f} s ({ch} steps changed: ssh config/known_hosts)"
+            f"  provision on the {SMALL}-node lab {dt:.1f} s "
+            f"({ch} steps changed: ssh config/known_hosts)"
         )
         xruns = max(3, runs // 2 + 1)
         xk = {

@@ -112,7 +112,8 @@ def env_block(env: dict[str, str]) -> str:
     for k, val in env.items():
         if k == "LD_LIBRARY_PATH":  # keep what the node already has after ours
             lines.append(
-                f'export LD_LIBRARY_PATH={shlex.quote(val)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+                f"export LD_LIBRARY_PATH={shlex.quote(val)}"
+                '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
             )
         else:
             lines.append(f"export {k}={shlex.quote(val)}")

@@ -58,7 +58,7 @@ if got["version"] != want["version"] and ("+" in want["version"] or got["version
     bad.append("torch %s installed, want %s" % (got["version"], want["version"]))
 if (got["cuda"] or None) != want["cuda"]:
     bad.append("torch.version.cuda is %s, want %s" % (got["cuda"], want["cuda"]))
-"""
+"""  # noqa: E501 (VERIFY's program text is left as it was)
     + inspect.getsource(covered)
     + r"""
 for cap in want["capabilities"]:
@@ -80,7 +80,7 @@ for root, dirs, files in os.walk(site):
 keep = sorted(os.path.relpath(n, sys.prefix) for n in names if os.path.isfile(n) and "\n" not in n)
 with open(sys.argv[2], "w") as out:
     out.write(json.dumps(dict(got, machine=platform.machine())) + "\n" + "".join(n + "\n" for n in keep))
-"""
+"""  # noqa: E501 (VERIFY's program text is left as it was)
 )
 
 STAMP_NAME = pystack.paths.VERIFIED  # in the venv: its listing is STAMP_NAME.list while made
@@ -193,7 +193,8 @@ def steps(ctx):
     listing = STAMP_NAME + ".list"
     # the old stamp goes first: a verify that fails leaves none behind
     action = (
-        f"rm -f {v}/{STAMP_NAME} && {v}/bin/python -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))} "
+        f"rm -f {v}/{STAMP_NAME} && "
+        f"{v}/bin/python -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))} "
         f"{v}/{listing} && " + stamp_from_list(venv, STAMP_NAME, listing)
     )
     return [
@@ -202,7 +203,8 @@ def steps(ctx):
             [key, stamp],
             check,
             action=action,
-            hint="the installed torch does not match the plan or does not import; see the step output",
+            hint="the installed torch does not match the plan or does not import; "
+            "see the step output",
             scope=scope_of(venv),
         )
     ]

@@ -1,10 +1,10 @@
 """wheelhouse: the controller resolves and downloads every wheel the nodes need once per node
 platform (src/nodeprep/ops/pystack/wheelhouse.py), then gets each node only the files it lacks (by
-sha256), so nodes never talk to a package index. With wheelhouse_relay (and the ssh mesh) the
-wheels go node to node (ops/pystack/relay.py: the controller sends each platform's once, into a chain
-of the nodes lacking them, after the mesh is in place: Step.fleet); each relayed wheel is
-checked against the controller's sha256 before it is used, and what did not arrive intact is
-pushed by the controller over the run's own SSH connection, as without the relay."""
+sha256), so nodes never talk to a package index. With wheelhouse_relay (and the ssh mesh) the wheels
+go node to node (ops/pystack/relay.py: the controller sends each platform's once, into a chain of
+the nodes lacking them, after the mesh is in place: Step.fleet); each relayed wheel is checked
+against the controller's sha256 before it is used, and what did not arrive intact is pushed by the
+controller over the run's own SSH connection, as without the relay."""
 
 from __future__ import annotations
 
@@ -161,7 +161,8 @@ def _verify(ctx, rl, d: str, files: dict, sums_text: str):
             f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && "
             + (check_all if todo else "")
             + f'for f in *.whl; do grep -qF "  $f" .sums.new || rm -f -- "$f"; done && '
-            f"mv -f .sums.new {SUMS} && printf %s {_b64(listing)} | base64 -d > {STAMP_NAME}.list && "
+            f"mv -f .sums.new {SUMS} && "
+            f"printf %s {_b64(listing)} | base64 -d > {STAMP_NAME}.list && "
             + stamp_from_list(d, STAMP_NAME, STAMP_NAME + ".list")
         )
 
@@ -298,7 +299,8 @@ class _Pace:
         took = time.monotonic() - self.t0
         if took > 30 and self.done / took < relay.MIN_RATE:
             raise NodeprepError(
-                f"{self.done / 2**20:.0f} MiB in {took:.0f} s ({self.done / took / 2**20:.2f} MiB/s, "
+                f"{self.done / 2**20:.0f} MiB in {took:.0f} s "
+                f"({self.done / took / 2**20:.2f} MiB/s, "
                 f"below the {relay.MIN_RATE / 2**20:.0f} MiB/s floor): the link to the node "
                 "is too slow or stalls"
             )

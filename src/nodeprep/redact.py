@@ -1,9 +1,9 @@
 """Secret-looking values never reach a log, a diff or a report.
 
-A variable whose NAME contains KEY, TOKEN, SECRET or PASS (PASSWORD, ansible_ssh_pass; CREDENTIAL too) is a
-secret; its VALUE is replaced wherever text is shown, at any depth: a key of a mapping inside a
-variable (deepspeed_env: {WANDB_API_TOKEN: ...}) is a name too. Public-key material is not a
-secret; names that hold a path (key, controller_key, ...) are the caller's to exempt."""
+A variable whose NAME contains KEY, TOKEN, SECRET or PASS (PASSWORD, ansible_ssh_pass; CREDENTIAL
+too) is a secret; its VALUE is replaced wherever text is shown, at any depth: a key of a mapping
+inside a variable (deepspeed_env: {WANDB_API_TOKEN: ...}) is a name too. Public-key material is not
+a secret; names that hold a path (key, controller_key, ...) are the caller's to exempt."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ def test_other_spellings_provision_verify_and_train(
     inv.write_text(
         "[gpus]\n"
         + "".join(
-            f"{n.name} ansible_ssh_host={n.address} ansible_host=192.0.2.99 ansible_user=nobody ansible_port=2200\n"
+            f"{n.name} ansible_ssh_host={n.address} "
+            "ansible_host=192.0.2.99 ansible_user=nobody ansible_port=2200\n"
             for n in nodes
         )
         + f"[all:vars]\nansible_ssh_user={lab.user}\nansible_ssh_port=22\n"

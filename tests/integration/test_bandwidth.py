@@ -78,8 +78,10 @@ def test_a_healthy_lab_names_no_node_and_gives_latency(lab, lab_settings, capsys
 # when pytest's does, and the node's sshd reads its host key there at every login: the tmpfs is
 # mounted beside it first ($2), the lab directory bound back inside it, then moved onto /tmp.
 FILL_TMP = (
-    'set -e; lab=$1; stage=$2; mkdir -p "$stage"; mount -t tmpfs -o size=1m,mode=1777 tmpfs "$stage"; '
-    'case $lab in /tmp/*) mkdir -p "$stage/${lab#/tmp/}"; mount --bind "$lab" "$stage/${lab#/tmp/}";; esac; '
+    'set -e; lab=$1; stage=$2; mkdir -p "$stage"; '
+    'mount -t tmpfs -o size=1m,mode=1777 tmpfs "$stage"; '
+    'case $lab in /tmp/*) mkdir -p "$stage/${lab#/tmp/}"; '
+    'mount --bind "$lab" "$stage/${lab#/tmp/}";; esac; '
     'mount --move "$stage" /tmp; dd if=/dev/zero of=/tmp/fill bs=64k 2>&1 || true; df -k /tmp'
 )
 

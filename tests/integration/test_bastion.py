@@ -74,7 +74,10 @@ def forms(info, base: Path) -> dict[str, str]:
     cfg = base / "ssh_config"
     cfg.write_text(
         "".join(f"Host {n.name}\n    HostName {n.address}\n" for n in info.nodes)
-        + f"Host worker-*\n    User nodeprep\n    IdentityFile {key}\n    ProxyJump nodeprep@{b}:22\n"
+        + (
+            f"Host worker-*\n    User nodeprep\n    IdentityFile {key}\n"
+            f"    ProxyJump nodeprep@{b}:22\n"
+        )
     )
     return {"proxy_jump": str(info.inventory), "ansible": str(ini), "sshconfig": f"sshconfig:{cfg}"}
 

@@ -160,7 +160,8 @@ def test_spoiled_relay_copy_is_caught_and_pushed_directly(fan, run):
     ssh.write_text(
         "#!/bin/sh\n"
         'case "$*" in *"/bin/sh .nodeprep/relay-"*)\n'
-        '  { head -c 20000; head -c 16 >/dev/null; printf XXXXXXXXXXXXXXXX; cat; } | /usr/bin/ssh "$@"\n'
+        "  { head -c 20000; head -c 16 >/dev/null; printf XXXXXXXXXXXXXXXX; cat; } | "
+        '/usr/bin/ssh "$@"\n'
         "  exit $?;;\nesac\n"
         'exec /usr/bin/ssh "$@"\n'
     )

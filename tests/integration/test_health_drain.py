@@ -26,7 +26,8 @@ def slurm_lab(lab, lab_up, lab_settings):
 
     if not lab_slurm.cgroup_controllers():
         pytest.skip(
-            "this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab"
+            "this host mounts no cgroup v1 controllers: "
+            "Slurm 22.05's slurmd cannot start in the lab"
         )
     lab_up(slurm=True)
     conf = Path(lab_settings.lab_root) / lab.name / "slurm" / "slurm.conf"

@@ -172,7 +172,8 @@ def slurm(hostile, lab_up):
 
     if not lab_slurm.cgroup_controllers():
         pytest.skip(
-            "this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab"
+            "this host mounts no cgroup v1 controllers: "
+            "Slurm 22.05's slurmd cannot start in the lab"
         )
     lab_up(slurm=True)
     yield

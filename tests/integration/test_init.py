@@ -1,9 +1,9 @@
 """`invoke init` on the provisioned lab: from an Ansible INI inventory (groups kept), from an ssh
-config (`sshconfig:FILE`), from a DeepSpeed hostfile plus --set for what a hostfile does not
-say, and from `slurm:` inside a real allocation of the lab's Slurm, each node contacted once; the file written is then used unchanged by provision (nothing
-to change: the lab is provisioned), verify-parity and train. An existing inventory is refused
-without --force. The inventories go to a scratch project directory (roles linked to the
-repo's), not the repo's inventory/."""
+config (`sshconfig:FILE`), from a DeepSpeed hostfile plus --set for what a hostfile does not say,
+and from `slurm:` inside a real allocation of the lab's Slurm, each node contacted once; the file
+written is then used unchanged by provision (nothing to change: the lab is provisioned),
+verify-parity and train. An existing inventory is refused without --force. The inventories go to a
+scratch project directory (roles linked to the repo's), not the repo's inventory/."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ codes = {"init": api.init(InitOptions(name="fromslurm", source="slurm:", sets=tu
          "verify": api.verify_parity(VerifyOptions(inventory=inv), s),
          "train": api.train(TrainOptions(inventory=inv, launcher="deepspeed", payload="health", timeout=180), s)}
 print("CODES " + json.dumps(codes))
-"""
+"""  # noqa: E501 (a program text, kept as written)
 
 
 def test_init_from_slurm_inside_an_allocation(

@@ -34,7 +34,8 @@ DEADLINE = 30.0  # a silent node is named within this, by default
 _LEFT_BEHIND = (
     "myns=$(readlink /proc/self/ns/net); for p in /proc/[0-9]*; do "
     '[ "$(readlink $p/ns/net 2>/dev/null)" = "$myns" ] || continue; '
-    "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^NODEPREP_RUN=' && kill -9 ${p#/proc/} 2>/dev/null; "
+    "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^NODEPREP_RUN=' && "
+    "kill -9 ${p#/proc/} 2>/dev/null; "
     "done; true"
 )
 

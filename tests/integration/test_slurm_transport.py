@@ -41,7 +41,8 @@ def slx(tmp_path_factory):
 
     if not lab_slurm.cgroup_controllers():
         pytest.skip(
-            "this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab"
+            "this host mounts no cgroup v1 controllers: "
+            "Slurm 22.05's slurmd cannot start in the lab"
         )
     base = tmp_path_factory.mktemp("slurmx")
     settings = Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"), lock_wait=60)

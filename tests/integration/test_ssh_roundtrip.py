@@ -17,7 +17,10 @@ BEFORE = (
     "    ServerAliveInterval 30\n\n"
 )
 P = "t-"  # conftest's lab is named "t": a named lab's ssh_alias_prefix makes its aliases t-worker-N
-AFTER = f"Host {P}worker-*\n    User bob\n    HostName 192.0.2.99\n    Port 2200\n    ProxyJump gateway\n"
+AFTER = (
+    f"Host {P}worker-*\n    User bob\n    HostName 192.0.2.99\n    Port 2200\n"
+    "    ProxyJump gateway\n"
+)
 
 
 def _provision(lab, lab_settings, ctl, cfg) -> int:

@@ -144,7 +144,8 @@ def slurm(provisioned, lab_up):
 
     if not lab_slurm.cgroup_controllers():  # runs here; a cgroup-v2-only host cannot host it
         pytest.skip(
-            "this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab"
+            "this host mounts no cgroup v1 controllers: "
+            "Slurm 22.05's slurmd cannot start in the lab"
         )
     lab_up(slurm=True)
     yield

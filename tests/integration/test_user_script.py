@@ -99,7 +99,8 @@ def test_a_failing_rank_of_the_plain_script_stops_every_rank(
     for node in lab.nodes[:2]:
         r = lab_ssh(
             node,
-            "ps -u nodeprep -o stat=,args= | awk '$1 !~ /^Z/' | grep plain_ddp | grep -v grep || true",
+            "ps -u nodeprep -o stat=,args= | awk '$1 !~ /^Z/' | "
+            "grep plain_ddp | grep -v grep || true",
         )
         left += r.stdout.split("\n") if r.stdout.strip() else []
     assert left == [], left

@@ -52,7 +52,8 @@ BREAKS = {
     ],
     1: [
         (
-            f'set -- {WHEELS}/numpy-*.whl && printf X | dd of="$1" bs=1 seek=4096 conv=notrunc status=none',
+            f"set -- {WHEELS}/numpy-*.whl && "
+            'printf X | dd of="$1" bs=1 seek=4096 conv=notrunc status=none',
             "wheelhouse: wheelhouse.sync",
         ),
         (

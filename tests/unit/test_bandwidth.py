@@ -260,7 +260,8 @@ def test_a_crashed_iperf3_is_named_and_what_it_served_still_counts():
 
 def test_a_network_failure_is_an_error_as_before_not_a_fallback():
     refused = (REC / "client-refused.json").read_text() + "\n@@client 1\n@@server 0\n@@end\n"
-    timed_out = "@@server 124\niperf3: interrupt - the server has terminated\n@@end\n"  # its sender never came
+    # its sender never came
+    timed_out = "@@server 124\niperf3: interrupt - the server has terminated\n@@end\n"
     m = pairs.Matrix(["a", "b", "c"])
     pairs.record_iperf3(
         m,

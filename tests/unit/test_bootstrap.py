@@ -467,7 +467,8 @@ def test_every_program_the_lab_and_the_tests_run_is_installed_by_the_bootstrap()
             )
             problems.append(
                 f"{shown}: from {pkg}, which requirements/bootstrap.sh does not install "
-                f"(nor is it Essential or Priority: required): add {' or '.join(add)} to the list there"
+                "(nor is it Essential or Priority: required): "
+                f"add {' or '.join(add)} to the list there"
             )
     assert not problems, "\n".join(problems)
 

@@ -155,7 +155,8 @@ def sandbox(tmp_path_factory):
     (base / "home").mkdir()
     (base / "sshcfg").write_text(  # three blocks of inventories that are gone: ssh.prune's lines
         "".join(
-            f"# BEGIN nodeprep hosts gone{i} (managed: edits inside this block are replaced)\nHost g{i}\n"
+            f"# BEGIN nodeprep hosts gone{i} (managed: edits inside this block are replaced)\n"
+            f"Host g{i}\n"
             f"    HostName 192.0.2.{i}\n# END nodeprep hosts gone{i}\n"
             for i in range(3)
         )

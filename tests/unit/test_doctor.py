@@ -432,7 +432,8 @@ def test_a_jump_hosts_changed_key_or_refused_login_names_the_jump_host():
         reached=False,
         error_kind="HostKeyChanged",
         inventory=" --inventory x",
-        message="host key of the jump host ops@10.0.0.5:2222 (10.0.0.5:2222) CHANGED: pinned A, it offers B",
+        message="host key of the jump host ops@10.0.0.5:2222 (10.0.0.5:2222) CHANGED: "
+        "pinned A, it offers B",
     )
     assert node.host_key([key])[0][4].endswith("invoke hosts.forget 10.0.0.5 --inventory x")
     auth = contact(

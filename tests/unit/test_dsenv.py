@@ -162,8 +162,8 @@ def test_pdsh_breaks_on_what_the_shell_reads_inside_double_quotes(value, chars):
 def test_pdsh_does_not_expand_a_tilde_path():
     [msg] = parse("HF_HOME=~/hf\n", P).problems
     assert (
-        msg
-        == f"{P}:1: '~' in the value is not expanded, the pdsh launcher double-quotes it; write the full path"
+        msg == f"{P}:1: '~' in the value is not expanded, the pdsh launcher double-quotes it; "
+        "write the full path"
     )
     assert len(parse("PATH=/bin:~/bin\n", P).problems) == 1
     assert parse("TOKEN=ab~cd\n", P).problems == []
@@ -192,8 +192,10 @@ def test_duplicates_later_wins_with_a_warning():
     f = parse("A=1\nB=2\nA=3\nA=4\n", P)
     assert f.entries == {"A": "4", "B": "2"}
     assert f.problems == [
-        f"{P}:3: 'A' was already set on line 1 and this later value wins; keep only one of the two lines",
-        f"{P}:4: 'A' was already set on line 3 and this later value wins; keep only one of the two lines",
+        f"{P}:3: 'A' was already set on line 1 and this later value wins; "
+        "keep only one of the two lines",
+        f"{P}:4: 'A' was already set on line 3 and this later value wins; "
+        "keep only one of the two lines",
     ]
 
 

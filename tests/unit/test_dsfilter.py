@@ -162,14 +162,15 @@ def test_errors_are_one_line_input_errors():
         dsfilter.apply(dsfilter.parse("worker-1:2"), HOSTS)
 
 
-# -- the inventory's selection and the launch -------------------------------------------------------
+# -- the inventory's selection and the launch ------------------------------------------------
 
 
 @pytest.fixture
 def inv(tmp_path):
     p = tmp_path / "hosts.yml"
     p.write_text(
-        "vars:\n  user: ops\nhosts:\n  worker-0: {address: 10.0.0.5}\n  worker-1: {address: 10.0.0.6}\n"
+        "vars:\n  user: ops\nhosts:\n"
+        "  worker-0: {address: 10.0.0.5}\n  worker-1: {address: 10.0.0.6}\n"
         "  w2: {address: 10.0.0.7}\n"
     )
     return load(str(p))

@@ -67,7 +67,8 @@ def _limits(
 ):
     shm_line = "shm none none" if shm is None else f"shm {shm[0]} {shm[1]}"
     return parse_limits(
-        f"memlock {memlock}\nnofile {nofile}\nMemTotal: {total}\nMemAvailable: {avail}\n{shm_line}\n",
+        f"memlock {memlock}\nnofile {nofile}\n"
+        f"MemTotal: {total}\nMemAvailable: {avail}\n{shm_line}\n",
         0,
     )
 
@@ -300,8 +301,9 @@ def test_pcie():
     tag = "clocks_event_reasons/clocks_event_reason_gpu_idle"
     assert codes(gpu.pcie, facts(_edit(a5000, tag, "Not Active"))) == {"PCIE_GEN": Verdict.WARN}
     limited = (
-        "[   12.000000] pci 0000:41:00.0: 126.016 Gb/s available PCIe bandwidth, limited by 8.0 GT/s "
-        "PCIe x16 link at 0000:40:01.1 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"
+        "[   12.000000] pci 0000:41:00.0: 126.016 Gb/s available PCIe bandwidth, "
+        "limited by 8.0 GT/s PCIe x16 link at 0000:40:01.1 "
+        "(capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"
     )
     klog = parse_kernel_log(f"uptime 500.0\nvia dmesg\n{limited}\n", 0)
     assert codes(gpu.pcie, facts(a5000, klog=klog)) == {"PCIE_LIMITED": Verdict.WARN}
@@ -670,7 +672,7 @@ def test_net_link_speed_and_mtu():
     }
 
 
-# -- the catalogue and the command's judging --------------------------------------------------------
+# -- the catalogue and the command's judging -------------------------------------------------
 
 
 def test_catalogue_lists_every_code_the_checks_give():

@@ -155,8 +155,8 @@ def test_script_falls_back_to_sudo_only_when_slurm_refuses_the_user(stand_ins):
     assert r.returncode == 0, r.stderr
     lines = log.read_text().splitlines()
     assert (
-        lines[0]
-        == "scontrol update NodeName=worker-1 State=DRAIN Reason=nodeprep: DISK_FULL (invoke health)"
+        lines[0] == "scontrol update NodeName=worker-1 State=DRAIN "
+        "Reason=nodeprep: DISK_FULL (invoke health)"
     )
     assert (
         lines[1].startswith("sudo -n scontrol update NodeName=worker-1 State=DRAIN")

@@ -145,7 +145,8 @@ def test_the_linear_parse_gives_what_paramiko_load_gives(tmp_path, keys):
     k0, k1 = (f"{k.get_name()} {k.get_base64()}" for k in keys)
     hashed = paramiko.HostKeys.hash_host("10.9.9.9")
     text = (
-        f"# pinned by nodeprep\n\n10.0.0.1 {k0}\r\n10.0.0.1 {k0}\n10.0.0.2,10.0.0.2,[10.0.0.3]:2222 {k1}\n"
+        f"# pinned by nodeprep\n\n10.0.0.1 {k0}\r\n10.0.0.1 {k0}\n"
+        f"10.0.0.2,10.0.0.2,[10.0.0.3]:2222 {k1}\n"
         f"10.0.0.2\t{k1}\n10.0.0.1 {k1}\n{hashed} {k0}\n*.lab {k1}\nshort line\n"
         f"10.0.0.4 ssh-unknown AAAAB3NzaC1yc2E=\n   10.0.0.5 {k0}   \n"
     )

@@ -79,7 +79,8 @@ def test_an_ansible_source_becomes_a_native_inventory_with_its_groups(tmp_path):
     src = tmp_path / "hosts.ini"
     src.write_text(
         "[gpus]\ngpu01 ansible_host=10.0.0.11 ansible_user=ops\ngpu02 ansible_host=10.0.0.12 "
-        "ansible_user=ops\n[login]\nlogin01 ansible_host=10.0.0.5 ansible_user=ops ansible_port=2222\n"
+        "ansible_user=ops\n[login]\n"
+        "login01 ansible_host=10.0.0.5 ansible_user=ops ansible_port=2222\n"
         "[all:vars]\nansible_ssh_common_args='-o ProxyJump=ops@bastion'\n"
     )
     inv = load(str(src))

@@ -139,7 +139,8 @@ def test_baseline_path_with_a_nul_is_not_found(tmp_path):
     "data, line, words",
     [
         (
-            b"10.0.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+            b"10.0.0.1 ssh-ed25519 "
+            b"AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
             b"10.0.0.2 ssh-ed25519 \xff\n",
             2,
             "byte 0xff at column 22 is not UTF-8 text",

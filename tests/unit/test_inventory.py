@@ -5,10 +5,10 @@ import pytest
 from nodeprep.errors import InputError
 from nodeprep.inventory import model as inventory
 from nodeprep.inventory.schema import load_schema
+from nodeprep.inventory.yamlfile import load_yaml
 from nodeprep.settings import find_project
 
 ROOT = find_project()
-from nodeprep.inventory.yamlfile import load_yaml
 
 DATA = Path(__file__).parent / "data"
 CASES = DATA / "inventories"

@@ -6,8 +6,8 @@ sources side by side plus group_vars/ and host_vars/) is read by the reference
 requirements/bootstrap.sh) and by `invoke inventory --list --json`, and both results are
 reduced to the same view:
 
-  hosts:  {name: (address, port, user, jump, key, python, connection)}: address, port, user and key as
-          Ansible's ssh connection resolves them from the host's variables: each option's
+  hosts:  {name: (address, port, user, jump, key, python, connection)}: address, port, user and
+          key as Ansible's ssh connection resolves them from the host's variables: each option's
           `vars:` list from `ansible-doc -t connection ssh --json`, the last one defined winning
           (ansible_ssh_user over ansible_user at any level; the name, 22, None, None when none
           is); a relative key joined to the inventory's directory (where nodeprep resolves it:

@@ -71,7 +71,8 @@ def test_problems_per_pair():
         )[0]
     )
     assert M.problems("worker-0", b, files(), b_ok, {HOSTB}) == [
-        "worker-0's ~/.ssh/known_hosts has no host key for worker-1 (StrictHostKeyChecking=yes refuses)"
+        "worker-0's ~/.ssh/known_hosts has no host key for worker-1 "
+        "(StrictHostKeyChecking=yes refuses)"
     ]
     stale = M.problems("worker-0", b, files(kh=f"worker-1 ssh-ed25519 {OTHER}\n"), b_ok, {HOSTB})
     assert stale and "another host key for worker-1" in stale[0]

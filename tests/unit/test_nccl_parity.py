@@ -1,6 +1,6 @@
-"""verify-parity's NCCL keys (ops/verify/checks.py): the libnccl each node's torch really maps (from the
-probe) and what NCCL's own log said in --collective, as parity keys among GPU nodes only,
-absent (never None) where torch is a CPU build or NCCL never ran; and the checks on them."""
+"""verify-parity's NCCL keys (ops/verify/checks.py): the libnccl each node's torch really maps (from
+the probe) and what NCCL's own log said in --collective, as parity keys among GPU nodes only, absent
+(never None) where torch is a CPU build or NCCL never ran; and the checks on them."""
 
 from __future__ import annotations
 

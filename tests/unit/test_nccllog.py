@@ -1,7 +1,7 @@
-"""NCCL's own log, as `verify-parity --collective` reads it (ops/verify/nccllog.py): real excerpts of
-NCCL 2.4 to 2.29 with and without a net plugin in tests/facts/nccl_log/ (each names its source
-thread and the answer expected), the ranks' lines as the supervisor hands them (node, rank),
-and the table the collective prints."""
+"""NCCL's own log, as `verify-parity --collective` reads it (ops/verify/nccllog.py): real excerpts
+of NCCL 2.4 to 2.29 with and without a net plugin in tests/facts/nccl_log/ (each names its source
+thread and the answer expected), the ranks' lines as the supervisor hands them (node, rank), and the
+table the collective prints."""
 
 from __future__ import annotations
 

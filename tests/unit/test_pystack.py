@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from nodeprep.errors import InputError
 from nodeprep.ops.provision import roles
+from nodeprep.ops.pystack.wheelhouse import Platform, read_requirements
 from nodeprep.settings import find_project
 
 ROLES = find_project() / "roles"
-from nodeprep.errors import InputError
-from nodeprep.ops.pystack.wheelhouse import Platform, read_requirements
 
 
 def test_requirements_must_be_pinned(tmp_path):

@@ -108,11 +108,13 @@ def test_local_rank_argument_as_the_script_declares_it(tmp_path):
     plain.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--steps')\n")
     ds = tmp_path / "ds.py"
     ds.write_text(
-        'import argparse\np = argparse.ArgumentParser()\np.add_argument(\n    "--local_rank", type=int, default=-1)\n'
+        "import argparse\np = argparse.ArgumentParser()\n"
+        'p.add_argument(\n    "--local_rank", type=int, default=-1)\n'
     )
     dash = tmp_path / "dash.py"
     dash.write_text("parser.add_argument('--local-rank', type=int)\n")
-    # DeepSpeed passes --local_rank=N: dropped for a script that does not take it, kept for one that does
+    # DeepSpeed passes --local_rank=N: dropped for a script that does not take it, kept for one
+    # that does
     assert rankmod.local_rank_args([str(plain), "--steps", "3", "--local_rank=1"], 1) == [
         str(plain),
         "--steps",
@@ -165,7 +167,8 @@ def test_the_wrapper_ends_by_the_signal_that_ended_its_rank(tmp_path, sig):
 
 
 def _wrapped(tmp_path, body: str):
-    """Run BODY as a rank's script under the wrapper; (completed process, exit record, stack text)."""
+    """Run BODY as a rank's script under the wrapper; (completed process, exit record, stack
+    text)."""
     import json
     import os
     import subprocess
@@ -205,7 +208,7 @@ holder.obj = Aborts()
 sys.modules["holder"] = holder
 atexit.register(lambda: open(os.path.join(os.environ["HOME"], "handler"), "w").write(repr(time.time())))
 print("work done", flush=True)
-"""
+"""  # noqa: E501 (a program text, kept as written)
 
 
 def test_a_crash_in_the_interpreters_teardown_after_the_script_ended_is_recorded_not_failed(

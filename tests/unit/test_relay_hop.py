@@ -23,7 +23,10 @@ import pytest
 from nodeprep.nodeside import relay_hop
 from nodeprep.ops.pystack import relay
 
-LONG = "nvidia_cusparse_cu12-12.1.0.106-py3-none-manylinux1_x86_64.manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+LONG = (
+    "nvidia_cusparse_cu12-12.1.0.106-py3-none-"
+    "manylinux1_x86_64.manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+)
 FILES = {
     "a.whl": os.urandom(70_000),
     LONG: os.urandom(1_500_000),

@@ -56,7 +56,8 @@ def shadowed_path(tmp_path, openssl_body):
         None,
         "echo junk",
         "exit 1",
-        "cat >/dev/null; echo 0000000000000000000000000000000000000000000000000000000000000000 '*stdin'",
+        "cat >/dev/null; "
+        "echo 0000000000000000000000000000000000000000000000000000000000000000 '*stdin'",
     ],
 )
 def test_a_missing_or_wrong_openssl_falls_back_to_sha256sum(tmp_path, openssl_body):

@@ -1,8 +1,8 @@
-"""The Slurm transport's pure parts (engine/transports/slurm.py) and its batching (engine/transports/slurmrun.py):
-the bundle is run for real by /bin/sh once per stand-in node (SLURMD_NODENAME set as slurmd
-sets it) and its lines labelled as `srun --label` labels them, so the fencing, the dedupe,
-the per-node answers, a forged marker and a task that died are checked end to end without a
-Slurm. The real srun/sbcast path is tests/integration/test_slurm_transport.py."""
+"""The Slurm transport's pure parts (engine/transports/slurm.py) and its batching
+(engine/transports/slurmrun.py): the bundle is run for real by /bin/sh once per stand-in node
+(SLURMD_NODENAME set as slurmd sets it) and its lines labelled as `srun --label` labels them, so the
+fencing, the dedupe, the per-node answers, a forged marker and a task that died are checked end to
+end without a Slurm. The real srun/sbcast path is tests/integration/test_slurm_transport.py."""
 
 from __future__ import annotations
 

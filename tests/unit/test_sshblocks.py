@@ -1,6 +1,6 @@
 """The controller's ssh config: which Host aliases other inventories' blocks and the user's own
-entries define, and which of ours collide (ops/ssh/config_blocks.py), end to end through the ssh_config
-role's validate on a real file."""
+entries define, and which of ours collide (ops/ssh/config_blocks.py), end to end through the
+ssh_config role's validate on a real file."""
 
 from __future__ import annotations
 

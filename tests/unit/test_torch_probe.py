@@ -56,7 +56,8 @@ def test_a_probe_whose_torch_fails_to_import_leaves_no_temp_file(tmp_path):
             "n", [TORCH_BUILD(TorchIn(str(venv)))], r.stdout, "t", r.returncode
         )
         assert got[TORCH_BUILD(TorchIn(str(venv)))] == {
-            "error": "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory"
+            "error": "ImportError: libcudart.so.12: "
+            "cannot open shared object file: No such file or directory"
         }
         assert "@@t:rc=1@@" in r.stdout  # the section's status is python's
         assert left_in(home) == []

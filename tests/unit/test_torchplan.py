@@ -156,7 +156,8 @@ def test_selectable_variants_match_the_reference(minor, x86, arm):
     ],
 )
 def test_arch_lists_per_platform(minor, arch, variant, archs):
-    """Section 3: aarch64 builds have their own lists (never the x86 ones); unknown stays unknown."""
+    """Section 3: aarch64 builds have their own lists (never the x86 ones); unknown stays
+    unknown."""
     w = td.wheels(minor, arch)[variant]
     assert w.archs == (archs.split() if archs else None)
 
@@ -212,7 +213,8 @@ def test_fix_recommends_a_supported_branch(today, branch):
 
 
 def test_generation_floor_comes_before_any_wheel():
-    """A B200 on 560 is refused even for a torch without Blackwell builds: the driver is the first fix."""
+    """A B200 on 560 is refused even for a torch without Blackwell builds: the driver is the
+    first fix."""
     with pytest.raises(PlanError) as e:
         choose(
             "2.6.0",
@@ -339,7 +341,8 @@ def test_node_from_facts_keeps_models_and_error():
         "w",
         "x86_64",
         gpus.parse(
-            'Field "compute_cap" is not a valid field to query.\n@@FALLBACK@@\n470.82.01, Odd GPU, 100 MiB'
+            'Field "compute_cap" is not a valid field to query.\n'
+            "@@FALLBACK@@\n470.82.01, Odd GPU, 100 MiB"
         ),
         False,
     )
@@ -364,8 +367,8 @@ def test_cli_text(capsys):
         "torch 2.13.0 -> cu129 (CUDA 12.9)",
         "  pip install torch==2.13.0+cu129 --index-url https://download.pytorch.org/whl/cu129",
         "  compiled for: 7.5 8.0 8.6 9.0 10.0 12.0",
-        "  note: runs by minor-version compatibility: driver 535.104.05 on a < 575.51.03 (CUDA 12.9's own "
-        "driver): its kernels run, PTX JIT and NVRTC may not",
+        "  note: runs by minor-version compatibility: driver 535.104.05 on a < 575.51.03 "
+        "(CUDA 12.9's own driver): its kernels run, PTX JIT and NVRTC may not",
     ]
     assert (
         "PyPI gives cu130" in out and "cu132: needs driver >= 580" in out and "explain:" not in out

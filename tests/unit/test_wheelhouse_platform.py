@@ -25,7 +25,8 @@ def wheel(where: Path, name: str, requires: tuple[str, ...] = ()) -> None:
         z.writestr(f"{dist}/METADATA", meta)
         z.writestr(
             f"{dist}/WHEEL",
-            "Wheel-Version: 1.0\nGenerator: nodeprep-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+            "Wheel-Version: 1.0\nGenerator: nodeprep-test\n"
+            "Root-Is-Purelib: true\nTag: py3-none-any\n",
         )
         z.writestr(f"{dist}/RECORD", "")
 

@@ -119,7 +119,8 @@ def init(opts: InitOptions, settings: Settings = Settings()) -> int:
         print(f"wrote {res.path}")
     for node, why in res.unreached.items():
         print(
-            f"not reached: {node}: {why} (written with a note; fix it, then init again with --force)"
+            f"not reached: {node}: {why} "
+            "(written with a note; fix it, then init again with --force)"
         )
     print("next:")
     for step in res.next_steps:

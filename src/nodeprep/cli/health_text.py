@@ -70,7 +70,8 @@ def bandwidth(res, width: int = 12) -> str:
     m = res.matrix
     secs = max(1, round(res.seconds)) if res.tool == "iperf3" else res.seconds
     lines = [
-        f"bandwidth ({res.mode}, {res.tool}: {res.rounds} round(s) of {secs:g} s, every node sending and "
+        f"bandwidth ({res.mode}, {res.tool}: {res.rounds} round(s) of {secs:g} s, "
+        "every node sending and "
         f"receiving at once), Gbit/s"
     ]
     if len(m.names) <= width:

@@ -1,6 +1,6 @@
-"""A parity report (ops/verify/parity.py) as text, the way clubak shows grouped output: each differing
-key, then one line per group of nodes that share a value (`  worker-[0-1]  1.26.4`), failed
-checks, unreachable nodes, and always one verdict line."""
+"""A parity report (ops/verify/parity.py) as text, the way clubak shows grouped output: each
+differing key, then one line per group of nodes that share a value (`  worker-[0-1]  1.26.4`),
+failed checks, unreachable nodes, and always one verdict line."""
 
 from __future__ import annotations
 

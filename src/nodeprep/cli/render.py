@@ -79,7 +79,8 @@ def provision_summary(res) -> None:
         steps = r.get("steps", [])
         ok = sum(s["status"] == "ok" for s in steps)
         print(
-            f"{node:<{width}}  {r['status']:<11} ok={ok} {verb}={r['changed']} failed={r['failed']}",
+            f"{node:<{width}}  {r['status']:<11} "
+            f"ok={ok} {verb}={r['changed']} failed={r['failed']}",
             file=out,
         )
         for s in steps:

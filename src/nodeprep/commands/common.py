@@ -57,7 +57,8 @@ def reach_problem(h, alone: bool) -> tuple[str, str] | None:
     """(variable, why) when nodeprep cannot reach host H the way its inventory says: a
     connection other than ssh or local, or a local node among others (they would have to reach
     it by an address the inventory does not give). Jump hosts are reached (engine/bastions.py);
-    a jump form nodeprep cannot honour is refused when the inventory is read (inventory/jumps.py)."""
+    a jump form nodeprep cannot honour is refused when the inventory is read
+    (inventory/jumps.py)."""
     if h.connection == "local" and not alone:
         return "connection", (
             "connection local (the controller itself) in a run with other "

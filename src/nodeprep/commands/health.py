@@ -137,7 +137,8 @@ def _run_check(check, node: str, facts, ctx) -> list[Finding]:
                 check.name,
                 "CHECK_ERROR",
                 Verdict.UNKNOWN,
-                f"the {check.name} check could not read this node's answer ({type(e).__name__}: {e})",
+                f"the {check.name} check could not read this node's answer "
+                f"({type(e).__name__}: {e})",
                 "report this with the node's `invoke facts --json` output",
             )
         ]
@@ -236,7 +237,8 @@ def gather_deep(fleet: Fleet, checks, facts: dict, opts: HealthOptions) -> None:
 
 def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> None:
     """--drain / --undrain: Slurm's view of the nodes read on the first node that answered,
-    the actions (drain.actions_for), then one scontrol per change, each with its outcome in RES.slurm."""
+    the actions (drain.actions_for), then one scontrol per change, each with its outcome in
+    RES.slurm."""
     head = next(
         (fleet.sessions[h.name] for h in hosts if h.name in {s.name for s in fleet.usable()}), None
     )

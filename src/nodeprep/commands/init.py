@@ -51,7 +51,8 @@ def _target(opts: InitOptions, settings: Settings) -> Path:
     if not opts.name or not NAME.fullmatch(opts.name):
         raise InputError(
             f"inventory name {opts.name!r} is not usable",
-            hint="give a name of letters, digits, '.', '_' and '-': invoke init mycluster --from ...",
+            hint="give a name of letters, digits, '.', '_' and '-': "
+            "invoke init mycluster --from ...",
         )
     if not opts.source:
         raise InputError(
@@ -179,7 +180,8 @@ def build(opts: InitOptions, inv, facts: dict, unreached: dict, version: str) ->
                 e.values["cpu_only"] = True
         else:
             e.notes.append(
-                f"{h.name}: NOT REACHED: {unreached.get(h.name, '?')} (fix it, then run init --force "
+                f"{h.name}: NOT REACHED: {unreached.get(h.name, '?')} "
+                "(fix it, then run init --force "
                 "or edit this entry)"
             )
         entries.append(e)
@@ -194,7 +196,8 @@ def build(opts: InitOptions, inv, facts: dict, unreached: dict, version: str) ->
     }
     groups = {g: list(m) for g, m in inv.direct.items() if g not in ("all", "ungrouped") and m}
     title = [
-        f"inventory {opts.name}: written by `invoke init {opts.name} --from {opts.source}`; edit freely",
+        f"inventory {opts.name}: written by `invoke init {opts.name} --from {opts.source}`; "
+        "edit freely",
         f"{len(facts)} of {len(inv.hosts)} node(s) answered; variables: docs/values.md",
         "",
     ]

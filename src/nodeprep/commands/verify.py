@@ -1,9 +1,9 @@
-"""`invoke verify-parity`: one batched probe per node (all nodes in parallel), turned into a
-flat fingerprint per node (ops/verify/checks.py), compared by ops/verify/parity.py, plus the checks that
+"""`invoke verify-parity`: one batched probe per node (all nodes in parallel), turned into a flat
+fingerprint per node (ops/verify/checks.py), compared by ops/verify/parity.py, plus the checks that
 catch hangs before a launch and the ssh mesh (real logins from the head, every pair on paper).
 
-Beyond 4 nodes the probes ride the head's mesh logins (engine/transports/fanout.py): one connection from
-here, N logins in all. A node the head cannot reach, or whose answer came back broken, is
+Beyond 4 nodes the probes ride the head's mesh logins (engine/transports/fanout.py): one connection
+from here, N logins in all. A node the head cannot reach, or whose answer came back broken, is
 probed over its own connection."""
 
 from __future__ import annotations

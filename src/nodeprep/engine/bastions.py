@@ -117,7 +117,8 @@ class Bastions:
             )
         except paramiko.BadHostKeyException as e:
             raise hostkeys.HostKeyChanged(
-                f"host key of the jump host {hop} ({hostkeys.host_entry(hop.address, hop.port)}) CHANGED: "
+                f"host key of the jump host {hop} "
+                f"({hostkeys.host_entry(hop.address, hop.port)}) CHANGED: "
                 f"pinned {hostkeys.key_fingerprint(e.expected_key)}, it offers "
                 f"{hostkeys.key_fingerprint(e.key)}; refusing to connect through it",
                 hint=f"if the jump host was reinstalled on purpose, run `invoke hosts.forget "

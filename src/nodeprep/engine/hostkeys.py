@@ -214,7 +214,8 @@ class PinningPolicy(paramiko.MissingHostKeyPolicy):
     def missing_host_key(self, client, hostname, key):
         if not self.allow_new:
             raise UnknownHostKey(
-                f"{hostname}: host key {key_fingerprint(key)} is not pinned in {self.store.path} and "
+                f"{hostname}: host key {key_fingerprint(key)} is not pinned in "
+                f"{self.store.path} and "
                 "first-contact pinning is off",
                 hint="check the fingerprint on the node, then run with pinning allowed "
                 "(nodeprep.pin_new_host_keys: true) or add it to the known_hosts file",

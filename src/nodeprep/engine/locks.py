@@ -66,7 +66,8 @@ def _try_script(path: str, owner: Owner) -> str:
     return (
         f'mkdir -p "$(dirname {p})" 2>/dev/null; '
         f"if e=$(LC_ALL=C mkdir {p} 2>&1); then "
-        f'if printf "%s\\n" {shlex.quote(owner.line())} > {p}/owner 2>/dev/null; then echo ACQUIRED; '
+        f'if printf "%s\\n" {shlex.quote(owner.line())} > {p}/owner 2>/dev/null; '
+        "then echo ACQUIRED; "
         f'else rm -rf {p}; echo "FAILED cannot write {path}/owner (no space left?)"; fi; '
         f"elif [ -d {p} ]; then echo HELD; cat {p}/owner 2>/dev/null; "
         f"echo; stat -c %Y {p} 2>/dev/null; date +%s; "
@@ -84,19 +85,22 @@ def _takeover_script(path: str, owner: Owner, old: str, mtime: str) -> str:
     stop = f"( {stop_tagged_script(RUN_VAR, held.run)} ) >/dev/null 2>&1; " if held else ""
     return (
         f"p={rpath(path)}; m={rpath(path + '.takeover')}; "
-        'now=$(date +%s); t=$(stat -c %Y "$m" 2>/dev/null) && [ $((now - t)) -gt 60 ] && rmdir "$m"; '
+        'now=$(date +%s); t=$(stat -c %Y "$m" 2>/dev/null) && '
+        '[ $((now - t)) -gt 60 ] && rmdir "$m"; '
         'mkdir "$m" 2>/dev/null || exit 3; trap \'rmdir "$m"\' EXIT; '
         f'[ "$(head -n 1 "$p/owner" 2>/dev/null)" = {shlex.quote(old)} ] || exit 3; '
         f'[ "$(stat -c %Y "$p" 2>/dev/null)" = {shlex.quote(mtime)} ] || exit 3; '
-        f'rm -rf "$p" && mkdir "$p" || exit 3; printf "%s\\n" {shlex.quote(owner.line())} > "$p/owner"; '
-        + stop
-        + "true"
+        'rm -rf "$p" && mkdir "$p" || exit 3; '
+        f'printf "%s\\n" {shlex.quote(owner.line())} > "$p/owner"; ' + stop + "true"
     )
 
 
 def release_script(path: str, owner: Owner) -> str:
     p = rpath(path)
-    return f'[ "$(head -n 1 {p}/owner 2>/dev/null)" = {shlex.quote(owner.line())} ] && rm -rf {p}; true'
+    return (
+        f'[ "$(head -n 1 {p}/owner 2>/dev/null)" = {shlex.quote(owner.line())} ] && '
+        f"rm -rf {p}; true"
+    )
 
 
 def _alive_here(owner: Owner) -> bool:

@@ -45,7 +45,8 @@ class NodeResult:
 
     @property
     def usable(self) -> bool:
-        """Whether later stages still run on this node (the one rule: not failed, not unreachable)."""
+        """Whether later stages still run on this node (the one rule: not failed, not
+        unreachable)."""
         return usable(self.status)
 
     @property

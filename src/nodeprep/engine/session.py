@@ -48,7 +48,8 @@ def _connect_error(e: BaseException, seconds: float, limit: float) -> tuple[str,
     make it answer, and every retry would add CONNECT_TIMEOUT to the run."""
     if isinstance(e, (socket.timeout, TimeoutError)) or seconds >= limit - 0.5:
         return (
-            f"no answer within {limit:.0f} s (a silent address: the node is down or a firewall drops it)",
+            f"no answer within {limit:.0f} s "
+            "(a silent address: the node is down or a firewall drops it)",
             False,
         )
     if isinstance(e, ConnectionRefusedError):

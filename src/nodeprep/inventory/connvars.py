@@ -1,11 +1,11 @@
 """Every connection variable Ansible's ssh connection reads, in one table: used (and as what),
 ignored (why it changes nothing nodeprep does), or refused (what to write instead).
 
-The list is Ansible's own: the `vars:` of every option in `ansible-doc -t connection ssh
---json` and `ansible-doc -t become sudo --json` (ansible-core 2.19), plus ansible_connection,
-ansible_become, ansible_become_method (and the old ansible_sudo) and ansible_python_interpreter. tests/unit/test_connvars.py derives the list
-from the installed ansible-core and fails on a variable this table does not classify, so a new
-release cannot add a silent drop.
+The list is Ansible's own: the `vars:` of every option in `ansible-doc -t connection ssh --json` and
+`ansible-doc -t become sudo --json` (ansible-core 2.19), plus ansible_connection, ansible_become,
+ansible_become_method (and the old ansible_sudo) and ansible_python_interpreter.
+tests/unit/test_connvars.py derives the list from the installed ansible-core and fails on a variable
+this table does not classify, so a new release cannot add a silent drop.
 
 Spellings: where Ansible has two names for one option, its `vars:` list is in precedence order
 and the LAST one defined wins (ansible.config.manager's _loop_entries; the same as PlayContext's
@@ -68,9 +68,9 @@ TABLE: dict[str, Rule] = {
     **_rules(
         "ansible_ssh_common_args ansible_ssh_extra_args ansible_ssh_args",
         USED,
-        "ssh options: the jump host (-J, -o ProxyJump, a plain ssh -W ProxyCommand); an option that "
-        "picks another address, port, user, key or config file is refused; the others change nothing "
-        "nodeprep does",
+        "ssh options: the jump host (-J, -o ProxyJump, a plain ssh -W ProxyCommand); "
+        "an option that picks another address, port, user, key or config file is refused; "
+        "the others change nothing nodeprep does",
     ),
     **_rules("ansible_password ansible_ssh_pass ansible_ssh_password", REFUSED, _PASSWORD),
     **_rules(
@@ -98,7 +98,8 @@ TABLE: dict[str, Rule] = {
     **_rules(
         "ansible_host_key_checking ansible_ssh_host_key_checking",
         IGNORED,
-        "host keys are always pinned: the first contact pins a node's key, a changed one is refused",
+        "host keys are always pinned: the first contact pins a node's key, "
+        "a changed one is refused",
     ),
     **_rules(
         "ansible_ssh_password_mechanism ansible_sshpass_prompt",
@@ -122,8 +123,8 @@ TABLE: dict[str, Rule] = {
         IGNORED, "the connect timeout is --connect-timeout (nodeprep.connect_timeout)"
     ),
     **_rules(
-        "ansible_scp_executable ansible_scp_extra_args ansible_sftp_batch_mode ansible_sftp_executable "
-        "ansible_sftp_extra_args ansible_ssh_transfer_method",
+        "ansible_scp_executable ansible_scp_extra_args ansible_sftp_batch_mode "
+        "ansible_sftp_executable ansible_sftp_extra_args ansible_ssh_transfer_method",
         IGNORED,
         _TRANSFER,
     ),
@@ -148,8 +149,8 @@ TABLE: dict[str, Rule] = {
     **_rules(
         "ansible_become_password ansible_become_pass ansible_sudo_pass",
         REFUSED,
-        "a sudo password: allow the user `usermod -s SHELL USER` without one (sudoers NOPASSWD), or set "
-        "login_shell to the shell the user has",
+        "a sudo password: allow the user `usermod -s SHELL USER` without one (sudoers NOPASSWD), "
+        "or set login_shell to the shell the user has",
     ),
 }
 
@@ -228,11 +229,17 @@ def ssh_args_problem(text: str) -> str | None:
             i += 1 if w[2:] else 2
             flag = w[:2]
             if flag in _FLAG_FIX:
-                return f"ssh option {flag} {arg}: nodeprep would not use it; write {_FLAG_FIX[flag]} instead"
+                return (
+                    f"ssh option {flag} {arg}: nodeprep would not use it; "
+                    f"write {_FLAG_FIX[flag]} instead"
+                )
             if flag == "-o":
                 key = arg.replace("=", " ", 1).split(None, 1)[0].lower() if arg.strip() else ""
                 if key in _OPTION_FIX:
-                    return f"ssh option -o {arg}: nodeprep would not use it; write {_OPTION_FIX[key]} instead"
+                    return (
+                        f"ssh option -o {arg}: nodeprep would not use it; "
+                        f"write {_OPTION_FIX[key]} instead"
+                    )
             continue
         i += 1
     return None

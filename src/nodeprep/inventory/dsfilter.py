@@ -21,7 +21,10 @@ from nodeprep.errors import InputError
 NODE_SEP = "@"
 SLOT_START = ":"
 SLOT_SEP = ","
-HINT = "DeepSpeed's form: NAME[:SLOT[,SLOT...]][@NAME...], e.g. worker-0@worker-1:0,2 (! first excludes)"
+HINT = (
+    "DeepSpeed's form: NAME[:SLOT[,SLOT...]][@NAME...], "
+    "e.g. worker-0@worker-1:0,2 (! first excludes)"
+)
 
 
 def is_filter(limit: str | None) -> bool:

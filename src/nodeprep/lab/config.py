@@ -93,7 +93,8 @@ class UpOptions:
     # Each node's link limited to this rate both ways ("200mbit": tc on both ends of its veth;
     # the bridge is not limited), "" for no limit, None: as the lab had it.
     link_rate: str | None = None
-    # --gpu-record values: DIR (every node) or NODE=DIR, `none` to drop (lab/gpu.py); None: as it was.
+    # --gpu-record values: DIR (every node) or NODE=DIR, `none` to drop (lab/gpu.py);
+    # None: as it was.
     gpu_records: tuple[str, ...] | None = None
     # A jump host in front of the nodes, the only way in from the controller (lab/bastion.py);
     # None: as the lab had it.
@@ -308,7 +309,8 @@ def inventory_text(
         *([f"  proxy_jump: {_scalar(jump)}"] if jump else []),
         *([f"  ssh_alias_prefix: {_scalar(alias_prefix)}"] if alias_prefix else []),
         "  # The lab reaches only the package registries: take torch from pip's own",
-        "  # configuration (this machine's pip finds the CPU build locally), not the PyTorch index.",
+        "  # configuration (this machine's pip finds the CPU build locally), "
+        "not the PyTorch index.",
         "  torch_index: pip-config",
         "hosts:",
     ]

@@ -184,7 +184,8 @@ def _build(arch: str, log) -> Path:
     new = path.with_name(path.name + ".new")
     shutil.rmtree(new, ignore_errors=True)
     log(
-        f"lab: building the {a.debian} root once ({SUITE}, mmdebstrap; a few minutes under emulation)"
+        f"lab: building the {a.debian} root once "
+        f"({SUITE}, mmdebstrap; a few minutes under emulation)"
     )
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -369,7 +370,8 @@ NODE_INIT = (
     'mount --bind "$3" "$R$4" && mount --bind "$3" "$4" && mount --bind "$8" "$R$8" && '
     'mount --bind "$6" "$R/usr/local/bin" && mount -t proc proc "$R/proc" && '
     'mount --rbind /sys "$R/sys" && mount --rbind /dev "$R/dev" && '
-    'mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm" && mount -t tmpfs -o mode=755 tmpfs "$R/run" && '
+    'mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm" && '
+    'mount -t tmpfs -o mode=755 tmpfs "$R/run" && '
     'mkdir -p "$R/run/sshd" && { umount -l /run/netns 2>/dev/null; '
     'exec chroot "$R" /usr/sbin/sshd -D -e -f "$5"; }'
 )

@@ -56,7 +56,8 @@ def leftovers(settings: Settings = Settings()) -> list[tuple[str, str, str]]:
                     (
                         name,
                         f"{', '.join(dead)} down while the lab is up",
-                        f"invoke lab.up --name {name} --nodes {state['nodes']}  (or invoke lab.down --name {name})",
+                        f"invoke lab.up --name {name} --nodes {state['nodes']}  "
+                        f"(or invoke lab.down --name {name})",
                     )
                 )
     return out

@@ -133,7 +133,8 @@ def raise_neigh_table(namespaces: int, root: Path = NEIGH) -> str | None:
                 changed.append(f"{key} {have} -> {want}")
         except (OSError, ValueError, IndexError) as e:
             return (
-                f"warning: cannot raise net.ipv4.neigh.default.{key} to {want} ({e.strerror or e}): "
+                f"warning: cannot raise net.ipv4.neigh.default.{key} to {want} "
+                f"({e.strerror or e}): "
                 f"past ~30 nodes the shared ARP table may overflow and drop packets"
             )
     return f"neighbour table for {namespaces} nodes: {', '.join(changed)}" if changed else None

@@ -202,8 +202,8 @@ def limit_space(
     info: LabInfo, index: int, rel: str = ".nodeprep", size: str | None = "16m"
 ) -> None:
     """A small file system (a tmpfs of SIZE, owned by the lab user) over ~/REL of node INDEX,
-    in the node's mount namespace (what its sshd and sessions see), as a nearly full home looks; SIZE None takes it away again
-    (what was below it comes back)."""
+    in the node's mount namespace (what its sshd and sessions see), as a nearly full home looks;
+    SIZE None takes it away again (what was below it comes back)."""
     _rootful_dir(info, index, "a small file system")
     path = shlex.quote(f"{LAB_HOME}/{rel}")
     if size is None:
@@ -214,7 +214,8 @@ def limit_space(
         info,
         index,
         f"runuser -u {user} -- mkdir -p {path} && "
-        f"mount -t tmpfs -o size={shlex.quote(size)},mode=0700 tmpfs {path} && chown {user}: {path}",
+        f"mount -t tmpfs -o size={shlex.quote(size)},mode=0700 tmpfs {path} && "
+        f"chown {user}: {path}",
         "mounting a small file system",
     )
 

@@ -1,8 +1,8 @@
-"""The relay hop as one program (ops/pystack/relay.py runs it on a node as `python3 -I -S -c TEXT STAGE
-[NEXT]`, with the stream on stdin): it passes every byte it reads on to NEXT (a fifo into the
-ssh to the next node) as it arrives, stores the tar stream's files in STAGE, hashes each file
-while it writes it, and leaves STAGE/.sha256 ("SHA NAME" per complete file) for the arrival
-check, which then need not read the files back.
+"""The relay hop as one program (ops/pystack/relay.py runs it on a node as `python3 -I -S -c TEXT
+STAGE [NEXT]`, with the stream on stdin): it passes every byte it reads on to NEXT (a fifo into the
+ssh to the next node) as it arrives, stores the tar stream's files in STAGE, hashes each file while
+it writes it, and leaves STAGE/.sha256 ("SHA NAME" per complete file) for the arrival check, which
+then need not read the files back.
 
 Why not `tee | tar -x` (the fallback where a node has no python3): tee copies each byte three
 times in 8 KiB pieces, tar twice more, and the arrival check reads every file again to hash

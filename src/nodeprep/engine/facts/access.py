@@ -51,7 +51,8 @@ def _login_finds_script(programs: tuple[str, ...]) -> str:
     return (
         'case "${SHELL##*/}" in\n'
         "  csh|tcsh|fish) ;;\n"
-        f'  *) timeout {LOGIN_TIMEOUT} "${{SHELL:-/bin/sh}}" -lic {shlex.quote(loop)} </dev/null 2>/dev/null;;\n'
+        f'  *) timeout {LOGIN_TIMEOUT} "${{SHELL:-/bin/sh}}" -lic {shlex.quote(loop)} '
+        "</dev/null 2>/dev/null;;\n"
         "esac\n"
         "true"
     )

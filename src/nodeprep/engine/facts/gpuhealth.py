@@ -1,6 +1,6 @@
 """GPU health facts: what `nvidia-smi -q -x` and `nvidia-smi nvlink -s` (GPU_DETAIL), the
-kernel log and the NVSwitch fabric manager say about a node's GPUs, read as data (the checks that judge them are
-in ops/health/).
+kernel log and the NVSwitch fabric manager say about a node's GPUs, read as data (the checks
+that judge them are in ops/health/).
 
 Every tool runs under `timeout`: a wedged driver makes nvidia-smi hang, and a hang is a finding
 (`hung`), not a stalled probe. Field names follow the XML (`clocks_event_reasons` since driver
@@ -351,7 +351,8 @@ KLOG_PATTERN = (
 KERNEL_LOG_PROBE = (
     "read -r np_up _ < /proc/uptime\n"
     'echo "uptime $np_up"\n'
-    "[ -e /dev/nvidia0 ] || command -v nvidia-smi >/dev/null 2>&1 || { echo 'via skipped'; exit 0; }\n"
+    "[ -e /dev/nvidia0 ] || command -v nvidia-smi >/dev/null 2>&1 || "
+    "{ echo 'via skipped'; exit 0; }\n"
     "if np_out=$(timeout -k 2 10 dmesg 2>&1); then\n"
     "  echo 'via dmesg'\n"
     "elif command -v journalctl >/dev/null 2>&1 &&\n"

@@ -62,7 +62,8 @@ GPU_APPS = Fact(
     "gpu_apps",
     lambda _v: (
         "command -v nvidia-smi >/dev/null 2>&1 &&\n"
-        "  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null\n"
+        "  nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+        "--format=csv,noheader 2>/dev/null\n"
         "true"
     ),
     _gpu_apps,

@@ -100,7 +100,8 @@ RDMA_PROBE = (
     '  IFS= read -r np_r < "$np_p/rate" 2>/dev/null\n'
     '  IFS= read -r np_l < "$np_p/link_layer" 2>/dev/null\n'
     '  IFS= read -r np_ph < "$np_p/phys_state" 2>/dev/null\n'
-    '  printf \'%s|%s|%s|%s|%s\\n\' "${np_p#/sys/class/infiniband/}" "$np_s" "$np_r" "$np_l" "$np_ph"\n'
+    "  printf '%s|%s|%s|%s|%s\\n' "
+    '"${np_p#/sys/class/infiniband/}" "$np_s" "$np_r" "$np_l" "$np_ph"\n'
     "done\n"
     "true"
 )

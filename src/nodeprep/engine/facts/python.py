@@ -37,11 +37,13 @@ def _venv_script(path: str) -> str:
         "c=\n"
         "ok=\n"
         '[ -n "$m" ] &&\n'
-        f"  k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache 2>/dev/null) &&\n"
+        f"  k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache "
+        "2>/dev/null) &&\n"
         f'  c={p}/.nodeprep-runs.$m && [ -f "$c" ] && IFS= read -r ok < "$c"\n'
         'if [ -n "$k" ] && [ "$ok" = "$k" ]; then :\n'
         f"elif {p}/bin/python -I -S -c ''; then\n"
-        '  [ -n "$c" ] && { printf \'%s\\n\' "$k" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null\n'
+        '  [ -n "$c" ] && { printf \'%s\\n\' "$k" > "$c.$$" && '
+        'mv -f -- "$c.$$" "$c"; } 2>/dev/null\n'
         "else echo @@BROKEN@@; fi\n"
         # parameter expansion, not basename: one fork per package cost ~25 ms a node; the
         # wheel's platform tags (WHEEL's Tag lines but `-any`) read with sh's read builtin

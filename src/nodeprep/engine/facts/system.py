@@ -77,7 +77,8 @@ def _python_script(v: dict) -> str:
         f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}\n"
         "k=\n"
         "c=\n"
-        'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && [ -n "$m" ]; then\n'
+        'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && '
+        '[ -n "$m" ]; then\n'
         "  k=$(stat -L --printf '%d:%i:%s:%Y ' -- \"$p\" /etc/ld.so.cache 2>/dev/null) || k=\n"
         '  c="$HOME/.nodeprep/python_probe.$m"\n'
         "fi\n"
@@ -249,7 +250,8 @@ def _identity_script(_v) -> str:
         '  [ -s "$f" ] && { IFS= read -r m < "$f"; break; }\n'
         "done\n"
         "b=\n"
-        "[ -r /proc/sys/kernel/random/boot_id ] && IFS= read -r b < /proc/sys/kernel/random/boot_id\n"
+        "[ -r /proc/sys/kernel/random/boot_id ] && "
+        "IFS= read -r b < /proc/sys/kernel/random/boot_id\n"
         'printf \'machine %s %s\\n\' "${m:--}" "${b:--}"\n'
         'f="$HOME/.nodeprep/home-id"\n'
         'if [ ! -s "$f" ]; then\n'
@@ -258,7 +260,8 @@ def _identity_script(_v) -> str:
         "    IFS= read -r r 2>/dev/null < /proc/sys/kernel/random/uuid\n"
         '    [ -n "$r" ] || r=$(od -An -N16 -tx1 /dev/urandom)\n'
         '    r=$(printf %s "$r" | tr -dc 0-9a-f)\n'
-        '    [ ${#r} -ge 16 ] && t="$HOME/.nodeprep/.home-id.$r" && printf \'%s\\n\' "$r" > "$t" &&\n'
+        '    [ ${#r} -ge 16 ] && t="$HOME/.nodeprep/.home-id.$r" && '
+        'printf \'%s\\n\' "$r" > "$t" &&\n'
         '      { ln "$t" "$f" 2>/dev/null; rm -f "$t"; }\n'
         "  }\n"
         "fi\n"

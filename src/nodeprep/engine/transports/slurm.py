@@ -159,8 +159,10 @@ def cleanup_script(nodes: list[str], token: str, jobid: str | None) -> str:
                 "umask 077",
                 'f=$(mktemp "${TMPDIR:-/tmp}/nodeprep-clean.XXXXXX") || exit 1',
                 f"cat > \"$f\" <<'NP_{token}_nodes'\n{listing}\nNP_{token}_nodes",
-                f'{env}setsid sh -c \'srun -N {len(nodes)} --nodelist="$1" --ntasks-per-node=1 --input=none --overlap '
-                f'--immediate=30 --time=1 --job-name=nodeprep rm -f {step_file(token)}; rm -f "$1"\' sh "$f" '
+                f"{env}setsid sh -c 'srun -N {len(nodes)} "
+                '--nodelist="$1" --ntasks-per-node=1 --input=none --overlap '
+                "--immediate=30 --time=1 --job-name=nodeprep "
+                f'rm -f {step_file(token)}; rm -f "$1"\' sh "$f" '
                 ">/dev/null 2>&1 </dev/null &",
                 "exit 0",
             ]

@@ -89,7 +89,8 @@ def main():
         if rank == 0:
             r = rows[-1]
             say(
-                f"allreduce: {size:>10} B  {r['time_us']:>10.1f} us  algbw {r['algbw_gbps']:>9.4g} GB/s"
+                f"allreduce: {size:>10} B  {r['time_us']:>10.1f} us  "
+                f"algbw {r['algbw_gbps']:>9.4g} GB/s"
                 f"  busbw {r['busbw_gbps']:>9.4g} GB/s  {'ok' if ok else 'WRONG RESULT'}"
             )
     dist.barrier()

@@ -136,7 +136,8 @@ def init_group(rank: int, world: int, cuda: bool) -> int:
 
 
 def resume(rank: int, path: str, model, opt) -> tuple[int, int, float]:
-    """(epoch, step, loss) from the snapshot rank 0 reads, model and optimizer loaded on every rank."""
+    """(epoch, step, loss) from the snapshot rank 0 reads, model and optimizer loaded on every
+    rank."""
     # only rank 0 reads: worker nodes may not have the file (no shared filesystem)
     box = [None]
     if rank == 0 and os.path.exists(path):

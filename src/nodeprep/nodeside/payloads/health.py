@@ -96,7 +96,10 @@ def pick_device(rank: int, local_rank: int):
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
         cap = torch.cuda.get_device_capability(local_rank)
-        desc = f"cuda:{local_rank} capability {cap[0]}.{cap[1]} {torch.cuda.get_device_name(local_rank)}"
+        desc = (
+            f"cuda:{local_rank} capability {cap[0]}.{cap[1]} "
+            f"{torch.cuda.get_device_name(local_rank)}"
+        )
     else:
         device = torch.device("cpu")
         desc = "cpu"
@@ -143,7 +146,8 @@ def main():
         fail(rank, f"collective failed: {type(exc).__name__}: {exc}")
     say(
         f"rank {rank}/{world} host={socket.gethostname()} local_rank={local_rank} "
-        f"backend={backend} torch={versions[0]} cuda={versions[1]} nccl={nccl} {runtime}device={desc}"
+        f"backend={backend} torch={versions[0]} cuda={versions[1]} nccl={nccl} "
+        f"{runtime}device={desc}"
     )
     problems = []
     if any(value != world for value in got):

@@ -219,7 +219,8 @@ def ssh_keys(v: View) -> list:
                     "KEY_MISSING",
                     Verdict.CRITICAL,
                     f"{k.path} ({k.named}) does not exist",
-                    f"ssh-keygen -t ed25519 -N '' -f {k.path}  (then ssh-copy-id -i {k.path}.pub to each node)",
+                    f"ssh-keygen -t ed25519 -N '' -f {k.path}  "
+                    f"(then ssh-copy-id -i {k.path}.pub to each node)",
                 )
             )
         elif _loose(k.mode, 0o077):
@@ -289,7 +290,10 @@ def _clash_fix(d, v: View, blocks: dict) -> str:
         return "invoke ssh.prune  (that block's inventory no longer exists)"
     where = f"the block of '{d.block}'" if d.block else f"your entry at {d.where}"
     want = f"{v.label}-" if v.prefix != f"{v.label}-" else f"{v.label}2-"
-    return f"remove {where}, or set `ssh_alias_prefix: {want}` in this inventory's vars (now '{v.prefix}')"
+    return (
+        f"remove {where}, or set `ssh_alias_prefix: {want}` in this inventory's vars "
+        f"(now '{v.prefix}')"
+    )
 
 
 def ssh_config(v: View) -> list:
@@ -332,7 +336,8 @@ def ssh_config(v: View) -> list:
                     "ALIAS_CONFLICT",
                     Verdict.CRITICAL,
                     f"Host {a.alias} is defined at {d.where} as "
-                    f"{d.hostname or a.alias}:{d.port or 22}; this inventory has it at {a.address}:{a.port} "
+                    f"{d.hostname or a.alias}:{d.port or 22}; "
+                    f"this inventory has it at {a.address}:{a.port} "
                     "(provision refuses; ssh takes the first)",
                     _clash_fix(d, v, alive),
                 )

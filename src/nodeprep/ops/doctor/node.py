@@ -91,7 +91,8 @@ def reach(contacts: list[Contact]) -> list:
                     Verdict.CRITICAL,
                     c.message,
                     f"start the node or fix its address, check with `ssh -v -p {c.port} "
-                    f"{(c.user + '@') if c.user else ''}{c.address} true`; or leave it out: --limit '!{c.name}'",
+                    f"{(c.user + '@') if c.user else ''}{c.address} true`; "
+                    f"or leave it out: --limit '!{c.name}'",
                 )
             )
     return out
@@ -227,7 +228,8 @@ def sudo(contacts: list[Contact]) -> list:
                     "SUDO_MISSING",
                     Verdict.CRITICAL,
                     f"the shell role must change the login shell {cur} -> {want} and cannot: {why}",
-                    f"as root on {c.name}: usermod -s {want} {user}  (or set login_shell: {cur} in the inventory)",
+                    f"as root on {c.name}: usermod -s {want} {user}  "
+                    f"(or set login_shell: {cur} in the inventory)",
                 )
             )
     return out
@@ -258,7 +260,8 @@ def python(contacts: list[Contact]) -> list:
                     "PYTHON_MISSING",
                     Verdict.CRITICAL,
                     f"`{name}` does not run on the node",
-                    f"on {c.name}: sudo apt-get install -y python3 (or dnf); or set python: /path/to/python3",
+                    f"on {c.name}: sudo apt-get install -y python3 (or dnf); "
+                    "or set python: /path/to/python3",
                 )
             )
         elif _pyver(p) < MIN_PYTHON:
@@ -372,7 +375,8 @@ def disk(contacts: list[Contact]) -> list:
                     "DISK_READONLY",
                     Verdict.CRITICAL,
                     f"{room['dir']} on {room['mount']} cannot be written",
-                    "fix its owner/mode or remount it read-write; or set venv_path and wheelhouse_dir elsewhere",
+                    "fix its owner/mode or remount it read-write; "
+                    "or set venv_path and wheelhouse_dir elsewhere",
                 )
             )
         elif room["free"] < need:
@@ -383,8 +387,9 @@ def disk(contacts: list[Contact]) -> list:
                     Verdict.CRITICAL,
                     f"{human(room['free'])} free on {room['mount']}, "
                     f"{what} needs about {human(need)}",
-                    f"on {c.name}: free space on {room['mount']} (du -sh ~/.cache/pip ~/.nodeprep/* | sort -h; "
-                    "rm -rf ~/.cache/pip), or set venv_path and wheelhouse_dir on a larger file system",
+                    f"on {c.name}: free space on {room['mount']} "
+                    "(du -sh ~/.cache/pip ~/.nodeprep/* | sort -h; rm -rf ~/.cache/pip), "
+                    "or set venv_path and wheelhouse_dir on a larger file system",
                 )
             )
         else:

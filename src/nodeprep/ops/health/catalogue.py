@@ -104,8 +104,8 @@ CHECKS: tuple[CheckSpec, ...] = (
         "nvlink",
         "every NVLink link up on every GPU (nvidia-smi nvlink -s)",
         codes={
-            "NVLINK_DOWN": "inactive links, a GPU cut off (all links inactive), or no link up where "
-            "NVSwitches, a fabric state or an SXM module say NVLink must be",
+            "NVLINK_DOWN": "inactive links, a GPU cut off (all links inactive), "
+            "or no link up where NVSwitches, a fabric state or an SXM module say NVLink must be",
             "NVLINK_NONE": "no link up on any GPU, nothing says a bridge is fitted (WARN)",
             "NVLINK_MIG": "not readable in MIG mode (UNKNOWN)",
             "NVLINK_UNKNOWN": "nvlink -s hung, failed, or printed what nodeprep does not read",

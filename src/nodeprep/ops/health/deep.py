@@ -227,7 +227,8 @@ def burn(f, ctx: Context) -> list:
                 CRITICAL,
                 f"GPU {g['index']} ({g['name']}): its product differs from GPU "
                 f"{done[0]['index']}'s by {g['max_diff']:.2g} (relative) for the same inputs",
-                "drain the node; a GPU that disagrees with its neighbours computes wrong results: RMA",
+                "drain the node; a GPU that disagrees with its neighbours computes wrong results: "
+                "RMA",
             )
         )
     for name in sorted({g["name"] for g in done}):
@@ -286,7 +287,10 @@ def allreduce(f, ctx: Context) -> list:
                 "drain the node: a GPU or a link corrupts data; reset the GPUs, RMA if it recurs",
             )
         ]
-    got = f"{ar['busbw_gbps']:.4g} GB/s busbw at {ar['bytes'] / (1 << 30):.3g} GiB over {ar['world']} devices"
+    got = (
+        f"{ar['busbw_gbps']:.4g} GB/s busbw at {ar['bytes'] / (1 << 30):.3g} GiB "
+        f"over {ar['world']} devices"
+    )
     if d["device"] == "cpu":
         return [
             (
@@ -305,7 +309,8 @@ def allreduce(f, ctx: Context) -> list:
                 "ALLREDUCE_NO_FLOOR",
                 UNKNOWN,
                 f"{got}; no floor known for {ar['world']}x {', '.join(models)}",
-                "set health_allreduce_floor_gbps in the inventory (a healthy node's figure, less a margin)",
+                "set health_allreduce_floor_gbps in the inventory "
+                "(a healthy node's figure, less a margin)",
             )
         ]
     src = (

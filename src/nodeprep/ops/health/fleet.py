@@ -130,7 +130,8 @@ def rdma(facts: dict, ctxs: dict) -> list:
                         CRITICAL if active else WARN,
                         f"{name} is {here[n]['state']} ({here[n]['phys_state']})"
                         + (f", ACTIVE on {len(active)} other node(s)" if active else ""),
-                        "check the cable and the switch port; `sudo ibportstate` / the subnet manager",
+                        "check the cable and the switch port; "
+                        "`sudo ibportstate` / the subnet manager",
                     )
                 )
         rates = {n: p["rate_gbps"] for n, p in active.items() if p["rate_gbps"]}
@@ -215,8 +216,8 @@ def limits_equal(facts: dict, ctxs: dict) -> list:
                         code,
                         CRITICAL,
                         f"{what} limited to {v}{unit}, most nodes {shown}{unit}",
-                        "give this node the limits.d line (and the service's Limit*) the others have, "
-                        "then log in again",
+                        "give this node the limits.d line (and the service's Limit*) "
+                        "the others have, then log in again",
                     )
                 )
     return out

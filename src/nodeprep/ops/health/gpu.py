@@ -34,7 +34,8 @@ def nvidia_smi(f, ctx: Context) -> list:
                     "SMI_MISSING",
                     UNKNOWN,
                     f"{d['devices']} NVIDIA device file(s) but no nvidia-smi on PATH",
-                    "install the NVIDIA driver's utilities (nvidia-utils) so nvidia-smi is on the login PATH",
+                    "install the NVIDIA driver's utilities (nvidia-utils) "
+                    "so nvidia-smi is on the login PATH",
                 )
             ]
         return [("NO_GPUS", OK, "no NVIDIA GPU (no nvidia-smi, no /dev/nvidiaN)", "")]
@@ -142,8 +143,8 @@ def row_remap(f, ctx: Context) -> list:
                     "REMAP_PENDING",
                     CRITICAL,
                     f"{_label(g)}: a row remap is pending (uncorrected "
-                    f"{r['uncorrected'] or 0}, corrected {r['corrected'] or 0}); the bad row is in use "
-                    "until a reset",
+                    f"{r['uncorrected'] or 0}, corrected {r['corrected'] or 0}); "
+                    "the bad row is in use until a reset",
                     RESET.format(i=g["index"]),
                 )
             )
@@ -189,7 +190,8 @@ def pcie(f, ctx: Context) -> list:
                     "PCIE_WIDTH",
                     CRITICAL,
                     f"{_label(g)}: PCIe link x{p['width']} of x{p['max_width']}",
-                    "reseat the GPU or its riser; check the slot and the BIOS's bifurcation setting",
+                    "reseat the GPU or its riser; "
+                    "check the slot and the BIOS's bifurcation setting",
                 )
             )
         elif p["gen"] and p["max_gen"] and p["gen"] < p["max_gen"] and idle is False:
@@ -237,7 +239,8 @@ def clock_events(f, ctx: Context) -> list:
                     CRITICAL,
                     f"{_label(g)}: clocks held down by {', '.join(hw)} "
                     f"({g['clock_events_tag']}): a synchronous job runs at this GPU's pace",
-                    "check cooling, power supplies and the power-brake signal; reset the GPU or reboot",
+                    "check cooling, power supplies and the power-brake signal; "
+                    "reset the GPU or reboot",
                 )
             )
         elif ev.get("sw_thermal_slowdown"):
@@ -282,7 +285,8 @@ def _nvlink_unread(d: dict, per: dict) -> list:
                 "NVLINK_UNKNOWN",
                 UNKNOWN,
                 f"nvidia-smi nvlink -s failed: {(d.get('error') or '?')[:200]}",
-                "run `nvidia-smi nvlink -s` on the node; a GPU whose handle is lost needs a reset or a reboot",
+                "run `nvidia-smi nvlink -s` on the node; "
+                "a GPU whose handle is lost needs a reset or a reboot",
             )
         )
     elif d.get("unknown"):
@@ -303,8 +307,9 @@ def _nvlink_unread(d: dict, per: dict) -> list:
                 UNKNOWN,
                 f"GPU {', '.join(map(str, mig))}: NVLink state not readable in MIG mode "
                 "(NVML: Nvlink queries are not supported for Devices in MIG mode)",
-                "MIG instances use no NVLink peer traffic: --ignore NVLINK_MIG on MIG nodes; to check the links, "
-                "disable MIG at a drain (`sudo nvidia-smi -i N -mig 0`, then reset the GPU)",
+                "MIG instances use no NVLink peer traffic: --ignore NVLINK_MIG on MIG nodes; "
+                "to check the links, disable MIG at a drain "
+                "(`sudo nvidia-smi -i N -mig 0`, then reset the GPU)",
             )
         )
     return out
@@ -324,8 +329,9 @@ def _nvlink_none_up(linked: dict, hw: str | None, n: int) -> list:
                 CRITICAL,
                 f"no NVLink link up on any GPU (GPU {which}: all inactive) although {hw}: "
                 "the node's NVLink fabric is down, collectives fall back to PCIe",
-                "check nvidia-fabricmanager (the fabric_manager check), the NVSwitches and the kernel log (SXid, "
-                "Xid 74); reset the GPUs or reboot the node; if it stays down, the baseboard needs service",
+                "check nvidia-fabricmanager (the fabric_manager check), the NVSwitches and the "
+                "kernel log (SXid, Xid 74); reset the GPUs or reboot the node; "
+                "if it stays down, the baseboard needs service",
             )
         ]
     if n > 1:
@@ -335,8 +341,8 @@ def _nvlink_none_up(linked: dict, hw: str | None, n: int) -> list:
                 WARN,
                 f"no NVLink link up on GPU {which} (NVML: all links are inactive): no bridge "
                 "fitted, or every bridge down (no NVSwitch, fabric state or SXM module says which)",
-                "if the GPUs should be bridged, reseat the NVLink bridges; a node without bridges: --ignore "
-                "NVLINK_NONE",
+                "if the GPUs should be bridged, reseat the NVLink bridges; "
+                "a node without bridges: --ignore NVLINK_NONE",
             )
         ]
     return []
@@ -370,7 +376,8 @@ def nvlink(f, ctx: Context) -> list:
                     "NVLINK_DOWN",
                     CRITICAL,
                     f"GPU {i}: every NVLink link inactive (NVML: all links are "
-                    f"inactive) while the node's other GPUs have {most} active: it is cut off from NVLink",
+                    f"inactive) while the node's other GPUs have {most} active: "
+                    "it is cut off from NVLink",
                     RESET.format(i=i) + _BRIDGE,
                 )
             )
@@ -423,7 +430,8 @@ def xid(f, ctx: Context) -> list:
                 "KLOG_UNREADABLE",
                 UNKNOWN,
                 f"cannot read the kernel log ({log['error'][:120]}): Xids unseen",
-                "sudo sysctl kernel.dmesg_restrict=0, or add the user to the adm (or systemd-journal) group",
+                "sudo sysctl kernel.dmesg_restrict=0, "
+                "or add the user to the adm (or systemd-journal) group",
             )
         ]
     window = ctx.thresholds.xid_window_s
@@ -473,7 +481,8 @@ def fabric_manager(f, ctx: Context) -> list:
                 CRITICAL,
                 f"{fab['nvswitches']} NVSwitch(es) but nvidia-fabricmanager is "
                 f"{fab['manager'] or 'not running'}: CUDA cannot use the GPUs together",
-                "sudo systemctl enable --now nvidia-fabricmanager (its version must match the driver's)",
+                "sudo systemctl enable --now nvidia-fabricmanager "
+                "(its version must match the driver's)",
             )
         ]
     bad = states - {"Completed"}
@@ -502,7 +511,8 @@ def busy(f, ctx: Context) -> list:
                     "GPU_BUSY",
                     CRITICAL,
                     f"{_label(g)} in use: {shown}",
-                    "stop those processes (`invoke train.stop` for a nodeprep job), or leave the node out: --limit '!NODE'",
+                    "stop those processes (`invoke train.stop` for a nodeprep job), "
+                    "or leave the node out: --limit '!NODE'",
                 )
             )
     return out

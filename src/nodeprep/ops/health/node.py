@@ -54,7 +54,8 @@ def disk(f, ctx: Context) -> list:
                     "DISK_FULL",
                     CRITICAL,
                     f"{where}: {what}",
-                    f"free space on {r['mount']} (old runs: `invoke train.status`; pip's cache: ~/.cache/pip)",
+                    f"free space on {r['mount']} "
+                    "(old runs: `invoke train.status`; pip's cache: ~/.cache/pip)",
                 )
             )
         elif r["free"] < t.disk_free_warn_gib * GIB or used >= t.disk_used_warn_pct:

@@ -294,6 +294,7 @@ class Fallback:
 
 
 FALLBACK = (
-    "iperf3 failed on a node for a reason of its own: every pair measured with the builtin program, "
+    "iperf3 failed on a node for a reason of its own: "
+    "every pair measured with the builtin program, "
     "since the rule compares the rates of one tool"
 )

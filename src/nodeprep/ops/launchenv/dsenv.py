@@ -10,7 +10,8 @@ Facts, read from the deepspeed 0.19.8 sdist (deepspeed-0.19.8.tar.gz from PyPI):
   job directory prepended.
 - accelerator/cpu_accelerator.py:359 export_envs() -> []; accelerator/cuda_accelerator.py:411
   export_envs() -> ['NCCL'] (so NCCL_* is forwarded with cuda only, not with cpu). Others, in
-  accelerator/<name>_accelerator.py: npu:333, mlu:270, sdaa:298, supa:277, klxpu:71; xpu, hpu, mps: [].
+  accelerator/<name>_accelerator.py: npu:333, mlu:270, sdaa:298, supa:277, klxpu:71; xpu, hpu,
+  mps: [].
 - runner.py:37-38 the files read are os.path.join(p, os.getenv("DS_ENV_FILE", ".deepspeed_env"))
   for p in [os.path.expanduser("~"), '.'], in that order, each only if os.path.isfile (:606).
   This happens only on the multi-node path (:537-539).
@@ -185,7 +186,8 @@ def value_problems(raw: str, launcher: str) -> list[str]:
 def parse(text: str, path: str, launcher: str = "pdsh") -> EnvFile:
     """Read TEXT (the file at PATH) as DeepSpeed 0.19.8 does. ENTRIES: key -> stripped value for
     every line it accepts (invalid names included, as DeepSpeed exports them; lines it dies on
-    are left out). PROBLEMS: "PATH:LINE: what is wrong; what to do", for LAUNCHER (pdsh, openmpi)."""
+    are left out). PROBLEMS: "PATH:LINE: what is wrong; what to do", for LAUNCHER (pdsh,
+    openmpi)."""
     if launcher not in SUPPORTED_DS_LAUNCHERS:
         raise ValueError(
             f"unknown launcher {launcher!r} (one of {', '.join(SUPPORTED_DS_LAUNCHERS)})"

@@ -45,7 +45,10 @@ def problem(room: dict | None, needs: list) -> str | None:
         )
     files = sum(r.files for r in needs)
     if room["inodes_free"] is not None and room["inodes_free"] < files:
-        return f"no inodes left on {where}: {room['inodes_free']} free, {what} need{'s' if len(needs) == 1 else ''} {files}"
+        return (
+            f"no inodes left on {where}: {room['inodes_free']} free, "
+            f"{what} need{'s' if len(needs) == 1 else ''} {files}"
+        )
     return None
 
 

@@ -196,7 +196,8 @@ def hop_script(
         "exec 4>&-",
         "wait $np_next; np_nrc=$?",
         f"rm -f -- {s}/.fifo",
-        f'ssh -S "$HOME/{socket_path(token)}" -O exit -- {shlex.quote(login.address)} >/dev/null 2>&1',
+        f'ssh -S "$HOME/{socket_path(token)}" -O exit -- {shlex.quote(login.address)} '
+        ">/dev/null 2>&1",
         f'[ $np_nrc -eq 0 ] || echo {shlex.quote(f"relay {node} -> {name}: ")}"exit $np_nrc" >&2',
         "exit $np_rc",
     ]
@@ -210,7 +211,10 @@ def source_script(
     the first node's hop script."""
     names = " ".join(shlex.quote(f) for f in files)
     remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(token)}"
-    return f"cd -- {shlex.quote(dest)} && tar -cf - -- {names} | {_ssh(nxt[1], remote, timeout + 10)}\n"
+    return (
+        f"cd -- {shlex.quote(dest)} && tar -cf - -- {names} | "
+        f"{_ssh(nxt[1], remote, timeout + 10)}\n"
+    )
 
 
 def finalize_script(dest: str, sums: dict[str, str]) -> str:

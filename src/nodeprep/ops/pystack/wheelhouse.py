@@ -187,7 +187,8 @@ class Wheelhouse:
         ).hexdigest()
 
     def cached(self, platform: Platform, pins: list[str], index_args: list[str]) -> dict | None:
-        """The manifest of a previous resolution of exactly these inputs, if all its files are there."""
+        """The manifest of a previous resolution of exactly these inputs, if all its files are
+        there."""
         d = self.root / platform.key
         try:
             m = json.loads((d / "MANIFEST.json").read_text())
@@ -201,7 +202,8 @@ class Wheelhouse:
     def resolve(
         self, platform: Platform, pins: list[str], index_args: list[str], find_links: list[Path]
     ) -> dict:
-        """Download (if the inputs changed) every wheel PINS need on PLATFORM; return the manifest."""
+        """Download (if the inputs changed) every wheel PINS need on PLATFORM; return the
+        manifest."""
         d = self.root / platform.key
         m = self.cached(platform, pins, index_args)
         if m:

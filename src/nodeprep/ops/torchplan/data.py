@@ -193,7 +193,8 @@ def driver_advice(min_driver: str, today: datetime.date | None = None) -> str:
     return (
         f"a supported driver branch: {branch}, at least {min_driver}"
         if branch
-        else f"a driver >= {min_driver} (no branch in the table that reaches it is known to be supported)"
+        else f"a driver >= {min_driver} "
+        "(no branch in the table that reaches it is known to be supported)"
     )
 
 

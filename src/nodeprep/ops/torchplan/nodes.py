@@ -45,7 +45,8 @@ def node_from_facts(name: str, arch: str | None, gpus_fact: dict | None, cpu_onl
 
 
 def parse_node_spec(text: str, default_arch: str = "x86_64") -> NodeGPU:
-    """CLI node: 'a:driver=535.104.05,gpu=8.0', 'gpu=8.0+8.0', 'gpus=8x8.0', 'arch=aarch64', 'cpu'."""
+    """CLI node: 'a:driver=535.104.05,gpu=8.0', 'gpu=8.0+8.0', 'gpus=8x8.0', 'arch=aarch64',
+    'cpu'."""
 
     def bad(what):
         return InputError(f"--node {text!r}: {what}", hint=f"expected {SPEC_SYNTAX}")

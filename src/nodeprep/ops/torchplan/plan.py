@@ -191,7 +191,8 @@ def _generations(fl: PlatformGroups, why: list[str], today) -> None:
                     n.name,
                     f"{label} is supported by drivers up to the {top} branch; it has {n.driver}",
                     f"no supported driver branch runs {g['name']} GPUs ({top} was "
-                    f"the last): run it on an {top} driver outside NVIDIA's support, or use newer GPUs",
+                    f"the last): run it on an {top} driver outside NVIDIA's support, "
+                    "or use newer GPUs",
                 )
             need = f">= {floor} ({g['branch']})" if floor else f"<= {top}"
             why.append(f"   {label} on {n.name}: needs driver {need} {src}: {n.driver} ok")
@@ -234,7 +235,8 @@ def _build(fl: PlatformGroups, arch: str, full: str, chosen, template: str) -> B
     if oldest and tk and td.ver(oldest.driver) < td.ver(tk):
         compat = (
             f"runs by minor-version compatibility: driver {oldest.driver} on {oldest.name} < {tk} "
-            f"(CUDA {td.cuda(pick.variant)}'s own driver): its kernels run, PTX JIT and NVRTC may not"
+            f"(CUDA {td.cuda(pick.variant)}'s own driver): "
+            "its kernels run, PTX JIT and NVRTC may not"
         )
     archs = list(w.archs or [])
     if archs and pick.ptx_cap:
@@ -267,7 +269,8 @@ def from_pip_config(plan: Plan) -> list[str]:
             if td.pypi_aarch64_cpu(minor):
                 b.requirement = b.requirement.split("+")[0]
                 notes.append(
-                    f"{b.requirement} for aarch64: PyPI's aarch64 wheel of {minor} is the CPU build "
+                    f"{b.requirement} for aarch64: "
+                    f"PyPI's aarch64 wheel of {minor} is the CPU build "
                     f"{td.cite(td.sources(td.table()['pypi_aarch64_cpu']['source']))}"
                 )
             else:
@@ -360,7 +363,8 @@ def _choose(torch, nodes, index_template, today, why) -> Plan:
         raise PlanError(
             None,
             f"torch {torch} is not in the table (released: {known[0]}-{known[-1]})",
-            "pick a released version, or add it to src/nodeprep/ops/torchplan/torch_matrix.yml with its sources",
+            "pick a released version, "
+            "or add it to src/nodeprep/ops/torchplan/torch_matrix.yml with its sources",
         )
     if not nodes:
         raise InputError("--node: give at least one node", hint=f"expected {SPEC_SYNTAX}")
@@ -373,7 +377,8 @@ def _choose(torch, nodes, index_template, today, why) -> Plan:
         raise PlanError(
             None,
             f"torch {minor}: {rel.get('note', 'not released')}",
-            f"pick a released version ({known[0]}-{known[-1]}); nodeprep never plans an unreleased one",
+            f"pick a released version ({known[0]}-{known[-1]}); "
+            "nodeprep never plans an unreleased one",
         )
     _check_nodes(nodes)
     fl = PlatformGroups(nodes)

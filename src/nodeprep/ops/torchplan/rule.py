@@ -1,5 +1,5 @@
-"""The torch plan's rule, per CPU platform (steps 2 and 3 of ops/torchplan/plan.py): which wheels of a
-release fit that platform's drivers and GPUs, which variant the fleet takes, and, when none
+"""The torch plan's rule, per CPU platform (steps 2 and 3 of ops/torchplan/plan.py): which wheels
+of a release fit that platform's drivers and GPUs, which variant the fleet takes, and, when none
 fits, which node blocks and why. Pure: facts from ops/torchplan/data, nodes from
 ops/torchplan/nodes."""
 
@@ -77,7 +77,10 @@ class PlatformGroups:
 
     def label(self, key) -> str:
         (name, model), more = self._keys[key][0], len(self._keys[key]) - 1
-        return f"sm_{key[1].replace('.', '')} ({model + ' ' if model else ''}on {name}{f' +{more}' if more else ''})"
+        return (
+            f"sm_{key[1].replace('.', '')} "
+            f"({model + ' ' if model else ''}on {name}{f' +{more}' if more else ''})"
+        )
 
 
 @dataclass
@@ -287,11 +290,15 @@ def _diagnose_arch(fl: PlatformGroups, arch: str, rel: tuple, alt: str, today) -
     ]
     if not fams:
         low = min(td.table()["cuda_families"].items(), key=lambda kv: td.ver(kv[1]["min_driver"]))
-        reason = f"driver {oldest.driver} is older than any CUDA family ({low[0]}.x needs >= {low[1]['min_driver']})"
+        reason = (
+            f"driver {oldest.driver} is older than any CUDA family "
+            f"({low[0]}.x needs >= {low[1]['min_driver']})"
+        )
     else:
         mine = [c for c in pub if td.family(c.variant) in fams]
         reason = (
-            f"driver {oldest.driver} supports CUDA {'/'.join(f + '.x' for f in fams)} only; torch {minor} "
+            f"driver {oldest.driver} supports CUDA {'/'.join(f + '.x' for f in fams)} only; "
+            f"torch {minor} "
             + (
                 "; ".join(f"{c.variant}: {c.why}" for c in mine)
                 if mine

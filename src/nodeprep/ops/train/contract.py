@@ -58,7 +58,8 @@ def listen_script(python: str, port: int, seconds: int = 15) -> str:
         "    except OSError: pass\n"
     )
     return (
-        f'setsid {shlex.quote(python)} -c {shlex.quote(py)} > "$HOME/.nodeprep/listen.$$" 2>&1 < /dev/null &\n'
+        f"setsid {shlex.quote(python)} -c {shlex.quote(py)} "
+        '> "$HOME/.nodeprep/listen.$$" 2>&1 < /dev/null &\n'
         'echo "pid $!"\n'
         "i=0\n"
         "while [ $i -lt 50 ]; do\n"
@@ -73,7 +74,8 @@ def listen_script(python: str, port: int, seconds: int = 15) -> str:
 
 def connect_script(python: str, address: str, port: int) -> str:
     py = (
-        f"import socket\ntry:\n    socket.create_connection(({address!r}, {int(port)}), 3).close(); print('ok')\n"
+        "import socket\ntry:\n"
+        f"    socket.create_connection(({address!r}, {int(port)}), 3).close(); print('ok')\n"
         "except OSError as e:\n    print('fail', e)\n"
     )
     return f"{shlex.quote(python)} -c {shlex.quote(py)}"

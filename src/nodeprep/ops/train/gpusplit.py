@@ -62,8 +62,8 @@ def emulated(gpus: int, nodes: int, prefix: str = "worker-") -> dict:
 def machine_shares(
     by_machine_id: dict[str, list[str]], names: list[str], gpus: dict[str, int]
 ) -> dict[str, list[int]]:
-    """BY_MACHINE_ID: machine id -> its inventory nodes (Topology.by_machine_id). The selected NAMES on one
-    machine split its GPUs; nodes alone on their machine, or on a machine without GPUs, are
+    """BY_MACHINE_ID: machine id -> its inventory nodes (Topology.by_machine_id). The selected NAMES
+    on one machine split its GPUs; nodes alone on their machine, or on a machine without GPUs, are
     not in the answer (they use them all)."""
     out: dict[str, list[int]] = {}
     for nodes in by_machine_id.values():

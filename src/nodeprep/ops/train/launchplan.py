@@ -50,8 +50,8 @@ class NodeRun:
 
 @dataclass(frozen=True)
 class Split:
-    """Which GPUs each node gets: BY_MACHINE_ID (Topology.by_machine_id), the SHARES of shared machines
-    (gpusplit.machine_shares), and the slots a DeepSpeed-style --limit CHOSE
+    """Which GPUs each node gets: BY_MACHINE_ID (Topology.by_machine_id), the SHARES of shared
+    machines (gpusplit.machine_shares), and the slots a DeepSpeed-style --limit CHOSE
     (inventory/dsfilter.py: slot i of a node is its i-th GPU)."""
 
     by_machine_id: dict[str, list[str]]
@@ -232,7 +232,8 @@ class LaunchPlan:
 
     def _exports(self) -> str:
         out = (
-            f"export {JOB_VAR}={shlex.quote(self.job_id)} MASTER_ADDR={shlex.quote(self.master_addr)} "
+            f"export {JOB_VAR}={shlex.quote(self.job_id)} "
+            f"MASTER_ADDR={shlex.quote(self.master_addr)} "
             f"MASTER_PORT={self.port}; "
         )
         if self.emu and self.emu.network:
@@ -324,7 +325,8 @@ class LaunchPlan:
         env_file = f'"$HOME/{NODE_RUNS}/{self.job_id}/deepspeed_env"'
         return (
             f'mkdir -p "$HOME/{NODE_RUNS}/{self.job_id}" && {{ [ -f "$HOME/.deepspeed_env" ] && '
-            f"sed -e '$a\\' \"$HOME/.deepspeed_env\"; printf %s {shlex.quote(dse)}; }} > {env_file} && "
+            "sed -e '$a\\' \"$HOME/.deepspeed_env\"; "
+            f"printf %s {shlex.quote(dse)}; }} > {env_file} && "
             f"export DS_ENV_FILE={env_file} && "
         )
 

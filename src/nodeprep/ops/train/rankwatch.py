@@ -215,7 +215,8 @@ class RankWatch:
                 describe_rc(r.rc, r.oom)
                 if said is None or r.rc >= 0
                 else (
-                    f"{describe_rc(int(said), None)} (then {describe_rc(r.rc, None)} as it shut down)"
+                    f"{describe_rc(int(said), None)} "
+                    f"(then {describe_rc(r.rc, None)} as it shut down)"
                 )
             )
             self.failures.append(

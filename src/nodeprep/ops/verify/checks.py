@@ -100,7 +100,8 @@ def _nccl_checks(bad, fp: dict, lib: dict | None) -> None:
         why = (
             ": older than its build, or another major version"
             if older
-            else ": newer (an upgraded nvidia-nccl wheel, or LD_LIBRARY_PATH or LD_PRELOAD putting another first)"
+            else ": newer (an upgraded nvidia-nccl wheel, "
+            "or LD_LIBRARY_PATH or LD_PRELOAD putting another first)"
         )
         bad(
             "nccl.lib.version",

@@ -1,8 +1,9 @@
 """Fleet parity: group equal fact values under one folded node set, the way clubak does.
 
-compare() keeps the keys on which reachable nodes disagree (cli/parity_text.py shows each as
-a key line then `  worker-[0-1]  1.26.4` / `  worker-2      2.0.1`, and one verdict line). A key missing on a node is the value None, shown as "-". Severity comes from
-the longest matching key prefix (default "error"); warning and info drift never fail.
+compare() keeps the keys on which reachable nodes disagree (cli/parity_text.py shows each as a key
+line then `  worker-[0-1]  1.26.4` / `  worker-2      2.0.1`, and one verdict line). A key missing
+on a node is the value None, shown as "-". Severity comes from the longest matching key prefix
+(default "error"); warning and info drift never fail.
 
 Baselines: fingerprint_file_write() stores a fleet's fingerprints; against_baseline() reports
 each key that changed since then as one Drift per (key, old value, new value) transition.

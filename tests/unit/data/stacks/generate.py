@@ -1,7 +1,7 @@
 """How the *.stack files here were made: real faulthandler output of real processes, written
 as they came (the two lines at the top of rank-appended.stack, which stand for other text in
-a rank's file, are written by this script before the process starts). Not run by the tests; rerun by hand
-to refresh them:
+a rank's file, are written by this script before the process starts). Not run by the tests;
+rerun by hand to refresh them:
 
     .venv/bin/python tests/unit/data/stacks/generate.py
 
@@ -104,7 +104,7 @@ def wait_for_peers():
 
 
 wait_for_peers()
-"""
+"""  # noqa: E501 (the recorded dumps give its line numbers)
 
 APPENDED = """\
 import faulthandler
@@ -129,7 +129,7 @@ def evaluate():
 
 load_data()
 evaluate()
-"""
+"""  # noqa: E501 (the recorded dumps give its line numbers)
 
 SINGLE = """\
 import faulthandler
@@ -172,7 +172,7 @@ def descend(n):
 
 
 descend(150)
-"""
+"""  # noqa: E501 (the recorded dumps give its line numbers)
 
 MANY = """\
 import _thread
@@ -195,7 +195,7 @@ time.sleep(0.5)
 open(os.environ["READY"], "w").close()
 while True:
     time.sleep(1)
-"""
+"""  # noqa: E501 (the recorded dumps give its line numbers)
 
 
 def wait_for(path, timeout=20.0):
@@ -287,7 +287,9 @@ def main():
             STACK_SIGNAL,
             wrapped=True,
             files={
-                "venv/lib/python3.11/site-packages/fakelib/__init__.py": "from .collective import all_reduce\n",
+                "venv/lib/python3.11/site-packages/fakelib/__init__.py": (
+                    "from .collective import all_reduce\n"
+                ),
                 "venv/lib/python3.11/site-packages/fakelib/collective.py": FAKELIB,
             },
         ),
