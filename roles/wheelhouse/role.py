@@ -17,7 +17,7 @@ from nodeprep.engine.remote import SHA256_SH, rpath, stamp_from_list
 from nodeprep.engine.steps import FileContent, Room, Step, StepCheck, scope_of
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops import pystack
-from nodeprep.ops.pystack import relay, wheelcast
+from nodeprep.ops.pystack import relay, relay_run, wheelcast
 
 SUMS = "SHA256SUMS"
 # The stamp of the last sha256 check that passed (STAMP fact; engine/remote.stamp_from_list),
@@ -226,7 +226,7 @@ def steps(ctx):
     fleet = None
     if rl is not None and lack:
         prov = ctx.prov
-        how = wheelcast.run if prov.shared.via == "slurm" else relay.run  # sbcast, or the chain
+        how = wheelcast.run if prov.shared.via == "slurm" else relay_run.run  # sbcast, or the chain
         fleet = ("wheelhouse.relay", lambda fl, nodes: how(fl, nodes, rl, prov.events, prov.notes))
 
     def room(facts) -> Room:

@@ -32,7 +32,7 @@ from nodeprep.engine.facts.nodehealth import (
     parse_limits,
     parse_rdma,
 )
-from nodeprep.ops.health import catalogue, fleet, gpu, node, xids
+from nodeprep.ops.health import catalogue, fleet, gpu, node, nvlink, xids
 from nodeprep.ops.health.findings import CheckSpec, Context, Verdict
 
 REC = Path(__file__).resolve().parents[1] / "recordings"
@@ -328,13 +328,13 @@ def test_nvlink_down_against_the_nodes_other_gpus():
     two = text + "\n" + text.replace("GPU 0:", "GPU 1:")
     a5000 = _xml("telegraf-dual-rtx-a5000")
     ok = parse_nvlink(two, 0)
-    assert codes(gpu.nvlink, facts(a5000, nvlink=ok)) == {}
+    assert codes(nvlink.nvlink, facts(a5000, nvlink=ok)) == {}
     lines = two.splitlines()
     last = max(i for i, ln in enumerate(lines) if "Link 17:" in ln)
     lines[last] = lines[last].split(":")[0] + ": <inactive>"
     down = parse_nvlink("\n".join(lines), 0)
-    assert codes(gpu.nvlink, facts(a5000, nvlink=down)) == {"NVLINK_DOWN": Verdict.CRITICAL}
-    assert codes(gpu.nvlink, facts(a5000, nvlink={"state": "hung", "gpus": {}})) == {
+    assert codes(nvlink.nvlink, facts(a5000, nvlink=down)) == {"NVLINK_DOWN": Verdict.CRITICAL}
+    assert codes(nvlink.nvlink, facts(a5000, nvlink={"state": "hung", "gpus": {}})) == {
         "NVLINK_UNKNOWN": Verdict.UNKNOWN
     }
 
@@ -374,7 +374,7 @@ def test_every_nvlink_case_has_a_verdict():
 
 @pytest.mark.parametrize("name", sorted(NVLINK_SHAPES))
 def test_nvlink_shapes(name):
-    assert codes(gpu.nvlink, facts(detail=_case(name))) == NVLINK_SHAPES[name]
+    assert codes(nvlink.nvlink, facts(detail=_case(name))) == NVLINK_SHAPES[name]
 
 
 def test_a_gpu_cut_off_from_nvlink_fails_the_node():
@@ -401,14 +401,14 @@ def test_all_inactive_everywhere_is_critical_only_where_the_hardware_has_nvlink(
     state, or an SXM module) make it CRITICAL; without them it is a WARN; one GPU, nothing."""
     pcie = _case("nvlink_a100_pcie_x2_all_inactive_no_bridge")
     switches = {"nvswitches": 6, "manager": "active", "running": True}
-    assert codes(gpu.nvlink, facts(detail=pcie, fabric=switches)) == {
+    assert codes(nvlink.nvlink, facts(detail=pcie, fabric=switches)) == {
         "NVLINK_DOWN": Verdict.CRITICAL
     }
     fabric = copy.deepcopy(pcie)
     fabric["gpus"][0]["fabric_state"] = "Completed"
-    assert codes(gpu.nvlink, facts(detail=fabric)) == {"NVLINK_DOWN": Verdict.CRITICAL}
+    assert codes(nvlink.nvlink, facts(detail=fabric)) == {"NVLINK_DOWN": Verdict.CRITICAL}
     lone = _case("nvlink_rtx2080super_single_all_inactive")
-    assert codes(gpu.nvlink, facts(detail=lone, fabric=switches)) == {
+    assert codes(nvlink.nvlink, facts(detail=lone, fabric=switches)) == {
         "NVLINK_DOWN": Verdict.CRITICAL
     }
 
@@ -437,10 +437,11 @@ def test_a_gpu_line_alone_beside_linked_gpus_is_not_read_as_healthy():
     text = (REC / "gpu-text" / "uozdemir-h100-80gb-hbm3-vm-590-nvlink-s.txt").read_text()
     a5000 = _xml("telegraf-dual-rtx-a5000")
     assert codes(
-        gpu.nvlink, facts(a5000, nvlink=parse_nvlink(text + "GPU 1: NVIDIA H100 80GB HBM3\n", 0))
+        nvlink.nvlink, facts(a5000, nvlink=parse_nvlink(text + "GPU 1: NVIDIA H100 80GB HBM3\n", 0))
     ) == {"NVLINK_UNKNOWN": Verdict.UNKNOWN}
     assert (
-        codes(gpu.nvlink, facts(a5000, nvlink=parse_nvlink("GPU 0: NVIDIA RTX A5000\n", 0))) == {}
+        codes(nvlink.nvlink, facts(a5000, nvlink=parse_nvlink("GPU 0: NVIDIA RTX A5000\n", 0)))
+        == {}
     )
 
 

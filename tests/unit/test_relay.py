@@ -11,7 +11,7 @@ import pytest
 
 from nodeprep.commands.waves import _fleet_work, _passes
 from nodeprep.engine.steps import Step, StepCheck
-from nodeprep.ops.pystack import relay
+from nodeprep.ops.pystack import relay, relay_run
 from nodeprep.ops.pystack.relay import Chain, MeshLogin, Want, chains_for
 
 X86, ARM = "cp311-x86_64-glibc2.36", "cp311-aarch64-glibc2.36"
@@ -146,7 +146,11 @@ def test_finalize_moves_only_files_with_the_controllers_sum(tmp_path):
 
 
 def test_timeout_grows_with_size_and_hops():
-    assert relay.timeout_for(0, 1) < relay.timeout_for(10**9, 1) < relay.timeout_for(10**9, 32)
+    assert (
+        relay_run.timeout_for(0, 1)
+        < relay_run.timeout_for(10**9, 1)
+        < relay_run.timeout_for(10**9, 32)
+    )
 
 
 # -- the engine's passes -------------------------------------------------------------------

@@ -103,7 +103,7 @@ def wall_off(nodes: list[LabNode], octet: int, on: bool) -> None:
 
 
 def converge(state, ids: tuple[int, int], pub: str, store) -> LabNode | None:
-    """STATE (cluster._Up) with its bastion when state.bastion, without it otherwise; the
+    """STATE (state._Up) with its bastion when state.bastion, without it otherwise; the
     nodes walled off from the controller accordingly; the bastion's host key pinned."""
     if state.bastion:
         b = up(state.name, state.lab, state.octet, ids, pub, state.changes)

@@ -9,8 +9,8 @@ from pathlib import Path
 from nodeprep.settings import Settings
 
 from . import net
-from .cluster import STATE, _node, _ours, _read_state, _sshd_pid
 from .config import bridge_name
+from .state import STATE, _node, _ours, _read_state, _sshd_pid
 
 
 def leftovers(settings: Settings = Settings()) -> list[tuple[str, str, str]]:

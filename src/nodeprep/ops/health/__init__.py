@@ -2,7 +2,8 @@
 
 findings.py   Verdict (OK/WARN/UNKNOWN/CRITICAL), Finding, CheckSpec, Thresholds, Context
 gpu.py        one node's GPUs: nvidia-smi, persistence, ECC, row remap, retired pages, PCIe,
-              clock events, NVLink, Xids, fabric manager, busy GPUs
+              clock events, Xids, fabric manager, busy GPUs
+nvlink.py     one node's NVLink: every link up, against the hardware or the node's other GPUs
 node.py       one node besides its GPUs: disk, memory, /dev/shm, limits, clock
 fleet.py      nodes against each other: GPU count, ECC and MIG modes, RDMA ports, the job
               network's speed and MTU

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from nodeprep.errors import InputError
-from nodeprep.ops.health import deep, fleet, gpu, node
+from nodeprep.ops.health import deep, fleet, gpu, node, nvlink
 from nodeprep.ops.health.findings import CheckSpec
 
 _AZ = "azurehpc-health-checks"
@@ -111,7 +111,7 @@ CHECKS: tuple[CheckSpec, ...] = (
             "NVLINK_UNKNOWN": "nvlink -s hung, failed, or printed what nodeprep does not read",
         },
         facts=gpu.FACTS,
-        run=gpu.nvlink,
+        run=nvlink.nvlink,
         source=f"{_AZ} (NVLink inactive, all links inactive); Imbue",
     ),
     CheckSpec(

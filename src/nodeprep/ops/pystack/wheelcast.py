@@ -10,7 +10,8 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from nodeprep.ops.pystack.relay import STAGE, Relay, Want, stream_tar
+from nodeprep.ops.pystack.relay import STAGE, Relay, Want
+from nodeprep.ops.pystack.relay_run import stream_tar
 
 
 def unpack_script(tarball: str, dest: str) -> str:
