@@ -24,8 +24,8 @@ from pathlib import Path
 
 from lib import ROOT, VENV, bench_lab, bench_lab_down, save, timed
 from nodeprep import lab
+from nodeprep.engine.connect_errors import Unreachable
 from nodeprep.engine.fleet import Fleet
-from nodeprep.engine.session import Unreachable
 from nodeprep.inventory import load
 
 runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from nodeprep.errors import InputError, NodeprepError
-from nodeprep.lab import config, foreign
+from nodeprep.lab import foreign, lab_inventory
 from nodeprep.ops import torchplan
 from nodeprep.ops.provision import roles as roles_mod
 from nodeprep.ops.pystack.runcache import _releases_by_platform
@@ -77,7 +77,7 @@ def test_a_lab_directory_an_overlay_cannot_name_is_refused_for_foreign_nodes(lab
 
 
 def test_mixed_lab_inventory_pins_the_aarch64_release_per_host():
-    text = config.inventory_text(
+    text = lab_inventory.inventory_text(
         "nodeprep",
         Path("/lab/id"),
         [("worker-0", "10.1.0.10", 22, "aarch64"), ("worker-1", "10.1.0.11", 22)],
@@ -90,7 +90,9 @@ def test_mixed_lab_inventory_pins_the_aarch64_release_per_host():
     }
     assert inv["hosts"]["worker-1"] == {"address": "10.1.0.11", "port": 22}
     assert inv["vars"]["torch_index"] == "pip-config"
-    assert "torch_version" not in config.inventory_text("u", Path("/k"), [("a", "10.1.0.10", 22)])
+    assert "torch_version" not in lab_inventory.inventory_text(
+        "u", Path("/k"), [("a", "10.1.0.10", 22)]
+    )
 
 
 def _cpu(name, arch):

@@ -15,13 +15,8 @@ import pytest
 
 from nodeprep.commands.health import judge
 from nodeprep.engine.facts import FactValues
-from nodeprep.engine.facts.gpuhealth import (
-    FABRIC,
-    GPU_DETAIL,
-    KERNEL_LOG,
-    parse_kernel_log,
-    parse_nvlink,
-)
+from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, parse_nvlink
+from nodeprep.engine.facts.kernellog import KERNEL_LOG, parse_kernel_log
 from nodeprep.engine.facts.nodehealth import (
     CLOCK,
     LIMITS,

@@ -13,6 +13,7 @@ import yaml
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.lab import config as lc
 from nodeprep.lab import etc as lab_etc
+from nodeprep.lab import lab_inventory
 from nodeprep.lab import local as lab_local
 from nodeprep.lab import net as lab_net
 from nodeprep.settings import find_project
@@ -78,7 +79,7 @@ def test_hosts_file_names_every_node():
 
 def test_inventory_text_matches_native_format():
     key = Path("/var/lib/nodeprep/labs/local/id_ed25519")
-    text = lc.inventory_text(
+    text = lab_inventory.inventory_text(
         "nodeprep", key, [("worker-0", "10.200.0.10", 22), ("worker-1", "10.200.0.11", 22)]
     )
     assert text == (
@@ -101,14 +102,17 @@ def test_inventory_text_matches_native_format():
 
 def test_inventory_quotes_odd_paths():
     key = Path("/home/a b/.nodeprep-lab/local/id_ed25519")
-    data = yaml.safe_load(lc.inventory_text("a", key, [("worker-0", "127.0.0.1", 2200)]))
+    data = yaml.safe_load(lab_inventory.inventory_text("a", key, [("worker-0", "127.0.0.1", 2200)]))
     assert data["vars"]["key"] == str(key)
     assert data["hosts"]["worker-0"]["port"] == 2200
 
 
 def test_inventory_path_default_and_given(tmp_path):
-    assert lc.inventory_path("local") == find_project() / "inventory" / "local" / "hosts.yml"
-    assert lc.inventory_path("t", tmp_path) == tmp_path / "hosts.yml"
+    assert (
+        lab_inventory.inventory_path("local")
+        == find_project() / "inventory" / "local" / "hosts.yml"
+    )
+    assert lab_inventory.inventory_path("t", tmp_path) == tmp_path / "hosts.yml"
 
 
 @pytest.mark.parametrize("name", ["local", "t", "a1", "abcdef"])

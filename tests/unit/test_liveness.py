@@ -12,7 +12,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from nodeprep.engine.session import _connect_error
+from nodeprep.engine.connect_errors import connect_error
 from nodeprep.engine.steps import Room
 from nodeprep.engine.tcp import connect as _socket
 from nodeprep.errors import NodeprepError
@@ -50,7 +50,7 @@ from nodeprep.ops.provision import room
     ],
 )
 def test_only_what_a_retry_can_fix_is_retried(error, seconds, retry, says):
-    why, again = _connect_error(error, seconds, 10.0)
+    why, again = connect_error(error, seconds, 10.0)
     assert again is retry and says in why
 
 

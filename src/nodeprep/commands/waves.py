@@ -10,8 +10,8 @@ from __future__ import annotations
 import secrets
 
 from nodeprep.engine import facts as factmod
+from nodeprep.engine.connect_errors import Unreachable
 from nodeprep.engine.results import StepResult
-from nodeprep.engine.session import Unreachable
 from nodeprep.engine.steps import Step, action_for
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.provision import roles as rolemod

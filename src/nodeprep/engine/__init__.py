@@ -1,6 +1,7 @@
 """The engine: reaching nodes and running things on them; it never imports a role or a command.
 
 session.py     one node's connection for the run (pinned keys, retries, deadlines, logs)
+connect_errors.py  why a node could not be reached; which connect failures a retry can fix
 tcp.py         the TCP socket under it: Nagle off, the dead-peer rule, how it ended
 bastions.py    jump hosts: one connection per bastion per run, each node a channel through it
 fleet.py       the nodes of a run: sessions in parallel (bounded), a result per node

@@ -15,7 +15,7 @@ import threading
 import paramiko
 
 from nodeprep.engine import ciphers, hostkeys, tcp
-from nodeprep.engine.session import AuthFailed, Unreachable
+from nodeprep.engine.connect_errors import AuthFailed, Unreachable
 
 
 class Bastions:
@@ -64,11 +64,13 @@ class Bastions:
                         raise
         return self._clients[chain]
 
-    def _login(self, prefix: tuple, host) -> paramiko.SSHClient:
+    def _hop_socket(self, prefix: tuple):
+        """A socket to the last hop of PREFIX: TCP to the first hop, else a channel through
+        the hop before it (logged into already)."""
         hop, s = prefix[-1], self.settings
         if len(prefix) == 1:
             try:
-                sock = tcp.connect(hop.address, hop.port, s.connect_timeout, s.silent_after)
+                return tcp.connect(hop.address, hop.port, s.connect_timeout, s.silent_after)
             except OSError as e:
                 raise Unreachable(
                     f"cannot reach the jump host {hop}: {e.strerror or e}",
@@ -76,7 +78,7 @@ class Bastions:
                 ) from None
         else:
             try:
-                sock = (
+                return (
                     self._clients[prefix[:-1]]
                     .get_transport()
                     .open_channel(
@@ -90,6 +92,10 @@ class Bastions:
                 raise Unreachable(
                     f"cannot reach the jump host {hop} through {prefix[-2]}: {e}"
                 ) from None
+
+    def _login(self, prefix: tuple, host) -> paramiko.SSHClient:
+        hop, s = prefix[-1], self.settings
+        sock = self._hop_socket(prefix)
         client = paramiko.SSHClient()
         hostkeys.attach(
             client,

@@ -20,11 +20,12 @@ from fabric import Config
 
 from nodeprep.engine import hostkeys, runners
 from nodeprep.engine.bastions import Bastions
+from nodeprep.engine.connect_errors import Unreachable
 from nodeprep.engine.events import Events
 from nodeprep.engine.fds import ensure_open_files
 from nodeprep.engine.remote import RUN_VAR, stop_tagged_script
 from nodeprep.engine.results import NodeResult, RunLog
-from nodeprep.engine.session import Session, Unreachable
+from nodeprep.engine.session import Session
 from nodeprep.errors import NodeprepError
 from nodeprep.settings import Settings
 

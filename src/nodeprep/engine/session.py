@@ -12,7 +12,6 @@ import contextlib
 import errno
 import io
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,46 +22,15 @@ from fabric import Connection
 from invoke.exceptions import CommandTimedOut
 
 from nodeprep.engine import ciphers, hostkeys, tcp
+from nodeprep.engine.connect_errors import AuthFailed, Unreachable, connect_error
 from nodeprep.engine.remote import RUN_VAR
 from nodeprep.engine.results import NodeResult
 from nodeprep.engine.transports.local import LocalConnection
-from nodeprep.errors import NodeprepError
 
 # paramiko's transport thread logs a failed handshake (a node that is down) with a traceback;
 # with no handler configured, Python's last-resort handler printed it on stderr. The engine
 # reports the node as unreachable itself, in one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-
-class Unreachable(NodeprepError):
-    pass
-
-
-class AuthFailed(Unreachable):
-    """The node answered and refused every key (and password) offered."""
-
-
-def _connect_error(e: BaseException, seconds: float, limit: float) -> tuple[str, bool]:
-    """(what happened, whether a retry can fix it). A retry helps a node whose sshd is starting
-    (refused, reset, closed during the banner); never a silent address: waiting again cannot
-    make it answer, and every retry would add CONNECT_TIMEOUT to the run."""
-    if isinstance(e, (socket.timeout, TimeoutError)) or seconds >= limit - 0.5:
-        return (
-            f"no answer within {limit:.0f} s "
-            "(a silent address: the node is down or a firewall drops it)",
-            False,
-        )
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused (no sshd listening yet?)", True
-    if isinstance(e, (ConnectionResetError, EOFError, BrokenPipeError)):
-        return f"connection reset ({type(e).__name__})", True
-    if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
-        return str(e), True
-    if isinstance(e, paramiko.SSHException):
-        return f"ssh handshake failed: {e}", _transient(e)
-    if isinstance(e, OSError):
-        return f"{e.strerror or e} (errno {e.errno})", e.errno in (104, 111, 113)
-    return f"{type(e).__name__}: {e}", False
 
 
 @dataclass
@@ -182,35 +150,11 @@ class Session:
         if getattr(h, "connection", "ssh") == "local":  # the controller itself, no ssh
             self._conn = LocalConnection()
             return
-        kwargs: dict[str, Any] = {
-            "transport_factory": ciphers.GcmFirst,
-            "banner_timeout": s.connect_timeout,
-            "auth_timeout": s.connect_timeout,
-        }
-        if h.key:
-            kwargs.update(key_filename=[str(Path(h.key).expanduser())])
-        if self._password:
-            kwargs.update(password=self._password)  # tried after the keys, as OpenSSH does
+        kwargs = self._connect_kwargs()
         delay, tried = s.retry_backoff, []
         self.doing = f"connecting to {h.address}:{h.port}"
         for attempt in range(s.connect_retries + 1):
-            # A Config per connection: Connection.__init__ writes to its config, and a shared
-            # one raced across threads ("No attribute or config key found for 'gateway'").
-            conn = Connection(
-                h.address,
-                user=h.user,
-                port=h.port,
-                config=self._fabric_config.clone(),
-                connect_timeout=s.connect_timeout,
-                connect_kwargs=kwargs,
-            )
-            hostkeys.attach(
-                conn.client,
-                self.store,
-                (h.address, h.port),
-                s.pin_new_host_keys,
-                on_pin=self._pinned,
-            )
+            conn = self._connection(kwargs)
             t0 = time.monotonic()
             try:
                 conn.connect_kwargs["sock"] = (
@@ -236,7 +180,7 @@ class Session:
                     hint="check the inventory's user/key for this node",
                 ) from None
             except (paramiko.SSHException, OSError, EOFError) as e:
-                why, retry = _connect_error(e, time.monotonic() - t0, s.connect_timeout)
+                why, retry = connect_error(e, time.monotonic() - t0, s.connect_timeout)
                 tried.append(why)
                 if not retry or attempt == s.connect_retries:
                     raise Unreachable(
@@ -249,6 +193,44 @@ class Session:
                 )
                 time.sleep(delay)
                 delay *= 2
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """paramiko's connect arguments for this node: AES-GCM first, the timeouts, its key
+        and the --ask-pass password."""
+        h, s = self.host, self.settings
+        kwargs: dict[str, Any] = {
+            "transport_factory": ciphers.GcmFirst,
+            "banner_timeout": s.connect_timeout,
+            "auth_timeout": s.connect_timeout,
+        }
+        if h.key:
+            kwargs.update(key_filename=[str(Path(h.key).expanduser())])
+        if self._password:
+            kwargs.update(password=self._password)  # tried after the keys, as OpenSSH does
+        return kwargs
+
+    def _connection(self, kwargs: dict[str, Any]) -> Connection:
+        """A new, unopened Connection to this node, its host key checked against the pinned
+        ones (pinned on first contact where allowed)."""
+        h, s = self.host, self.settings
+        # A Config per connection: Connection.__init__ writes to its config, and a shared
+        # one raced across threads ("No attribute or config key found for 'gateway'").
+        conn = Connection(
+            h.address,
+            user=h.user,
+            port=h.port,
+            config=self._fabric_config.clone(),
+            connect_timeout=s.connect_timeout,
+            connect_kwargs=kwargs,
+        )
+        hostkeys.attach(
+            conn.client,
+            self.store,
+            (h.address, h.port),
+            s.pin_new_host_keys,
+            on_pin=self._pinned,
+        )
+        return conn
 
     def login(self) -> dict:
         """How this node was logged in to: {method (publickey, password, local), host_key
@@ -414,16 +396,3 @@ class Session:
         if res.rc == -1 and self.silent():  # no exit status: the connection was dropped
             raise self.silence(f"'{label or script.strip().splitlines()[0][:80]}'")
         return res
-
-
-def _transient(e: paramiko.SSHException) -> bool:
-    msg = str(e)
-    return any(
-        s in msg
-        for s in (
-            "Error reading SSH protocol banner",
-            "No existing session",
-            "Connection reset",
-            "timed out",
-        )
-    )

@@ -25,8 +25,6 @@ from .config import (
     bridge_address,
     bridge_name,
     hosts_text,
-    inventory_path,
-    inventory_text,
     netns_name,
     node_address,
     node_mac,
@@ -35,6 +33,7 @@ from .config import (
     validate_count,
     validate_name,
 )
+from .lab_inventory import inventory_path, inventory_text
 from .nodes import HOST_KEY
 from .state import STATE, _lab_dir, _node, _ours, _read_state, _sshd_pid, _Up, _up_state
 

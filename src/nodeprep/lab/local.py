@@ -25,13 +25,12 @@ from .config import (
     LabInfo,
     LabNode,
     SshdAccess,
-    inventory_path,
-    inventory_text,
     local_port_base,
     node_name,
     pubkey,
     sshd_config,
 )
+from .lab_inventory import inventory_path, inventory_text
 
 ADDRESS = "127.0.0.1"
 HOST_KEY = "ssh_host_ed25519_key"

@@ -4,7 +4,8 @@
              ROOM(path): space, inodes, writable where a path is or would be
   net.py     INTERFACES PORT_LISTENING(port) ROUTE(address)
   gpus.py    GPUS
-  gpuhealth.py  GPU_DETAIL (nvidia-smi -q -x, nvlink -s) KERNEL_LOG FABRIC
+  gpuhealth.py  GPU_DETAIL (nvidia-smi -q -x, nvlink -s) FABRIC
+  kernellog.py  KERNEL_LOG (the kernel log's GPU lines: Xids, a GPU off the bus, ...)
   nodehealth.py LIMITS CLOCK RDMA_PORTS NET_LINKS
   gpudeep.py DCGM_DIAG(DcgmIn(level)) GPU_DEEP(DeepIn(venv, ...)): the deep health tier
   files.py   FILE(path) DIR(path) ELF_ARCH(path) STAMP(path)
@@ -20,9 +21,10 @@ from __future__ import annotations
 from nodeprep.engine.facts.access import LOGIN_FINDS, SUDO
 from nodeprep.engine.facts.files import DIR, ELF_ARCH, FILE, STAMP
 from nodeprep.engine.facts.gpudeep import DCGM_DIAG, GPU_DEEP
-from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, KERNEL_LOG
+from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL
 from nodeprep.engine.facts.gpus import GPUS
 from nodeprep.engine.facts.jobs import GPU_APPS, JOB_PROCESSES, JOB_VAR, PROGRAMS
+from nodeprep.engine.facts.kernellog import KERNEL_LOG
 from nodeprep.engine.facts.net import INTERFACES, PORT_LISTENING, ROUTE, primary_address, reaching
 from nodeprep.engine.facts.nodehealth import CLOCK, LIMITS, NET_LINKS, RDMA_PORTS
 from nodeprep.engine.facts.probe import (

@@ -4,7 +4,8 @@ FABRIC. Each returns [(code, verdict, reason, fix)]; a node without GPUs gets no
 
 from __future__ import annotations
 
-from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, KERNEL_LOG, SMI_TIMEOUT
+from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL, SMI_TIMEOUT
+from nodeprep.engine.facts.kernellog import KERNEL_LOG
 from nodeprep.ops.health import xids
 from nodeprep.ops.health.findings import Context, Verdict
 
