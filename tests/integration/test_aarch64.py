@@ -21,7 +21,7 @@ import pytest
 from nodeprep import cli as api
 from nodeprep import lab as labmod
 from nodeprep.commands.options import ProvisionOptions, TrainOptions, VerifyOptions
-from nodeprep.lab import foreign
+from nodeprep.lab import binfmt
 
 from .conftest import ssh_argv
 
@@ -49,7 +49,7 @@ def arm_lab(lab_settings, tmp_path_factory, request):
     )
     labmod.down(NAME, lab_settings, log=lambda msg: None)
     request.getfixturevalue("arm64_root_ready")
-    before = (foreign.BINFMT / "register").exists(), foreign.registered("aarch64")
+    before = (binfmt.BINFMT / "register").exists(), binfmt.registered("aarch64")
     info = labmod.up(
         3,
         NAME,
@@ -61,7 +61,7 @@ def arm_lab(lab_settings, tmp_path_factory, request):
     labmod.down(NAME, lab_settings, log=lambda msg: None)
     # lab.down undoes lab.up's host-wide changes: a qemu-user registration it added, and
     # binfmt_misc if lab.up mounted it, are gone
-    assert ((foreign.BINFMT / "register").exists(), foreign.registered("aarch64")) == before
+    assert ((binfmt.BINFMT / "register").exists(), binfmt.registered("aarch64")) == before
 
 
 def _on(info, settings, node, command):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import signal
 import time
 
-from nodeprep.commands.train.supervise import RunSpec, launch_script, watch_script
+from nodeprep.commands.train.runspec import RunSpec
+from nodeprep.commands.train.supervise import launch_script, watch_script
 from nodeprep.engine import facts as factmod
 from nodeprep.ops.train.rankwatch import RankWatch, describe_rc
 
@@ -451,7 +452,7 @@ def test_a_slow_node_gets_a_silence_limit_at_its_own_pace(monkeypatch):
 def test_the_train_summary_says_finished_or_failed_once_with_the_warnings(capsys):
     from nodeprep.cli import render
     from nodeprep.commands.train.run import TrainResult
-    from nodeprep.commands.train.supervise import Outcome
+    from nodeprep.commands.train.runspec import Outcome
 
     warn = "worker-0 r1 was killed by SIGABRT in the interpreter's teardown 0.05s after ..."
     render.train(TrainResult("J1", "2 node(s)", Outcome(warnings=[warn], checked=2), run_dir="/r"))

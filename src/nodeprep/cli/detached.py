@@ -82,7 +82,8 @@ class _FileEvents:
 
 def main(run_dir: str) -> int:
     from nodeprep.commands.common import select_hosts
-    from nodeprep.commands.train.supervise import RunSpec, Supervisor
+    from nodeprep.commands.train.runspec import RunSpec
+    from nodeprep.commands.train.supervise import Supervisor
     from nodeprep.engine.fleet import Fleet
     from nodeprep.engine.results import RunLog
     from nodeprep.ops.train import rundir

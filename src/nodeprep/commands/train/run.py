@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
 from nodeprep.commands.train.prepare import new_job_id, prepare
-from nodeprep.commands.train.supervise import Outcome, RunSpec, Supervisor, redacted_env
+from nodeprep.commands.train.runspec import Outcome, RunSpec, redacted_env
+from nodeprep.commands.train.supervise import Supervisor
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
