@@ -19,18 +19,19 @@ from nodeprep.commands.ssh_prune import prune
 from nodeprep.engine.events import Events
 from nodeprep.engine.facts import FactValues
 from nodeprep.errors import InputError
-from nodeprep.ops.doctor import catalogue, node
+from nodeprep.ops.doctor import catalogue, connection, node
 from nodeprep.ops.doctor import controller as ctl
+from nodeprep.ops.doctor import controller_view as cview
 from nodeprep.ops.health.findings import CheckSpec, Verdict
 from nodeprep.ops.ssh import config_blocks
 from nodeprep.settings import Settings
 
 
-def view(**kw) -> ctl.View:
+def view(**kw) -> cview.View:
     base = dict(
         ssh_dir="/home/u/.ssh",
         ssh_dir_mode=0o700,
-        keys=[ctl.KeyFile("/k/id", "default", True, mode=0o600, encrypted=False)],
+        keys=[cview.KeyFile("/k/id", "default", True, mode=0o600, encrypted=False)],
         agent_sock=None,
         agent_rc=None,
         agent_keys=0,
@@ -38,7 +39,7 @@ def view(**kw) -> ctl.View:
         config_mode=0o600,
     )
     base.update(kw)
-    return ctl.View(**base)
+    return cview.View(**base)
 
 
 def codes(got) -> list[str]:
@@ -67,17 +68,17 @@ def test_a_clean_controller_has_no_finding():
     [
         ({"ssh_dir_mode": 0o777}, "SSH_DIR_MODE", "chmod 700 /home/u/.ssh"),
         (
-            {"keys": [ctl.KeyFile("/k/id", "default", True, mode=0o644, encrypted=False)]},
+            {"keys": [cview.KeyFile("/k/id", "default", True, mode=0o644, encrypted=False)]},
             "KEY_MODE",
             "chmod 600 /k/id",
         ),
         (
-            {"keys": [ctl.KeyFile("/k/gone", "key: of inv.yml:3", False)]},
+            {"keys": [cview.KeyFile("/k/gone", "key: of inv.yml:3", False)]},
             "KEY_MISSING",
             "ssh-keygen -t ed25519 -N '' -f /k/gone",
         ),
         (
-            {"keys": [ctl.KeyFile("/k/id", "default", True, mode=0o600, encrypted=True)]},
+            {"keys": [cview.KeyFile("/k/id", "default", True, mode=0o600, encrypted=True)]},
             "KEY_LOCKED",
             "ssh-add /k/id",
         ),
@@ -91,7 +92,7 @@ def test_key_findings_name_their_fix(kw, code, fix):
 
 def test_a_locked_key_is_fine_when_the_agent_holds_keys():
     v = view(
-        keys=[ctl.KeyFile("/k/id", "default", True, mode=0o600, encrypted=True)],
+        keys=[cview.KeyFile("/k/id", "default", True, mode=0o600, encrypted=True)],
         agent_sock="/s",
         agent_rc=0,
         agent_keys=1,
@@ -114,8 +115,8 @@ def test_stale_blocks_and_conflicts_name_prune_or_the_prefix(tmp_path):
         inventory="lab",
         label="lab",
         aliases=[
-            ctl.Alias("worker-0", "10.1.0.10", 22, [stale]),
-            ctl.Alias("worker-1", "10.1.0.11", 22, [mine]),
+            cview.Alias("worker-0", "10.1.0.10", 22, [stale]),
+            cview.Alias("worker-1", "10.1.0.11", 22, [mine]),
         ],
     )
     got = {(g[0], g[3]) for g in ctl.ssh_config(v)}
@@ -165,7 +166,7 @@ def test_look_reads_real_key_files_and_the_config(tmp_path, monkeypatch):
         "# BEGIN nodeprep hosts gone (managed: edits inside this block are replaced)\nHost a\n"
         "    HostName 192.0.2.1\n# END nodeprep hosts gone\n"
     )
-    v = ctl.look(tmp_path, cfg)
+    v = cview.look(tmp_path, cfg)
     assert [(k.path, k.mode, k.encrypted) for k in v.keys] == [(str(key), 0o640, True)]
     assert v.blocks == [("gone", 1, False)] and v.agent_sock is None
     assert codes(ctl.ssh_keys(v)) == ["KEY_MODE"]
@@ -435,15 +436,17 @@ def test_a_jump_hosts_changed_key_or_refused_login_names_the_jump_host():
         message="host key of the jump host ops@10.0.0.5:2222 (10.0.0.5:2222) CHANGED: "
         "pinned A, it offers B",
     )
-    assert node.host_key([key])[0][4].endswith("invoke hosts.forget 10.0.0.5 --inventory x")
+    assert connection.host_key([key])[0][4].endswith("invoke hosts.forget 10.0.0.5 --inventory x")
     auth = contact(
         "n1",
         reached=False,
         error_kind="AuthFailed",
         message="authentication failed on the jump host ops@bastion: Authentication failed.",
     )
-    assert node.auth([auth])[0][4].startswith("ssh-copy-id -i /k/id.pub ops@bastion  (")
+    assert connection.auth([auth])[0][4].startswith("ssh-copy-id -i /k/id.pub ops@bastion  (")
     auth.message = (
         "authentication failed on the jump host ops@10.0.0.5:2222: Authentication failed."
     )
-    assert node.auth([auth])[0][4].startswith("ssh-copy-id -i /k/id.pub -p 2222 ops@10.0.0.5  (")
+    assert connection.auth([auth])[0][4].startswith(
+        "ssh-copy-id -i /k/id.pub -p 2222 ops@10.0.0.5  ("
+    )

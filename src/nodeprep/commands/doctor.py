@@ -21,7 +21,7 @@ from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.errors import InputError
 from nodeprep.inventory.schema import load_schema
-from nodeprep.ops.doctor import catalogue, controller, node
+from nodeprep.ops.doctor import catalogue, controller_view, node
 from nodeprep.ops.health.findings import Finding, Verdict, worst
 from nodeprep.ops.provision.shells import want_shell
 from nodeprep.settings import Settings
@@ -196,7 +196,7 @@ def doctor(
     first = all_vars[hosts[0].name] if hosts else {k: s.default for k, s in load_schema().items()}
     findings: list[Finding] = []
     if any(c.tier == "controller" for c in checks):
-        view = controller.look(
+        view = controller_view.look(
             settings.project,
             Path(str(first["controller_ssh_config"])).expanduser(),
             inv,

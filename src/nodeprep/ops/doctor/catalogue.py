@@ -5,8 +5,8 @@ fleet's first contacts (health's CheckSpec, its `fleet` form)."""
 from __future__ import annotations
 
 from nodeprep.errors import InputError
+from nodeprep.ops.doctor import connection, node
 from nodeprep.ops.doctor import controller as ctl
-from nodeprep.ops.doctor import node
 from nodeprep.ops.health.findings import CheckSpec
 
 CHECKS: tuple[CheckSpec, ...] = (
@@ -76,7 +76,7 @@ CHECKS: tuple[CheckSpec, ...] = (
         "reach",
         "every node answers on its ssh port",
         codes={"NODE_UNREACHABLE": "no answer, refused, or down"},
-        run=node.reach,
+        run=connection.reach,
         fleet=True,
         tier="node",
     ),
@@ -87,7 +87,7 @@ CHECKS: tuple[CheckSpec, ...] = (
             "AUTH_FAILED": "every key refused",
             "AUTH_PASSWORD": "a password login (launchers cannot type it)",
         },
-        run=node.auth,
+        run=connection.auth,
         fleet=True,
         tier="node",
     ),
@@ -98,7 +98,7 @@ CHECKS: tuple[CheckSpec, ...] = (
             "HOST_KEY_CHANGED": "differs from the pinned key",
             "HOST_KEY_UNPINNED": "unknown, pinning off",
         },
-        run=node.host_key,
+        run=connection.host_key,
         fleet=True,
         tier="node",
     ),

@@ -2,12 +2,11 @@
 node's `Contact` (how the connection went, the facts one probe gathered) and returns
 (node, code, verdict, reason, fix) tuples, the fix being the command that removes the
 finding. A node that was not reached is UNKNOWN to every check but `reach`, `auth` and
-`host_key`, which say why."""
+`host_key` (connection.py), which say why."""
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from dataclasses import KW_ONLY, dataclass, field
 
@@ -49,25 +48,6 @@ class Contact:
     inventory: str = ""  # how a fix command names the inventory (--inventory X)
 
 
-def _jump(message: str) -> str | None:
-    """The jump host a connection failure is about ("... the jump host ops@10.0.0.5:2222 ..."),
-    None when it is about the node itself."""
-    m = re.search(r"the jump host (\S+)", message)
-    return m.group(1).rstrip(":") if m else None
-
-
-def _hop_address(hop: str) -> str:
-    rest = hop.rpartition("@")[2]
-    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest.strip("[]")
-
-
-def _copy_id_target(hop: str) -> str:
-    """ssh-copy-id's arguments for a hop written user@host:port (it takes -p, not host:port)."""
-    user, at, rest = hop.rpartition("@")
-    port = rest.rsplit(":", 1)[1] if rest.count(":") == 1 else None
-    return (f"-p {port} " if port else "") + (f"{user}@" if at else "") + _hop_address(hop)
-
-
 def _unknown(c: Contact) -> tuple:
     return (
         c.name,
@@ -76,105 +56,6 @@ def _unknown(c: Contact) -> tuple:
         "not reached: the fix is under reach, auth or host_key",
         "",
     )
-
-
-def reach(contacts: list[Contact]) -> list:
-    out = []
-    for c in contacts:
-        if c.reached:
-            out.append((c.name, "REACHED", Verdict.OK, f"{c.address}:{c.port} answers", ""))
-        elif c.error_kind not in ("AuthFailed", "HostKeyChanged", "UnknownHostKey"):
-            out.append(
-                (
-                    c.name,
-                    "NODE_UNREACHABLE",
-                    Verdict.CRITICAL,
-                    c.message,
-                    f"start the node or fix its address, check with `ssh -v -p {c.port} "
-                    f"{(c.user + '@') if c.user else ''}{c.address} true`; "
-                    f"or leave it out: --limit '!{c.name}'",
-                )
-            )
-    return out
-
-
-def auth(contacts: list[Contact]) -> list:
-    out = []
-    for c in contacts:
-        if c.error_kind == "AuthFailed":
-            key, hop = c.key or "~/.ssh/id_ed25519", _jump(c.message)
-            target = (
-                _copy_id_target(hop)
-                if hop
-                else f"-p {c.port} {(c.user + '@') if c.user else ''}{c.address}"
-            )
-            out.append(
-                (
-                    c.name,
-                    "AUTH_FAILED",
-                    Verdict.CRITICAL,
-                    c.message,
-                    f"ssh-copy-id -i {key}.pub {target}  (or fix user/key in the inventory)",
-                )
-            )
-        elif c.reached and c.login.get("method") == "password":
-            out.append(
-                (
-                    c.name,
-                    "AUTH_PASSWORD",
-                    Verdict.WARN,
-                    "logged in with a password: the launchers cannot type it",
-                    f"ssh-copy-id -p {c.port} {(c.user + '@') if c.user else ''}{c.address}",
-                )
-            )
-        elif c.reached:
-            how = c.login.get("method") or "?"
-            out.append(
-                (
-                    c.name,
-                    "AUTH_OK",
-                    Verdict.OK,
-                    how + (f" with {c.key}" if c.key and how == "publickey" else ""),
-                    "",
-                )
-            )
-    return out
-
-
-def host_key(contacts: list[Contact]) -> list:
-    out = []
-    for c in contacts:
-        if c.error_kind == "HostKeyChanged":
-            hop = _jump(c.message)
-            who = _hop_address(hop) if hop else c.name
-            out.append(
-                (
-                    c.name,
-                    "HOST_KEY_CHANGED",
-                    Verdict.CRITICAL,
-                    c.message,
-                    f"compare with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the "
-                    f"{'jump host' if hop else 'node'}'s console; if it was reinstalled: "
-                    f"invoke hosts.forget {who}{c.inventory}",
-                )
-            )
-        elif c.error_kind == "UnknownHostKey":
-            out.append(
-                (
-                    c.name,
-                    "HOST_KEY_UNPINNED",
-                    Verdict.WARN,
-                    c.message,
-                    "check the fingerprint on the node, then allow first-contact pinning "
-                    "(nodeprep.pin_new_host_keys: true)",
-                )
-            )
-        elif c.reached and c.login.get("host_key"):
-            new = " (pinned now: first contact)" if c.login.get("pinned_now") else ""
-            out.append((c.name, "HOST_KEY_PINNED", Verdict.OK, f"{c.login['host_key']}{new}", ""))
-        elif c.reached:
-            out.append((c.name, "HOST_KEY_LOCAL", Verdict.OK, "the controller itself (no ssh)", ""))
-    return out
 
 
 def sudo(contacts: list[Contact]) -> list:

@@ -4,6 +4,7 @@
                     GPU generations, each with its source
   data.py           reading those facts
   nodes.py          the fleet's nodes as the plan sees them (from the `gpus` fact or --node specs)
+  generations.py    step 1: the nodes' GPU facts usable, each GPU's generation on its driver
   rule.py           per platform: which wheels fit its drivers and GPUs, and why none does
   plan.py           the order the rule is applied in, and the Plan
 

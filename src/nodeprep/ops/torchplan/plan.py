@@ -26,6 +26,7 @@ from dataclasses import KW_ONLY, asdict, dataclass, field
 
 from nodeprep.errors import InputError
 from nodeprep.ops.torchplan import data as td
+from nodeprep.ops.torchplan.generations import check_generations, check_nodes
 from nodeprep.ops.torchplan.nodes import (
     ARCH_ALIASES,
     SPEC_SYNTAX,
@@ -116,86 +117,6 @@ class Plan:
             "warning": self.warning,
             "explain": self.explain,
         }
-
-
-def _check_nodes(nodes: list[NodeGPU]) -> None:
-    for n in (n for n in nodes if n.error and not n.cpu_only):
-        raise PlanError(
-            n.name,
-            f"nvidia-smi failed, driver not loaded? ({n.error[:100]})",
-            "load the NVIDIA driver so nvidia-smi lists the GPUs, or mark it cpu_only: true",
-        )
-    has_gpus = any(n.capabilities and not n.cpu_only for n in nodes)
-    for n in nodes:
-        if has_gpus and not n.cpu_only and not n.capabilities:
-            raise PlanError(
-                n.name,
-                "has no GPU while other nodes have",
-                "mark it cpu_only: true or fix its driver",
-            )
-        for i, cap in enumerate(n.capabilities if not n.cpu_only else []):
-            if not re.fullmatch(r"\d+\.\d+", cap or ""):
-                model = n.models[i] if i < len(n.models) else "a GPU"
-                raise PlanError(
-                    n.name,
-                    f"compute capability of {model} unknown",
-                    "add the model to src/nodeprep/engine/facts/gpu_capabilities.yml",
-                )
-        if n.capabilities and not n.cpu_only and not re.match(r"\d+", n.driver or ""):
-            raise PlanError(
-                n.name, f"driver version unknown ({n.driver!r})", "check nvidia-smi on the node"
-            )
-
-
-def _generations(fl: PlatformGroups, why: list[str], today) -> None:
-    """Step 1: a GPU its own driver cannot run is refused before any wheel is looked at."""
-    seen = set()
-    for n in fl.gpu_nodes:
-        for i, cap in enumerate(n.capabilities):
-            g = td.generation(cap, n.arch)
-            if not g or (n.name, g["name"], cap) in seen:
-                continue
-            seen.add((n.name, g["name"], cap))
-            model = n.models[i] if i < len(n.models) and n.models[i] else "GPU"
-            label = f"{model} (sm_{cap.replace('.', '')}, {g['name']})"
-            floor, top = g.get("min_driver"), g.get("max_branch")
-            if not g.get("confirmed", True):
-                why.append(
-                    f"   {label} on {n.name}: {g['name']} needs {g.get('branch')}+ ({g['note']})"
-                )
-                continue
-            src = td.cite(td.sources(g.get("source")))
-            if g.get("not_served"):
-                why.append(f"   {label} on {n.name}: not an sbsa target {src}")
-                raise PlanError(
-                    n.name,
-                    f"{label} is not served by PyTorch's {n.arch} CUDA wheels ({g['name']}/L4T "
-                    "is not an sbsa target)",
-                    "install NVIDIA's JetPack build of torch on it (nodeprep "
-                    "plans PyTorch's index only), or mark it cpu_only: true",
-                )
-            if floor and td.ver(n.driver) < td.ver(floor):
-                why.append(
-                    f"   {label} on {n.name}: needs driver >= {floor} {src}: {n.driver} is older"
-                )
-                raise PlanError(
-                    n.name,
-                    f"{label} needs driver >= {floor} ({g['branch']} or newer); it has {n.driver}",
-                    f"install {td.driver_advice(floor, today)}; no torch build helps before that",
-                )
-            if top and td.branch_of(n.driver) > int(top[1:]):
-                why.append(
-                    f"   {label} on {n.name}: supported up to {top} {src}: {n.driver} is newer"
-                )
-                raise PlanError(
-                    n.name,
-                    f"{label} is supported by drivers up to the {top} branch; it has {n.driver}",
-                    f"no supported driver branch runs {g['name']} GPUs ({top} was "
-                    f"the last): run it on an {top} driver outside NVIDIA's support, "
-                    "or use newer GPUs",
-                )
-            need = f">= {floor} ({g['branch']})" if floor else f"<= {top}"
-            why.append(f"   {label} on {n.name}: needs driver {need} {src}: {n.driver} ok")
 
 
 def _fits(fl: PlatformGroups, uniform: bool = False) -> str | None:
@@ -352,8 +273,9 @@ def choose(
     return plan
 
 
-def _choose(torch, nodes, index_template, today, why) -> Plan:
-    full, minor = parse_torch(torch)
+def _release(torch, full: str, minor: str, nodes, index_template: str, why: list[str]) -> dict:
+    """Step 0: the index template, the release in the table and released, some nodes; returns
+    the release's row."""
     if "{variant}" not in index_template:
         raise InputError(
             f"--index: {index_template!r} has no {{variant}}", hint=f"e.g. {DEFAULT_INDEX}"
@@ -380,12 +302,35 @@ def _choose(torch, nodes, index_template, today, why) -> Plan:
             f"pick a released version ({known[0]}-{known[-1]}); "
             "nodeprep never plans an unreleased one",
         )
-    _check_nodes(nodes)
+    return rel
+
+
+def _mixed(fl: PlatformGroups, plan: Plan) -> str:
+    """The warning of a plan whose platforms got different variants, with the torch releases
+    where one variant would fit them all."""
+    other = _fits(fl, uniform=True)
+    return (
+        "no one variant fits every platform ("
+        + ", ".join(f"{b.cpu_arch} {b.variant}" for b in plan.builds)
+        + "): CUDA and the NCCL each wheel brings differ between "
+        "platforms, so one job across them may fail; "
+        + (
+            f"one variant fits all with torch {other}"
+            if other
+            else "no released torch has one variant for all of them"
+        )
+    )
+
+
+def _choose(torch, nodes, index_template, today, why) -> Plan:
+    full, minor = parse_torch(torch)
+    rel = _release(torch, full, minor, nodes, index_template, why)
+    check_nodes(nodes)
     fl = PlatformGroups(nodes)
     if not fl.gpu_nodes:
         return _cpu_plan(fl, full, minor, index_template, why)
     why.append("1. GPU generations against their own node's driver:")
-    _generations(fl, why, today)
+    check_generations(fl, why, today)
     got = picks(fl, minor, full, why)
     if got is None:
         raise diagnose(fl, minor, full, _fits(fl), today)
@@ -395,18 +340,7 @@ def _choose(torch, nodes, index_template, today, why) -> Plan:
         rel.get("pypi_default"),
     )
     if not plan.uniform:  # a correct answer, but ranks across platforms may not talk: say it
-        other = _fits(fl, uniform=True)
-        plan.warning = (
-            "no one variant fits every platform ("
-            + ", ".join(f"{b.cpu_arch} {b.variant}" for b in plan.builds)
-            + "): CUDA and the NCCL each wheel brings differ between "
-            "platforms, so one job across them may fail; "
-            + (
-                f"one variant fits all with torch {other}"
-                if other
-                else "no released torch has one variant for all of them"
-            )
-        )
+        plan.warning = _mixed(fl, plan)
     for b in plan.builds:
         why.append(
             f"4. {b.cpu_arch}: {b.requirement}"
