@@ -177,8 +177,38 @@ def steps(ctx):
     local, m = ctx.prov.shared.manifests[ctx.name]
     files = m["files"]
     sums_text = "".join(f"{sha}  {name}\n" for name, sha in sorted(files.items()))
-    listing_key, sums_key = DIR(d), FILE(posixpath.join(d, SUMS))
     stamp_key = STAMP(posixpath.join(d, STAMP_NAME))
+    missing = _missing(files, d, stamp_key)
+    check = _check(missing, files, stamp_key)
+    rl = _relay(ctx)
+    try:
+        lack = missing(ctx.facts)
+    except (KeyError, TypeError):  # not probed: the check tells
+        rl, lack = None, []
+    if rl is not None:
+        _register(ctx, rl, m["platform"], local, lack)
+    upload = _upload(ctx, d, rl, files, local, missing)
+    verify = _verify(ctx, rl, d, files, sums_text)  # the action, after the uploads
+    fleet = _fleet(ctx, rl, lack)
+    return [
+        Step(
+            f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
+            [DIR(d), FILE(posixpath.join(d, SUMS)), stamp_key],
+            check,
+            action=verify,
+            before=upload,
+            hint="see the run log",
+            scope=scope_of(d),
+            fleet=fleet,
+            room=_room(d, local, missing),
+        ),
+        FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644),
+    ]
+
+
+def _missing(files: dict, d: str, stamp_key):
+    """The sync step's list of wheels to push, a function of the facts."""
+    listing_key, sums_key = DIR(d), FILE(posixpath.join(d, SUMS))
 
     def missing(facts) -> list[str]:
         """The wheels to push: not recorded with their sha256, absent, or changed since the
@@ -189,6 +219,12 @@ def steps(ctx):
         return [
             n for n, sha in files.items() if have.get(n) != sha or n not in present or n in changed
         ]
+
+    return missing
+
+
+def _check(missing, files: dict, stamp_key):
+    """The sync step's check: nothing to push, and every wheel checked since it was pushed."""
 
     def check(facts):
         lack = missing(facts)
@@ -202,13 +238,11 @@ def steps(ctx):
             )
         return StepCheck(True)
 
-    rl = _relay(ctx)
-    try:
-        lack = missing(ctx.facts)
-    except (KeyError, TypeError):  # not probed: the check tells
-        rl, lack = None, []
-    if rl is not None:
-        _register(ctx, rl, m["platform"], local, lack)
+    return check
+
+
+def _upload(ctx, d: str, rl, files: dict, local, missing):
+    """The sync step's upload (before its action): what the relay did not bring, pushed."""
 
     def upload(session, facts):
         remote_dir = pystack.node_path(d, facts)
@@ -222,12 +256,22 @@ def steps(ctx):
             ctx.prov.shared.relay,
         )  # counts what the controller sends, relay on or off
 
-    verify = _verify(ctx, rl, d, files, sums_text)  # the action, after the uploads
-    fleet = None
+    return upload
+
+
+def _fleet(ctx, rl, lack: list[str]):
+    """The sync step's fleet pass (Step.fleet): the relay (sbcast under --via slurm, else the
+    chain) when this node takes part and lacks wheels; None otherwise."""
     if rl is not None and lack:
         prov = ctx.prov
         how = wheelcast.run if prov.shared.via == "slurm" else relay_run.run  # sbcast, or the chain
-        fleet = ("wheelhouse.relay", lambda fl, nodes: how(fl, nodes, rl, prov.events, prov.notes))
+        return ("wheelhouse.relay", lambda fl, nodes: how(fl, nodes, rl, prov.events, prov.notes))
+
+    return None
+
+
+def _room(d: str, local, missing):
+    """The sync step's room: the wheels to push, and their files."""
 
     def room(facts) -> Room:
         lack = missing(facts)
@@ -238,20 +282,7 @@ def steps(ctx):
             what=f"{len(lack)} wheels",
         )
 
-    return [
-        Step(
-            f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
-            [DIR(d), FILE(posixpath.join(d, SUMS)), stamp_key],
-            check,
-            action=verify,
-            before=upload,
-            hint="see the run log",
-            scope=scope_of(d),
-            fleet=fleet,
-            room=room,
-        ),
-        FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644),
-    ]
+    return room
 
 
 def _arrived(session, rl, remote_dir: str, lack: list[str], files: dict) -> list[str]:

@@ -118,72 +118,75 @@ def _vars(hosts) -> dict[str, dict]:
     return {h.name: {**defaults, **h.vars} for h in hosts}
 
 
+def _first(s, all_vars: dict):
+    """A node's first probe: its user, login shell, Python, OS, the launchers' programs, GPUs,
+    and the room and venv where its venv goes."""
+    v = all_vars[s.name]
+    return factmod.gather(
+        s,
+        [
+            factmod.USER,
+            factmod.LOGIN_SHELL,
+            factmod.PYTHON,
+            factmod.OS,
+            factmod.PROGRAMS,
+            factmod.GPUS,
+            factmod.ROOM(v["venv_path"]),
+            factmod.VENV(v["venv_path"]),
+        ],
+        s.host.vars,
+    )
+
+
+def _second(s, all_vars: dict, got: dict, wanted: tuple):
+    """A node's second probe, from its first's answers: sudo for the shell the shell role
+    wants, and where a login finds the launchers' programs (WANTED) it lacks."""
+    f, v = got[s.name], all_vars[s.name]
+    cur, user = f.get(factmod.LOGIN_SHELL), (f.get(factmod.USER) or {}).get("name", "")
+    lack = tuple(p for p in wanted if p not in (f.get(factmod.PROGRAMS) or ()))
+    reqs = [factmod.SUDO((want_shell(v, cur), user))] + (
+        [factmod.LOGIN_FINDS(lack)] if lack else []
+    )
+    more = factmod.gather(s, reqs, s.host.vars)
+    return {"sudo": more.get(reqs[0]), "login_finds": more.get(reqs[1]) if lack else {}}
+
+
+def _contact(h, s, got: dict, extra: dict, all_vars: dict, spec: str) -> node.Contact:
+    """Host H's Contact: how its session went (S), and its probes' facts."""
+    f, venv = got.get(h.name) or factmod.FactValues(), all_vars[h.name]["venv_path"]
+    facts = factmod.FactValues(
+        {
+            **f,
+            **(extra.get(h.name) or {}),
+            "room": f.get(factmod.ROOM(venv)),
+            "venv": f.get(factmod.VENV(venv)),
+        }
+    )
+    return node.Contact(
+        h.name,
+        h.address,
+        int(h.port),
+        user=h.user,
+        key=h.key,
+        vars=all_vars[h.name],
+        reached=s.result.usable and h.name in got,
+        error_kind=s.result.error_kind,
+        message=s.result.message,
+        login=s.login() if s.connected else {},
+        facts=facts,
+        inventory=spec,
+    )
+
+
 def _contacts(
     hosts, all_vars: dict, settings: Settings, events: Events, spec: str
 ) -> list[node.Contact]:
     with Fleet(hosts, settings, "doctor", events) as fleet:
-
-        def first(s):
-            v = all_vars[s.name]
-            return factmod.gather(
-                s,
-                [
-                    factmod.USER,
-                    factmod.LOGIN_SHELL,
-                    factmod.PYTHON,
-                    factmod.OS,
-                    factmod.PROGRAMS,
-                    factmod.GPUS,
-                    factmod.ROOM(v["venv_path"]),
-                    factmod.VENV(v["venv_path"]),
-                ],
-                s.host.vars,
-            )
-
-        got = fleet.map(first, "probe")
+        got = fleet.map(lambda s: _first(s, all_vars), "probe")
         mpi = any("mpirun" in (f.get(factmod.PROGRAMS) or ()) for f in got.values())
         wanted = ("pdsh", "mpirun", "orted") if mpi else ("pdsh",)
-
-        def second(s):
-            f, v = got[s.name], all_vars[s.name]
-            cur, user = f.get(factmod.LOGIN_SHELL), (f.get(factmod.USER) or {}).get("name", "")
-            lack = tuple(p for p in wanted if p not in (f.get(factmod.PROGRAMS) or ()))
-            reqs = [factmod.SUDO((want_shell(v, cur), user))] + (
-                [factmod.LOGIN_FINDS(lack)] if lack else []
-            )
-            more = factmod.gather(s, reqs, s.host.vars)
-            return {"sudo": more.get(reqs[0]), "login_finds": more.get(reqs[1]) if lack else {}}
-
-        extra = fleet.map(second, "probe", only=list(got))
-        out = []
-        for h in hosts:
-            s = fleet.sessions[h.name]
-            f, venv = got.get(h.name) or factmod.FactValues(), all_vars[h.name]["venv_path"]
-            facts = factmod.FactValues(
-                {
-                    **f,
-                    **(extra.get(h.name) or {}),
-                    "room": f.get(factmod.ROOM(venv)),
-                    "venv": f.get(factmod.VENV(venv)),
-                }
-            )
-            out.append(
-                node.Contact(
-                    h.name,
-                    h.address,
-                    int(h.port),
-                    user=h.user,
-                    key=h.key,
-                    vars=all_vars[h.name],
-                    reached=s.result.usable and h.name in got,
-                    error_kind=s.result.error_kind,
-                    message=s.result.message,
-                    login=s.login() if s.connected else {},
-                    facts=facts,
-                    inventory=spec,
-                )
-            )
-        return out
+        extra = fleet.map(lambda s: _second(s, all_vars, got, wanted), "probe", only=list(got))
+        return [_contact(h, fleet.sessions[h.name], got, extra, all_vars, spec) for h in hosts]
 
 
 def doctor(

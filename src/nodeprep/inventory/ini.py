@@ -62,6 +62,31 @@ def read_text(path: Path) -> list[str]:
     return [line.rstrip("\r") for line in lines]
 
 
+def _section(
+    src: Source, pending: dict, section: re.Match, file: str, number: int, where: str
+) -> tuple[str, str]:
+    """A section line: its group and its type (hosts, vars, children). The group is added
+    where not known yet (a :vars section of an unknown group waits in PENDING instead), and
+    the :children sections that named it before it was defined get it as their child."""
+    group, state = section.group(1), section.group(2) or "hosts"
+    if state not in ("hosts", "children", "vars"):
+        raise InputError(
+            f"section [{group}:{state}] has unknown type '{state}'",
+            "the types are :vars and :children",
+            file,
+            number,
+        )
+    known = group in src.groups or group in src.outer_groups or group in ("all", "ungrouped")
+    if not known and state == "vars":
+        pending.setdefault(group, ("vars", number, []))
+    elif not known:
+        src.add_group(group, where)
+    if state != "vars" and group in pending:
+        for parent in pending.pop(group)[2]:
+            src.add_child(parent, group, where)
+    return group, state
+
+
 def read_ini(src: Source, path: Path, schema: Schema) -> None:
     src.ansible, src.kind = True, "ansible-ini"
     file = shown_path(path)
@@ -74,24 +99,7 @@ def read_ini(src: Source, path: Path, schema: Schema) -> None:
         where = f"{file}:{number}"
         section = _SECTION.match(line)
         if section:
-            group, state = section.group(1), section.group(2) or "hosts"
-            if state not in ("hosts", "children", "vars"):
-                raise InputError(
-                    f"section [{group}:{state}] has unknown type '{state}'",
-                    "the types are :vars and :children",
-                    file,
-                    number,
-                )
-            known = (
-                group in src.groups or group in src.outer_groups or group in ("all", "ungrouped")
-            )
-            if not known and state == "vars":
-                pending.setdefault(group, ("vars", number, []))
-            elif not known:
-                src.add_group(group, where)
-            if state != "vars" and group in pending:
-                for parent in pending.pop(group)[2]:
-                    src.add_child(parent, group, where)
+            group, state = _section(src, pending, section, file, number, where)
             continue
         if line.startswith("[") and line.endswith("]"):
             raise InputError(

@@ -220,6 +220,17 @@ def up(
     (s / "cgroup.conf").write_text(CGROUP_CONF)
     shutil.rmtree(s / "state", ignore_errors=True)
     (s / "state").mkdir(mode=0o700)
+    _start_munged(name, s)
+    env = dict(os.environ, SLURM_CONF=str(s / "slurm.conf"))
+    _run(["slurmctld", "-f", str(s / "slurm.conf"), "-c"], "slurmctld", s / "slurmctld.log", env)
+    _start_slurmds(s, nodes, controllers)
+    wait_idle(s, [n for n, *_ in nodes])
+    changes.append(f"started Slurm (slurmctld on port {port(octet)}, {len(nodes)} slurmd)")
+
+
+def _start_munged(name: str, s: Path) -> None:
+    """munged for lab NAME (its directory S): the lab's own key, made once, and a socket in a
+    directory of the lab's (socket_dir)."""
     key = s / "munge.key"
     if not key.exists():
         key.write_bytes(os.urandom(1024))
@@ -240,8 +251,11 @@ def up(
         "munged",
         s / "munged.log",
     )
-    env = dict(os.environ, SLURM_CONF=str(s / "slurm.conf"))
-    _run(["slurmctld", "-f", str(s / "slurm.conf"), "-c"], "slurmctld", s / "slurmctld.log", env)
+
+
+def _start_slurmds(s: Path, nodes: list[tuple[str, str, int, Path]], controllers: list) -> None:
+    """One slurmd per node, in the node's namespaces (nsenter into its sshd, PID), each with
+    the cgroup v1 CONTROLLERS mounted for it (SLURMD_INIT)."""
     for n, _a, pid, nd in nodes:
         (s / n).mkdir(mode=0o700, exist_ok=True)
         (s / n / "slurmd.log").unlink(missing_ok=True)
@@ -264,8 +278,6 @@ def up(
             f"slurmd on {n}",
             s / n / "slurmd.log",
         )
-    wait_idle(s, [n for n, *_ in nodes])
-    changes.append(f"started Slurm (slurmctld on port {port(octet)}, {len(nodes)} slurmd)")
 
 
 def _run(argv, what: str, log: Path, env=None) -> None:

@@ -247,6 +247,27 @@ def script_first(argv):
     return argv + lead
 
 
+def exit_record(base: str, pid: int, status: int, oom0, rank: int, attempt: int):
+    """(exit record, exit status) of the script's process PID, ended with STATUS: OOM by the
+    kernel's count (OOM0 at the start) or log, its failure stamp, a teardown-only crash."""
+    ended = time.time()  # before the OOM lookup (dmesg may take seconds)
+    rc = os.waitstatus_to_exitcode(status)
+    oom = None
+    if rc == -signal.SIGKILL:
+        oom1 = oom_kills()
+        oom = (oom1 > oom0) if oom0 is not None and oom1 is not None else oom_in_kernel_log(pid)
+    record = {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom, "end": ended}
+    failed = read_stamp(base + ".fail", float, int)
+    if failed:
+        record["failed_at"], record["script_rc"] = failed
+    done_at = (read_stamp(base + ".done", float) or [None])[0]
+    if rc != 0 and done_at is not None and "failed_at" not in record:
+        # the script and its exit handlers had ended: only the interpreter's teardown crashed
+        record.update(rc=0, teardown_rc=rc, done_at=done_at)
+        rc = 0
+    return record, rc
+
+
 def wrap(argv):
     os.environ.update(contract_env(os.environ))
     job = os.environ.get(JOB_VAR)
@@ -293,23 +314,7 @@ def wrap(argv):
             break
         except InterruptedError:
             continue
-    ended = time.time()  # before the OOM lookup (dmesg may take seconds)
-    rc = os.waitstatus_to_exitcode(status)
-    oom = None
-    if rc == -signal.SIGKILL:
-        oom1 = oom_kills()
-        oom = (
-            (oom1 > oom0) if oom0 is not None and oom1 is not None else oom_in_kernel_log(child.pid)
-        )
-    record = {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom, "end": ended}
-    failed = read_stamp(base + ".fail", float, int)
-    if failed:
-        record["failed_at"], record["script_rc"] = failed
-    done_at = (read_stamp(base + ".done", float) or [None])[0]
-    if rc != 0 and done_at is not None and "failed_at" not in record:
-        # the script and its exit handlers had ended: only the interpreter's teardown crashed
-        record.update(rc=0, teardown_rc=rc, done_at=done_at)
-        rc = 0
+    record, rc = exit_record(base, child.pid, status, oom0, rank, attempt)
     write_json(base + ".exit", record)
     if rc < 0:  # end the way the child ended: the same signal
         if -rc != signal.SIGKILL:  # SIGKILL's disposition cannot be set (EINVAL): it is the default

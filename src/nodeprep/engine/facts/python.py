@@ -163,6 +163,35 @@ class TorchIn:
         return self.venv
 
 
+def _torch_key(v: str) -> str:
+    """sh: torch's directory in the venv V (MISSING, and the section ends, where there is
+    none), then k, the cache's key: the stat of torch's version.py, of the dynamic linker's
+    cache and of every libnccl.so.2 torch could load, the driver's line, LD_LIBRARY_PATH and
+    LD_PRELOAD."""
+    # sh builtins where they do (glob, read, set): this runs on every node at every verify
+    return (
+        "t=\n"
+        f"for x in {v}/lib/python*/site-packages/torch; do\n"
+        '  [ -d "$x" ] && { t=$x; break; }\n'
+        "done\n"
+        '[ -n "$t" ] || { echo MISSING; exit 0; }\n'
+        "set -f\n"
+        'set -- "$t/version.py" /etc/ld.so.cache "${t%/torch}/nvidia/nccl/lib/libnccl.so.2"\n'
+        "o=$IFS\n"
+        "IFS=:\n"
+        'for x in $LD_LIBRARY_PATH; do set -- "$@" "$x/libnccl.so.2"; done\n'
+        "IFS=': '\n"
+        'for x in $LD_PRELOAD; do set -- "$@" "$x"; done\n'
+        "IFS=$o\n"
+        's=$(stat -L -c %n:%Y:%s "$@" 2>/dev/null)\n'
+        "set -- $s\n"
+        "set +f\n"
+        "d=\n"
+        "[ -r /proc/driver/nvidia/version ] && IFS= read -r d < /proc/driver/nvidia/version\n"
+        'k="$* | $d | $LD_LIBRARY_PATH | $LD_PRELOAD"\n'
+    )
+
+
 def _torch_script(arg: TorchIn) -> str:
     """The cache is per machine (homes may be shared by machines with other drivers) and
     written through a temp file of this process's own, then renamed: two probes at once
@@ -184,28 +213,8 @@ def _torch_script(arg: TorchIn) -> str:
         "mid=\n"
         "[ -s /etc/machine-id ] && IFS= read -r mid < /etc/machine-id\n"
         + (f"rm -f {cache}\n" if arg.deep else "")
-        +
-        # sh builtins where they do (glob, read, set): this runs on every node at every verify
-        "t=\n"
-        f"for x in {v}/lib/python*/site-packages/torch; do\n"
-        '  [ -d "$x" ] && { t=$x; break; }\n'
-        "done\n"
-        '[ -n "$t" ] || { echo MISSING; exit 0; }\n'
-        "set -f\n"
-        'set -- "$t/version.py" /etc/ld.so.cache "${t%/torch}/nvidia/nccl/lib/libnccl.so.2"\n'
-        "o=$IFS\n"
-        "IFS=:\n"
-        'for x in $LD_LIBRARY_PATH; do set -- "$@" "$x/libnccl.so.2"; done\n'
-        "IFS=': '\n"
-        'for x in $LD_PRELOAD; do set -- "$@" "$x"; done\n'
-        "IFS=$o\n"
-        's=$(stat -L -c %n:%Y:%s "$@" 2>/dev/null)\n'
-        "set -- $s\n"
-        "set +f\n"
-        "d=\n"
-        "[ -r /proc/driver/nvidia/version ] && IFS= read -r d < /proc/driver/nvidia/version\n"
-        'k="$* | $d | $LD_LIBRARY_PATH | $LD_PRELOAD"\n'
-        "c=\n"
+        + _torch_key(v)
+        + "c=\n"
         "a=\n"
         f"[ -f {cache} ] && {{\n"
         "  IFS= read -r c\n"

@@ -43,6 +43,33 @@ def parse_args():
     return p.parse_args()
 
 
+def _sizes(args, cuda: bool) -> list[int]:
+    """The message sizes in bytes: --min-bytes (at least 4) up to --max-bytes (64 MiB on GPU,
+    4 MiB on CPU), each --factor (at least 2) times the last."""
+    top = args.max_bytes or ((64 << 20) if cuda else (4 << 20))
+    sizes, n = [], max(4, args.min_bytes)
+    while n <= top:
+        sizes.append(n)
+        n *= max(2, args.factor)
+    return sizes
+
+
+def _measure(buf, rank: int, args, cuda: bool) -> float:
+    """Seconds per all_reduce of BUF (filled with RANK + 1 before each), the mean of
+    --iters after --warmup."""
+    for i in range(args.warmup + args.iters):
+        if i == args.warmup:
+            if cuda:
+                torch.cuda.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+        buf.fill_(rank + 1)
+        dist.all_reduce(buf)
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / args.iters
+
+
 def main():
     args = parse_args()
     rank, world, local_rank = rank_env()
@@ -53,27 +80,13 @@ def main():
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=float(os.environ.get("NODEPREP_PG_TIMEOUT", "60")))
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
-    top = args.max_bytes or ((64 << 20) if cuda else (4 << 20))
-    sizes, n = [], max(4, args.min_bytes)
-    while n <= top:
-        sizes.append(n)
-        n *= max(2, args.factor)
+    sizes = _sizes(args, cuda)
     rows = []
     for size in sizes:
         count = size // 4  # float32
         buf = torch.empty(count, dtype=torch.float32, device=device)
         want = world * (world + 1) / 2  # sum of (rank + 1)
-        for i in range(args.warmup + args.iters):
-            if i == args.warmup:
-                if cuda:
-                    torch.cuda.synchronize()
-                dist.barrier()
-                t0 = time.perf_counter()
-            buf.fill_(rank + 1)
-            dist.all_reduce(buf)
-        if cuda:
-            torch.cuda.synchronize()
-        dt = (time.perf_counter() - t0) / args.iters
+        dt = _measure(buf, rank, args, cuda)
         ok = bool(torch.all(buf == want).item())
         algbw = size / dt / 1e9
         sig = lambda x: float(f"{x:.4g}")  # 4 significant digits: 1 KiB on gloo is ~1e-4 GB/s

@@ -156,6 +156,41 @@ def resume(rank: int, path: str, model, opt) -> tuple[int, int, float]:
     return start_epoch, step, loss_value
 
 
+def _data(args, rank: int, world: int):
+    """(sampler, loader) of the synthetic regression data, the same on every rank (seeded:
+    the model's initial weights, made next, come from the same seed)."""
+    torch.manual_seed(0)  # same data and init everywhere; DDP broadcasts anyway
+    x = torch.randn(args.steps_per_epoch * BATCH * world, FEATURES)
+    y = x @ torch.linspace(-1, 1, FEATURES).unsqueeze(1) + 0.01 * torch.randn(len(x), 1)
+    data = TensorDataset(x, y)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=BATCH, sampler=sampler)
+    return sampler, loader
+
+
+def _model(device):
+    """(model, optimizer): a small MLP on DEVICE and its SGD."""
+    model = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return model, opt
+
+
+def _save(model, opt, epoch: int, step: int, loss_value: float, path: str) -> None:
+    """The snapshot a restarted job resumes from (rank 0's, written atomically)."""
+    save_atomic(
+        {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "epoch": epoch,
+            "step": step,
+            "loss": loss_value,
+        },
+        path,
+    )
+
+
 def main():
     args = parse_args()
     rank, world, local_rank = rank_env()
@@ -165,16 +200,8 @@ def main():
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     round_no = init_group(rank, world, cuda)
 
-    torch.manual_seed(0)  # same data and init everywhere; DDP broadcasts anyway
-    x = torch.randn(args.steps_per_epoch * BATCH * world, FEATURES)
-    y = x @ torch.linspace(-1, 1, FEATURES).unsqueeze(1) + 0.01 * torch.randn(len(x), 1)
-    data = TensorDataset(x, y)
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=BATCH, sampler=sampler)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
-    ).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sampler, loader = _data(args, rank, world)
+    model, opt = _model(device)
 
     start_epoch, step, loss_value = resume(rank, args.snapshot, model, opt)
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
@@ -205,16 +232,7 @@ def main():
         dist.all_reduce(mean)  # the reported loss is the mean over ranks
         loss_value = mean.item() / world
         if rank == 0:
-            save_atomic(
-                {
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "epoch": epoch + 1,
-                    "step": step,
-                    "loss": loss_value,
-                },
-                args.snapshot,
-            )
+            _save(model, opt, epoch + 1, step, loss_value, args.snapshot)
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:

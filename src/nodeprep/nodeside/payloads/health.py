@@ -106,6 +106,22 @@ def pick_device(rank: int, local_rank: int):
     return cuda, device, desc
 
 
+def _problems(got: list, world: int, every: list) -> list[str]:
+    """What the collectives showed wrong: the all_reduce of ones (GOT) not WORLD everywhere,
+    the group's size, ranks that differ in torch, CUDA or NCCL (EVERY rank's versions)."""
+    problems = []
+    if any(value != world for value in got):
+        problems.append(f"all_reduce of ones gave {got}, expected {float(world)}")
+    if dist.get_world_size() != world:
+        problems.append(f"process group size {dist.get_world_size()} != WORLD_SIZE {world}")
+    if len(set(every)) > 1:
+        problems.append(
+            "ranks differ in (torch, cuda, nccl built, libnccl run): "
+            + ", ".join(f"rank {r}={v}" for r, v in enumerate(every))
+        )
+    return problems
+
+
 def main():
     rank, world, local_rank = rank_env()
     for name in ("MASTER_ADDR", "MASTER_PORT"):
@@ -149,16 +165,7 @@ def main():
         f"backend={backend} torch={versions[0]} cuda={versions[1]} nccl={nccl} "
         f"{runtime}device={desc}"
     )
-    problems = []
-    if any(value != world for value in got):
-        problems.append(f"all_reduce of ones gave {got}, expected {float(world)}")
-    if dist.get_world_size() != world:
-        problems.append(f"process group size {dist.get_world_size()} != WORLD_SIZE {world}")
-    if len(set(every)) > 1:
-        problems.append(
-            "ranks differ in (torch, cuda, nccl built, libnccl run): "
-            + ", ".join(f"rank {r}={v}" for r, v in enumerate(every))
-        )
+    problems = _problems(got, world, every)
     dist.barrier()  # rank lines first, verdict last
     dist.destroy_process_group()
     if problems:  # every rank sees the same data, so all exit 1 together

@@ -18,6 +18,35 @@ def _loose(mode: int | None, mask: int) -> bool:
     return mode is not None and bool(mode & mask)
 
 
+def _key_finding(k, v: View) -> tuple | None:
+    """Key file K's finding, if it has one: missing, readable by others, or locked with no
+    agent key to use instead."""
+    if not k.exists:
+        return (
+            "KEY_MISSING",
+            Verdict.CRITICAL,
+            f"{k.path} ({k.named}) does not exist",
+            f"ssh-keygen -t ed25519 -N '' -f {k.path}  "
+            f"(then ssh-copy-id -i {k.path}.pub to each node)",
+        )
+    elif _loose(k.mode, 0o077):
+        return (
+            "KEY_MODE",
+            Verdict.CRITICAL,
+            f"{k.path} is readable by others (mode {k.mode:04o}): "
+            "OpenSSH refuses it (UNPROTECTED PRIVATE KEY FILE)",
+            f"chmod 600 {k.path}",
+        )
+    elif k.encrypted and (v.agent_rc != 0 or not v.agent_keys):
+        return (
+            "KEY_LOCKED",
+            Verdict.WARN,
+            f"{k.path} has a passphrase and no ssh-agent holds a key: nodeprep cannot use it",
+            f'eval "$(ssh-agent -s)" && ssh-add {k.path}',
+        )
+    return None
+
+
 def ssh_keys(v: View) -> list:
     out = []
     if _loose(v.ssh_dir_mode, 0o022):
@@ -30,37 +59,7 @@ def ssh_keys(v: View) -> list:
                 f"chmod 700 {v.ssh_dir}",
             )
         )
-    for k in v.keys:
-        if not k.exists:
-            out.append(
-                (
-                    "KEY_MISSING",
-                    Verdict.CRITICAL,
-                    f"{k.path} ({k.named}) does not exist",
-                    f"ssh-keygen -t ed25519 -N '' -f {k.path}  "
-                    f"(then ssh-copy-id -i {k.path}.pub to each node)",
-                )
-            )
-        elif _loose(k.mode, 0o077):
-            out.append(
-                (
-                    "KEY_MODE",
-                    Verdict.CRITICAL,
-                    f"{k.path} is readable by others (mode {k.mode:04o}): "
-                    "OpenSSH refuses it (UNPROTECTED PRIVATE KEY FILE)",
-                    f"chmod 600 {k.path}",
-                )
-            )
-        elif k.encrypted and (v.agent_rc != 0 or not v.agent_keys):
-            out.append(
-                (
-                    "KEY_LOCKED",
-                    Verdict.WARN,
-                    f"{k.path} has a passphrase and no ssh-agent holds a "
-                    "key: nodeprep cannot use it",
-                    f'eval "$(ssh-agent -s)" && ssh-add {k.path}',
-                )
-            )
+    out += filter(None, (_key_finding(k, v) for k in v.keys))
     if not v.keys and not v.agent_keys:
         out.append(
             (

@@ -68,10 +68,8 @@ def message_bytes(gpu_detail: dict | None) -> int:
 # -- DCGM -----------------------------------------------------------------------------------
 
 
-def dcgm(f, ctx: Context) -> list:
-    if not has_gpus(f):
-        return []
-    d = f[DCGM_DIAG]
+def _dcgm_unread(d: dict) -> list | None:
+    """The finding of a DCGM_DIAG with no result to judge (dcgmi missing, hung, failed)."""
     if d["state"] == "absent":
         return [
             (
@@ -99,6 +97,16 @@ def dcgm(f, ctx: Context) -> list:
                 "run `dcgmi diag -r 2` on the node; start nv-hostengine if it cannot connect",
             )
         ]
+    return None
+
+
+def dcgm(f, ctx: Context) -> list:
+    if not has_gpus(f):
+        return []
+    d = f[DCGM_DIAG]
+    unread = _dcgm_unread(d)
+    if unread:
+        return unread
     out = []
     # DCGM prints a warning as "Fail": its severity says which (MONITOR and CONFIG: the GPU can
     # work, e.g. persistence mode off; ISOLATE, RESET, TRIAGE, UNKNOWN or none given: it cannot)
@@ -194,6 +202,25 @@ def _deep(f, ctx: Context):
     return d, None
 
 
+def _burn_slow(done: list) -> list:
+    """BURN_SLOW for each GPU under SLOW_GPU x its node's fastest GPU of the same model."""
+    out = []
+    for name in sorted({g["name"] for g in done}):
+        same = [g for g in done if g["name"] == name]
+        best = max(g["tflops"] for g in same)
+        for g in (g for g in same if best and g["tflops"] < SLOW_GPU * best):
+            out.append(
+                (
+                    "BURN_SLOW",
+                    WARN,
+                    f"GPU {g['index']} ({name}): {g['tflops']:.1f} TFLOPS, under "
+                    f"{SLOW_GPU:g}x its node's fastest {name} ({best:.1f})",
+                    "look at its clocks (health's clock_events), temperature and power cap",
+                )
+            )
+    return out
+
+
 def burn(f, ctx: Context) -> list:
     d, why = _deep(f, ctx)
     if d is None:
@@ -231,19 +258,7 @@ def burn(f, ctx: Context) -> list:
                 "RMA",
             )
         )
-    for name in sorted({g["name"] for g in done}):
-        same = [g for g in done if g["name"] == name]
-        best = max(g["tflops"] for g in same)
-        for g in (g for g in same if best and g["tflops"] < SLOW_GPU * best):
-            out.append(
-                (
-                    "BURN_SLOW",
-                    WARN,
-                    f"GPU {g['index']} ({name}): {g['tflops']:.1f} TFLOPS, under "
-                    f"{SLOW_GPU:g}x its node's fastest {name} ({best:.1f})",
-                    "look at its clocks (health's clock_events), temperature and power cap",
-                )
-            )
+    out += _burn_slow(done)
     if not out:
         rates = [g["tflops"] for g in done]
         emu = " (emulated on the CPU: says nothing of a GPU)" if d["device"] == "cpu" else ""
@@ -261,13 +276,8 @@ def burn(f, ctx: Context) -> list:
 # -- the all_reduce -------------------------------------------------------------------------
 
 
-def allreduce(f, ctx: Context) -> list:
-    d, why = _deep(f, ctx)
-    if d is None:
-        return why  # the same finding as the burn's: the command shows it once
-    ar = d.get("allreduce")
-    if ar is None:
-        return [("ALLREDUCE_NA", OK, "one GPU: nothing to all_reduce within the node", "")]
+def _allreduce_broken(ar: dict) -> list | None:
+    """The finding of an all_reduce that failed or returned a wrong sum."""
     if ar.get("error"):
         return [
             (
@@ -287,6 +297,19 @@ def allreduce(f, ctx: Context) -> list:
                 "drain the node: a GPU or a link corrupts data; reset the GPUs, RMA if it recurs",
             )
         ]
+    return None
+
+
+def allreduce(f, ctx: Context) -> list:
+    d, why = _deep(f, ctx)
+    if d is None:
+        return why  # the same finding as the burn's: the command shows it once
+    ar = d.get("allreduce")
+    if ar is None:
+        return [("ALLREDUCE_NA", OK, "one GPU: nothing to all_reduce within the node", "")]
+    broken = _allreduce_broken(ar)
+    if broken:
+        return broken
     got = (
         f"{ar['busbw_gbps']:.4g} GB/s busbw at {ar['bytes'] / (1 << 30):.3g} GiB "
         f"over {ar['world']} devices"

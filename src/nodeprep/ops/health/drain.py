@@ -73,6 +73,29 @@ def reason(codes) -> str:
     return f"{PREFIX} {','.join(sorted(set(codes)))} (invoke health)"
 
 
+def _drain(node: str, name: str, st: SlurmNode, codes: list[str]) -> Action:
+    """What --drain does to NODE (Slurm's NAME, in state ST) with CRITICAL CODES: drain it,
+    unless it is drained already (by someone else, or by nodeprep for the same codes)."""
+    want = reason(codes)
+    if st.drained and not st.ours:
+        return Action(
+            node,
+            name,
+            "keep",
+            why=f"already drained by someone else (reason {st.reason!r}): left as it is",
+        )
+    elif st.drained and st.reason == want:
+        return Action(node, name, "keep", why="already drained by nodeprep for the same codes")
+    else:
+        return Action(
+            node,
+            name,
+            "drain",
+            why=f"CRITICAL: {', '.join(sorted(set(codes)))}",
+            reason=want,
+        )
+
+
 def actions_for(
     critical: dict[str, list[str]],
     nodes: list[str],
@@ -98,31 +121,7 @@ def actions_for(
             continue
         codes = critical.get(node)
         if codes and drain:
-            want = reason(codes)
-            if st.drained and not st.ours:
-                out.append(
-                    Action(
-                        node,
-                        name,
-                        "keep",
-                        why=f"already drained by someone else "
-                        f"(reason {st.reason!r}): left as it is",
-                    )
-                )
-            elif st.drained and st.reason == want:
-                out.append(
-                    Action(node, name, "keep", why="already drained by nodeprep for the same codes")
-                )
-            else:
-                out.append(
-                    Action(
-                        node,
-                        name,
-                        "drain",
-                        why=f"CRITICAL: {', '.join(sorted(set(codes)))}",
-                        reason=want,
-                    )
-                )
+            out.append(_drain(node, name, st, codes))
         elif codes and undrain and st.drained and st.ours:
             out.append(Action(node, name, "keep", why="still CRITICAL: stays drained"))
         elif not codes and undrain and st.drained and st.ours:

@@ -150,6 +150,32 @@ def requirement_pins(prov) -> list[str]:
     return prov.shared.pins
 
 
+def _torch_for(prov, plan, first: dict, arch) -> tuple[list[str], list[str]]:
+    """(pins, index args) of one CPU platform: the plan has a build per platform."""
+    b = plan.for_arch(arch) if plan else None
+    return (
+        requirement_pins(prov) + ([b.requirement] if b else []) + list(first["wheel_builds"] or {}),
+        ["--extra-index-url", b.index_url] if b and b.index_url else [],
+    )
+
+
+def _built(prov, house, plan, first: dict):
+    """The wheels built from the wheel_builds sdists, on the controller (so for its platform);
+    None in --check, which builds nothing."""
+    import platform as controller
+
+    here = plan.for_arch(controller.machine()) if plan else None  # sdists are built here
+    return (
+        None
+        if prov.check_mode
+        else house.build(
+            first["wheel_builds"],
+            here.requirement if here else None,
+            _torch_for(prov, plan, first, controller.machine())[1],
+        )
+    )
+
+
 def wheelhouse_manifests(prov) -> list:
     """Once per run: resolve (or, in --check, look up) the wheelhouse of every node platform;
     fills prov.shared.manifests {node: (dir, manifest)} and prov.shared.wheelhouse_errors.
@@ -163,18 +189,6 @@ def wheelhouse_manifests(prov) -> list:
 
     first = next(iter(prov.vars.values()))
     plan = torch_plan(prov)
-
-    def torch_for(
-        arch,
-    ):  # (pins, index args) of one CPU platform: the plan has a build per platform
-        b = plan.for_arch(arch) if plan else None
-        return (
-            requirement_pins(prov)
-            + ([b.requirement] if b else [])
-            + list(first["wheel_builds"] or {}),
-            ["--extra-index-url", b.index_url] if b and b.index_url else [],
-        )
-
     house = Wheelhouse(prov.settings.state / "wheelhouse", log=prov.events.log)
     manifests = prov.shared.manifests = {}
     errors = prov.shared.wheelhouse_errors = {}
@@ -186,24 +200,11 @@ def wheelhouse_manifests(prov) -> list:
         for n, f in prov.facts.items()
         if f.get("python") and f["python"]["version"] == fleet_py
     }
-    import platform as controller
-
-    here = (
-        plan.for_arch(controller.machine()) if plan else None
-    )  # sdists are built on the controller
-    built = (
-        None
-        if prov.check_mode
-        else house.build(
-            first["wheel_builds"],
-            here.requirement if here else None,
-            torch_for(controller.machine())[1],
-        )
-    )
+    built = _built(prov, house, plan, first)
     results = []
     for p in sorted(set(platforms.values()), key=lambda p: p.key):
         name = f"wheelhouse.download {p.key}"
-        pins, index = torch_for(p.arch)
+        pins, index = _torch_for(prov, plan, first, p.arch)
         if prov.check_mode:  # plan from the cache when it matches; never download in --check
             m = house.cached(p, pins, index)
             if m is None:

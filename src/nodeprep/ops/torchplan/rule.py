@@ -261,28 +261,9 @@ def _gpu_reason(fl: PlatformGroups, arch: str, minor: str, pub: list[Cand]) -> t
     )
 
 
-def _diagnose_arch(fl: PlatformGroups, arch: str, rel: tuple, alt: str, today) -> PlanError:
-    (minor, cands), oldest = rel, fl.oldest(arch)
-    pub = [c for c in cands if c.selectable]
-    if not pub:
-        notes = "; ".join(f"{c.variant}: {c.wheel.note or 'unconfirmed'}" for c in cands)
-        return PlanError(
-            oldest.name if oldest else fl.first(arch),
-            f"torch {minor} has no CUDA build for {arch}"
-            + (f" that a pin can select ({notes})" if notes else ""),
-            alt,
-        )
-    if not [c for c in pub if not c.unknown and not c.missing]:
-        node, reason = _gpu_reason(fl, arch, minor, pub)
-        jit = sorted({c.jit_driver for c in pub if c.jit_driver}, key=td.ver)
-        if jit:  # a wheel with PTX would run it on a newer driver: that is a fix too
-            branch = td.supported_branch(jit[0], today)
-            alt = (
-                f"upgrade its driver to >= {jit[0]} (the PTX of torch {minor}.0 JITs from there)"
-                + (f"; a supported branch: {branch}" if branch else "")
-                + f", or {alt}"
-            )
-        return PlanError(node, reason, alt)
+def _driver_reason(oldest, pub: list, minor: str) -> str:
+    """Why the platform's OLDEST driver runs none of torch MINOR's published builds (PUB): the
+    CUDA families it supports, and what each of their builds lacks."""
     fams = [
         f
         for f, row in td.table()["cuda_families"].items()
@@ -305,6 +286,32 @@ def _diagnose_arch(fl: PlatformGroups, arch: str, rel: tuple, alt: str, today) -
                 else f"has no {'/'.join('cu' + f + 'x' for f in fams)} build"
             )
         )
+    return reason
+
+
+def _diagnose_arch(fl: PlatformGroups, arch: str, rel: tuple, alt: str, today) -> PlanError:
+    (minor, cands), oldest = rel, fl.oldest(arch)
+    pub = [c for c in cands if c.selectable]
+    if not pub:
+        notes = "; ".join(f"{c.variant}: {c.wheel.note or 'unconfirmed'}" for c in cands)
+        return PlanError(
+            oldest.name if oldest else fl.first(arch),
+            f"torch {minor} has no CUDA build for {arch}"
+            + (f" that a pin can select ({notes})" if notes else ""),
+            alt,
+        )
+    if not [c for c in pub if not c.unknown and not c.missing]:
+        node, reason = _gpu_reason(fl, arch, minor, pub)
+        jit = sorted({c.jit_driver for c in pub if c.jit_driver}, key=td.ver)
+        if jit:  # a wheel with PTX would run it on a newer driver: that is a fix too
+            branch = td.supported_branch(jit[0], today)
+            alt = (
+                f"upgrade its driver to >= {jit[0]} (the PTX of torch {minor}.0 JITs from there)"
+                + (f"; a supported branch: {branch}" if branch else "")
+                + f", or {alt}"
+            )
+        return PlanError(node, reason, alt)
+    reason = _driver_reason(oldest, pub, minor)
     ups: dict = {}
     for c in pub:  # the newest fitting variant per CUDA family the driver cannot run
         if not c.unknown and not c.missing:
