@@ -177,20 +177,6 @@ def _model(device):
     return model, opt
 
 
-def _save(model, opt, epoch: int, step: int, loss_value: float, path: str) -> None:
-    """The snapshot a restarted job resumes from (rank 0's, written atomically)."""
-    save_atomic(
-        {
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "epoch": epoch,
-            "step": step,
-            "loss": loss_value,
-        },
-        path,
-    )
-
-
 def main():
     args = parse_args()
     rank, world, local_rank = rank_env()
@@ -232,7 +218,16 @@ def main():
         dist.all_reduce(mean)  # the reported loss is the mean over ranks
         loss_value = mean.item() / world
         if rank == 0:
-            _save(model, opt, epoch + 1, step, loss_value, args.snapshot)
+            save_atomic(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "epoch": epoch + 1,
+                    "step": step,
+                    "loss": loss_value,
+                },
+                args.snapshot,
+            )
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
