@@ -335,7 +335,9 @@ def test_builtin_payloads():
         assert "nodeprep" not in [
             line.split()[1] for line in text.splitlines() if line.startswith(("import ", "from "))
         ]
-        assert len(text.splitlines()) < 200
+        # in ruff-formatted lines: one argument a line took ddp.py from 195 to 227 lines of the
+        # same code, and its main() under 60 lines to 241
+        assert len(text.splitlines()) < 250
 
 
 # ================================================================ REAL payload runs
