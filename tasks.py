@@ -3,6 +3,7 @@
 Argument parsing only: each task builds its command's options object (nodeprep/commands/
 options.py) and hands it to the cli layer (nodeprep/cli/), which runs and renders it.
 """
+
 import os
 import shlex
 import sys
@@ -12,9 +13,21 @@ from invoke import Collection, Exit, Task
 from invoke import task as invoke_task
 
 from nodeprep import cli
-from nodeprep.commands.options import (BandwidthOptions, DoctorOptions, FactsOptions, ForgetOptions, HealthOptions,
-                                       InitOptions, InventoryOptions, ProvisionOptions, PruneOptions,
-                                       RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
+from nodeprep.commands.options import (
+    BandwidthOptions,
+    DoctorOptions,
+    FactsOptions,
+    ForgetOptions,
+    HealthOptions,
+    InitOptions,
+    InventoryOptions,
+    ProvisionOptions,
+    PruneOptions,
+    RunsOptions,
+    TorchPlanOptions,
+    TrainOptions,
+    VerifyOptions,
+)
 from nodeprep.settings import Settings
 
 HERE = str(Path(__file__).resolve().parent)
@@ -42,14 +55,18 @@ def task(**kwargs):
 
 
 def _settings(c, **overrides) -> Settings:
-    return Settings.from_mapping(dict(c.config.get("nodeprep", {}))).with_(project_root=HERE, **overrides)
+    return Settings.from_mapping(dict(c.config.get("nodeprep", {}))).with_(
+        project_root=HERE, **overrides
+    )
 
 
 # the deadlines every task that reaches nodes takes (defaults: invoke.yaml's nodeprep section)
-LIVENESS = {"connect_timeout": "seconds a silent address gets before it is named unreachable "
-                               "(default 10; never retried)",
-            "silent_after": "seconds a connected node may answer nothing (no TCP ack, no keepalive "
-                            "reply) before it is named unreachable (default 15)"}
+LIVENESS = {
+    "connect_timeout": "seconds a silent address gets before it is named unreachable "
+    "(default 10; never retried)",
+    "silent_after": "seconds a connected node may answer nothing (no TCP ack, no keepalive "
+    "reply) before it is named unreachable (default 15)",
+}
 
 
 def _deadlines(c, connect_timeout, silent_after) -> Settings:
@@ -80,91 +97,183 @@ def _done(code: int) -> None:
         raise Exit(code=code)
 
 
-@task(help={"inventory": "inventory name under inventory/, a path, hostfile:F, slurm:[LIST] "
-                         "or pbs:[F] (default: nodeprep.default_inventory, 'local')",
-            "limit": "only these nodes: ranges (worker-[0-3]), globs, groups; !x excludes; or "
-                     "DeepSpeed's NAME[:SLOTS][@NAME...] (! first: exclude)",
-            "json": "print the report as JSON on stdout", **LIVENESS})
+@task(
+    help={
+        "inventory": "inventory name under inventory/, a path, hostfile:F, slurm:[LIST] "
+        "or pbs:[F] (default: nodeprep.default_inventory, 'local')",
+        "limit": "only these nodes: ranges (worker-[0-3]), globs, groups; !x excludes; or "
+        "DeepSpeed's NAME[:SLOTS][@NAME...] (! first: exclude)",
+        "json": "print the report as JSON on stdout",
+        **LIVENESS,
+    }
+)
 def facts(c, inventory=None, limit=None, json=False, connect_timeout=None, silent_after=None):
     """Show each node's hostname, IP, OS, arch, kernel, python, login shell, GPUs, free disk."""
-    _done(cli.facts(FactsOptions(inventory=inventory, limit=limit, json=json),
-                    _deadlines(c, connect_timeout, silent_after)))
+    _done(
+        cli.facts(
+            FactsOptions(inventory=inventory, limit=limit, json=json),
+            _deadlines(c, connect_timeout, silent_after),
+        )
+    )
 
 
-@task(positional=["name"],
-      help={"name": "the new inventory: inventory/NAME/hosts.yml",
-            "from": "where the hosts are: sshconfig:PATTERN, a hostfile, slurm:[LIST], pbs:, an Ansible "
-                    "inventory (groups kept), or hosts:gpu[01-04],login01",
-            "force": "replace an existing inventory NAME",
-            "dry_run": "print the file, write nothing",
-            "set": "KEY=VALUE the source does not say, e.g. user=ops or key=~/.ssh/id_ed25519 (repeatable)",
-            **LIVENESS}, iterable=["set"])
-def init(c, name=None, from_=None, force=False, dry_run=False, set=None, connect_timeout=None, silent_after=None):
+@task(
+    positional=["name"],
+    help={
+        "name": "the new inventory: inventory/NAME/hosts.yml",
+        "from": "where the hosts are: sshconfig:PATTERN, a hostfile, slurm:[LIST], pbs:, "
+        "an Ansible inventory (groups kept), or hosts:gpu[01-04],login01",
+        "force": "replace an existing inventory NAME",
+        "dry_run": "print the file, write nothing",
+        "set": "KEY=VALUE the source does not say, "
+        "e.g. user=ops or key=~/.ssh/id_ed25519 (repeatable)",
+        **LIVENESS,
+    },
+    iterable=["set"],
+)
+def init(
+    c,
+    name=None,
+    from_=None,
+    force=False,
+    dry_run=False,
+    set=None,
+    connect_timeout=None,
+    silent_after=None,
+):
     """Write a first inventory from what you already have.
 
     Each node is contacted once; what was learned is written as values and comments (commented
     native YAML), then the next three commands."""
     _help_if_asked("init", name, from_)
-    _done(cli.init(InitOptions(name=name, source=from_, force=force, dry_run=dry_run, sets=tuple(set or ())),
-                   _deadlines(c, connect_timeout, silent_after)))
+    _done(
+        cli.init(
+            InitOptions(
+                name=name, source=from_, force=force, dry_run=dry_run, sets=tuple(set or ())
+            ),
+            _deadlines(c, connect_timeout, silent_after),
+        )
+    )
 
 
-@task(iterable=["check", "ignore"],
-      help={"inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory)",
-            "limit": "only these nodes (ranges, globs, groups; !x excludes)",
-            "json": "print the findings as JSON on stdout",
-            "list_checks": "list every check with its codes and sources, and exit",
-            "check": "run only this check (repeatable; names from --list-checks)",
-            "ignore": "a finding code to show apart and never hold against a node (repeatable)",
-            "via": "ssh, slurm (the probes as srun steps through the first node) or auto (default: "
-                   "slurm inside an allocation holding every node)",
-            "drain": "drain each CRITICAL node in Slurm, reason 'nodeprep: CODES'; a node someone "
-                     "else drained keeps its reason",
-            "undrain": "return to service the nodes nodeprep drained that are healthy now (never "
-                       "one drained for another reason)",
-            "deep": "also the deep tier (minutes): dcgmi diag -r 2, a GPU burn, an all_reduce over "
-                    "each node's GPUs against its model's floor",
-            "emulate_gpus": "the deep tier's burn and all_reduce on N CPU devices where a node has no "
-                            "GPU (to see the tier work; its figures say nothing of a GPU)",
-            "burn_seconds": "seconds each GPU burns in the deep tier (default 10)",
-            **LIVENESS})
-def health(c, inventory=None, limit=None, json=False, list_checks=False, check=None, ignore=None,
-           via="auto", drain=False, undrain=False, deep=False, emulate_gpus=None, burn_seconds=None,
-           connect_timeout=None, silent_after=None):
+@task(
+    iterable=["check", "ignore"],
+    help={
+        "inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory)",
+        "limit": "only these nodes (ranges, globs, groups; !x excludes)",
+        "json": "print the findings as JSON on stdout",
+        "list_checks": "list every check with its codes and sources, and exit",
+        "check": "run only this check (repeatable; names from --list-checks)",
+        "ignore": "a finding code to show apart and never hold against a node (repeatable)",
+        "via": "ssh, slurm (the probes as srun steps through the first node) or auto (default: "
+        "slurm inside an allocation holding every node)",
+        "drain": "drain each CRITICAL node in Slurm, reason 'nodeprep: CODES'; a node someone "
+        "else drained keeps its reason",
+        "undrain": "return to service the nodes nodeprep drained that are healthy now (never "
+        "one drained for another reason)",
+        "deep": "also the deep tier (minutes): dcgmi diag -r 2, a GPU burn, an all_reduce over "
+        "each node's GPUs against its model's floor",
+        "emulate_gpus": "the deep tier's burn and all_reduce on N CPU devices where a node has no "
+        "GPU (to see the tier work; its figures say nothing of a GPU)",
+        "burn_seconds": "seconds each GPU burns in the deep tier (default 10)",
+        **LIVENESS,
+    },
+)
+def health(
+    c,
+    inventory=None,
+    limit=None,
+    json=False,
+    list_checks=False,
+    check=None,
+    ignore=None,
+    via="auto",
+    drain=False,
+    undrain=False,
+    deep=False,
+    emulate_gpus=None,
+    burn_seconds=None,
+    connect_timeout=None,
+    silent_after=None,
+):
     """Check that every node is fit to run a job; exit 1 on a CRITICAL finding.
 
     GPUs (ECC, row remap, PCIe, clocks, NVLink, Xids), disk, memory, /dev/shm, limits, clock,
     RDMA ports, the job network."""
-    _done(cli.health(HealthOptions(inventory=inventory, limit=limit, json=json, checks=tuple(check or ()),
-                                   ignore=tuple(ignore or ()), via=via, drain=drain, undrain=undrain, deep=deep,
-                                   emulate_gpus=_number("--emulate-gpus", emulate_gpus, int) or 0,
-                                   burn_seconds=_number("--burn-seconds", burn_seconds, float) or 10.0),
-                     _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
+    _done(
+        cli.health(
+            HealthOptions(
+                inventory=inventory,
+                limit=limit,
+                json=json,
+                checks=tuple(check or ()),
+                ignore=tuple(ignore or ()),
+                via=via,
+                drain=drain,
+                undrain=undrain,
+                deep=deep,
+                emulate_gpus=_number("--emulate-gpus", emulate_gpus, int) or 0,
+                burn_seconds=_number("--burn-seconds", burn_seconds, float) or 10.0,
+            ),
+            _deadlines(c, connect_timeout, silent_after),
+            list_checks=list_checks,
+        )
+    )
 
 
-@task(iterable=["check", "set"],
-      help={"inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory, if it "
-                         "exists; else the controller only)",
-            "limit": "only these nodes (ranges, globs, groups; !x excludes)",
-            "json": "print every check's findings as JSON on stdout",
-            "list_checks": "list every check with its codes, and exit",
-            "check": "run only this check (repeatable; names from --list-checks)",
-            "verbose": "show every check's line for every node, OK ones too",
-            "set": "KEY=VALUE as for provision (repeatable), e.g. login_shell=/bin/zsh", **LIVENESS})
-def doctor(c, inventory=None, limit=None, json=False, list_checks=False, check=None, verbose=False, set=None,
-           connect_timeout=None, silent_after=None):
+@task(
+    iterable=["check", "set"],
+    help={
+        "inventory": "inventory name, a path or PREFIX:ARG "
+        "(default: nodeprep.default_inventory, if it exists; else the controller only)",
+        "limit": "only these nodes (ranges, globs, groups; !x excludes)",
+        "json": "print every check's findings as JSON on stdout",
+        "list_checks": "list every check with its codes, and exit",
+        "check": "run only this check (repeatable; names from --list-checks)",
+        "verbose": "show every check's line for every node, OK ones too",
+        "set": "KEY=VALUE as for provision (repeatable), e.g. login_shell=/bin/zsh",
+        **LIVENESS,
+    },
+)
+def doctor(
+    c,
+    inventory=None,
+    limit=None,
+    json=False,
+    list_checks=False,
+    check=None,
+    verbose=False,
+    set=None,
+    connect_timeout=None,
+    silent_after=None,
+):
     """Say what is wrong and the command that fixes it; exit 1 on any finding.
 
     The controller (keys, agent, ssh config blocks and aliases, labs, Python and pins) and first
     contact with the nodes (reach, auth, host key, sudo, python, launchers on the
     non-interactive PATH, disk)."""
-    _done(cli.doctor(DoctorOptions(inventory=inventory, limit=limit, json=json, checks=tuple(check or ()),
-                                   verbose=verbose, sets=tuple(set or ())),
-                     _deadlines(c, connect_timeout, silent_after), list_checks=list_checks))
+    _done(
+        cli.doctor(
+            DoctorOptions(
+                inventory=inventory,
+                limit=limit,
+                json=json,
+                checks=tuple(check or ()),
+                verbose=verbose,
+                sets=tuple(set or ()),
+            ),
+            _deadlines(c, connect_timeout, silent_after),
+            list_checks=list_checks,
+        )
+    )
 
 
-@task(help={"config": "the controller's ssh config (default ~/.ssh/config)",
-            "dry_run": "say which blocks would go; change nothing"})
+@task(
+    help={
+        "config": "the controller's ssh config (default ~/.ssh/config)",
+        "dry_run": "say which blocks would go; change nothing",
+    }
+)
 def ssh_prune(c, config="~/.ssh/config", dry_run=False):
     """Remove the managed ~/.ssh/config blocks whose inventory no longer exists.
 
@@ -172,66 +281,122 @@ def ssh_prune(c, config="~/.ssh/config", dry_run=False):
     _done(cli.ssh_prune(PruneOptions(config=config, dry_run=dry_run), _settings(c)))
 
 
-@task(help={"inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory)",
-            "limit": "only these nodes (at least two)",
-            "json": "print the matrix and the flagged nodes as JSON on stdout",
-            "quick": "one round of disjoint pairs, then each suspect against a known-good node "
-                     "(default: every ordered pair, N-1 rounds)",
-            "png": "also write the matrix as a heatmap PNG (needs matplotlib)",
-            "seconds": "seconds each node sends per round (default 3)",
-            "port": "TCP port the nodes listen on (default 29511)",
-            "tool": "iperf3, builtin (a standard-library sender) or auto (default: iperf3 where every "
-                    "node has it)", **LIVENESS})
-def bandwidth(c, inventory=None, limit=None, json=False, quick=False, png=None, seconds=None, port=None,
-              tool="auto", connect_timeout=None, silent_after=None):
+@task(
+    help={
+        "inventory": "inventory name, a path or PREFIX:ARG (default: nodeprep.default_inventory)",
+        "limit": "only these nodes (at least two)",
+        "json": "print the matrix and the flagged nodes as JSON on stdout",
+        "quick": "one round of disjoint pairs, then each suspect against a known-good node "
+        "(default: every ordered pair, N-1 rounds)",
+        "png": "also write the matrix as a heatmap PNG (needs matplotlib)",
+        "seconds": "seconds each node sends per round (default 3)",
+        "port": "TCP port the nodes listen on (default 29511)",
+        "tool": "iperf3, builtin (a standard-library sender) or auto (default: iperf3 where every "
+        "node has it)",
+        **LIVENESS,
+    }
+)
+def bandwidth(
+    c,
+    inventory=None,
+    limit=None,
+    json=False,
+    quick=False,
+    png=None,
+    seconds=None,
+    port=None,
+    tool="auto",
+    connect_timeout=None,
+    silent_after=None,
+):
     """Measure TCP bandwidth and latency between every pair of nodes; exit 1 when one is flagged.
 
     Every node sends and receives at once, in rounds; the node common to the slow pairs is
     named."""
-    _done(cli.bandwidth(BandwidthOptions(inventory=inventory, limit=limit, json=json, quick=quick, png=png,
-                                         seconds=_number("--seconds", seconds, float) or 3.0,
-                                         port=_number("--port", port, int) or 29511, tool=tool),
-                        _deadlines(c, connect_timeout, silent_after)))
+    _done(
+        cli.bandwidth(
+            BandwidthOptions(
+                inventory=inventory,
+                limit=limit,
+                json=json,
+                quick=quick,
+                png=png,
+                seconds=_number("--seconds", seconds, float) or 3.0,
+                port=_number("--port", port, int) or 29511,
+                tool=tool,
+            ),
+            _deadlines(c, connect_timeout, silent_after),
+        )
+    )
 
 
-@task(help={"nodes": "how many emulated nodes (worker-0 .. worker-N-1)",
-            "name": "lab name (<= 6 chars); 'local' writes inventory/local/",
-            "slurm": "also run a real Slurm over the nodes (slurmctld + munged here, slurmd in "
-                     "each node) for `train --launcher srun`; kept by later lab.up runs",
-            "no_slurm": "stop the lab's Slurm",
-            "shared_home": "one home bind-mounted into every node, as an NFS home (kept by later "
-                           "lab.up runs; changing it needs lab.down first)",
-            "private_homes": "a home of its own per node (the default)",
-            "aliases": "K more inventory nodes that reach the first K nodes' machines again "
-                       "(two inventory names, one machine)",
-            "nic_names": "comma list of interface names the nodes get in turn (eno1,eth0: "
-                         "differing NIC names; '-' for eth0 everywhere); kept by later lab.up runs",
-            "no_sudo": "comma list of node indices whose user may not sudo (this lab.up)",
-            "link_rate": "limit each node's link both ways (tc on its veth), e.g. 200mbit; none "
-                         "removes it; kept by later lab.up runs",
-            "gpu_record": "DIR or NODE=DIR (repeatable): a stand-in nvidia-smi answering from a real "
-                          "machine's recording (DIR/nvidia-smi-q.xml ...; docs/lab.md); none drops it; "
-                          "kept by later lab.up runs",
-            "bastion": "a jump host in front (10.X.0.5): the nodes then refuse the controller, "
-                       "and the inventory says proxy_jump; kept by later lab.up runs",
-            "no_bastion": "remove the jump host",
-            "arch": "aarch64 (every node) or NODE=aarch64 (repeatable): nodes whose userland is an "
-                    "arm64 Debian root run through qemu-user (docs/lab.md); native sets one back; "
-                    "kept by later lab.up runs, changing it needs lab.down first"},
-      iterable=["gpu_record", "arch"], short={"shared_home": "H", "no_sudo": None})
-def lab_up(c, nodes=2, name="local", slurm=False, no_slurm=False, shared_home=False,
-           private_homes=False, aliases=0, nic_names=None, no_sudo="", link_rate=None, gpu_record=None,
-           bastion=False, no_bastion=False, arch=None):
+@task(
+    help={
+        "nodes": "how many emulated nodes (worker-0 .. worker-N-1)",
+        "name": "lab name (<= 6 chars); 'local' writes inventory/local/",
+        "slurm": "also run a real Slurm over the nodes (slurmctld + munged here, slurmd in "
+        "each node) for `train --launcher srun`; kept by later lab.up runs",
+        "no_slurm": "stop the lab's Slurm",
+        "shared_home": "one home bind-mounted into every node, as an NFS home (kept by later "
+        "lab.up runs; changing it needs lab.down first)",
+        "private_homes": "a home of its own per node (the default)",
+        "aliases": "K more inventory nodes that reach the first K nodes' machines again "
+        "(two inventory names, one machine)",
+        "nic_names": "comma list of interface names the nodes get in turn (eno1,eth0: "
+        "differing NIC names; '-' for eth0 everywhere); kept by later lab.up runs",
+        "no_sudo": "comma list of node indices whose user may not sudo (this lab.up)",
+        "link_rate": "limit each node's link both ways (tc on its veth), e.g. 200mbit; none "
+        "removes it; kept by later lab.up runs",
+        "gpu_record": "DIR or NODE=DIR (repeatable): a stand-in nvidia-smi answering from a real "
+        "machine's recording (DIR/nvidia-smi-q.xml ...; docs/lab.md); none drops it; "
+        "kept by later lab.up runs",
+        "bastion": "a jump host in front (10.X.0.5): the nodes then refuse the controller, "
+        "and the inventory says proxy_jump; kept by later lab.up runs",
+        "no_bastion": "remove the jump host",
+        "arch": "aarch64 (every node) or NODE=aarch64 (repeatable): nodes whose userland is an "
+        "arm64 Debian root run through qemu-user (docs/lab.md); native sets one back; "
+        "kept by later lab.up runs, changing it needs lab.down first",
+    },
+    iterable=["gpu_record", "arch"],
+    short={"shared_home": "H", "no_sudo": None},
+)
+def lab_up(
+    c,
+    nodes=2,
+    name="local",
+    slurm=False,
+    no_slurm=False,
+    shared_home=False,
+    private_homes=False,
+    aliases=0,
+    nic_names=None,
+    no_sudo="",
+    link_rate=None,
+    gpu_record=None,
+    bastion=False,
+    no_bastion=False,
+    arch=None,
+):
     """Start (or resize) the emulated cluster: one netns, sshd and home per node."""
-    nics = None if nic_names is None else tuple(n for n in nic_names.split(",") if n not in ("", "-"))
-    _done(cli.lab_up(int(nodes), name, _settings(c), slurm=True if slurm else (False if no_slurm else None),
-                     shared_home=True if shared_home else (False if private_homes else None),
-                     aliases=int(aliases), nic_names=nics,
-                     no_sudo=tuple(int(i) for i in str(no_sudo).split(",") if i.strip().isdigit()),
-                     link_rate=None if link_rate is None else str(link_rate),
-                     gpu_records=tuple(gpu_record) if gpu_record else None,
-                     bastion=True if bastion else (False if no_bastion else None),
-                     arch=tuple(arch) if arch else None))
+    nics = (
+        None if nic_names is None else tuple(n for n in nic_names.split(",") if n not in ("", "-"))
+    )
+    _done(
+        cli.lab_up(
+            int(nodes),
+            name,
+            _settings(c),
+            slurm=True if slurm else (False if no_slurm else None),
+            shared_home=True if shared_home else (False if private_homes else None),
+            aliases=int(aliases),
+            nic_names=nics,
+            no_sudo=tuple(int(i) for i in str(no_sudo).split(",") if i.strip().isdigit()),
+            link_rate=None if link_rate is None else str(link_rate),
+            gpu_records=tuple(gpu_record) if gpu_record else None,
+            bastion=True if bastion else (False if no_bastion else None),
+            arch=tuple(arch) if arch else None,
+        )
+    )
 
 
 @task(help={"name": "lab name", "purge": "also delete node homes and host keys"})
@@ -246,129 +411,247 @@ def lab_status(c, name="local"):
     _done(cli.lab_status(name, _settings(c)))
 
 
-@task(help={"nodes": "node names or ranges whose pinned keys to drop",
-            "inventory": "inventory (default: local)"})
+@task(
+    help={
+        "nodes": "node names or ranges whose pinned keys to drop",
+        "inventory": "inventory (default: local)",
+    }
+)
 def hosts_forget(c, nodes, inventory=None):
     """Forget pinned host keys after a deliberate node reinstall (next contact re-pins)."""
     _help_if_asked("hosts.forget", nodes, inventory)
     _done(cli.hosts_forget(ForgetOptions(nodes=nodes, inventory=inventory), _settings(c)))
 
 
-@task(name="inventory",
-      help={"inventory": "inventory name, path or PREFIX:ARG (hostfile:, ini:, pbs:, slurm:, "
-                         "sshconfig:, yaml:); default: nodeprep.default_inventory",
-            "list": "every host with address, port, user, connection, groups (the default)",
-            "graph": "the group tree",
-            "host": "every variable of one host with the file:line it came from",
-            "json": "print as JSON"}, short={"host": "H"})
+@task(
+    name="inventory",
+    help={
+        "inventory": "inventory name, path or PREFIX:ARG (hostfile:, ini:, pbs:, slurm:, "
+        "sshconfig:, yaml:); default: nodeprep.default_inventory",
+        "list": "every host with address, port, user, connection, groups (the default)",
+        "graph": "the group tree",
+        "host": "every variable of one host with the file:line it came from",
+        "json": "print as JSON",
+    },
+    short={"host": "H"},
+)
 def inventory_(c, inventory=None, list=False, graph=False, host=None, json=False):
     """Show what nodeprep reads from an inventory, without contacting any node.
 
     Ansible INI/YAML, native YAML, hostfiles, nodefiles, Slurm lists, ~/.ssh/config."""
-    _done(cli.inventory(InventoryOptions(inventory=inventory, list=list, graph=graph, host=host, json=json),
-                        _settings(c)))
+    _done(
+        cli.inventory(
+            InventoryOptions(inventory=inventory, list=list, graph=graph, host=host, json=json),
+            _settings(c),
+        )
+    )
 
 
-@task(iterable=["set"],
-      help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
-            "roles": "comma list of roles to apply (default: all of roles/site.yml, in order)",
-            "limit": "only these nodes: ranges, globs, groups; !x excludes; or DeepSpeed's "
-                     "NAME[:SLOTS][@NAME...]",
-            "check": "change nothing; list what would change",
-            "diff": "show file diffs (secrets redacted)",
-            "json": "print the report as JSON on stdout",
-            "ask_pass": "log in with a password where the key is not installed yet (asked once, "
-                        "kept in memory only)",
-            "set": "KEY=VALUE variable override (YAML value), highest precedence; repeatable",
-            "via": "ssh: a connection from here to every node; slurm: one ssh connection, to the "
-                   "first node, whose srun runs each stage's scripts on all nodes as one step "
-                   "(sbcast carries them); auto (default): slurm inside an allocation holding "
-                   "every node, else ssh", **LIVENESS})
-def provision(c, inventory=None, roles=None, limit=None, check=False, diff=False, json=False,
-              ask_pass=False, set=None, via="auto", connect_timeout=None, silent_after=None):
+@task(
+    iterable=["set"],
+    help={
+        "inventory": "inventory name or path (default: nodeprep.default_inventory)",
+        "roles": "comma list of roles to apply (default: all of roles/site.yml, in order)",
+        "limit": "only these nodes: ranges, globs, groups; !x excludes; or DeepSpeed's "
+        "NAME[:SLOTS][@NAME...]",
+        "check": "change nothing; list what would change",
+        "diff": "show file diffs (secrets redacted)",
+        "json": "print the report as JSON on stdout",
+        "ask_pass": "log in with a password where the key is not installed yet (asked once, "
+        "kept in memory only)",
+        "set": "KEY=VALUE variable override (YAML value), highest precedence; repeatable",
+        "via": "ssh: a connection from here to every node; slurm: one ssh connection, to the "
+        "first node, whose srun runs each stage's scripts on all nodes as one step "
+        "(sbcast carries them); auto (default): slurm inside an allocation holding "
+        "every node, else ssh",
+        **LIVENESS,
+    },
+)
+def provision(
+    c,
+    inventory=None,
+    roles=None,
+    limit=None,
+    check=False,
+    diff=False,
+    json=False,
+    ask_pass=False,
+    set=None,
+    via="auto",
+    connect_timeout=None,
+    silent_after=None,
+):
     """Prepare every node the same way: the roles of roles/site.yml; idempotent."""
-    _done(cli.provision(ProvisionOptions(inventory=inventory, limit=limit, roles=roles, check_mode=check, diff=diff,
-                                         json=json, sets=tuple(set or ()),
-                                         via=via), _deadlines(c, connect_timeout, silent_after),
-                        ask_pass=ask_pass))
+    _done(
+        cli.provision(
+            ProvisionOptions(
+                inventory=inventory,
+                limit=limit,
+                roles=roles,
+                check_mode=check,
+                diff=diff,
+                json=json,
+                sets=tuple(set or ()),
+                via=via,
+            ),
+            _deadlines(c, connect_timeout, silent_after),
+            ask_pass=ask_pass,
+        )
+    )
 
 
-@task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
-            "limit": "only these nodes: ranges, globs, groups; !x excludes; or DeepSpeed's "
-                     "NAME[:SLOTS][@NAME...]",
-            "json": "print {ok, drift, unreachable, checks} as JSON",
-            "deep": "re-import torch on every node instead of using its cached answer",
-            "workdir": "job directory that must exist on every node (the launchers cd into it)",
-            "port": "master port that must be free on the head node (0: skip)",
-            "baseline": "report what changed since this fingerprint file",
-            "save_baseline": "write the fleet's fingerprint to this file",
-            "mesh": "real ssh logins: full (every ordered pair), head (head -> every node), "
-                    "auto (full up to 4 nodes, else head; default); every pair is also "
-                    "checked on paper",
-            "collective": "also run an all_reduce across the nodes via torchrun (gloo on CPU, "
-                          "nccl on GPU) and report bus bandwidth per message size",
-            "via": "auto (default): when only the head logs in to every node, the probes ride "
-                   "those logins (one connection from here); direct: connect from here to "
-                   "every node (also proves this machine reaches each one); slurm: the probes run "
-                   "as one srun step from the first node (auto picks it inside an allocation "
-                   "holding every node)", **LIVENESS})
-def verify_parity(c, inventory=None, limit=None, json=False, deep=False, workdir=None, port=29500,
-                  baseline=None, save_baseline=None, mesh="auto", collective=False, via="auto",
-                  connect_timeout=None, silent_after=None):
+@task(
+    help={
+        "inventory": "inventory name or path (default: nodeprep.default_inventory)",
+        "limit": "only these nodes: ranges, globs, groups; !x excludes; or DeepSpeed's "
+        "NAME[:SLOTS][@NAME...]",
+        "json": "print {ok, drift, unreachable, checks} as JSON",
+        "deep": "re-import torch on every node instead of using its cached answer",
+        "workdir": "job directory that must exist on every node (the launchers cd into it)",
+        "port": "master port that must be free on the head node (0: skip)",
+        "baseline": "report what changed since this fingerprint file",
+        "save_baseline": "write the fleet's fingerprint to this file",
+        "mesh": "real ssh logins: full (every ordered pair), head (head -> every node), "
+        "auto (full up to 4 nodes, else head; default); every pair is also "
+        "checked on paper",
+        "collective": "also run an all_reduce across the nodes via torchrun (gloo on CPU, "
+        "nccl on GPU) and report bus bandwidth per message size",
+        "via": "auto (default): when only the head logs in to every node, the probes ride "
+        "those logins (one connection from here); direct: connect from here to "
+        "every node (also proves this machine reaches each one); slurm: the probes run "
+        "as one srun step from the first node (auto picks it inside an allocation "
+        "holding every node)",
+        **LIVENESS,
+    }
+)
+def verify_parity(
+    c,
+    inventory=None,
+    limit=None,
+    json=False,
+    deep=False,
+    workdir=None,
+    port=29500,
+    baseline=None,
+    save_baseline=None,
+    mesh="auto",
+    collective=False,
+    via="auto",
+    connect_timeout=None,
+    silent_after=None,
+):
     """Prove the nodes are the same where training cares; show drift grouped by value."""
-    _done(cli.verify_parity(VerifyOptions(inventory=inventory, limit=limit, json=json, deep=deep, workdir=workdir,
-                                          port=int(port) or None, baseline=baseline, save_baseline=save_baseline,
-                                          mesh=mesh, collective=collective, via=via),
-                            _deadlines(c, connect_timeout, silent_after)))
+    _done(
+        cli.verify_parity(
+            VerifyOptions(
+                inventory=inventory,
+                limit=limit,
+                json=json,
+                deep=deep,
+                workdir=workdir,
+                port=int(port) or None,
+                baseline=baseline,
+                save_baseline=save_baseline,
+                mesh=mesh,
+                collective=collective,
+                via=via,
+            ),
+            _deadlines(c, connect_timeout, silent_after),
+        )
+    )
 
 
-@task(help={"inventory": "inventory name or path (default: nodeprep.default_inventory)",
-            "limit": "only these nodes (the first one is the head node); DeepSpeed's "
-                     "NAME[:SLOTS][@NAME...] picks GPUs too (! first: exclude)",
-            "launcher": "deepspeed (default), torchrun, mpirun or srun",
-            "payload": "builtin health or ddp, or a script path (its directory is synced)",
-            "timeout": "seconds before every rank is stopped (default: none)",
-            "max_restarts": "torchrun --max-restarts (elastic restarts from the payload's snapshot)",
-            "port": "master / rendezvous port on the head node",
-            "ds_launcher": "DeepSpeed's multinode launcher: pdsh (default) or openmpi",
-            "no_preflight": "skip the checks that catch hangs before launch",
-            "dry_run": "print each node's command and stop",
-            "emulate": "pretend the one selected machine is N nodes (ssh aliases emu-0.., its GPUs "
-                       "split between them)",
-            "emulate_network": "with --emulate: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (traffic over "
-                               "the network path)",
-            "hang_timeout": "seconds without output or heartbeat from any rank before every rank's "
-                            "Python stack is dumped and the job stopped (default: off)",
-            "ranks": "show only these ranks' lines, e.g. 0 or 0,3 (every rank is still logged)",
-            "detach": "start the job and return: it runs on without this terminal "
-                      "(train.status, train.logs, train.stop)",
-            "kill_stale": "stop earlier nodeprep jobs still running on the nodes before launching",
-            "no_health_gate": "launch without the passive health checks (docs/health.md)",
-            "exclude_unhealthy": "launch on the healthy nodes, leaving out those with a CRITICAL finding",
-            "health_ignore": "a health finding code the gate does not hold against a node (repeatable)",
-            **LIVENESS}, iterable=["health_ignore"], short={"kill_stale": "K", "hang_timeout": "H"})
-def train(c, inventory=None, limit=None, launcher="deepspeed", payload="health", timeout=None,
-          max_restarts=None, port=None, ds_launcher="pdsh", no_preflight=False, dry_run=False,
-          emulate=None, emulate_network=False, hang_timeout=None, ranks=None, detach=False, kill_stale=False,
-          no_health_gate=False, exclude_unhealthy=False, health_ignore=None, connect_timeout=None, silent_after=None):
+@task(
+    help={
+        "inventory": "inventory name or path (default: nodeprep.default_inventory)",
+        "limit": "only these nodes (the first one is the head node); DeepSpeed's "
+        "NAME[:SLOTS][@NAME...] picks GPUs too (! first: exclude)",
+        "launcher": "deepspeed (default), torchrun, mpirun or srun",
+        "payload": "builtin health or ddp, or a script path (its directory is synced)",
+        "timeout": "seconds before every rank is stopped (default: none)",
+        "max_restarts": "torchrun --max-restarts (elastic restarts from the payload's snapshot)",
+        "port": "master / rendezvous port on the head node",
+        "ds_launcher": "DeepSpeed's multinode launcher: pdsh (default) or openmpi",
+        "no_preflight": "skip the checks that catch hangs before launch",
+        "dry_run": "print each node's command and stop",
+        "emulate": "pretend the one selected machine is N nodes (ssh aliases emu-0.., its GPUs "
+        "split between them)",
+        "emulate_network": "with --emulate: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (traffic over "
+        "the network path)",
+        "hang_timeout": "seconds without output or heartbeat from any rank before every rank's "
+        "Python stack is dumped and the job stopped (default: off)",
+        "ranks": "show only these ranks' lines, e.g. 0 or 0,3 (every rank is still logged)",
+        "detach": "start the job and return: it runs on without this terminal "
+        "(train.status, train.logs, train.stop)",
+        "kill_stale": "stop earlier nodeprep jobs still running on the nodes before launching",
+        "no_health_gate": "launch without the passive health checks (docs/health.md)",
+        "exclude_unhealthy": "launch on the healthy nodes, "
+        "leaving out those with a CRITICAL finding",
+        "health_ignore": "a health finding code the gate does not hold against a node (repeatable)",
+        **LIVENESS,
+    },
+    iterable=["health_ignore"],
+    short={"kill_stale": "K", "hang_timeout": "H"},
+)
+def train(
+    c,
+    inventory=None,
+    limit=None,
+    launcher="deepspeed",
+    payload="health",
+    timeout=None,
+    max_restarts=None,
+    port=None,
+    ds_launcher="pdsh",
+    no_preflight=False,
+    dry_run=False,
+    emulate=None,
+    emulate_network=False,
+    hang_timeout=None,
+    ranks=None,
+    detach=False,
+    kill_stale=False,
+    no_health_gate=False,
+    exclude_unhealthy=False,
+    health_ignore=None,
+    connect_timeout=None,
+    silent_after=None,
+):
     """Start the payload on every node; stop every rank everywhere if one fails.
 
     With --hang-timeout, also when one hangs. Payload arguments go after `--`:
     invoke train --payload ddp -- --epochs 3"""
-    args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
+    args = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
     shown = None
     if ranks is not None:
         shown = tuple(_number("--ranks", r, int) for r in str(ranks).split(",") if r.strip())
-    _done(cli.train(TrainOptions(inventory=inventory, limit=limit, launcher=launcher, payload=payload,
-                                 args=tuple(args), timeout=_number("--timeout", timeout, int) or None,
-                                 max_restarts=_number("--max-restarts", max_restarts, int) or 0,
-                                 port=_number("--port", port, int) or 29500, ds_launcher=ds_launcher,
-                                 preflight=not no_preflight, dry_run=dry_run,
-                                 emulate=_number("--emulate", emulate, int) or 0, emulate_network=emulate_network,
-                                 hang_timeout=_number("--hang-timeout", hang_timeout, float) or None, ranks=shown,
-                                 detach=detach, kill_stale=kill_stale, health_gate=not no_health_gate,
-                                 exclude_unhealthy=exclude_unhealthy, health_ignore=tuple(health_ignore or ())),
-                    _deadlines(c, connect_timeout, silent_after)))
+    _done(
+        cli.train(
+            TrainOptions(
+                inventory=inventory,
+                limit=limit,
+                launcher=launcher,
+                payload=payload,
+                args=tuple(args),
+                timeout=_number("--timeout", timeout, int) or None,
+                max_restarts=_number("--max-restarts", max_restarts, int) or 0,
+                port=_number("--port", port, int) or 29500,
+                ds_launcher=ds_launcher,
+                preflight=not no_preflight,
+                dry_run=dry_run,
+                emulate=_number("--emulate", emulate, int) or 0,
+                emulate_network=emulate_network,
+                hang_timeout=_number("--hang-timeout", hang_timeout, float) or None,
+                ranks=shown,
+                detach=detach,
+                kill_stale=kill_stale,
+                health_gate=not no_health_gate,
+                exclude_unhealthy=exclude_unhealthy,
+                health_ignore=tuple(health_ignore or ()),
+            ),
+            _deadlines(c, connect_timeout, silent_after),
+        )
+    )
 
 
 def _number(flag: str, value, kind):
@@ -379,7 +662,9 @@ def _number(flag: str, value, kind):
     try:
         return kind(value)
     except ValueError:
-        raise Exit(f"error: {flag} {value!r}: expected a {'whole ' if kind is int else ''}number", code=2)
+        raise Exit(
+            f"error: {flag} {value!r}: expected a {'whole ' if kind is int else ''}number", code=2
+        )
 
 
 def _help_if_asked(name: str, *values) -> None:
@@ -387,8 +672,18 @@ def _help_if_asked(name: str, *values) -> None:
     show the task's help instead (exit 0), as `invoke --help NAME` does."""
     if any(v in ("-h", "--help") for v in values):
         sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "invoke", "-r", str(Path(__file__).resolve().parent),
-                                  "--help", name])
+        os.execv(
+            sys.executable,
+            [
+                sys.executable,
+                "-m",
+                "invoke",
+                "-r",
+                str(Path(__file__).resolve().parent),
+                "--help",
+                name,
+            ],
+        )
 
 
 def _run_id(run):
@@ -396,20 +691,36 @@ def _run_id(run):
     return None if run in ("last", "latest") else run
 
 
-@task(positional=["run"], help={"run": "run id, or `last` for the newest", "json": "print the status as JSON"})
+@task(
+    positional=["run"],
+    help={"run": "run id, or `last` for the newest", "json": "print the status as JSON"},
+)
 def train_status(c, run=None, json=False):
-    """A training run's state per node: ranks alive, last line, elapsed; checked against the nodes."""
+    """A training run's state per node: ranks alive, last line, elapsed; checked on the nodes."""
     _help_if_asked("train.status", run)
     _done(cli.train_status(RunsOptions(run=_run_id(run), json=json), _settings(c)))
 
 
-@task(positional=["run"], help={"run": "run id, or `last` for the newest", "node": "only this node's logs",
-            "rank": "only this rank's logs", "follow": "keep printing until the run ends"})
+@task(
+    positional=["run"],
+    help={
+        "run": "run id, or `last` for the newest",
+        "node": "only this node's logs",
+        "rank": "only this rank's logs",
+        "follow": "keep printing until the run ends",
+    },
+)
 def train_logs(c, run=None, node=None, rank=None, follow=False):
     """A training run's logs: per node and rank, launcher output, stack dumps."""
     _help_if_asked("train.logs", run, node, rank)
-    _done(cli.train_logs(RunsOptions(run=_run_id(run), node=node, rank=_number("--rank", rank, int), follow=follow),
-                         _settings(c)))
+    _done(
+        cli.train_logs(
+            RunsOptions(
+                run=_run_id(run), node=node, rank=_number("--rank", rank, int), follow=follow
+            ),
+            _settings(c),
+        )
+    )
 
 
 @task(positional=["run"], help={"run": "run id (required)"})
@@ -419,22 +730,36 @@ def train_stop(c, run=None):
     _done(cli.train_stop(RunsOptions(run=run), _settings(c)))
 
 
-@task(iterable=["node"],
-      help={"torch": "torch release, e.g. 2.5.1 or 2.13.0",
-            "node": "NAME:driver=535.104.05,gpus=8x8.0 (or gpu=8.0+9.0, gpu=A100, arch=aarch64), "
-                    "or NAME:cpu; repeatable",
-            "arch": "CPU arch of nodes that do not say (default x86_64)",
-            "index": "index URL template with {variant} (default the PyTorch index)",
-            "json": "print the plan (or the error) as JSON",
-            "explain": "also print the table rows and rule steps that led to the answer, with sources"})
+@task(
+    iterable=["node"],
+    help={
+        "torch": "torch release, e.g. 2.5.1 or 2.13.0",
+        "node": "NAME:driver=535.104.05,gpus=8x8.0 (or gpu=8.0+9.0, gpu=A100, arch=aarch64), "
+        "or NAME:cpu; repeatable",
+        "arch": "CPU arch of nodes that do not say (default x86_64)",
+        "index": "index URL template with {variant} (default the PyTorch index)",
+        "json": "print the plan (or the error) as JSON",
+        "explain": "also print the table rows and rule steps that led to the answer, with sources",
+    },
+)
 def torch_plan(c, torch, node=None, arch=None, index=None, json=False, explain=False):
     """Say which torch build fits a fleet, without touching any node.
 
     Per CPU platform: the variant, the exact pin and index, or the node that blocks and how to
     fix it."""
     _help_if_asked("torch-plan", torch, arch, index, *(node or ()))
-    _done(cli.torch_plan(TorchPlanOptions(torch=torch, nodes=tuple(node or ()), arch=arch, index=index, json=json,
-                                          explain=explain)))
+    _done(
+        cli.torch_plan(
+            TorchPlanOptions(
+                torch=torch,
+                nodes=tuple(node or ()),
+                arch=arch,
+                index=index,
+                json=json,
+                explain=explain,
+            )
+        )
+    )
 
 
 @task(help={"nodes": "emulated nodes to start", "keep": "leave the lab running afterwards"})
@@ -449,31 +774,57 @@ def demo(c, nodes=2, keep=True):
     _done(cli.provision(ProvisionOptions(inventory="local"), s))
     _done(cli.provision(ProvisionOptions(inventory="local"), s))
     _done(cli.verify_parity(VerifyOptions(inventory="local"), s))
-    _done(cli.train(TrainOptions(inventory="local", launcher="deepspeed", payload="health", timeout=300), s))
-    _done(cli.train(TrainOptions(inventory="local", launcher="torchrun", payload="ddp", timeout=300,
-                                 args=("--epochs", "2", "--steps-per-epoch", "4")), s))
+    _done(
+        cli.train(
+            TrainOptions(inventory="local", launcher="deepspeed", payload="health", timeout=300), s
+        )
+    )
+    _done(
+        cli.train(
+            TrainOptions(
+                inventory="local",
+                launcher="torchrun",
+                payload="ddp",
+                timeout=300,
+                args=("--epochs", "2", "--steps-per-epoch", "4"),
+            ),
+            s,
+        )
+    )
     if not keep:
         _done(cli.lab_down("local", False, s))
 
 
-TIERS = ("lab", "slurm", "aarch64", "cold", "train")   # markers: tests/conftest.py says which test is which
+TIERS = (
+    "lab",
+    "slurm",
+    "aarch64",
+    "cold",
+    "train",
+)  # markers: tests/conftest.py says which test is which
 
 
-@task(iterable=["tier"],
-      help={"k": "only tests matching this expression (pytest -k)",
-            "unit": "unit tests only (no root, no sshd needed)",
-            "fast": "the fast tier: unit tests not marked slow (no torch, ansible, downloads or "
-                    "fuzz campaign; see tests/unit/conftest.py), under a minute",
-            "tier": "only the integration tests of this tier (repeatable): " + ", ".join(TIERS),
-            "workers": "pytest-xdist workers (default: 2 for the unit tests, none for the lab tests, "
-                       "whose deadline tests need the cores; 0: one process, as a debugger needs)"})
+@task(
+    iterable=["tier"],
+    help={
+        "k": "only tests matching this expression (pytest -k)",
+        "unit": "unit tests only (no root, no sshd needed)",
+        "fast": "the fast tier: unit tests not marked slow (no torch, ansible, downloads or "
+        "fuzz campaign; see tests/unit/conftest.py), under a minute",
+        "tier": "only the integration tests of this tier (repeatable): " + ", ".join(TIERS),
+        "workers": "pytest-xdist workers (default: 2 for the unit tests, none for the lab tests, "
+        "whose deadline tests need the cores; 0: one process, as a debugger needs)",
+    },
+)
 def test(c, k=None, unit=False, fast=False, tier=None, workers=None):
     """Run the test suite: unit tests, then integration tests against a real emulated lab."""
     bad = [t for t in tier or () if t not in TIERS]
     if bad:
         raise Exit(f"error: --tier {bad[0]!r}: expected one of {', '.join(TIERS)}", code=2)
     if workers is not None and not str(workers).isdigit():
-        raise Exit(f"error: --workers {workers!r}: expected a whole number (0: one process)", code=2)
+        raise Exit(
+            f"error: --workers {workers!r}: expected a whole number (0: one process)", code=2
+        )
     if tier:
         runs = [(["tests/integration", "-m", " or ".join(tier)], 0)]
     elif unit or fast:
@@ -491,10 +842,22 @@ def test(c, k=None, unit=False, fast=False, tier=None, workers=None):
         n = int(default if workers is None else workers)
         # on workers: unit tests one by one; lab modules one per worker, each worker with its
         # own lab (tests/conftest.py), in the order tests/conftest.py sets
-        dist = ["--dist", "load"] if "tests/unit" in args else ["--dist", "loadscope", "--no-loadscope-reorder"]
+        dist = (
+            ["--dist", "load"]
+            if "tests/unit" in args
+            else ["--dist", "loadscope", "--no-loadscope-reorder"]
+        )
         args = args + (["-k", k] if k else []) + (["-n", str(n), *dist] if n else [])
         # --durations: the slowest tests in every CI log (the suite must stay under 15 minutes)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=25"] + args
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--durations=25",
+        ] + args
         failed |= c.run(" ".join(shlex.quote(a) for a in cmd), pty=False, env=env, warn=True).failed
     if failed:
         raise Exit("error: tests failed (above)", code=1)
@@ -513,6 +876,20 @@ train_ns.add_task(train, "run", default=True)
 train_ns.add_task(train_status, "status")
 train_ns.add_task(train_logs, "logs")
 train_ns.add_task(train_stop, "stop")
-ns = Collection(init, doctor, facts, health, bandwidth, inventory_, provision, verify_parity, torch_plan, demo, test, lab,
-                hosts, ssh,
-                train_ns)
+ns = Collection(
+    init,
+    doctor,
+    facts,
+    health,
+    bandwidth,
+    inventory_,
+    provision,
+    verify_parity,
+    torch_plan,
+    demo,
+    test,
+    lab,
+    hosts,
+    ssh,
+    train_ns,
+)

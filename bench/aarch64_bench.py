@@ -7,7 +7,9 @@ The controller's cache (the aarch64 wheelhouse download, the deepspeed build) is
 and left out of the timed part. nodeprep's run is the whole provision (every role: ssh mesh,
 ssh config, shell, nccl, wheelhouse, venv, torch verify, deepspeed_env), split per phase;
 the hand floor does only the Python stack, so the ratio is conservative.
-Target (issue 32): nodeprep at most 1.1x the floor. Usage: bench/aarch64_bench.py [NODES=2] [RUNS=3]"""
+Target (issue 32): nodeprep at most 1.1x the floor.
+Usage: bench/aarch64_bench.py [NODES=2] [RUNS=3]"""
+
 import json
 import shutil
 import statistics
@@ -34,8 +36,16 @@ import pystack_bench as pystack  # noqa: E402  (its parts; its main() runs only 
 
 
 def provision_cmd(info, tmp):
-    return [str(VENV / "invoke"), "provision", "--inventory", str(info.inventory),
-            "--set", f"controller_key={tmp / 'id_ed25519'}", "--set", f"controller_ssh_config={tmp / 'config'}"]
+    return [
+        str(VENV / "invoke"),
+        "provision",
+        "--inventory",
+        str(info.inventory),
+        "--set",
+        f"controller_key={tmp / 'id_ed25519'}",
+        "--set",
+        f"controller_ssh_config={tmp / 'config'}",
+    ]
 
 
 def wipe(info):
@@ -57,16 +67,32 @@ def by_hand(info, settings, house: Path, compile_: bool):
         dest, ph, t = f"{info.user}@{node.address}", {}, time.perf_counter()
         pystack.sh(["scp", "-q", "-r", *opts, str(house), f"{dest}:.nodeprep/wheelhouse"])
         ph["scp"], t = time.perf_counter() - t, time.perf_counter()
-        pystack.sh(["ssh", *opts, dest, "cat > ~/.nodeprep/wheelhouse/requirements.lock && "
-                    f"python3 -m venv ~/.nodeprep/venv && ~/.nodeprep/venv/bin/pip install -q{flags} "
-                    "--no-index --find-links ~/.nodeprep/wheelhouse -r ~/.nodeprep/wheelhouse/requirements.lock"], lock)
+        pystack.sh(
+            [
+                "ssh",
+                *opts,
+                dest,
+                "cat > ~/.nodeprep/wheelhouse/requirements.lock && "
+                f"python3 -m venv ~/.nodeprep/venv && ~/.nodeprep/venv/bin/pip install -q{flags} "
+                "--no-index --find-links ~/.nodeprep/wheelhouse "
+                "-r ~/.nodeprep/wheelhouse/requirements.lock",
+            ],
+            lock,
+        )
         ph["venv+pip"], t = time.perf_counter() - t, time.perf_counter()
-        got = pystack.sh(["ssh", *opts, dest, "uname -m; ~/.nodeprep/venv/bin/python -c 'import torch; "
-                          "print(torch.__version__)'"]).split()
+        got = pystack.sh(
+            [
+                "ssh",
+                *opts,
+                dest,
+                "uname -m; ~/.nodeprep/venv/bin/python -c 'import torch; print(torch.__version__)'",
+            ]
+        ).split()
         ph["import torch"] = time.perf_counter() - t
         if got != ["aarch64", TORCH]:
             raise RuntimeError(f"{node.name}: {got}, want aarch64 {TORCH}")
         return ph
+
     with ThreadPoolExecutor(len(info.nodes)) as pool:
         phases = list(pool.map(one, info.nodes))
     return time.perf_counter() - t0, {k: max(p[k] for p in phases) for k in phases[0]}
@@ -78,18 +104,24 @@ def main():
         info, settings, env = bench_lab(nodes, NAME, arch=("aarch64",))
         state = Path(settings.state_dir)
         cmd = provision_cmd(info, tmp)
-        log(f"aarch64 bench: {nodes} emulated aarch64 nodes, {runs} rounds; warming the controller cache")
+        log(
+            f"aarch64 bench: {nodes} emulated aarch64 nodes, {runs} rounds; "
+            "warming the controller cache"
+        )
         wipe(info)
         dt, ph, _ = pystack.run_provision(cmd, env)
         log(f"  warm-up provision {dt:.1f} s ({pystack.fmt(ph)})")
         house = state / "wheelhouse" / "cp311-aarch64-glibc2.36"
-        names = ["invoke provision (cold aarch64 nodes)", "by hand, pip --no-compile (same work)",
-                 "by hand, pip default (byte-compiles)"]
+        names = [
+            "invoke provision (cold aarch64 nodes)",
+            "by hand, pip --no-compile (same work)",
+            "by hand, pip default (byte-compiles)",
+        ]
         times = {k: [] for k in names}
         phases = {k: [] for k in names}
         foreign = {k: [] for k in names}
         for i in range(runs):
-            for k in (names if i % 2 == 0 else names[::-1]):
+            for k in names if i % 2 == 0 else names[::-1]:
                 wipe(info)
                 with Foreign() as fg:
                     if k == names[0]:
@@ -100,16 +132,28 @@ def main():
                 times[k].append(dt)
                 phases[k].append(ph)
                 foreign[k].append(fg.mean)
-                log(f"  round {i + 1}: {k:<40} {dt:6.1f} s  ({pystack.fmt(ph)}; foreign procs {fg.mean:.2f})")
-        res = summary(f"cold provision of {nodes} aarch64 lab nodes (qemu-user) from x86_64, {runs} "
-                      "interleaved rounds (controller cache warm; nodes wiped before every run)", times, names[1])
+                log(
+                    f"  round {i + 1}: {k:<40} {dt:6.1f} s  "
+                    f"({pystack.fmt(ph)}; foreign procs {fg.mean:.2f})"
+                )
+        res = summary(
+            f"cold provision of {nodes} aarch64 lab nodes (qemu-user) from x86_64, {runs} "
+            "interleaved rounds (controller cache warm; nodes wiped before every run)",
+            times,
+            names[1],
+        )
         med = {k: statistics.median(v) for k, v in times.items()}
         ratio = med[names[0]] / med[names[1]]
-        log(f"  nodeprep / same work by hand: x{ratio:.2f} (target <= x{TARGET:.2f}: "
-            f"{'met' if ratio <= TARGET else 'NOT met'}); / naive hand install: x{med[names[0]] / med[names[2]]:.2f}")
+        log(
+            f"  nodeprep / same work by hand: x{ratio:.2f} (target <= x{TARGET:.2f}: "
+            f"{'met' if ratio <= TARGET else 'NOT met'}); "
+            f"/ naive hand install: x{med[names[0]] / med[names[2]]:.2f}"
+        )
         for k in names:
-            log(f"  {k} median phases: " + pystack.fmt({p: statistics.median(x[p] for x in phases[k])
-                                                        for p in phases[k][0]}))
+            log(
+                f"  {k} median phases: "
+                + pystack.fmt({p: statistics.median(x[p] for x in phases[k]) for p in phases[k][0]})
+            )
         res.update(ratio=ratio, target=TARGET, phases=phases, foreign=foreign)
         save(f"aarch64-{nodes}", [res])
     finally:

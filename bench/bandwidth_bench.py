@@ -4,6 +4,7 @@ iperf3 (what `--tool auto` picks on the lab) and with the builtin sender. Each f
 --seconds 1. The exit status is recorded, not required: on the lab's 2 shared cores
 every flow is CPU-bound, so a node may be flagged by noise (the count is printed).
 Usage: bench/bandwidth_bench.py [NODES=32] [RUNS=3]"""
+
 import statistics
 import sys
 
@@ -15,18 +16,28 @@ info, settings, env = bench_lab(nodes)
 inv = str(info.inventory)
 results = []
 try:
-    cases = [(f"{shape}, {tool}", [*extra, "--tool", tool]) for tool in ("iperf3", "builtin")
-             for shape, extra in ((f"quick, {nodes} nodes", ["--quick"]), ("full, 8 nodes", ["--limit", "worker-[0-7]"]))]
+    cases = [
+        (f"{shape}, {tool}", [*extra, "--tool", tool])
+        for tool in ("iperf3", "builtin")
+        for shape, extra in (
+            (f"quick, {nodes} nodes", ["--quick"]),
+            ("full, 8 nodes", ["--limit", "worker-[0-7]"]),
+        )
+    ]
     for name, extra in cases:
         cmd = [str(VENV / "invoke"), "bandwidth", "--inventory", inv, "--seconds", "1", *extra]
         flagged = []
 
         def count(out):
             flagged.append(out.count("SLOW "))
+
         times = [timed(cmd, env, check=False, verify=count) for _ in range(runs)]
         med = statistics.median(times)
-        print(f"bandwidth {name}: median {med:.2f} s (runs {' '.join(f'{t:.2f}' for t in times)}); "
-              f"nodes flagged per run: {flagged}", flush=True)
+        print(
+            f"bandwidth {name}: median {med:.2f} s (runs {' '.join(f'{t:.2f}' for t in times)}); "
+            f"nodes flagged per run: {flagged}",
+            flush=True,
+        )
         results.append({"case": name, "median": med, "runs": times, "flagged": flagged})
 finally:
     bench_lab_down()

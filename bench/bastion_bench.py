@@ -7,6 +7,7 @@ The roles need no package index (the engine's path is the subject): ssh_keys, sh
 deepspeed_env; both inventories are provisioned once before timing (untimed), so every timed
 run must report nothing to change. Controller CPU: the child's user+system time.
 Usage: bench/bastion_bench.py [NODES=64] [RUNS=5]"""
+
 import json
 import resource
 import statistics
@@ -16,7 +17,6 @@ import time
 from pathlib import Path
 
 from lib import VENV, bench_lab, bench_lab_down, save
-
 from nodeprep.lab import bastion as labbastion
 
 nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 64
@@ -25,8 +25,19 @@ ROLES = "ssh_keys,shell,nccl,deepspeed_env"
 
 
 def run(inv: str, env: dict, tmp: Path) -> tuple[float, float, dict]:
-    cmd = [str(VENV / "invoke"), "provision", "--inventory", inv, "--roles", ROLES, "--json",
-           "--set", f"controller_key={tmp / 'id'}", "--set", f"controller_ssh_config={tmp / 'config'}"]
+    cmd = [
+        str(VENV / "invoke"),
+        "provision",
+        "--inventory",
+        inv,
+        "--roles",
+        ROLES,
+        "--json",
+        "--set",
+        f"controller_key={tmp / 'id'}",
+        "--set",
+        f"controller_ssh_config={tmp / 'config'}",
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -44,7 +55,7 @@ def logins(info) -> int:
 
 def wall(info, on: bool) -> None:
     labbastion.wall_off(info.nodes, int(info.nodes[0].address.split(".")[1]), on)
-    time.sleep(1.0)                   # the sshds re-exec on SIGHUP
+    time.sleep(1.0)  # the sshds re-exec on SIGHUP
 
 
 info, settings, env = bench_lab(nodes, bastion=True)
@@ -52,11 +63,13 @@ tmp = Path(settings.state_dir) / "bastion-bench"
 tmp.mkdir(parents=True, exist_ok=True)
 via = str(info.inventory)
 direct = tmp / "direct.yml"
-direct.write_text("".join(ln for ln in info.inventory.read_text().splitlines(True) if "proxy_jump" not in ln))
+direct.write_text(
+    "".join(ln for ln in info.inventory.read_text().splitlines(True) if "proxy_jump" not in ln)
+)
 results = []
 try:
     wall(info, False)
-    run(str(direct), env, tmp)                            # untimed: the cold provision
+    run(str(direct), env, tmp)  # untimed: the cold provision
     wall(info, True)
     run(via, env, tmp)
     times = {"direct": [], "bastion": []}
@@ -74,16 +87,33 @@ try:
             cpu[k].append(c)
             if k == "bastion":
                 per_run_logins.append(logins(info) - n0)
-        print(f"round {i + 1}: direct {times['direct'][-1]:.2f} s, bastion {times['bastion'][-1]:.2f} s", flush=True)
+        print(
+            f"round {i + 1}: direct {times['direct'][-1]:.2f} s, "
+            f"bastion {times['bastion'][-1]:.2f} s",
+            flush=True,
+        )
     med = {k: statistics.median(v) for k, v in times.items()}
     cpu_node = {k: statistics.median(v) / nodes * 1000 for k, v in cpu.items()}
     ratio = med["bastion"] / med["direct"]
-    print(f"no-op provision of {nodes} nodes: direct {med['direct']:.2f} s, behind one bastion "
-          f"{med['bastion']:.2f} s: x{ratio:.2f} (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'}); "
-          f"controller CPU per node {cpu_node['direct']:.1f} ms direct, {cpu_node['bastion']:.1f} ms via the "
-          f"bastion; bastion logins per run {per_run_logins}")
-    results.append({"nodes": nodes, "runs": times, "cpu": cpu, "medians": med, "ratio": ratio,
-                    "cpu_ms_per_node": cpu_node, "bastion_logins": per_run_logins})
+    print(
+        f"no-op provision of {nodes} nodes: direct {med['direct']:.2f} s, behind one bastion "
+        f"{med['bastion']:.2f} s: x{ratio:.2f} "
+        f"(target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'}); "
+        f"controller CPU per node {cpu_node['direct']:.1f} ms direct, "
+        f"{cpu_node['bastion']:.1f} ms via the "
+        f"bastion; bastion logins per run {per_run_logins}"
+    )
+    results.append(
+        {
+            "nodes": nodes,
+            "runs": times,
+            "cpu": cpu,
+            "medians": med,
+            "ratio": ratio,
+            "cpu_ms_per_node": cpu_node,
+            "bastion_logins": per_run_logins,
+        }
+    )
 finally:
     bench_lab_down()
 save(f"bastion-{nodes}", results)

@@ -36,6 +36,7 @@ work per second halves) and say so; a real cluster's nodes have their own cores.
 Results: bench/results/fanout-*.json.
 Usage: bench/fanout_bench.py [NODES=32] [RUNS=3]   (env RATE=200mbit PAYLOAD=stack DIRECT=1)
 """
+
 import json
 import os
 import resource
@@ -67,11 +68,19 @@ def made_wheels(total_mb: int) -> list[str]:
         tmp.mkdir(parents=True)
         for i in range(10):
             name = f"npbench{i}"
-            with zipfile.ZipFile(tmp / f"{name}-1.0-py3-none-any.whl", "w", zipfile.ZIP_STORED) as z:
+            with zipfile.ZipFile(
+                tmp / f"{name}-1.0-py3-none-any.whl", "w", zipfile.ZIP_STORED
+            ) as z:
                 z.writestr(f"{name}/data.bin", os.urandom(total_mb * 100_000))
-                z.writestr(f"{name}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-                z.writestr(f"{name}-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: bench\n"
-                           "Root-Is-Purelib: true\nTag: py3-none-any\n")
+                z.writestr(
+                    f"{name}-1.0.dist-info/METADATA",
+                    f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+                )
+                z.writestr(
+                    f"{name}-1.0.dist-info/WHEEL",
+                    "Wheel-Version: 1.0\nGenerator: bench\n"
+                    "Root-Is-Purelib: true\nTag: py3-none-any\n",
+                )
                 z.writestr(f"{name}-1.0.dist-info/RECORD", "")
         (tmp / "req.txt").write_text("".join(f"npbench{i}==1.0\n" for i in range(10)))
         tmp.rename(d)
@@ -80,8 +89,15 @@ def made_wheels(total_mb: int) -> list[str]:
 
 
 def command(info, sets: list[str], limit: str | None) -> list[str]:
-    cmd = [str(VENV / "invoke"), "provision", "--inventory", str(info.inventory), "--json",
-           "--roles", "ssh_keys,ssh_config,wheelhouse"]
+    cmd = [
+        str(VENV / "invoke"),
+        "provision",
+        "--inventory",
+        str(info.inventory),
+        "--json",
+        "--roles",
+        "ssh_keys,ssh_config,wheelhouse",
+    ]
     for s in sets + [f"controller_key={STATE}/ctl/id", f"controller_ssh_config={STATE}/ctl/config"]:
         cmd += ["--set", s]
     return cmd + (["--limit", limit] if limit else [])
@@ -121,14 +137,18 @@ def one_run(info, env, sets, which: list[int], relay: bool) -> dict:
     busy = (cpu_ticks()[0] - ticks[0]) / max(1, cpu_ticks()[1] - ticks[1])
     if r.returncode:
         raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    rep = json.loads(r.stdout[r.stdout.index("{\n"):])
+    rep = json.loads(r.stdout[r.stdout.index("{\n") :])
     w = {n: x.get("wheelhouse") for n, x in rep["nodes"].items()}
     bad = {n: x for n, x in w.items() if relay and (not x or x["fallback"] or x["relay_error"])}
     if rep["failed"] or len(w) != len(which) or bad:
         raise SystemExit(f"bench: the run did not relay cleanly: {bad or rep['failed']}")
-    return {"wall": wall, "bridge_tx": sent, "controller_bytes": sum((x or {}).get("controller_bytes", 0) for x in w.values()),
-            "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
-            "machine_busy": busy}
+    return {
+        "wall": wall,
+        "bridge_tx": sent,
+        "controller_bytes": sum((x or {}).get("controller_bytes", 0) for x in w.values()),
+        "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+        "machine_busy": busy,
+    }
 
 
 def size_of_wheelhouse(info) -> int:
@@ -139,9 +159,11 @@ def size_of_wheelhouse(info) -> int:
 def main():
     info, _settings, env = bench_lab(nodes, name=NAME, link_rate=rate)
     sets = made_wheels(int(payload)) if payload != "stack" else []
-    env = dict(env, **{k: os.environ[k] for k in ("PIP_NO_INDEX", "PIP_FIND_LINKS") if k in os.environ})
+    env = dict(
+        env, **{k: os.environ[k] for k in ("PIP_NO_INDEX", "PIP_FIND_LINKS") if k in os.environ}
+    )
     try:
-        one_run(info, env, sets, list(range(nodes)), True)       # warm: wheels resolved, mesh made
+        one_run(info, env, sets, list(range(nodes)), True)  # warm: wheels resolved, mesh made
         size = size_of_wheelhouse(info)
         kinds = {"one": ([0], True), "fanout": (list(range(nodes)), True)}
         if direct:
@@ -152,17 +174,41 @@ def main():
                 for k, (which, relay) in kinds.items():
                     got[k].append(one_run(info, env, sets, which, relay))
         med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in got.items()}
-        print(f"\ncold wheel fan-out: {nodes} nodes, links {rate}, wheelhouse {size / 1e6:.1f} MB "
-              f"({payload}), medians of {runs}; other running processes: {foreign.mean:.2f}")
+        print(
+            f"\ncold wheel fan-out: {nodes} nodes, links {rate}, wheelhouse {size / 1e6:.1f} MB "
+            f"({payload}), medians of {runs}; other running processes: {foreign.mean:.2f}"
+        )
         for k, m in med.items():
-            print(f"  {k:<7} wall {m['wall']:7.2f} s  x{m['wall'] / med['one']['wall']:5.2f} vs one   "
-                  f"controller sent {m['bridge_tx'] / size:5.2f} wheelhouses on the wire, "
-                  f"{m['controller_bytes'] / size:5.2f} payload   controller CPU {m['cpu']:.1f} s   "
-                  f"machine busy {m['machine_busy']:4.0%}")
-        ok = med["fanout"]["wall"] <= 3 * med["one"]["wall"] and med["fanout"]["bridge_tx"] <= 2 * size
-        print(f"  targets (fan-out <= 3x one send, controller <= 2 wheelhouses): {'met' if ok else 'NOT met'}")
-        save("fanout", [{"nodes": nodes, "rate": rate, "payload": payload, "wheelhouse_bytes": size,
-                         "runs": got, "medians": med, "foreign_running": foreign.mean, "targets_met": ok}])
+            print(
+                f"  {k:<7} wall {m['wall']:7.2f} s  "
+                f"x{m['wall'] / med['one']['wall']:5.2f} vs one   "
+                f"controller sent {m['bridge_tx'] / size:5.2f} wheelhouses on the wire, "
+                f"{m['controller_bytes'] / size:5.2f} payload   controller CPU {m['cpu']:.1f} s   "
+                f"machine busy {m['machine_busy']:4.0%}"
+            )
+        ok = (
+            med["fanout"]["wall"] <= 3 * med["one"]["wall"]
+            and med["fanout"]["bridge_tx"] <= 2 * size
+        )
+        print(
+            "  targets (fan-out <= 3x one send, controller <= 2 wheelhouses): "
+            f"{'met' if ok else 'NOT met'}"
+        )
+        save(
+            "fanout",
+            [
+                {
+                    "nodes": nodes,
+                    "rate": rate,
+                    "payload": payload,
+                    "wheelhouse_bytes": size,
+                    "runs": got,
+                    "medians": med,
+                    "foreign_running": foreign.mean,
+                    "targets_met": ok,
+                }
+            ],
+        )
     finally:
         bench_lab_down(NAME)
 

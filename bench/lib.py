@@ -3,6 +3,7 @@
 Benches time whole commands as a user runs them (process start included), alternate the
 contenders inside every round so machine noise hits both alike, and print medians + ratios.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,13 @@ def bench_lab(nodes: int, name: str = "bench", **options):
     Settings, env for child `invoke` processes)."""
     state = ROOT / ".nodeprep" / f"bench-{name}"
     settings = bench_settings(state)
-    info = lab.up(nodes, name=name, settings=settings,
-                  options=lab.UpOptions(inventory_dir=state / "inventory", **options), log=lambda *a: None)
+    info = lab.up(
+        nodes,
+        name=name,
+        settings=settings,
+        options=lab.UpOptions(inventory_dir=state / "inventory", **options),
+        log=lambda *a: None,
+    )
     env = dict(os.environ, INVOKE_NODEPREP_STATE_DIR=str(state))
     return info, settings, env
 
@@ -52,6 +58,7 @@ def forget_controller_block(inventory: Path, config: Path = Path("~/.ssh/config"
     config (lab.down does it too): a torn-down bench lab's `Host worker-N` entries would
     otherwise conflict with the next inventory that names its nodes alike."""
     from nodeprep.lab.host import forget_ssh_blocks
+
     forget_ssh_blocks(inventory, ROOT, config)
 
 
@@ -59,19 +66,28 @@ def timed(cmd: list[str], env=None, check=True, verify=None) -> float:
     """Seconds CMD took. VERIFY(output): called after the clock stops with stdout + stderr
     (stdout is kept only then), raises if the run did not do what the bench assumes."""
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
-                       stdout=subprocess.PIPE if verify else subprocess.DEVNULL)
+    r = subprocess.run(
+        cmd,
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdout=subprocess.PIPE if verify else subprocess.DEVNULL,
+    )
     dt = time.perf_counter() - t0
     if check and r.returncode != 0:
-        raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}): {r.stderr[-500:]}"
-                         f"{(r.stdout or '')[-1500:]}")
+        raise SystemExit(
+            f"bench: {' '.join(cmd)} failed ({r.returncode}): {r.stderr[-500:]}"
+            f"{(r.stdout or '')[-1500:]}"
+        )
     if verify:
         verify(r.stdout + r.stderr)
     return dt
 
 
-def rounds(contenders: dict[str, list[str]], n: int, env=None,
-           verify: dict | None = None) -> dict[str, list[float]]:
+def rounds(
+    contenders: dict[str, list[str]], n: int, env=None, verify: dict | None = None
+) -> dict[str, list[float]]:
     """Run every contender once to warm caches, then N interleaved rounds. VERIFY: optional
     {contender: function(output)} checked after every run of that contender (see timed)."""
     verify = verify or {}
@@ -89,8 +105,10 @@ def summary(title: str, times: dict[str, list[float]], base: str) -> dict:
     print(f"\n{title}")
     for k, v in times.items():
         ratio = med[k] / med[base]
-        print(f"  {k:<34} median {med[k]:6.3f} s   x{ratio:4.2f} vs {base}   "
-              f"runs: {' '.join(f'{t:.3f}' for t in v)}")
+        print(
+            f"  {k:<34} median {med[k]:6.3f} s   x{ratio:4.2f} vs {base}   "
+            f"runs: {' '.join(f'{t:.3f}' for t in v)}"
+        )
     return {"title": title, "medians": med, "runs": times, "base": base}
 
 
@@ -105,6 +123,7 @@ def save(name: str, results: list[dict]) -> None:
 class Foreign:
     """Mean number of running processes outside this bench (not in a bench-lab netns, not
     under this process), sampled every 0.5 s: other engineers share this machine's cores."""
+
     def __init__(self):
         self.samples, self.stop = [], threading.Event()
 
@@ -130,13 +149,16 @@ class Foreign:
                     return True
                 pid = procs.get(pid, (0, 0))[1]
             return False
-        return sum(st == "R" and net not in ours and not mine(pid)
-                   for pid, (st, _pp, net) in procs.items())
+
+        return sum(
+            st == "R" and net not in ours and not mine(pid) for pid, (st, _pp, net) in procs.items()
+        )
 
     def __enter__(self):
         def loop():
             while not self.stop.wait(0.5):
                 self.samples.append(self._count())
+
         self.t = threading.Thread(target=loop, daemon=True)
         self.t.start()
         return self

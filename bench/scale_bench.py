@@ -1,7 +1,8 @@
 """How the controller's cost grows with the fleet (issue 18): for each lab size, interleaved
 rounds of bare Fabric `true` (the floor), bare Fabric running the very probe `invoke facts`
 sends (the floor of one probe round trip per node: on the lab the nodes' work shares the
-controller's 2 cores, so it weighs in the wall time as it would not on a cluster), `invoke facts`, a no-op `invoke provision --roles
+controller's 2 cores, so it weighs in the wall time as it would not on a cluster),
+`invoke facts`, a no-op `invoke provision --roles
 ssh_keys,ssh_config,shell,nccl,deepspeed_env` (converged first; every timed run is checked to
 change nothing) and the pyinfra deploy that manages the same files (bench/peers.py, also
 checked to change nothing), optionally beside the same provision from an older checkout
@@ -16,6 +17,7 @@ Wall time is the median of RUNS; controller CPU is the CPU of the invoked proces
 (getrusage of children: the lab's sshd and the node-side commands are not in it), per node.
 Results go to bench/results/scale-*.json; bench/scale_plot.py draws them.
 Usage: bench/scale_bench.py [SIZES=8,32] [RUNS=3] (env OLD=/path/to/old/checkout, SHAPE=shared)"""
+
 import json
 import os
 import resource
@@ -27,8 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import peers
 import yaml
+
+import peers
 from lib import ROOT, VENV, bench_lab, bench_lab_down, save
 from nodeprep.engine import facts as factmod  # noqa: E402  (lib puts src/ on the path)
 
@@ -41,12 +44,16 @@ old = os.environ.get("OLD")
 
 def nodeprep_noop(state, n_nodes: int):
     """The run's report.json (runs/latest): every node and controller step ok, nothing changed."""
+
     def check(_output):
         report = json.loads((state / "runs" / "latest" / "report.json").read_text())
         bad = {k: r for k, r in report["nodes"].items() if r["status"] != "ok" or r["changed"]}
         ctl = [c for c in report["controller"] if c["status"] != "ok"]
         if report["changed"] or bad or ctl or len(report["nodes"]) != n_nodes:
-            raise SystemExit(f"bench: nodeprep run was not a no-op: {bad or ctl or report['changed']}")
+            raise SystemExit(
+                f"bench: nodeprep run was not a no-op: {bad or ctl or report['changed']}"
+            )
+
     return check
 
 
@@ -58,7 +65,10 @@ def run(cmd, env, verify=None) -> tuple[float, float]:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
-        raise SystemExit(f"bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+        raise SystemExit(
+            f"bench: {' '.join(cmd)} failed ({r.returncode}):\n"
+            f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+        )
     if verify:
         verify(r.stdout + r.stderr)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -71,29 +81,43 @@ def contenders_for(info, settings, env, tmp: Path) -> dict:
     key, config = tmp / "id_ed25519", tmp / "config"
     sets = ["--set", f"controller_key={key}", "--set", f"controller_ssh_config={config}"]
     provision = [str(VENV / "invoke"), "provision", "--inventory", inv, *ROLES, *sets]
-    run(provision, env)                                  # converge (untimed, may change)
-    probe = tmp / "facts_probe.sh"       # what `invoke facts` runs on each node, token and all
+    run(provision, env)  # converge (untimed, may change)
+    probe = tmp / "facts_probe.sh"  # what `invoke facts` runs on each node, token and all
     # with the inventory's vars, as `invoke facts` sends it: without them the python fact asks
     # for `python3` (the venv's, first on PATH in a provisioned shared home) where facts and
     # provision ask for the inventory's /usr/bin/python3, and the two evicted each other's
     # entry of the node's one-entry python cache on every round (a python start per node each)
     host_vars = (yaml.safe_load(Path(inv).read_text()) or {}).get("vars") or {}
     probe.write_text(factmod.probe_script(factmod.NODE_FACTS, host_vars, "0123456789ab"))
-    out = {"bare Fabric true": ([str(VENV / "python"), "bench/bare_fabric.py", inv], env, None),
-           "bare Fabric probe": ([str(VENV / "python"), "bench/bare_fabric.py", inv, str(probe)], env, None),
-           "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),
-           "no-op provision": (provision, env, nodeprep_noop(settings.state, n))}
+    out = {
+        "bare Fabric true": ([str(VENV / "python"), "bench/bare_fabric.py", inv], env, None),
+        "bare Fabric probe": (
+            [str(VENV / "python"), "bench/bare_fabric.py", inv, str(probe)],
+            env,
+            None,
+        ),
+        "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),
+        "no-op provision": (provision, env, nodeprep_noop(settings.state, n)),
+    }
     if not SHARED:
         peers.prepare_out()
         end = peers.end_state(info, config)
-        pinv, deploy = peers.write_pyinfra(info, settings.known_hosts, end,
-                                           [key, settings.state / "cluster_key" / "id_ed25519"])
+        pinv, deploy = peers.write_pyinfra(
+            info, settings.known_hosts, end, [key, settings.state / "cluster_key" / "id_ed25519"]
+        )
         pyinfra = [str(peers.venv("pyinfra") / "pyinfra"), "-y", str(pinv), str(deploy)]
-        run(pyinfra, env)                                # converge the peer too
-        out[f"pyinfra {peers.version('pyinfra')} deploy"] = (pyinfra, env, peers.pyinfra_noop(n + 1))
+        run(pyinfra, env)  # converge the peer too
+        out[f"pyinfra {peers.version('pyinfra')} deploy"] = (
+            pyinfra,
+            env,
+            peers.pyinfra_noop(n + 1),
+        )
     if old:
-        out["no-op provision (OLD)"] = ([str(VENV / "invoke"), "-r", old, *provision[1:]],
-                                        dict(env, PYTHONPATH=f"{old}/src"), nodeprep_noop(settings.state, n))
+        out["no-op provision (OLD)"] = (
+            [str(VENV / "invoke"), "-r", old, *provision[1:]],
+            dict(env, PYTHONPATH=f"{old}/src"),
+            nodeprep_noop(settings.state, n),
+        )
     return out
 
 
@@ -102,7 +126,7 @@ def one_size(n: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="nodeprep-scale-"))
     try:
         contenders = contenders_for(info, settings, env, tmp)
-        for cmd, e, verify in contenders.values():           # warm every contender once
+        for cmd, e, verify in contenders.values():  # warm every contender once
             run(cmd, e, verify)
         got: dict = {k: [] for k in contenders}
         for _ in range(runs):
@@ -113,14 +137,27 @@ def one_size(n: int) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     wall = {k: statistics.median(w for w, _ in v) for k, v in got.items()}
     cpu = {k: statistics.median(c for _, c in v) * 1000 / n for k, v in got.items()}
-    print(f"\n{n} nodes{' (one shared home, all roles)' if SHARED else ''}, {runs} interleaved rounds, "
-          f"{os.cpu_count()} CPUs (medians)", flush=True)
+    print(
+        f"\n{n} nodes{' (one shared home, all roles)' if SHARED else ''}, "
+        f"{runs} interleaved rounds, "
+        f"{os.cpu_count()} CPUs (medians)",
+        flush=True,
+    )
     for k in got:
-        print(f"  {k:<24} wall {wall[k]:7.3f} s  x{wall[k] / wall['bare Fabric true']:5.2f} vs bare Fabric   "
-              f"controller CPU {cpu[k]:6.1f} ms/node   runs: "
-              + " ".join(f"{w:.2f}" for w, _ in got[k]), flush=True)
-    return {"nodes": n, "shape": "shared" if SHARED else "private", "runs": got, "wall": wall,
-            "cpu_ms_per_node": cpu}
+        print(
+            f"  {k:<24} wall {wall[k]:7.3f} s  "
+            f"x{wall[k] / wall['bare Fabric true']:5.2f} vs bare Fabric   "
+            f"controller CPU {cpu[k]:6.1f} ms/node   runs: "
+            + " ".join(f"{w:.2f}" for w, _ in got[k]),
+            flush=True,
+        )
+    return {
+        "nodes": n,
+        "shape": "shared" if SHARED else "private",
+        "runs": got,
+        "wall": wall,
+        "cpu_ms_per_node": cpu,
+    }
 
 
 results = [one_size(n) for n in sizes]

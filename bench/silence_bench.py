@@ -12,6 +12,7 @@ namespace (lab.silence_node: no RST, no answer, as a power loss looks from outsi
 (1) and (2): min / median / max over RUNS (20 by default). Defaults: connect_timeout 10 s,
 silent_after 15 s. Usage: bench/silence_bench.py [RUNS=20] [NODES=64] [NOOP_RUNS=3]
 (NODES=0 skips 3). Results: bench/results/silence-*.json."""
+
 import os
 import statistics
 import subprocess
@@ -23,8 +24,8 @@ from pathlib import Path
 
 from lib import ROOT, VENV, bench_lab, bench_lab_down, save, timed
 from nodeprep import lab
+from nodeprep.engine.connect_errors import Unreachable
 from nodeprep.engine.fleet import Fleet
-from nodeprep.engine.session import Unreachable
 from nodeprep.inventory import load
 
 runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
@@ -33,7 +34,12 @@ noop_runs = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 
 
 def spread(values: list[float]) -> dict:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values), "runs": len(values)}
+    return {
+        "min": min(values),
+        "median": statistics.median(values),
+        "max": max(values),
+        "runs": len(values),
+    }
 
 
 def at_connect(info, env) -> list[float]:
@@ -41,7 +47,13 @@ def at_connect(info, env) -> list[float]:
     lab.silence_node(info, 1)
     try:
         for _ in range(runs):
-            out.append(timed([str(VENV / "invoke"), "facts", "--inventory", str(info.inventory)], env=env, check=False))
+            out.append(
+                timed(
+                    [str(VENV / "invoke"), "facts", "--inventory", str(info.inventory)],
+                    env=env,
+                    check=False,
+                )
+            )
     finally:
         lab.silence_node(info, 1, silent=False)
     return out
@@ -70,9 +82,16 @@ def noop_provision(tmp: Path) -> dict:
     info, settings, env = bench_lab(nodes, name="silb")
     try:
         sets = ["--set", f"controller_key={tmp}/id", "--set", f"controller_ssh_config={tmp}/config"]
-        cmd = [str(VENV / "invoke"), "provision", "--inventory", str(info.inventory), "--roles",
-               "ssh_keys,ssh_config,shell,nccl,deepspeed_env", *sets]
-        subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True)          # converge
+        cmd = [
+            str(VENV / "invoke"),
+            "provision",
+            "--inventory",
+            str(info.inventory),
+            "--roles",
+            "ssh_keys,ssh_config,shell,nccl,deepspeed_env",
+            *sets,
+        ]
+        subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True)  # converge
         times = {"none silent": [], "one silent": []}
         for _ in range(noop_runs):
             times["none silent"].append(timed(cmd, env=env))
@@ -89,18 +108,27 @@ def noop_provision(tmp: Path) -> dict:
 def main() -> None:
     info, settings, env = bench_lab(2, name="sil")
     try:
-        out = {"at_connect": spread(at_connect(info, env)), "mid_command": spread(mid_command(info, settings))}
+        out = {
+            "at_connect": spread(at_connect(info, env)),
+            "mid_command": spread(mid_command(info, settings)),
+        }
     finally:
         bench_lab_down("sil")
     for k in ("at_connect", "mid_command"):
         s = out[k]
-        print(f"{k}: min {s['min']:.1f} s, median {s['median']:.1f} s, max {s['max']:.1f} s ({s['runs']} runs)")
+        print(
+            f"{k}: min {s['min']:.1f} s, median {s['median']:.1f} s, "
+            f"max {s['max']:.1f} s ({s['runs']} runs)"
+        )
     if nodes:
         with tempfile.TemporaryDirectory() as d:
             out["noop_provision"] = n = noop_provision(Path(d))
         out["nodes"] = nodes
-        print(f"no-op provision of {nodes} nodes (medians of {noop_runs}): none silent {n['none silent']:.2f} s, "
-              f"one silent {n['one silent']:.2f} s (+{n['one silent'] - n['none silent']:.1f} s)")
+        print(
+            f"no-op provision of {nodes} nodes (medians of {noop_runs}): "
+            f"none silent {n['none silent']:.2f} s, "
+            f"one silent {n['one silent']:.2f} s (+{n['one silent'] - n['none silent']:.1f} s)"
+        )
     save("silence", out)
 
 

@@ -11,6 +11,7 @@ interleaved rounds, medians:
 
 Usage: bench/sshconfig_bench.py [ALIASES=300] [NODES=64] [RUNS=5] (NODES=0: listing only).
 Results: bench/results/sshconfig-*.json."""
+
 import json
 import statistics
 import subprocess
@@ -30,27 +31,43 @@ def write_configs(tmp: Path, n: int) -> tuple[Path, Path]:
     ssh = tmp / "ssh"
     (ssh / "conf.d").mkdir(parents=True)
     groups = [list(range(i, min(i + 50, n))) for i in range(0, n, 50)]
-    main = ["# bench config", "Host *", "    ServerAliveInterval 30", "    User ops", "",
-            f"Include {ssh}/conf.d/*.conf", ""]
+    main = [
+        "# bench config",
+        "Host *",
+        "    ServerAliveInterval 30",
+        "    User ops",
+        "",
+        f"Include {ssh}/conf.d/*.conf",
+        "",
+    ]
     for g, members in enumerate(groups):
-        text = "".join(f"Host node{i:04d}   # rack {g}\n    HostName 10.{g}.{i // 250}.{i % 250 + 1}\n"
-                       f"    Port {2200 + i % 3}\n" for i in members)
+        text = "".join(
+            f"Host node{i:04d}   # rack {g}\n    HostName 10.{g}.{i // 250}.{i % 250 + 1}\n"
+            f"    Port {2200 + i % 3}\n"
+            for i in members
+        )
         (ssh / "conf.d" / f"rack{g:02d}.conf").write_text(text)
     config = ssh / "config"
     config.write_text("\n".join(main))
     config.chmod(0o600)
     hosts = tmp / "hosts.yml"
-    hosts.write_text("vars:\n  user: ops\nhosts:\n" + "".join(
-        f"  node{i:04d}: {{address: 10.{i // 50}.{i // 250}.{i % 250 + 1}, port: {2200 + i % 3}}}\n"
-        for i in range(n)))
+    hosts.write_text(
+        "vars:\n  user: ops\nhosts:\n"
+        + "".join(
+            f"  node{i:04d}: {{address: 10.{i // 50}.{i // 250}.{i % 250 + 1}, "
+            f"port: {2200 + i % 3}}}\n"
+            for i in range(n)
+        )
+    )
     return config, hosts
 
 
 def listed(expect: int):
     def check(output: str) -> None:
-        got = json.JSONDecoder().raw_decode(output[output.index("{"):])[0]
+        got = json.JSONDecoder().raw_decode(output[output.index("{") :])[0]
         if len(got["hosts"]) != expect:
             raise SystemExit(f"bench: listed {len(got['hosts'])} hosts, expected {expect}")
+
     return check
 
 
@@ -58,9 +75,17 @@ def listing(tmp: Path) -> dict:
     config, hosts = write_configs(tmp, aliases)
     names = [f"node{i:04d}" for i in range(aliases)]
     floor = ["sh", "-c", f"for h in {' '.join(names)}; do ssh -G -F {config} $h >/dev/null; done"]
-    cmds = {"sshconfig": [str(VENV / "invoke"), "inventory", "--inventory", f"sshconfig:{config}", "--json"],
-            "hosts.yml": [str(VENV / "invoke"), "inventory", "--inventory", str(hosts), "--json"],
-            "ssh -G each, serially": floor}
+    cmds = {
+        "sshconfig": [
+            str(VENV / "invoke"),
+            "inventory",
+            "--inventory",
+            f"sshconfig:{config}",
+            "--json",
+        ],
+        "hosts.yml": [str(VENV / "invoke"), "inventory", "--inventory", str(hosts), "--json"],
+        "ssh -G each, serially": floor,
+    }
     times = {k: [] for k in cmds}
     for _ in range(runs):
         for k, cmd in cmds.items():
@@ -74,10 +99,37 @@ def facts(tmp: Path) -> dict:
         ctl = tmp / "ctl"
         ctl.mkdir()
         sets = ["--set", f"controller_key={ctl}/id", "--set", f"controller_ssh_config={ctl}/config"]
-        subprocess.run([str(VENV / "invoke"), "provision", "--inventory", str(info.inventory), "--roles",
-                        "ssh_keys,ssh_config", *sets], cwd=ROOT, env=env, check=True, capture_output=True)
-        cmds = {"sshconfig": [str(VENV / "invoke"), "facts", "--inventory", f"sshconfig:{ctl}/config", "--json"],
-                "hosts.yml": [str(VENV / "invoke"), "facts", "--inventory", str(info.inventory), "--json"]}
+        subprocess.run(
+            [
+                str(VENV / "invoke"),
+                "provision",
+                "--inventory",
+                str(info.inventory),
+                "--roles",
+                "ssh_keys,ssh_config",
+                *sets,
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        cmds = {
+            "sshconfig": [
+                str(VENV / "invoke"),
+                "facts",
+                "--inventory",
+                f"sshconfig:{ctl}/config",
+                "--json",
+            ],
+            "hosts.yml": [
+                str(VENV / "invoke"),
+                "facts",
+                "--inventory",
+                str(info.inventory),
+                "--json",
+            ],
+        }
         times = {k: [] for k in cmds}
         for _ in range(runs):
             for k, cmd in cmds.items():
@@ -89,10 +141,11 @@ def facts(tmp: Path) -> dict:
 
 def listed_facts(expect: int):
     def check(output: str) -> None:
-        got = json.JSONDecoder().raw_decode(output[output.index("{"):])[0]
+        got = json.JSONDecoder().raw_decode(output[output.index("{") :])[0]
         ok = [n for n, r in got["nodes"].items() if r["status"] == "ok"]
         if len(ok) != expect:
             raise SystemExit(f"bench: facts answered on {len(ok)} of {expect} nodes")
+
     return check
 
 
@@ -100,14 +153,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         out = {"aliases": aliases, "runs": runs, "listing": listing(Path(d))}
         lst = out["listing"]
-        print(f"listing {aliases} aliases (medians of {runs}): sshconfig: {lst['sshconfig']:.2f} s, "
-              f"hosts.yml {lst['hosts.yml']:.2f} s ({lst['sshconfig'] / lst['hosts.yml']:.2f}x), "
-              f"ssh -G one by one {lst['ssh -G each, serially']:.2f} s")
+        print(
+            f"listing {aliases} aliases (medians of {runs}): sshconfig: {lst['sshconfig']:.2f} s, "
+            f"hosts.yml {lst['hosts.yml']:.2f} s ({lst['sshconfig'] / lst['hosts.yml']:.2f}x), "
+            f"ssh -G one by one {lst['ssh -G each, serially']:.2f} s"
+        )
         if nodes:
             out["nodes"] = nodes
             out["facts"] = f = facts(Path(d))
-            print(f"no-op facts on {nodes} lab nodes: sshconfig: {f['sshconfig']:.2f} s, hosts.yml "
-                  f"{f['hosts.yml']:.2f} s ({f['sshconfig'] / f['hosts.yml']:.2f}x)")
+            print(
+                f"no-op facts on {nodes} lab nodes: sshconfig: {f['sshconfig']:.2f} s, hosts.yml "
+                f"{f['hosts.yml']:.2f} s ({f['sshconfig'] / f['hosts.yml']:.2f}x)"
+            )
     save("sshconfig", out)
 
 

@@ -4,12 +4,14 @@ user would type once the job dir is in place: `ssh <worker-0> 'cd ~/.nodeprep/jo
 StrictHostKeyChecking=yes). Whole processes, medians of RUNS interleaved rounds (plus one warm-up
 each; order reversed every other round), `invoke train --no-preflight` and `--no-health-gate` as
 more contenders. Targets: at most 1.2x the bare command (issue 12), at most 1.3x with the health
-gate (issue 29; the gate is on by default, so that is plain `invoke train`). Every run must print `health: OK world_size=N`. Setup (untimed, reported): lab up,
+gate (issue 29; the gate is on by default, so that is plain `invoke train`). Every run must
+print `health: OK world_size=N`. Setup (untimed, reported): lab up,
 `invoke provision`, one first `invoke train` (puts health.py and the hostfile on the nodes).
 When the target is missed (or with --profile), an instrumented in-process `train` (this file run
 with --child) splits nodeprep's time into process start, connect, facts, preflight mesh, sync,
 launch (the remote deepspeed run), cleanup and close.
 Usage: bench/train_bench.py [NODES=2] [RUNS=5] [--profile]"""
+
 import json
 import os
 import shutil
@@ -21,11 +23,10 @@ import time
 from pathlib import Path
 
 from lib import ROOT, VENV, bench_lab, bench_lab_down, bench_settings, save, summary, timed
-
 from nodeprep.settings import Settings
 
 TARGET = 1.2
-GATE_TARGET = 1.3        # issue 29: train with the health gate against the bare command
+GATE_TARGET = 1.3  # issue 29: train with the health gate against the bare command
 args = [] if "--child" in sys.argv else [a for a in sys.argv[1:] if not a.startswith("--")]
 nodes = int(args[0]) if args else 2
 runs = int(args[1]) if len(args) > 1 else 5
@@ -39,9 +40,10 @@ def child(inv, preflight):
     """Run `train` in this process with timers around its stages; print them as JSON."""
     t_imp = time.perf_counter()
     from nodeprep import cli
-    from nodeprep.commands.train import run as tr
     from nodeprep.commands.options import TrainOptions
+    from nodeprep.commands.train import run as tr
     from nodeprep.engine import fleet, session
+
     w, t_imp = {}, time.perf_counter() - t_imp
 
     def wrap(cls, name, key):
@@ -54,22 +56,34 @@ def child(inv, preflight):
             finally:
                 if kk:
                     w[kk] = w.get(kk, 0.0) + time.perf_counter() - t
+
         setattr(cls, name, f)
-    already = lambda a, k: None if a[0].conn is not None and a[0].conn.is_connected else \
-        f"connect {a[0].name}"
+
+    already = lambda a, k: (
+        None if a[0].conn is not None and a[0].conn.is_connected else f"connect {a[0].name}"
+    )
     wrap(session.Session, "connect", already)
     wrap(session.Session, "run", lambda a, k: f"run '{k.get('label')}' {a[0].name}")
     wrap(fleet.Fleet, "map", lambda a, k: f"map {a[2] if len(a) > 2 else k['stage']} (wall)")
     wrap(fleet.Fleet, "__init__", "Fleet init")
     wrap(fleet.Fleet, "close", "Fleet close")
     from nodeprep.commands.train import supervise as sv
+
     wrap(tr, "prepare", "prepare (wall, facts+plan+preflight+sync)")
     wrap(sv.Supervisor, "run", "Supervisor.run (wall, watch+launch+poll+leftover check)")
     wrap(sv.Supervisor, "_stop_all", "Supervisor._stop_all (wall)")
     t = time.perf_counter()
-    rc = cli.train(TrainOptions(inventory=inv, limit=None, launcher="deepspeed", payload="health", args=(),
-                                preflight=preflight),
-                   bench_settings(Path(os.environ["INVOKE_NODEPREP_STATE_DIR"])))
+    rc = cli.train(
+        TrainOptions(
+            inventory=inv,
+            limit=None,
+            launcher="deepspeed",
+            payload="health",
+            args=(),
+            preflight=preflight,
+        ),
+        bench_settings(Path(os.environ["INVOKE_NODEPREP_STATE_DIR"])),
+    )
     w["cli.train total"] = time.perf_counter() - t
     w["import nodeprep.cli/commands.train/engine"] = t_imp
     print("PROFILE " + json.dumps(w), file=sys.stderr, flush=True)
@@ -82,12 +96,19 @@ def profile(inv, env, n=3):
         reps = []
         for _ in range(n):
             t0 = time.perf_counter()
-            r = subprocess.run([str(VENV / "python"), __file__, "--child", str(inv), *extra],
-                               env=env, cwd=ROOT, capture_output=True, text=True)
+            r = subprocess.run(
+                [str(VENV / "python"), __file__, "--child", str(inv), *extra],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
             wall = time.perf_counter() - t0
             line = [ln for ln in r.stderr.splitlines() if ln.startswith("PROFILE ")]
             if r.returncode or not line or ok_line() not in r.stdout + r.stderr:
-                raise SystemExit(f"bench: profile child failed ({r.returncode}):\n{r.stderr[-2000:]}")
+                raise SystemExit(
+                    f"bench: profile child failed ({r.returncode}):\n{r.stderr[-2000:]}"
+                )
             p = json.loads(line[0][8:])
             p["process wall"] = wall
             p["outside cli.train (interpreter+imports+exit)"] = wall - p["cli.train total"]
@@ -114,50 +135,101 @@ def main():
         info, settings, env = bench_lab(nodes)
         log(f"  setup: lab bench up with {nodes} nodes in {time.perf_counter() - t0:.1f} s")
         inv, head = str(info.inventory), info.nodes[0]
-        prov = [str(VENV / "invoke"), "provision", "--inventory", inv,
-                "--set", f"controller_key={tmp / 'id_ed25519'}",
-                "--set", f"controller_ssh_config={tmp / 'config'}"]
+        prov = [
+            str(VENV / "invoke"),
+            "provision",
+            "--inventory",
+            inv,
+            "--set",
+            f"controller_key={tmp / 'id_ed25519'}",
+            "--set",
+            f"controller_ssh_config={tmp / 'config'}",
+        ]
         log(f"  setup: `invoke provision` {timed(prov, env):.1f} s")
-        train = [str(VENV / "invoke"), "train", "--inventory", inv, "--launcher", "deepspeed",
-                 "--payload", "health"]
-        log(f"  setup: first `invoke train` {timed(train, env, verify=check_ok):.1f} s (syncs health.py)")
+        train = [
+            str(VENV / "invoke"),
+            "train",
+            "--inventory",
+            inv,
+            "--launcher",
+            "deepspeed",
+            "--payload",
+            "health",
+        ]
+        log(
+            f"  setup: first `invoke train` {timed(train, env, verify=check_ok):.1f} s "
+            "(syncs health.py)"
+        )
         job = head.home / ".nodeprep" / "jobs" / "payloads"
         hostfile = (job / "hostfile").read_text()
         if not (job / "health.py").is_file() or hostfile.count("slots=") != nodes:
             raise SystemExit(f"bench: no health.py/hostfile in {job}: {hostfile!r}")
         log(f"  hostfile on {head.name}: {hostfile.strip()!r}")
-        ssh = ["ssh", "-F", "/dev/null", "-i", str(info.key), "-o", f"UserKnownHostsFile={settings.known_hosts}",
-               "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-               f"{info.user}@{head.address}"]
-        bare = ssh + ["cd ~/.nodeprep/jobs/payloads && ~/.nodeprep/venv/bin/deepspeed -H hostfile "
-                      f"--launcher pdsh --master_addr {head.address} --master_port 29500 health.py"]
-        names = {"invoke train": train, "invoke train --no-preflight": train + ["--no-preflight"],
-                 "invoke train --no-health-gate": train + ["--no-health-gate"],
-                 "bare ssh deepspeed -H hostfile": bare}
-        for k, cmd in names.items():   # warm-up, one each
+        ssh = [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(info.key),
+            "-o",
+            f"UserKnownHostsFile={settings.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            f"{info.user}@{head.address}",
+        ]
+        bare = ssh + [
+            "cd ~/.nodeprep/jobs/payloads && ~/.nodeprep/venv/bin/deepspeed -H hostfile "
+            f"--launcher pdsh --master_addr {head.address} --master_port 29500 health.py"
+        ]
+        names = {
+            "invoke train": train,
+            "invoke train --no-preflight": train + ["--no-preflight"],
+            "invoke train --no-health-gate": train + ["--no-health-gate"],
+            "bare ssh deepspeed -H hostfile": bare,
+        }
+        for k, cmd in names.items():  # warm-up, one each
             timed(cmd, env, verify=check_ok)
         times, load = {k: [] for k in names}, []
-        for i in range(runs):   # order reversed every other round
+        for i in range(runs):  # order reversed every other round
             load.append(float(Path("/proc/loadavg").read_text().split()[0]))
-            for k in (list(names) if i % 2 == 0 else list(names)[::-1]):
+            for k in list(names) if i % 2 == 0 else list(names)[::-1]:
                 times[k].append(timed(names[k], env, verify=check_ok))
-            log(f"  round {i + 1} (load {load[-1]:.2f}): " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in times.items()))
-        res = summary(f"deepspeed health on {nodes} lab nodes, {runs} interleaved rounds (whole "
-                      "processes; every run printed health: OK)", times, "bare ssh deepspeed -H hostfile")
+            log(
+                f"  round {i + 1} (load {load[-1]:.2f}): "
+                + ", ".join(f"{k} {v[-1]:.2f}" for k, v in times.items())
+            )
+        res = summary(
+            f"deepspeed health on {nodes} lab nodes, {runs} interleaved rounds (whole "
+            "processes; every run printed health: OK)",
+            times,
+            "bare ssh deepspeed -H hostfile",
+        )
         med = res["medians"]
         ratio = med["invoke train"] / med["bare ssh deepspeed -H hostfile"]
-        log(f"\n  invoke train / bare: x{ratio:.2f} (target <= {TARGET}x: "
+        log(
+            f"\n  invoke train / bare: x{ratio:.2f} (target <= {TARGET}x: "
             f"{'met' if ratio <= TARGET else 'NOT met'}); extra "
             f"{med['invoke train'] - med['bare ssh deepspeed -H hostfile']:+.2f} s, of which the "
-            f"preflight path {med['invoke train'] - med['invoke train --no-preflight']:+.2f} s")
+            f"preflight path {med['invoke train'] - med['invoke train --no-preflight']:+.2f} s"
+        )
         gate = med["invoke train"] / med["bare ssh deepspeed -H hostfile"]
-        log(f"  with the health gate (the default) x{gate:.2f} (issue 29's target <= {GATE_TARGET}x: "
+        log(
+            f"  with the health gate (the default) x{gate:.2f} "
+            f"(issue 29's target <= {GATE_TARGET}x: "
             f"{'met' if gate <= GATE_TARGET else 'NOT met'}); the gate's own cost "
-            f"{med['invoke train'] - med['invoke train --no-health-gate']:+.2f} s")
-        paired = statistics.median(a / b for a, b in zip(times["invoke train"],
-                                                         times["bare ssh deepspeed -H hostfile"]))
-        log(f"  median of the per-round ratios invoke train / bare: x{paired:.2f}; 1-min load "
-            f"average before each round: {' '.join(f'{x:.2f}' for x in load)}")
+            f"{med['invoke train'] - med['invoke train --no-health-gate']:+.2f} s"
+        )
+        paired = statistics.median(
+            a / b for a, b in zip(times["invoke train"], times["bare ssh deepspeed -H hostfile"])
+        )
+        log(
+            f"  median of the per-round ratios invoke train / bare: x{paired:.2f}; 1-min load "
+            f"average before each round: {' '.join(f'{x:.2f}' for x in load)}"
+        )
         res.update(ratio=ratio, paired_ratio=paired, target=TARGET, met=ratio <= TARGET, load=load)
         results.append(res)
         if ratio > TARGET or "--profile" in sys.argv:
@@ -168,17 +240,22 @@ def main():
                 for k, t in sorted(p.items(), key=lambda kv: -kv[1]):
                     log(f"    {k:<52} {t:7.3f} s")
             st = {}
-            for k, cmd in {"python -c pass": [str(VENV / "python"), "-c", "pass"],
-                           "invoke --help train (invoke start, tasks import)":
-                               [str(VENV / "invoke"), "--help", "train"],
-                           "ssh <worker-0> true (the bare contender's ssh)": ssh + ["true"]}.items():
+            for k, cmd in {
+                "python -c pass": [str(VENV / "python"), "-c", "pass"],
+                "invoke --help train (invoke start, tasks import)": [
+                    str(VENV / "invoke"),
+                    "--help",
+                    "train",
+                ],
+                "ssh <worker-0> true (the bare contender's ssh)": ssh + ["true"],
+            }.items():
                 st[k] = statistics.median(timed(cmd) for _ in range(5))
             log("  floors (medians of 5):")
             for k, t in st.items():
                 log(f"    {k:<52} {t:7.3f} s")
             results.append({"title": "profile", "stages": prof, "floors": st})
     finally:
-        try:   # ~1 GB of venv+wheelhouse per node: do not leave it in the lab homes
+        try:  # ~1 GB of venv+wheelhouse per node: do not leave it in the lab homes
             for base in (Path(Settings().lab_root) / "bench").glob("worker-*/home/.nodeprep"):
                 for d in ("venv", "wheelhouse", "jobs"):
                     shutil.rmtree(base / d, ignore_errors=True)

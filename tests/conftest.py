@@ -17,6 +17,7 @@ this machine has no arm64 root yet, build it in the background from the start
 (lab/foreign.prebuild: minutes of emulated package scripts); that test's lab waits for it. Its
 output: <basetemp>/arm64-root.log.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -29,13 +30,17 @@ import pytest
 # the prebuild holds PREBUILT for its whole life (binfmt_misc put back included), so a test in
 # another worker waits for it to end, as the worker that started it waits for the process
 PREBUILT = "/var/cache/nodeprep/prebuild.lock"
-PREBUILD = ("import fcntl, os; os.makedirs(os.path.dirname(%r), exist_ok=True); f = open(%r, 'w'); "
-            "fcntl.flock(f, fcntl.LOCK_EX); from nodeprep.lab import foreign; foreign.prebuild('aarch64')"
-            % (PREBUILT, PREBUILT))
+PREBUILD = (
+    "import fcntl, os; os.makedirs(os.path.dirname(%r), exist_ok=True); f = open(%r, 'w'); "
+    "fcntl.flock(f, fcntl.LOCK_EX); from nodeprep.lab import foreign; foreign.prebuild('aarch64')"
+    % (PREBUILT, PREBUILT)
+)
 
 
 def _wants_aarch64(session) -> bool:
-    return any(item.nodeid.startswith("tests/integration/test_aarch64.py") for item in session.items)
+    return any(
+        item.nodeid.startswith("tests/integration/test_aarch64.py") for item in session.items
+    )
 
 
 def pytest_collection_finish(session):
@@ -46,12 +51,16 @@ def pytest_collection_finish(session):
     if os.geteuid() != 0 or not wanted:
         return
     from nodeprep.lab import foreign
+
     if foreign.cached_root("aarch64") is not None:
         return
     log = session.config._tmp_path_factory.getbasetemp() / "arm64-root.log"
     session.config.stash[ROOT_BUILD] = subprocess.Popen(
-        [sys.executable, "-c", PREBUILD], stdin=subprocess.DEVNULL, stdout=open(log, "w"),
-        stderr=subprocess.STDOUT)
+        [sys.executable, "-c", PREBUILD],
+        stdin=subprocess.DEVNULL,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 ROOT_BUILD = pytest.StashKey[subprocess.Popen]()
@@ -89,8 +98,17 @@ TIERS = {
 }
 SLURM_FIXTURES = {"real_slurm", "slurm", "slurm_lab", "slx"}
 # the longest modules, started first on the workers (measured 2026-11-28: docs/testing.md)
-LONG_FIRST = ("test_aarch64", "test_train_watch", "test_silence", "test_shapes", "test_bastion",
-              "test_train", "test_inventory_differential", "test_launchers", "test_closed_stdout")
+LONG_FIRST = (
+    "test_aarch64",
+    "test_train_watch",
+    "test_silence",
+    "test_shapes",
+    "test_bastion",
+    "test_train",
+    "test_inventory_differential",
+    "test_launchers",
+    "test_closed_stdout",
+)
 
 # in one process, the lab modules run last: test_aarch64 (the arm64 root builds in the
 # background meanwhile), then the modules whose deadlines (a silent node named within 30 s,

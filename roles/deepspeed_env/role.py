@@ -1,17 +1,17 @@
 """deepspeed_env: ~/.deepspeed_env on every node, made only of bare single-line KEY=VALUE lines
 (the DeepSpeed runner does `key, val = line.split('=', 1)` on every line: a blank line, a
 comment or `export` breaks it), from the nccl role's environment plus `deepspeed_env`."""
+
 from __future__ import annotations
 
 import re
 
-from nodeprep.ops.launchenv import dsenv
-from nodeprep.ops.launchenv import ncclenv
-from nodeprep.ops import pystack
-from nodeprep.errors import InputError, NodeprepError
-from nodeprep.redact import is_secret
-from nodeprep.engine.steps import FileContent
 from nodeprep.engine.facts import FILE, INTERFACES, USER
+from nodeprep.engine.steps import FileContent
+from nodeprep.errors import InputError, NodeprepError
+from nodeprep.ops import pystack
+from nodeprep.ops.launchenv import dsenv, ncclenv
+from nodeprep.redact import is_secret
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -21,18 +21,25 @@ def validate(prov):
         file, line = prov.origin(node, "deepspeed_env")
         for k, val in (v["deepspeed_env"] or {}).items():
             if not IDENT.match(str(k)):
-                raise InputError(f"deepspeed_env key {k!r} is not a shell identifier",
-                                 hint="use letters, digits and _ only, not starting with a digit",
-                                 file=file, line=line)
+                raise InputError(
+                    f"deepspeed_env key {k!r} is not a shell identifier",
+                    hint="use letters, digits and _ only, not starting with a digit",
+                    file=file,
+                    line=line,
+                )
             if isinstance(val, (dict, list)) or val is None:
-                raise InputError(f"deepspeed_env.{k}: value must be a string or number",
-                                 file=file, line=line)
+                raise InputError(
+                    f"deepspeed_env.{k}: value must be a string or number", file=file, line=line
+                )
         for var, label, value in _feeds(v):
             problems = dsenv.value_problems(value, "pdsh")
             if problems:
-                raise InputError(f"{label}: {problems[0]} (it goes into ~/.deepspeed_env, which "
-                                 f"DeepSpeed 0.19.8's pdsh launcher runs as {dsenv.PDSH_EXPORT})",
-                                 file=prov.origin(node, var)[0], line=prov.origin(node, var)[1])
+                raise InputError(
+                    f"{label}: {problems[0]} (it goes into ~/.deepspeed_env, which "
+                    f"DeepSpeed 0.19.8's pdsh launcher runs as {dsenv.PDSH_EXPORT})",
+                    file=prov.origin(node, var)[0],
+                    line=prov.origin(node, var)[1],
+                )
 
 
 def _feeds(v: dict):
@@ -64,7 +71,7 @@ def node_env(ctx) -> dict[str, str]:
     # differs per node stays in each node's own env file (nccl role) instead
     own = proposal.get(ctx.name) if ncclenv.fleet_wide(proposal) else None
     env = ncclenv.node_env(v, own)
-    env.update(pystack.path_env(v, ctx.facts))   # the launcher does not forward PATH
+    env.update(pystack.path_env(v, ctx.facts))  # the launcher does not forward PATH
     for k, val in (v["deepspeed_env"] or {}).items():
         env[k] = str(val).lower() if isinstance(val, bool) else str(val)
     return env
@@ -72,11 +79,13 @@ def node_env(ctx) -> dict[str, str]:
 
 def steps(ctx):
     env = node_env(ctx)
-    for k, val in env.items():      # values computed from facts too (interface names, home)
+    for k, val in env.items():  # values computed from facts too (interface names, home)
         if dsenv.pdsh_live(val) or "\n" in val or "\r" in val:
-            raise NodeprepError(f"~/.deepspeed_env: the value of {k} computed for this node "
-                                f"contains characters DeepSpeed's pdsh launcher would run "
-                                f"({dsenv.PDSH_EXPORT}); nothing written",
-                                "set it literally in deepspeed_env or nccl_env")
+            raise NodeprepError(
+                f"~/.deepspeed_env: the value of {k} computed for this node "
+                f"contains characters DeepSpeed's pdsh launcher would run "
+                f"({dsenv.PDSH_EXPORT}); nothing written",
+                "set it literally in deepspeed_env or nccl_env",
+            )
     hidden = [val for k, val in env.items() if is_secret(k)]
     return [FileContent("~/.deepspeed_env", content(env), 0o600, secrets=hidden)]

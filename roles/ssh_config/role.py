@@ -7,6 +7,7 @@ On the controller each inventory has a block of its own (`hosts <inventory>`); a
 another inventory's block or the user's own entries define with another address is refused
 before anything changes, naming both places (ops/ssh/config_blocks), unless the inventory sets
 `ssh_alias_prefix`. Every value is written as one ssh_config word (config_blocks.word)."""
+
 from __future__ import annotations
 
 import getpass
@@ -15,16 +16,16 @@ import re
 import tempfile
 from pathlib import Path
 
+from nodeprep.engine.facts import FILE
+from nodeprep.engine.results import StepResult
+from nodeprep.engine.steps import FileBlock, with_block
 from nodeprep.errors import InputError
 from nodeprep.ops.ssh import CLUSTER_KEY, config_blocks
 
-from nodeprep.engine.results import StepResult
-from nodeprep.engine.steps import FileBlock, with_block
-from nodeprep.engine.facts import FILE
 
-
-def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = "",
-            controller: bool = False) -> str:
+def entries(
+    hosts, identity: str | None, extra: list[str] = (), prefix: str = "", controller: bool = False
+) -> str:
     """The block's Host entries. The block goes FIRST in the file (ssh takes the first value it
     finds: a user's `Host *` above it would override them) and ends with `Match all`, so the
     user's own lines after it apply as they did before. On the controller the entries say what
@@ -41,7 +42,9 @@ def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = ""
         user = h.user or (getpass.getuser() if controller else None)
         if user:
             out.append(f"    User {word(user)}")
-        keys = ([str(Path(h.key).expanduser())] if controller and h.key else []) + ([identity] if identity else [])
+        keys = ([str(Path(h.key).expanduser())] if controller and h.key else []) + (
+            [identity] if identity else []
+        )
         out += [f"    IdentityFile {word(k)}" for k in dict.fromkeys(keys)]
         if keys:
             out.append("    IdentitiesOnly yes")
@@ -51,7 +54,7 @@ def entries(hosts, identity: str | None, extra: list[str] = (), prefix: str = ""
             for hop in h.jump:
                 hops.setdefault(hop.address, keys)
         out += [f"    {x}" for x in extra]
-    for address, keys in hops.items():       # the hops' own entries: the same keys and pins
+    for address, keys in hops.items():  # the hops' own entries: the same keys and pins
         out.append(f"Host {address}")
         out += [f"    IdentityFile {word(k)}" for k in dict.fromkeys(keys)]
         out += ["    IdentitiesOnly yes"] if keys else []
@@ -70,19 +73,27 @@ def validate(prov):
     first = prov.hosts[0].name
     prefix = str(prov.vars[first]["ssh_alias_prefix"] or "")
     if prefix and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", prefix):
-        raise InputError(f"ssh_alias_prefix: {prefix[:40]!r} is not the start of a host name",
-                         "use letters, digits, '.', '_' and '-', e.g. lab-",
-                         *prov.origin(first, "ssh_alias_prefix"))
+        raise InputError(
+            f"ssh_alias_prefix: {prefix[:40]!r} is not the start of a host name",
+            "use letters, digits, '.', '_' and '-', e.g. lab-",
+            *prov.origin(first, "ssh_alias_prefix"),
+        )
     for var in ("controller_key", "controller_ssh_config", "key"):
         for node, v in prov.vars.items():
             if v.get(var) and ('"' in str(v[var])):
-                raise InputError(f"{var}: a path with '\"' cannot be written into an ssh config",
-                                 "rename the file", *prov.origin(node, var))
+                raise InputError(
+                    f"{var}: a path with '\"' cannot be written into an ssh config",
+                    "rename the file",
+                    *prov.origin(node, var),
+                )
     if prov.vars[first]["ssh_config_controller"]:
         path = _controller_file(prov)
         if not str(prov.vars[first]["controller_ssh_config"]).strip() or path.is_dir():
-            raise InputError(f"controller_ssh_config: {str(path)[:80]!r} is not a file path",
-                             "e.g. ~/.ssh/config", *prov.origin(first, "controller_ssh_config"))
+            raise InputError(
+                f"controller_ssh_config: {str(path)[:80]!r} is not a file path",
+                "e.g. ~/.ssh/config",
+                *prov.origin(first, "controller_ssh_config"),
+            )
         _refuse_conflicts(prov)
 
 
@@ -103,14 +114,24 @@ def _refuse_conflicts(prov) -> None:
         raise InputError(f"cannot read {path}: {exc.strerror}", "check its permissions") from None
     prefix = str(prov.vars[prov.hosts[0].name]["ssh_alias_prefix"] or "")
     inv = prov.inventory
-    wanted = [(prefix + h.name, h.address, int(h.port), h.origin.get("address") or str(inv.path or inv.name))
-              for h in inv.hosts]
+    wanted = [
+        (
+            prefix + h.name,
+            h.address,
+            int(h.port),
+            h.origin.get("address") or str(inv.path or inv.name),
+        )
+        for h in inv.hosts
+    ]
     found = config_blocks.conflicts(wanted, text, str(path), _block_name(prov))
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise InputError(found[0] + more, "two inventories name their nodes alike: set "
-                         "ssh_alias_prefix in this one (e.g. ssh_alias_prefix: lab-), or remove "
-                         "the other entry")
+        raise InputError(
+            found[0] + more,
+            "two inventories name their nodes alike: set "
+            "ssh_alias_prefix in this one (e.g. ssh_alias_prefix: lab-), or remove "
+            "the other entry",
+        )
 
 
 def reads(ctx):
@@ -132,12 +153,21 @@ def controller(prov):
     if not first["ssh_config_controller"]:
         return []
     path = _controller_file(prov)
-    key = prov.shared.controller_key or Path(first.get("controller_key", "~/.ssh/id_ed25519")).expanduser()
+    key = (
+        prov.shared.controller_key
+        or Path(first.get("controller_key", "~/.ssh/id_ed25519")).expanduser()
+    )
     known = f"UserKnownHostsFile {config_blocks.word(str(prov.settings.known_hosts))}"
     # Lab/inventory keys differ per host in principle; the controller key is on every node.
-    _refuse_conflicts(prov)      # again: the file may have changed since validate
+    _refuse_conflicts(prov)  # again: the file may have changed since validate
     prefix = str(first["ssh_alias_prefix"] or "")
-    body = entries(prov.inventory.hosts, str(key), [known, "StrictHostKeyChecking yes"], prefix, controller=True)
+    body = entries(
+        prov.inventory.hosts,
+        str(key),
+        [known, "StrictHostKeyChecking yes"],
+        prefix,
+        controller=True,
+    )
     old = path.read_text() if path.exists() else None
     block = f"hosts {_block_name(prov)}"
     new = with_block(old, block, body, "first")

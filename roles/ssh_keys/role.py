@@ -5,17 +5,18 @@ prompts and never needs checking turned off.
 
 The cluster key is made on the controller once (`.nodeprep/cluster_key/`) and is the only
 private key that ever leaves it."""
+
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
 
-from nodeprep.errors import NodeprepError
+from nodeprep.engine.facts import FILE
 from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import FileBlock, FileContent
-from nodeprep.engine.facts import FILE
+from nodeprep.errors import NodeprepError
 from nodeprep.ops.ssh import CLUSTER_KEY
 
 
@@ -31,8 +32,11 @@ def _keygen(path: Path, comment: str, check: bool) -> StepResult:
     if check:
         return StepResult(name, "changed", "would create an ed25519 key")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    r = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode:
         raise NodeprepError(f"ssh-keygen {path} failed: {r.stderr.strip()}")
     return StepResult(name, "changed", "created")
@@ -78,7 +82,7 @@ def known_hosts_lines(prov) -> list[str]:
     if prov.shared.known_hosts is not None:
         return prov.shared.known_hosts
     store = PinnedHostKeys(prov.settings.known_hosts)
-    lines = []      # published when complete: steps() of other nodes may run in other threads
+    lines = []  # published when complete: steps() of other nodes may run in other threads
     for h in prov.inventory.hosts:
         keys = store.lookup(h.address, h.port)
         names = {host_entry(h.name, h.port), host_entry(h.address, h.port)}
@@ -94,12 +98,27 @@ def steps(ctx):
     # The key this prov connects with stays authorized: rewriting the block must never lock
     # nodeprep out (e.g. after --ask-pass installed access, or when controller_key changes).
     login = _once(prov, Path(ctx.host.key).expanduser(), _pub) if ctx.host.key else None
-    keys = list(dict.fromkeys(k for k in (_once(prov, prov.shared.controller_key, _pub), login,
-                                          _once(prov, prov.shared.cluster_key, _pub) if mesh else None) if k))
+    keys = list(
+        dict.fromkeys(
+            k
+            for k in (
+                _once(prov, prov.shared.controller_key, _pub),
+                login,
+                _once(prov, prov.shared.cluster_key, _pub) if mesh else None,
+            )
+            if k
+        )
+    )
     out = [FileBlock("~/.ssh/authorized_keys", "ssh_keys", "\n".join(keys) + "\n", mode=0o600)]
     if mesh and prov.shared.cluster_key.exists():
         private = _once(prov, prov.shared.cluster_key, Path.read_text)
-        out += [FileContent(CLUSTER_KEY, private, 0o600, secrets=[private]),
-                FileContent(CLUSTER_KEY + ".pub", _once(prov, prov.shared.cluster_key, _pub) + "\n", 0o644),
-                FileBlock("~/.ssh/known_hosts", "cluster hosts", "\n".join(known_hosts_lines(prov)) + "\n")]
+        out += [
+            FileContent(CLUSTER_KEY, private, 0o600, secrets=[private]),
+            FileContent(
+                CLUSTER_KEY + ".pub", _once(prov, prov.shared.cluster_key, _pub) + "\n", 0o644
+            ),
+            FileBlock(
+                "~/.ssh/known_hosts", "cluster hosts", "\n".join(known_hosts_lines(prov)) + "\n"
+            ),
+        ]
     return out

@@ -3,6 +3,7 @@ from every node's driver, GPUs and CPU arch (src/nodeprep/ops/torchplan/plan.py)
 wheelhouse and venv roles, and verified on every node after install: torch.__version__,
 torch.version.cuda (None on CPU builds), and get_arch_list() covering each GPU (same major,
 equal or higher minor; PTX for newer)."""
+
 from __future__ import annotations
 
 import inspect
@@ -13,14 +14,15 @@ import shlex
 
 from packaging.version import InvalidVersion, Version
 
-from nodeprep.errors import InputError
-from nodeprep.ops import pystack
+from nodeprep.engine.facts import GPUS, OS, STAMP, USER, VENV
 from nodeprep.engine.remote import rpath, stamp_from_list
 from nodeprep.engine.results import StepResult
-from nodeprep.engine.facts import GPUS, OS, STAMP, USER, VENV
 from nodeprep.engine.steps import Step, StepCheck, scope_of
+from nodeprep.errors import InputError
+from nodeprep.ops import pystack
 
 FACTS = [GPUS, OS, USER]
+
 
 def covered(cap: str, arch_list: list) -> bool:
     """A GPU of capability CAP ("9.0") runs a build compiled for ARCH_LIST: an sm_ of the same
@@ -38,7 +40,8 @@ def covered(cap: str, arch_list: list) -> bool:
 # package's RECORD, every compiled extension and shared library, each top-level package's
 # __init__.py, the .pth files), relative to the venv. The next run's check compares the stamp,
 # not pip's metadata alone: a torch that fails to import is never "ok" again.
-VERIFY = r'''
+VERIFY = (
+    r"""
 import json, os, platform, sys
 import torch
 import importlib.util
@@ -55,7 +58,9 @@ if got["version"] != want["version"] and ("+" in want["version"] or got["version
     bad.append("torch %s installed, want %s" % (got["version"], want["version"]))
 if (got["cuda"] or None) != want["cuda"]:
     bad.append("torch.version.cuda is %s, want %s" % (got["cuda"], want["cuda"]))
-''' + inspect.getsource(covered) + r'''
+"""  # noqa: E501 (VERIFY's program text is left as it was)
+    + inspect.getsource(covered)
+    + r"""
 for cap in want["capabilities"]:
     if not covered(cap, got["arch_list"]):
         bad.append("GPU capability %s not in torch.cuda.get_arch_list() %s" % (cap, got["arch_list"]))
@@ -75,9 +80,10 @@ for root, dirs, files in os.walk(site):
 keep = sorted(os.path.relpath(n, sys.prefix) for n in names if os.path.isfile(n) and "\n" not in n)
 with open(sys.argv[2], "w") as out:
     out.write(json.dumps(dict(got, machine=platform.machine())) + "\n" + "".join(n + "\n" for n in keep))
-'''
+"""  # noqa: E501 (VERIFY's program text is left as it was)
+)
 
-STAMP_NAME = pystack.paths.VERIFIED        # in the venv: its listing is STAMP_NAME.list while made
+STAMP_NAME = pystack.paths.VERIFIED  # in the venv: its listing is STAMP_NAME.list while made
 
 
 _INDEX = re.compile(r"(https?|file)://[A-Za-z0-9_.~:/?#\[\]@!&'()*+,;=%{}-]+")
@@ -92,19 +98,34 @@ def validate(prov):
             try:
                 Version(str(version))
             except InvalidVersion:
-                raise InputError(f"torch_version: {str(version)[:40]!r} is not a version number",
-                                 "e.g. \"2.13.0\" (quoted)", *prov.origin(node, "torch_version")) from None
+                raise InputError(
+                    f"torch_version: {str(version)[:40]!r} is not a version number",
+                    'e.g. "2.13.0" (quoted)',
+                    *prov.origin(node, "torch_version"),
+                ) from None
         if index and index != "pip-config" and not _INDEX.fullmatch(str(index)):
-            raise InputError(f"torch_index: {str(index)[:60]!r} is not an http(s):// or file:// URL",
-                             "e.g. https://download.pytorch.org/whl/{variant}, or pip-config",
-                             *prov.origin(node, "torch_index"))
+            raise InputError(
+                f"torch_index: {str(index)[:60]!r} is not an http(s):// or file:// URL",
+                "e.g. https://download.pytorch.org/whl/{variant}, or pip-config",
+                *prov.origin(node, "torch_index"),
+            )
 
 
 def controller(prov):
-    plan = pystack.torch_plan(prov)    # raises PlanError (names the blocking node) before any change
-    return [StepResult(f"torch.plan {b.requirement}" + (f" ({b.cpu_arch})" if len(plan.builds) > 1 else ""),
-                       "ok", f"variant {b.variant}" + (f"; {b.compat}" if b.compat else ""))
-            for b in plan.builds] if plan else []
+    plan = pystack.torch_plan(prov)  # raises PlanError (names the blocking node) before any change
+    return (
+        [
+            StepResult(
+                f"torch.plan {b.requirement}"
+                + (f" ({b.cpu_arch})" if len(plan.builds) > 1 else ""),
+                "ok",
+                f"variant {b.variant}" + (f"; {b.compat}" if b.compat else ""),
+            )
+            for b in plan.builds
+        ]
+        if plan
+        else []
+    )
 
 
 def reads(ctx):
@@ -135,19 +156,27 @@ def verified(stamp: dict, want: dict, arch: str) -> StepCheck:
         return StepCheck(False, f"verified on {machine}, this node is {arch}")
     if not stamp["same"]:
         ch = stamp["changed"]
-        return StepCheck(False, f"{len(ch)} file(s) changed since torch last imported here "
-                            f"({', '.join(posixpath.basename(c) for c in ch[:3])}{', ...' if len(ch) > 3 else ''})")
+        return StepCheck(
+            False,
+            f"{len(ch)} file(s) changed since torch last imported here "
+            f"({', '.join(posixpath.basename(c) for c in ch[:3])}{', ...' if len(ch) > 3 else ''})",
+        )
     if not matches(version, want["version"]) or (cuda or None) != want["cuda"]:
-        return StepCheck(False, f"verified torch {version} (CUDA {cuda}), want {want['version']} (CUDA {want['cuda']})")
+        return StepCheck(
+            False,
+            f"verified torch {version} (CUDA {cuda}), want {want['version']} (CUDA {want['cuda']})",
+        )
     lack = [c for c in want["capabilities"] if not covered(c, arch_list)]
-    return StepCheck(not lack, f"GPU capability {', '.join(lack)} not in the verified build's arch list")
+    return StepCheck(
+        not lack, f"GPU capability {', '.join(lack)} not in the verified build's arch list"
+    )
 
 
 def steps(ctx):
     plan = pystack.torch_plan(ctx.prov)
     if not plan:
         return []
-    plan = plan.for_arch(ctx.facts[OS]["arch"])     # this node's platform's build
+    plan = plan.for_arch(ctx.facts[OS]["arch"])  # this node's platform's build
     version = plan.requirement.split("==", 1)[1]
     caps = sorted({d["capability"] for d in ctx.facts[GPUS]["devices"] if d.get("capability")})
     want = {"version": version, "cuda": plan.cuda, "capabilities": caps}
@@ -163,8 +192,19 @@ def steps(ctx):
     v = rpath(venv)
     listing = STAMP_NAME + ".list"
     # the old stamp goes first: a verify that fails leaves none behind
-    action = (f"rm -f {v}/{STAMP_NAME} && {v}/bin/python -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))} "
-              f"{v}/{listing} && " + stamp_from_list(venv, STAMP_NAME, listing))
-    return [Step(f"torch.verify {plan.requirement}", [key, stamp], check, action=action,
-                 hint="the installed torch does not match the plan or does not import; see the step output",
-                 scope=scope_of(venv))]
+    action = (
+        f"rm -f {v}/{STAMP_NAME} && "
+        f"{v}/bin/python -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))} "
+        f"{v}/{listing} && " + stamp_from_list(venv, STAMP_NAME, listing)
+    )
+    return [
+        Step(
+            f"torch.verify {plan.requirement}",
+            [key, stamp],
+            check,
+            action=action,
+            hint="the installed torch does not match the plan or does not import; "
+            "see the step output",
+            scope=scope_of(venv),
+        )
+    ]

@@ -1,29 +1,29 @@
 """wheelhouse: the controller resolves and downloads every wheel the nodes need once per node
 platform (src/nodeprep/ops/pystack/wheelhouse.py), then gets each node only the files it lacks (by
-sha256), so nodes never talk to a package index. With wheelhouse_relay (and the ssh mesh) the
-wheels go node to node (ops/pystack/relay.py: the controller sends each platform's once, into a chain
-of the nodes lacking them, after the mesh is in place: Step.fleet); each relayed wheel is
-checked against the controller's sha256 before it is used, and what did not arrive intact is
-pushed by the controller over the run's own SSH connection, as without the relay."""
+sha256), so nodes never talk to a package index. With wheelhouse_relay (and the ssh mesh) the wheels
+go node to node (ops/pystack/relay.py: the controller sends each platform's once, into a chain of
+the nodes lacking them, after the mesh is in place: Step.fleet); each relayed wheel is checked
+against the controller's sha256 before it is used, and what did not arrive intact is pushed by the
+controller over the run's own SSH connection, as without the relay."""
+
 from __future__ import annotations
 
 import posixpath
 import shlex
 import time
 
-from nodeprep.ops import pystack
-from nodeprep.ops.pystack import relay
-from nodeprep.ops.pystack import wheelcast
-from nodeprep.errors import InputError, NodeprepError
+from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, STAMP, USER
 from nodeprep.engine.remote import SHA256_SH, rpath, stamp_from_list
 from nodeprep.engine.steps import FileContent, Room, Step, StepCheck, scope_of
-from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, STAMP, USER
+from nodeprep.errors import InputError, NodeprepError
+from nodeprep.ops import pystack
+from nodeprep.ops.pystack import relay, relay_run, wheelcast
 
 SUMS = "SHA256SUMS"
 # The stamp of the last sha256 check that passed (STAMP fact; engine/remote.stamp_from_list),
 # over every wheel it checked: a wheel rewritten, truncated or removed since is pushed and
 # checked again, where SHA256SUMS alone says only what was pushed.
-STAMP_NAME = pystack.paths.VERIFIED      # the name a verify stamp has wherever it is (the venv too)
+STAMP_NAME = pystack.paths.VERIFIED  # the name a verify stamp has wherever it is (the venv too)
 
 
 def validate(prov):
@@ -32,8 +32,12 @@ def validate(prov):
     for pin in first["wheel_builds"] or {}:
         if pin.split("==")[0].strip() and "==" not in pin:
             file, line = prov.origin(next(iter(prov.vars)), "wheel_builds")
-            raise InputError(f"wheel_builds: {pin!r} is not pinned", hint="write name==version",
-                             file=file, line=line)
+            raise InputError(
+                f"wheel_builds: {pin!r} is not pinned",
+                hint="write name==version",
+                file=file,
+                line=line,
+            )
 
 
 # GPUS: the torch plan (pystack.torch_plan) needs them; without, `--roles wheelhouse` alone
@@ -45,8 +49,12 @@ def reads(ctx):
     d = ctx.vars["wheelhouse_dir"]
     # requirements.lock too: a fact read later costs a round trip, and a converged run could
     # not tell it has nothing to do from the probe alone (it would take the locks)
-    return [DIR(d), FILE(posixpath.join(d, SUMS)), FILE(posixpath.join(d, "requirements.lock")),
-            STAMP(posixpath.join(d, STAMP_NAME))]
+    return [
+        DIR(d),
+        FILE(posixpath.join(d, SUMS)),
+        FILE(posixpath.join(d, "requirements.lock")),
+        STAMP(posixpath.join(d, STAMP_NAME)),
+    ]
 
 
 # Line 1 of the stamp. SHA256SUMS and the stamp are written by one action, after its check
@@ -87,11 +95,15 @@ def report(ctx):
     rl = ctx.prov.shared.relay
     if rl is None or (ctx.name not in rl.source and ctx.name not in rl.sent):
         return {}
-    return {"wheelhouse": {"from": rl.source.get(ctx.name, "controller"),
-                           "verified_on_arrival": len(rl.verified.get(ctx.name, ())),
-                           "controller_bytes": rl.sent.get(ctx.name, 0),
-                           "relay_error": rl.errors.get(ctx.name),
-                           "fallback": rl.fallbacks.get(ctx.name)}}
+    return {
+        "wheelhouse": {
+            "from": rl.source.get(ctx.name, "controller"),
+            "verified_on_arrival": len(rl.verified.get(ctx.name, ())),
+            "controller_bytes": rl.sent.get(ctx.name, 0),
+            "relay_error": rl.errors.get(ctx.name),
+            "fallback": rl.fallbacks.get(ctx.name),
+        }
+    }
 
 
 def _sums(text: str | None) -> dict[str, str]:
@@ -107,12 +119,25 @@ def _without_manifest(ctx) -> list[Step] | None:
     resolve its platform's wheels, or --check found none in the controller's cache."""
     if ctx.name in ctx.prov.shared.wheelhouse_errors:
         err = ctx.prov.shared.wheelhouse_errors[ctx.name]
-        return [Step("wheelhouse.download", [], lambda f: StepCheck(False, err.splitlines()[0]), action=None,
-                     hint="the controller could not resolve the wheels for this node's platform: "
-                          + " | ".join(err.splitlines()[1:])[-300:])]
+        return [
+            Step(
+                "wheelhouse.download",
+                [],
+                lambda f: StepCheck(False, err.splitlines()[0]),
+                action=None,
+                hint="the controller could not resolve the wheels for this node's platform: "
+                + " | ".join(err.splitlines()[1:])[-300:],
+            )
+        ]
     if ctx.name not in ctx.prov.shared.manifests:
-        return [Step("wheelhouse.sync", [], lambda f: StepCheck(False, "would download and push the "
-                                                                   "wheelhouse"), action=":")]
+        return [
+            Step(
+                "wheelhouse.sync",
+                [],
+                lambda f: StepCheck(False, "would download and push the wheelhouse"),
+                action=":",
+            )
+        ]
     return None
 
 
@@ -120,20 +145,27 @@ def _verify(ctx, rl, d: str, files: dict, sums_text: str):
     """The sync step's action, run after the uploads: check every wheel against the
     controller's sha256 (but those the relay's arrival check just passed), drop stale ones,
     then record the sums (the file the next run's check reads)."""
+
     def verify(_facts):
         done = rl.verified.get(ctx.name, set()) if rl else set()
         todo = "".join(f"{sha}  {n}\n" for n, sha in sorted(files.items()) if n not in done)
         # each wheel hashed by np_sha256 (the CPU's SHA instructions where openssl has them)
-        check_all = (f"printf %s {_b64(todo)} | base64 -d | {{ np_bad=0; while read -r np_w np_f; do "
-                     f"[ \"$(np_sha256 < \"$np_f\")\" = \"$np_w\" ] || {{ echo \"$np_f: FAILED\" >&2; np_bad=1; }}; "
-                     f"done; [ $np_bad -eq 0 ]; }} && ")
+        check_all = (
+            f"printf %s {_b64(todo)} | base64 -d | {{ np_bad=0; while read -r np_w np_f; do "
+            f'[ "$(np_sha256 < "$np_f")" = "$np_w" ] || {{ echo "$np_f: FAILED" >&2; np_bad=1; }}; '
+            f"done; [ $np_bad -eq 0 ]; }} && "
+        )
         listing = STAMP_HEAD + "\n" + "".join(f"{n}\n" for n in sorted(files))
-        return (f"{SHA256_SH}; cd {rpath(d)} && rm -rf {relay.STAGE} && rm -f {STAMP_NAME} && "
-                f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && "
-                + (check_all if todo else "")
-                + f"for f in *.whl; do grep -qF \"  $f\" .sums.new || rm -f -- \"$f\"; done && "
-                f"mv -f .sums.new {SUMS} && printf %s {_b64(listing)} | base64 -d > {STAMP_NAME}.list && "
-                + stamp_from_list(d, STAMP_NAME, STAMP_NAME + ".list"))
+        return (
+            f"{SHA256_SH}; cd {rpath(d)} && rm -rf {relay.STAGE} && rm -f {STAMP_NAME} && "
+            f"printf %s {_b64(sums_text)} | base64 -d > .sums.new && "
+            + (check_all if todo else "")
+            + f'for f in *.whl; do grep -qF "  $f" .sums.new || rm -f -- "$f"; done && '
+            f"mv -f .sums.new {SUMS} && "
+            f"printf %s {_b64(listing)} | base64 -d > {STAMP_NAME}.list && "
+            + stamp_from_list(d, STAMP_NAME, STAMP_NAME + ".list")
+        )
+
     return verify
 
 
@@ -145,8 +177,38 @@ def steps(ctx):
     local, m = ctx.prov.shared.manifests[ctx.name]
     files = m["files"]
     sums_text = "".join(f"{sha}  {name}\n" for name, sha in sorted(files.items()))
-    listing_key, sums_key = DIR(d), FILE(posixpath.join(d, SUMS))
     stamp_key = STAMP(posixpath.join(d, STAMP_NAME))
+    missing = _missing(files, d, stamp_key)
+    check = _check(missing, files, stamp_key)
+    rl = _relay(ctx)
+    try:
+        lack = missing(ctx.facts)
+    except (KeyError, TypeError):  # not probed: the check tells
+        rl, lack = None, []
+    if rl is not None:
+        _register(ctx, rl, m["platform"], local, lack)
+    upload = _upload(ctx, d, rl, files, local, missing)
+    verify = _verify(ctx, rl, d, files, sums_text)  # the action, after the uploads
+    fleet = _fleet(ctx, rl, lack)
+    return [
+        Step(
+            f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
+            [DIR(d), FILE(posixpath.join(d, SUMS)), stamp_key],
+            check,
+            action=verify,
+            before=upload,
+            hint="see the run log",
+            scope=scope_of(d),
+            fleet=fleet,
+            room=_room(d, local, missing),
+        ),
+        FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644),
+    ]
+
+
+def _missing(files: dict, d: str, stamp_key):
+    """The sync step's list of wheels to push, a function of the facts."""
+    listing_key, sums_key = DIR(d), FILE(posixpath.join(d, SUMS))
 
     def missing(facts) -> list[str]:
         """The wheels to push: not recorded with their sha256, absent, or changed since the
@@ -154,7 +216,15 @@ def steps(ctx):
         have = _sums((facts[sums_key] or {}).get("content"))
         present = set(facts[listing_key] or [])
         changed = set((facts.get(stamp_key) or {}).get("changed") or ())
-        return [n for n, sha in files.items() if have.get(n) != sha or n not in present or n in changed]
+        return [
+            n for n, sha in files.items() if have.get(n) != sha or n not in present or n in changed
+        ]
+
+    return missing
+
+
+def _check(missing, files: dict, stamp_key):
+    """The sync step's check: nothing to push, and every wheel checked since it was pushed."""
 
     def check(facts):
         lack = missing(facts)
@@ -162,37 +232,57 @@ def steps(ctx):
             return StepCheck(False, f"{len(lack)} of {len(files)} wheels to push")
         st = facts[stamp_key]
         if not st["exists"] or st["head"] != STAMP_HEAD:
-            return StepCheck(False, f"{len(files)} wheels not checked against their sha256 since they were pushed")
+            return StepCheck(
+                False,
+                f"{len(files)} wheels not checked against their sha256 since they were pushed",
+            )
         return StepCheck(True)
 
-    rl = _relay(ctx)
-    try:
-        lack = missing(ctx.facts)
-    except (KeyError, TypeError):     # not probed: the check tells
-        rl, lack = None, []
-    if rl is not None:
-        _register(ctx, rl, m["platform"], local, lack)
+    return check
+
+
+def _upload(ctx, d: str, rl, files: dict, local, missing):
+    """The sync step's upload (before its action): what the relay did not bring, pushed."""
 
     def upload(session, facts):
         remote_dir = pystack.node_path(d, facts)
         if not session.run(f"mkdir -p -m 700 {shlex.quote(remote_dir)}").ok:
             raise NodeprepError(f"cannot create {remote_dir}")
-        _push(session, remote_dir, _arrived(session, rl, remote_dir, missing(facts), files), local,
-              ctx.prov.shared.relay)       # counts what the controller sends, relay on or off
+        _push(
+            session,
+            remote_dir,
+            _arrived(session, rl, remote_dir, missing(facts), files),
+            local,
+            ctx.prov.shared.relay,
+        )  # counts what the controller sends, relay on or off
 
-    verify = _verify(ctx, rl, d, files, sums_text)      # the action, after the uploads
-    fleet = None
+    return upload
+
+
+def _fleet(ctx, rl, lack: list[str]):
+    """The sync step's fleet pass (Step.fleet): the relay (sbcast under --via slurm, else the
+    chain) when this node takes part and lacks wheels; None otherwise."""
     if rl is not None and lack:
         prov = ctx.prov
-        how = wheelcast.run if prov.shared.via == "slurm" else relay.run   # sbcast, or the chain
-        fleet = ("wheelhouse.relay", lambda fl, nodes: how(fl, nodes, rl, prov.events, prov.notes))
+        how = wheelcast.run if prov.shared.via == "slurm" else relay_run.run  # sbcast, or the chain
+        return ("wheelhouse.relay", lambda fl, nodes: how(fl, nodes, rl, prov.events, prov.notes))
+
+    return None
+
+
+def _room(d: str, local, missing):
+    """The sync step's room: the wheels to push, and their files."""
+
     def room(facts) -> Room:
         lack = missing(facts)
-        return Room(d, sum((local / n).stat().st_size for n in lack), len(lack) + 2, what=f"{len(lack)} wheels")
-    return [Step(f"wheelhouse.sync {len(files)} wheels ({m['platform']})",
-                 [DIR(d), FILE(posixpath.join(d, SUMS)), stamp_key], check, action=verify, before=upload,
-                 hint="see the run log", scope=scope_of(d), fleet=fleet, room=room),
-            FileContent(posixpath.join(d, "requirements.lock"), "\n".join(m["lock"]) + "\n", 0o644)]
+        return Room(
+            d,
+            sum((local / n).stat().st_size for n in lack),
+            len(lack) + 2,
+            what=f"{len(lack)} wheels",
+        )
+
+    return room
 
 
 def _arrived(session, rl, remote_dir: str, lack: list[str], files: dict) -> list[str]:
@@ -200,13 +290,19 @@ def _arrived(session, rl, remote_dir: str, lack: list[str], files: dict) -> list
     the node), return what the controller must still push itself (the fallback, noted)."""
     if rl is None or session.name not in rl.source or not lack:
         return lack
-    r = session.run(relay.finalize_script(remote_dir, {n: files[n] for n in lack}),
-                    label=f"relay arrival check of {len(lack)} wheels")
+    r = session.run(
+        relay.finalize_script(remote_dir, {n: files[n] for n in lack}),
+        label=f"relay arrival check of {len(lack)} wheels",
+    )
     ok, bad = relay.parse_finalize(r.stdout)
     with rl.lock:
         rl.verified[session.name] = ok
-    push, why = relay.fallback(lack, ok, bad, rl.errors.get(session.name) or (
-        None if r.ok else f"arrival check exit {r.rc}"))
+    push, why = relay.fallback(
+        lack,
+        ok,
+        bad,
+        rl.errors.get(session.name) or (None if r.ok else f"arrival check exit {r.rc}"),
+    )
     if push:
         with rl.lock:
             rl.fallbacks[session.name] = why
@@ -233,9 +329,12 @@ class _Pace:
         self.done = self.base + sent
         took = time.monotonic() - self.t0
         if took > 30 and self.done / took < relay.MIN_RATE:
-            raise NodeprepError(f"{self.done / 2**20:.0f} MiB in {took:.0f} s ({self.done / took / 2**20:.2f} MiB/s, "
-                                f"below the {relay.MIN_RATE / 2**20:.0f} MiB/s floor): the link to the node "
-                                "is too slow or stalls")
+            raise NodeprepError(
+                f"{self.done / 2**20:.0f} MiB in {took:.0f} s "
+                f"({self.done / took / 2**20:.2f} MiB/s, "
+                f"below the {relay.MIN_RATE / 2**20:.0f} MiB/s floor): the link to the node "
+                "is too slow or stalls"
+            )
 
 
 def _push(session, remote_dir: str, names: list[str], local, rl) -> None:
@@ -256,5 +355,5 @@ def _push(session, remote_dir: str, names: list[str], local, rl) -> None:
 
 def _b64(text: str) -> str:
     import base64
-    return base64.b64encode(text.encode()).decode()
 
+    return base64.b64encode(text.encode()).decode()

@@ -4,6 +4,7 @@ InputError (exit 2) is for bad input found before any node is touched: it names 
 file and line (or the flag) and says what to do. NodeprepError (exit 1) is for a run
 that could not do what was asked.
 """
+
 from __future__ import annotations
 
 
@@ -20,8 +21,13 @@ class NodeprepError(Exception):
 
 
 # line breaks and other control characters, as they are shown inside a one-line message
-_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f, 0x85]} | {
-    0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, 0x85]} | {
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x09: "\\t",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
 
 
 def one_line(text: str) -> str:
@@ -35,8 +41,13 @@ class InputError(NodeprepError):
 
     exit_code = 2
 
-    def __init__(self, message: str, hint: str | None = None, file: str | None = None,
-                 line: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+    ):
         where = ""
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "

@@ -1,9 +1,10 @@
 """Secret-looking values never reach a log, a diff or a report.
 
-A variable whose NAME contains KEY, TOKEN, SECRET or PASS (PASSWORD, ansible_ssh_pass; CREDENTIAL too) is a
-secret; its VALUE is replaced wherever text is shown, at any depth: a key of a mapping inside a
-variable (deepspeed_env: {WANDB_API_TOKEN: ...}) is a name too. Public-key material is not a
-secret; names that hold a path (key, controller_key, ...) are the caller's to exempt."""
+A variable whose NAME contains KEY, TOKEN, SECRET or PASS (PASSWORD, ansible_ssh_pass; CREDENTIAL
+too) is a secret; its VALUE is replaced wherever text is shown, at any depth: a key of a mapping
+inside a variable (deepspeed_env: {WANDB_API_TOKEN: ...}) is a name too. Public-key material is not
+a secret; names that hold a path (key, controller_key, ...) are the caller's to exempt."""
+
 from __future__ import annotations
 
 import re
@@ -50,12 +51,18 @@ def _leaves(value) -> list[str]:
 class Redactor:
     def __init__(self, values=()):
         # A multi-line secret (a private key) shows up line by line in a diff: mask each line.
-        parts = {line.strip() for v in values for line in str(v).splitlines() if len(line.strip()) >= 8}
-        self.values = sorted({v for v in values if v and len(v) >= 3} | parts, key=len, reverse=True)
+        parts = {
+            line.strip() for v in values for line in str(v).splitlines() if len(line.strip()) >= 8
+        }
+        self.values = sorted(
+            {v for v in values if v and len(v) >= 3} | parts, key=len, reverse=True
+        )
 
     @classmethod
     def from_env(cls, *mappings: dict) -> "Redactor":
-        return cls([s for m in mappings for k, v in (m or {}).items() for s in secret_values(str(k), v)])
+        return cls(
+            [s for m in mappings for k, v in (m or {}).items() for s in secret_values(str(k), v)]
+        )
 
     def __call__(self, text: str) -> str:
         for v in self.values:

@@ -7,11 +7,11 @@ with the project root (the directory of tasks.py). Without one, the project is f
 Invoke finds tasks.py: the nearest directory from the current one upwards that holds
 tasks.py and roles/.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-
 
 
 def find_project(start: Path | None = None) -> Path:
@@ -27,21 +27,21 @@ def find_project(start: Path | None = None) -> Path:
 @dataclass(frozen=True)
 class Settings:
     default_inventory: str = "local"
-    width: int = 64                 # nodes worked on at once
-    connect_timeout: float = 10.0   # seconds for the TCP + SSH handshake: a silent address is
-                                    # named after this, never retried
-    silent_after: float = 15.0      # a connected node that acknowledges nothing (data, TCP
-                                    # keepalives) this long is unreachable: its steps stop there
-    probe_timeout: float = 120.0    # seconds for one fact probe (nvidia-smi, `import torch`)
+    width: int = 64  # nodes worked on at once
+    connect_timeout: float = 10.0  # seconds for the TCP + SSH handshake: a silent address is
+    # named after this, never retried
+    silent_after: float = 15.0  # a connected node that acknowledges nothing (data, TCP
+    # keepalives) this long is unreachable: its steps stop there
+    probe_timeout: float = 120.0  # seconds for one fact probe (nvidia-smi, `import torch`)
     command_timeout: float = 900.0  # seconds for any other remote command
-    connect_retries: int = 3        # extra tries, only for a refused or reset connection
-    retry_backoff: float = 0.5      # seconds, doubled after each failed try
+    connect_retries: int = 3  # extra tries, only for a refused or reset connection
+    retry_backoff: float = 0.5  # seconds, doubled after each failed try
     pin_new_host_keys: bool = True  # record a first-contact host key (never silently)
-    lock_wait: float = 900.0        # seconds a run waits for another run's home/machine lock
-    lock_stale: float = 7200.0      # a lock held longer than this is taken over
-    state_dir: str = ".nodeprep"    # relative to the project root unless absolute
+    lock_wait: float = 900.0  # seconds a run waits for another run's home/machine lock
+    lock_stale: float = 7200.0  # a lock held longer than this is taken over
+    state_dir: str = ".nodeprep"  # relative to the project root unless absolute
     lab_root: str = "/var/lib/nodeprep/labs"
-    project_root: str = ""          # inventory/, roles/ (and a relative state_dir) live here
+    project_root: str = ""  # inventory/, roles/ (and a relative state_dir) live here
 
     @classmethod
     def from_mapping(cls, data: dict | None) -> "Settings":

@@ -25,6 +25,7 @@ Fixtures:
 
 The lab needs root and sshd; CI has both, so without them these tests FAIL (not skip).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,15 +35,15 @@ from pathlib import Path
 import pytest
 
 from nodeprep import lab as labmod
-from nodeprep.lab import net as lab_net
 from nodeprep.errors import NodeprepError
+from nodeprep.lab import net as lab_net
 from nodeprep.lab.config import LabInfo, LabNode
 from nodeprep.settings import Settings
 
 LAB_NAME = "t"
-LAB_SUBNET = 199      # 10.199.0.0/24: apart from "local" (200) and derived names (201-250)
+LAB_SUBNET = 199  # 10.199.0.0/24: apart from "local" (200) and derived names (201-250)
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-if _WORKER:           # 10.189, 10.188, ...: below the fixed subnets of other modules (194-199)
+if _WORKER:  # 10.189, 10.188, ...: below the fixed subnets of other modules (194-199)
     LAB_NAME, LAB_SUBNET = f"t{_WORKER}", 190 - _WORKER
 # NODEPREP_TEST_LAB=NAME:SUBNET runs a tier on a lab of its own beside another run's lab "t"
 # (a developer's second terminal); modules that name lab "t" themselves still need the default.
@@ -55,8 +56,11 @@ LAB_NODES = 3
 @pytest.fixture(scope="session", autouse=True)
 def _lab_prerequisites():
     if os.geteuid() != 0:
-        pytest.fail("integration tests need root: the lab uses network and mount namespaces "
-                    "(run them as root, as CI does)", pytrace=False)
+        pytest.fail(
+            "integration tests need root: the lab uses network and mount namespaces "
+            "(run them as root, as CI does)",
+            pytrace=False,
+        )
     try:
         lab_net.require_tools()
     except NodeprepError as err:
@@ -80,6 +84,7 @@ def own_settings(lab_settings):
         settings.state.mkdir(parents=True, exist_ok=True)
         (settings.state / "wheelhouse").symlink_to(shared, target_is_directory=True)
         return settings
+
     return make
 
 
@@ -94,12 +99,17 @@ def _lab_session(lab_settings, lab_inventory_dir):
     labmod.down(LAB_NAME, lab_settings, log=lambda msg: None)
     holder: dict[str, LabInfo] = {}
 
-    def lab_up(nodes: int = LAB_NODES, log=lambda msg: None, slurm: bool | None = None,
-               gpu_records: tuple[str, ...] | None = None) -> LabInfo:
-        options = labmod.UpOptions(inventory_dir=lab_inventory_dir, subnet=LAB_SUBNET,
-                                   slurm=slurm, gpu_records=gpu_records)
+    def lab_up(
+        nodes: int = LAB_NODES,
+        log=lambda msg: None,
+        slurm: bool | None = None,
+        gpu_records: tuple[str, ...] | None = None,
+    ) -> LabInfo:
+        options = labmod.UpOptions(
+            inventory_dir=lab_inventory_dir, subnet=LAB_SUBNET, slurm=slurm, gpu_records=gpu_records
+        )
         info = labmod.up(nodes, LAB_NAME, lab_settings, options, log=log)
-        if "info" in holder:         # keep the session's `lab` object current
+        if "info" in holder:  # keep the session's `lab` object current
             vars(holder["info"]).update(vars(info))
         else:
             holder["info"] = info
@@ -127,8 +137,11 @@ def reset_node(info: LabInfo, index: int) -> None:
     entry = [ln.split(":") for ln in (node_dir / "etc" / "passwd").read_text().splitlines()]
     if any(f[0] == info.user and f[-1] != "/bin/bash" for f in entry):
         # --prefix: that node's /etc only, whether or not the node runs.
-        subprocess.run(["usermod", "--prefix", str(node_dir), "--shell", "/bin/bash",
-                        info.user], check=True, capture_output=True)
+        subprocess.run(
+            ["usermod", "--prefix", str(node_dir), "--shell", "/bin/bash", info.user],
+            check=True,
+            capture_output=True,
+        )
     labmod.disable_password(info, index)
 
 
@@ -142,31 +155,57 @@ def lab_restore(lab, lab_up):
 
 def ssh_argv(info: LabInfo, node: LabNode, settings: Settings, command: str) -> list[str]:
     """The OpenSSH command line for NODE: pinned host keys only, never a prompt."""
-    return ["ssh", "-F", "none", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={settings.known_hosts}", "-o", "IdentitiesOnly=yes",
-            "-o", "ConnectTimeout=5", "-i", str(info.key), "-p", str(node.port),
-            f"{info.user}@{node.address}", command]
+    return [
+        "ssh",
+        "-F",
+        "none",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={settings.known_hosts}",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "ConnectTimeout=5",
+        "-i",
+        str(info.key),
+        "-p",
+        str(node.port),
+        f"{info.user}@{node.address}",
+        command,
+    ]
 
 
 @pytest.fixture
 def lab_ssh_argv(lab, lab_settings):
     def argv(node: LabNode | int, command: str) -> list[str]:
-        return ssh_argv(lab, lab.nodes[node] if isinstance(node, int) else node, lab_settings,
-                        command)
+        return ssh_argv(
+            lab, lab.nodes[node] if isinstance(node, int) else node, lab_settings, command
+        )
+
     return argv
 
 
 @pytest.fixture
 def lab_ssh(lab_ssh_argv):
     def run(node: LabNode | int, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run(lab_ssh_argv(node, command), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            lab_ssh_argv(node, command),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
     return run
 
 
 def _provision_site(lab, settings, sets) -> None:
     from nodeprep import cli as api
     from nodeprep.commands.options import ProvisionOptions
+
     code = api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=sets), settings)
     assert code == 0
 
@@ -204,8 +243,13 @@ def site_copy(site, lab):
     def copy(home: Path) -> None:
         (home / ".nodeprep").mkdir(exist_ok=True)
         for part in ("venv", "wheelhouse"):
-            subprocess.run(["cp", "-a", str(source / part), str(home / ".nodeprep" / part)], check=True)
-        subprocess.run(["chown", "-R", "--reference", str(home), str(home / ".nodeprep")], check=True)
+            subprocess.run(
+                ["cp", "-a", str(source / part), str(home / ".nodeprep" / part)], check=True
+            )
+        subprocess.run(
+            ["chown", "-R", "--reference", str(home), str(home / ".nodeprep")], check=True
+        )
+
     return copy
 
 
@@ -214,8 +258,12 @@ def real_slurm(provisioned, lab_up):
     """The provisioned lab with its real Slurm (slurmctld + munged on the host, slurmd in each
     node) for a whole module; Slurm stopped again after it."""
     from nodeprep.lab import slurm as lab_slurm
+
     if not lab_slurm.cgroup_controllers():
-        pytest.skip("this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab")
+        pytest.skip(
+            "this host mounts no cgroup v1 controllers: "
+            "Slurm 22.05's slurmd cannot start in the lab"
+        )
     lab_up(slurm=True)
     yield
     lab_up(slurm=False)

@@ -1,6 +1,7 @@
 """Small synthetic Python stacks for lab tests that are about moving and installing wheels,
 not about resolving a real one (torch, DeepSpeed): pure-Python wheels of random bytes with
 valid metadata, served to the controller's `pip download` from a local directory."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,9 @@ def make_wheel(where: Path, name: str, size: int) -> Path:
     dist = f"{name}-1.0.dist-info"
     path = where / f"{name}-1.0-py3-none-any.whl"
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
-    wheel = "Wheel-Version: 1.0\nGenerator: nodeprep-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    wheel = (
+        "Wheel-Version: 1.0\nGenerator: nodeprep-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
         z.writestr(f"{name}/data.bin", os.urandom(size))
         z.writestr(f"{dist}/METADATA", meta)
@@ -37,5 +40,10 @@ def make_stack(where: Path, prefix: str, sizes: list[int]) -> Path:
 def stack_sets(req: Path, venv: str, wheelhouse: str) -> tuple[str, ...]:
     """--set overrides that provision REQ (and no torch, no wheel builds) into a venv and a
     wheelhouse of their own: the site's stack on the same nodes is left as it is."""
-    return (f"python_requirements=[{req}]", "wheel_builds={}", "torch_version=",
-            f"venv_path={venv}", f"wheelhouse_dir={wheelhouse}")
+    return (
+        f"python_requirements=[{req}]",
+        "wheel_builds={}",
+        "torch_version=",
+        f"venv_path={venv}",
+        f"wheelhouse_dir={wheelhouse}",
+    )

@@ -11,6 +11,7 @@ root under qemu-user (lab.up --arch aarch64), worker-2 is a native x86_64 node.
 - the mixed fleet (the pair plus worker-2): two wheelhouses, two torch builds, and parity
   naming the per-platform differences as expected, not as drift.
 The root is built once per machine (lab/foreign.py: ~2 minutes) and cached."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ import pytest
 from nodeprep import cli as api
 from nodeprep import lab as labmod
 from nodeprep.commands.options import ProvisionOptions, TrainOptions, VerifyOptions
-from nodeprep.lab import foreign
+from nodeprep.lab import binfmt
 
 from .conftest import ssh_argv
 
@@ -38,32 +39,53 @@ def arm_lab(lab_settings, site_copy, tmp_path_factory, request):
     inv, ctl = tmp_path_factory.mktemp("arinv"), tmp_path_factory.mktemp("arctl")
     sets = (f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config")
     request.getfixturevalue("arm64_root_ready")
-    before = (foreign.BINFMT / "register").exists(), foreign.registered("aarch64")
-    info = labmod.up(3, NAME, lab_settings, labmod.UpOptions(
-        inventory_dir=inv, subnet=SUBNET, arch=("aarch64", "worker-2=native")), log=lambda msg: None)
+    before = (binfmt.BINFMT / "register").exists(), binfmt.registered("aarch64")
+    info = labmod.up(
+        3,
+        NAME,
+        lab_settings,
+        labmod.UpOptions(inventory_dir=inv, subnet=SUBNET, arch=("aarch64", "worker-2=native")),
+        log=lambda msg: None,
+    )
     for node in info.nodes:
         site_copy(node.home)
     yield info, sets
     labmod.down(NAME, lab_settings, log=lambda msg: None)
     # lab.down undoes lab.up's host-wide changes: a qemu-user registration it added, and
     # binfmt_misc if lab.up mounted it, are gone
-    assert ((foreign.BINFMT / "register").exists(), foreign.registered("aarch64")) == before
+    assert ((binfmt.BINFMT / "register").exists(), binfmt.registered("aarch64")) == before
 
 
 def _on(info, settings, node, command):
-    return subprocess.run(ssh_argv(info, node, settings, command), capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ssh_argv(info, node, settings, command),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_the_nodes_are_aarch64_userlands(arm_lab, lab_settings):
     info, _ = arm_lab
-    got = [_on(info, lab_settings, n, "uname -m; /usr/bin/python3 -c 'import platform; print(platform.machine())'")
-           for n in info.nodes]
-    assert [g.stdout.split() for g in got] == [["aarch64"] * 2, ["aarch64"] * 2, ["x86_64"] * 2], got
+    got = [
+        _on(
+            info,
+            lab_settings,
+            n,
+            "uname -m; /usr/bin/python3 -c 'import platform; print(platform.machine())'",
+        )
+        for n in info.nodes
+    ]
+    assert [g.stdout.split() for g in got] == [["aarch64"] * 2, ["aarch64"] * 2, ["x86_64"] * 2], (
+        got
+    )
     assert [n.arch for n in labmod.status(NAME, lab_settings).nodes] == ["aarch64", "aarch64", None]
 
 
-def test_an_x86_64_venv_in_the_pairs_homes_is_refused_before_any_change(arm_lab, lab_settings, capfd):
+def test_an_x86_64_venv_in_the_pairs_homes_is_refused_before_any_change(
+    arm_lab, lab_settings, capfd
+):
     """The x86_64 venv the pair's homes hold: installing aarch64 wheels into it would leave its
     x86_64 numpy (pip keeps a matching version) and replacing it would break the x86_64 nodes
     that may share those homes. One line names the nodes, the path and both CPUs; the hint
@@ -73,12 +95,15 @@ def test_an_x86_64_venv_in_the_pairs_homes_is_refused_before_any_change(arm_lab,
     look = "cat ~/.nodeprep/wheelhouse/SHA256SUMS; ls ~/.nodeprep/venv/lib/python3*/site-packages"
     before = [_on(info, lab_settings, info.nodes[i], look).stdout for i in (0, 1)]
     assert "x86_64" in before[0]
-    code = api.provision(ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings)
+    code = api.provision(
+        ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings
+    )
     err = capfd.readouterr().err
     first = err.splitlines()[0]
-    assert code == 2 and first.startswith("error: worker-[0-1]: ~/.nodeprep/venv holds a venv built for "
-                                          "x86_64 ("), err
-    assert "x86_64 (numpy, torch, " in first, err                 # what would break named first
+    assert code == 2 and first.startswith(
+        "error: worker-[0-1]: ~/.nodeprep/venv holds a venv built for x86_64 ("
+    ), err
+    assert "x86_64 (numpy, torch, " in first, err  # what would break named first
     assert "; these nodes are aarch64: one venv cannot serve both platforms" in first, err
     assert "venv_path: ~/.nodeprep/venv-aarch64" in err and "rm -rf ~/.nodeprep/venv" in err, err
     assert [_on(info, lab_settings, info.nodes[i], look).stdout for i in (0, 1)] == before
@@ -90,28 +115,57 @@ def test_an_x86_64_venv_in_the_pairs_homes_is_refused_before_any_change(arm_lab,
 def test_aarch64_pair_cold_then_noop_then_parity(arm_lab, lab_settings, capfd):
     info, sets = arm_lab
     pair = "worker-0,worker-1"
-    assert api.provision(ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings
+        )
+        == 0
+    )
     out = "".join(capfd.readouterr())
-    assert "torch==2.8.0 for aarch64: PyPI's aarch64 wheel of 2.8 is the CPU build" in out, out[-3000:]
+    assert "torch==2.8.0 for aarch64: PyPI's aarch64 wheel of 2.8 is the CPU build" in out, out[
+        -3000:
+    ]
     assert "wheelhouse.download cp311-aarch64" in out
-    assert api.provision(ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(inventory=str(info.inventory), limit=pair, sets=sets), lab_settings
+        )
+        == 0
+    )
     out = "".join(capfd.readouterr())
     assert "nothing to change" in out, out[-3000:]
-    assert api.verify_parity(VerifyOptions(inventory=str(info.inventory), limit=pair, json=True), lab_settings) == 0
+    assert (
+        api.verify_parity(
+            VerifyOptions(inventory=str(info.inventory), limit=pair, json=True), lab_settings
+        )
+        == 0
+    )
     rep = json.loads(capfd.readouterr().out)
     assert rep["ok"] and rep["drift"] == [] and rep["per_platform"] == []
     # what the venv's python says it is, on the node
-    r = _on(info, lab_settings, info.nodes[1], "~/.nodeprep/venv/bin/python -c "
-            "'import platform, torch; print(platform.machine(), torch.__version__)'")
+    r = _on(
+        info,
+        lab_settings,
+        info.nodes[1],
+        "~/.nodeprep/venv/bin/python -c "
+        "'import platform, torch; print(platform.machine(), torch.__version__)'",
+    )
     assert r.stdout.split() == ["aarch64", "2.8.0+cpu"], r
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun"])
 def test_health_trains_on_the_aarch64_pair(arm_lab, lab_settings, capfd, launcher):
     info, _ = arm_lab
-    code = api.train(TrainOptions(inventory=str(info.inventory), limit="worker-0,worker-1", launcher=launcher,
-                                  payload="health",
-                                  timeout=240), lab_settings)
+    code = api.train(
+        TrainOptions(
+            inventory=str(info.inventory),
+            limit="worker-0,worker-1",
+            launcher=launcher,
+            payload="health",
+            timeout=240,
+        ),
+        lab_settings,
+    )
     text = "".join(capfd.readouterr())
     assert code == 0 and "health: OK world_size=2" in text, text[-3000:]
     assert "torch=2.8.0+cpu" in text
@@ -119,10 +173,15 @@ def test_health_trains_on_the_aarch64_pair(arm_lab, lab_settings, capfd, launche
 
 def test_mixed_fleet_two_wheelhouses_and_parity_per_platform(arm_lab, lab_settings, capfd):
     info, sets = arm_lab
-    assert api.provision(ProvisionOptions(inventory=str(info.inventory), sets=sets), lab_settings) == 0
+    assert (
+        api.provision(ProvisionOptions(inventory=str(info.inventory), sets=sets), lab_settings) == 0
+    )
     out = "".join(capfd.readouterr())
     assert "torch==2.13.0+cpu for x86_64" in out and "torch==2.8.0 for aarch64" in out, out[-3000:]
-    assert api.verify_parity(VerifyOptions(inventory=str(info.inventory), json=True), lab_settings) == 0
+    assert (
+        api.verify_parity(VerifyOptions(inventory=str(info.inventory), json=True), lab_settings)
+        == 0
+    )
     rep = json.loads(capfd.readouterr().out)
     per = {d["key"]: {g["value"]: g["nodes"] for g in d["groups"]} for d in rep["per_platform"]}
     assert rep["ok"] and rep["drift"] == [], rep
@@ -133,7 +192,9 @@ def test_mixed_fleet_two_wheelhouses_and_parity_per_platform(arm_lab, lab_settin
     try:
         assert api.verify_parity(VerifyOptions(inventory=str(info.inventory)), lab_settings) == 1
         out = capfd.readouterr().out
-        assert "DRIFT: 1 key differs on 1 of 3 nodes (env.shell.NCCL_DEBUG), odd node: worker-1" in out, out
+        assert (
+            "DRIFT: 1 key differs on 1 of 3 nodes (env.shell.NCCL_DEBUG), odd node: worker-1" in out
+        ), out
         assert "differ per platform as expected (cpu.arch" in out
     finally:
         _on(info, lab_settings, info.nodes[1], "sed -i '/NCCL_DEBUG=INFO/d' ~/.nodeprep/env.sh")

@@ -4,6 +4,7 @@ train.status and train.logs. Each one's stdout is a pipe whose read end is close
 starts (every write gets EPIPE, the remote lines Fabric streams included) or, for train, read
 for one line and then closed (`| head -1` while the job runs). Each must finish its work with
 its own exit code and write no traceback (cli/__init__.py, cli/stdio.py)."""
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,17 @@ BAD = ("Traceback", "Exception ignored", "BrokenPipeError")
 
 
 def _env(settings) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_") and k != "PYTHONUNBUFFERED"}
-    env.update(INVOKE_NODEPREP_STATE_DIR=settings.state_dir, INVOKE_NODEPREP_LAB_ROOT=settings.lab_root,
-               INVOKE_NODEPREP_LOCK_WAIT=str(int(settings.lock_wait)), TERM="dumb")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("INVOKE_") and k != "PYTHONUNBUFFERED"
+    }
+    env.update(
+        INVOKE_NODEPREP_STATE_DIR=settings.state_dir,
+        INVOKE_NODEPREP_LAB_ROOT=settings.lab_root,
+        INVOKE_NODEPREP_LOCK_WAIT=str(int(settings.lock_wait)),
+        TERM="dumb",
+    )
     return env
 
 
@@ -33,8 +42,16 @@ def closed(settings, *args, timeout=300) -> tuple[int, str]:
     r, w = os.pipe()
     os.close(r)
     try:
-        p = subprocess.run([INVOKE, *args], cwd=ROOT, env=_env(settings), stdout=w, stderr=subprocess.PIPE,
-                           stdin=subprocess.DEVNULL, text=True, timeout=timeout)
+        p = subprocess.run(
+            [INVOKE, *args],
+            cwd=ROOT,
+            env=_env(settings),
+            stdout=w,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            timeout=timeout,
+        )
     finally:
         os.close(w)
     assert not any(b in p.stderr for b in BAD), p.stderr
@@ -43,8 +60,14 @@ def closed(settings, *args, timeout=300) -> tuple[int, str]:
 
 def head1(settings, *args, timeout=300) -> tuple[int, str, str]:
     """`invoke ARGS | head -1`: (exit code, the one line read, stderr)."""
-    p = subprocess.Popen([INVOKE, *args], cwd=ROOT, env=_env(settings), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [INVOKE, *args],
+        cwd=ROOT,
+        env=_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     first = p.stdout.readline().decode()
     p.stdout.close()
     try:
@@ -58,7 +81,9 @@ def head1(settings, *args, timeout=300) -> tuple[int, str, str]:
 
 def latest_report(settings, task: str) -> dict:
     runs = [p for p in Path(settings.runs).glob(f"*-{task}-*") if (p / "report.json").exists()]
-    return json.loads(max(runs, key=lambda p: p.stat().st_mtime).joinpath("report.json").read_text())
+    return json.loads(
+        max(runs, key=lambda p: p.stat().st_mtime).joinpath("report.json").read_text()
+    )
 
 
 def test_main_job_with_stdout_closed(provisioned, lab, lab_settings):
@@ -83,14 +108,26 @@ def test_main_job_with_stdout_closed(provisioned, lab, lab_settings):
 
 def test_train_with_stdout_closed_runs_to_its_end(provisioned, lab, lab_settings):
     inv = str(lab.inventory)
-    code, err = closed(lab_settings, "train", "-i", inv, "--limit", NODES, "--launcher", "deepspeed",
-                       "--payload", "health", "--timeout", "120")
+    code, err = closed(
+        lab_settings,
+        "train",
+        "-i",
+        inv,
+        "--limit",
+        NODES,
+        "--launcher",
+        "deepspeed",
+        "--payload",
+        "health",
+        "--timeout",
+        "120",
+    )
     assert code == 0, err
     run = rundir.runs_of(Path(lab_settings.runs))[-1]
     assert rundir.read_json(run / "state.json")["state"] == "finished", err
     logged = "".join(f.read_text(errors="replace") for f in rundir.log_files(run))
-    assert "health: OK world_size=2" in logged            # the ranks' lines went to the run, not lost
-    job = run.name[len(rundir.PREFIX):]
+    assert "health: OK world_size=2" in logged  # the ranks' lines went to the run, not lost
+    job = run.name[len(rundir.PREFIX) :]
 
     code, err = closed(lab_settings, "train.status", job)
     assert code == 0, err
@@ -104,8 +141,20 @@ def test_train_with_stdout_closed_runs_to_its_end(provisioned, lab, lab_settings
 
 def test_train_reader_leaving_mid_run(provisioned, lab, lab_settings):
     """`invoke train ... | head -1`: the reader leaves after the first line, the job goes on."""
-    code, first, err = head1(lab_settings, "train", "-i", str(lab.inventory), "--limit", NODES,
-                             "--launcher", "torchrun", "--payload", "health", "--timeout", "120")
+    code, first, err = head1(
+        lab_settings,
+        "train",
+        "-i",
+        str(lab.inventory),
+        "--limit",
+        NODES,
+        "--launcher",
+        "torchrun",
+        "--payload",
+        "health",
+        "--timeout",
+        "120",
+    )
     assert code == 0 and first.strip(), (first, err)
     run = rundir.runs_of(Path(lab_settings.runs))[-1]
     assert rundir.read_json(run / "state.json")["state"] == "finished", err

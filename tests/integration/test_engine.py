@@ -1,5 +1,6 @@
 """The engine against the lab through real sshd: facts, partial failure, host-key pinning,
 bounded fan-out, timeouts, prefixed output, one connection per node per run."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,12 +15,12 @@ from pathlib import Path
 import paramiko
 
 from nodeprep import cli as api
+from nodeprep import lab as labmod
+from nodeprep.cli.display import Display
 from nodeprep.commands.options import FactsOptions
 from nodeprep.engine import facts
-from nodeprep.inventory import model as inventory
-from nodeprep import lab as labmod
 from nodeprep.engine.fleet import Fleet
-from nodeprep.cli.display import Display
+from nodeprep.inventory import model as inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,9 @@ def test_facts_on_every_node(lab, lab_settings, capsys):
     assert (rep["failed"], rep["unreachable"], rep["changed"]) == (0, 0, 0)
     nodes = rep["nodes"]
     assert sorted(nodes) == [n.name for n in lab.nodes]
-    assert {n: v["facts"]["hostname"] for n, v in nodes.items()} == {n.name: n.name for n in lab.nodes}
+    assert {n: v["facts"]["hostname"] for n, v in nodes.items()} == {
+        n.name: n.name for n in lab.nodes
+    }
     ips = {n: v["facts"]["interfaces"]["eth0"][0] for n, v in nodes.items()}
     assert ips == {n.name: n.address for n in lab.nodes}
     for v in nodes.values():
@@ -51,7 +54,10 @@ def test_facts_on_every_node(lab, lab_settings, capsys):
 
 
 def test_text_table_and_limit(lab, lab_settings, capsys):
-    assert api.facts(FactsOptions(inventory=str(lab.inventory), limit="worker-[1-2]"), lab_settings) == 0
+    assert (
+        api.facts(FactsOptions(inventory=str(lab.inventory), limit="worker-[1-2]"), lab_settings)
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["node", "hostname", "ip"]
     assert [line.split()[0] for line in out[1:]] == ["worker-1", "worker-2"]
@@ -67,7 +73,7 @@ def test_down_node_is_unreachable_others_still_reported(lab, lab_settings, lab_u
     assert code == 1
     assert rep["unreachable"] == 1 and rep["failed"] == 0
     assert rep["nodes"]["worker-1"]["status"] == "unreachable"
-    assert "connection refused" in rep["nodes"]["worker-1"]["message"]        # a retry can fix that one
+    assert "connection refused" in rep["nodes"]["worker-1"]["message"]  # a retry can fix that one
     assert "(2 tries)" in rep["nodes"]["worker-1"]["message"]
     assert [rep["nodes"][n]["status"] for n in ("worker-0", "worker-2")] == ["ok", "ok"]
     assert rep["nodes"]["worker-2"]["facts"]["hostname"] == "worker-2"
@@ -105,7 +111,9 @@ def test_first_contact_is_pinned_and_recorded(lab, lab_settings, tmp_path, capsy
 
 
 def test_unknown_host_refused_when_pinning_is_off(lab, lab_settings, tmp_path, capsys):
-    strict = dataclasses.replace(lab_settings, state_dir=str(tmp_path / "s"), pin_new_host_keys=False)
+    strict = dataclasses.replace(
+        lab_settings, state_dir=str(tmp_path / "s"), pin_new_host_keys=False
+    )
     code, rep, _ = run_facts(lab, strict, capsys)
     assert code == 1
     assert {v["status"] for v in rep["nodes"].values()} == {"failed"}
@@ -121,7 +129,9 @@ def test_wrong_key_is_auth_failure_without_retry(lab, lab_settings, tmp_path, ca
     text = (inv_dir / "hosts.yml").read_text().replace(str(lab.key), str(key))
     (inv_dir / "hosts.yml").write_text(text)
     t0 = time.monotonic()
-    code = api.facts(FactsOptions(inventory=str(inv_dir), limit="worker-0", json=True), lab_settings)
+    code = api.facts(
+        FactsOptions(inventory=str(inv_dir), limit="worker-0", json=True), lab_settings
+    )
     rep = json.loads(capsys.readouterr().out)
     assert code == 1
     assert rep["nodes"]["worker-0"]["status"] == "unreachable"
@@ -165,19 +175,25 @@ def test_connections_negotiate_aes_gcm_and_fall_back_without_it(lab, lab_setting
     is the only cipher both sides have (here the client offers only it, as a server without
     GCM would leave it), the connection and its commands still work."""
     from nodeprep.engine import ciphers
+
     with _fleet(lab, lab_settings) as fleet:
-        got = fleet.map(lambda s: (s.conn.transport.local_cipher, s.conn.transport.remote_cipher), "c")
+        got = fleet.map(
+            lambda s: (s.conn.transport.local_cipher, s.conn.transport.remote_cipher), "c"
+        )
     assert set(got.values()) == {("aes128-gcm@openssh.com", "aes128-gcm@openssh.com")}
     assert ciphers.GcmFirst._preferred_ciphers[0] == "aes128-gcm@openssh.com"
     assert set(ciphers.GcmFirst._preferred_ciphers) >= set(paramiko.Transport._preferred_ciphers)
 
     class CtrOnly(ciphers.GcmFirst):
-        _preferred_ciphers = ("aes128-ctr",)    # what an old or FIPS-limited server leaves
+        _preferred_ciphers = ("aes128-ctr",)  # what an old or FIPS-limited server leaves
+
     real = ciphers.GcmFirst
     ciphers.GcmFirst = CtrOnly
     try:
         with _fleet(lab, lab_settings) as fleet:
-            got = fleet.map(lambda s: (s.conn.transport.remote_cipher, s.run("echo ok").stdout), "c")
+            got = fleet.map(
+                lambda s: (s.conn.transport.remote_cipher, s.run("echo ok").stdout), "c"
+            )
     finally:
         ciphers.GcmFirst = real
     assert set(got.values()) == {("aes128-ctr", "ok\n")}
@@ -186,8 +202,13 @@ def test_connections_negotiate_aes_gcm_and_fall_back_without_it(lab, lab_setting
 def test_command_timeout_and_prefixed_streaming(lab, lab_settings):
     buf = io.StringIO()
     with _fleet(lab, lab_settings, Display(buf)) as fleet:
-        res = fleet.map(lambda s: (s.run("sleep 5", timeout=1),
-                                   s.run("echo one; echo two >&2; echo three", stream=True)), "t")
+        res = fleet.map(
+            lambda s: (
+                s.run("sleep 5", timeout=1),
+                s.run("echo one; echo two >&2; echo three", stream=True),
+            ),
+            "t",
+        )
     slow, streamed = res["worker-0"]
     assert slow.timed_out and slow.rc == 124 and "timed out after 1s" in slow.stderr
     # The timeout is enforced on the node: nothing of the command is left running there.
@@ -203,8 +224,12 @@ def test_command_timeout_and_prefixed_streaming(lab, lab_settings):
 
 def test_cli_bad_inventory_is_one_line_exit_2(tmp_path):
     (tmp_path / "hosts.yml").write_text("hosts:\n  w1: {adress: 10.0.0.1}\n")
-    r = subprocess.run([str(ROOT / ".venv/bin/invoke"), "facts", "--inventory", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [str(ROOT / ".venv/bin/invoke"), "facts", "--inventory", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert "hosts.yml:2:" in r.stderr and "did you mean 'address'" in r.stderr

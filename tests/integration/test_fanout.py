@@ -7,6 +7,7 @@ nothing. Lab "fan" (its own subnet from its name), 3 nodes, each link limited to
 The wheels are small ones made here (a few MB of random bytes each, valid wheel metadata),
 served to the controller's `pip download` from a local directory: the test is about moving
 them, not about resolving a real stack."""
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,13 @@ def fan(tmp_path_factory):
     base = tmp_path_factory.mktemp("fan")
     settings = Settings(state_dir=str(base / "state"), lab_root=str(base / "labs"), lock_wait=60)
     labmod.down(NAME, settings, log=lambda m: None)
-    info = labmod.up(NODES, NAME, settings, labmod.UpOptions(inventory_dir=base / "inv", link_rate="200mbit"),
-                     log=lambda m: None)
+    info = labmod.up(
+        NODES,
+        NAME,
+        settings,
+        labmod.UpOptions(inventory_dir=base / "inv", link_rate="200mbit"),
+        log=lambda m: None,
+    )
     wheels = base / "wheels"
     wheels.mkdir()
     for i in range(3):
@@ -52,13 +58,29 @@ def run(fan, monkeypatch, capsys):
     monkeypatch.setenv("PIP_FIND_LINKS", str(base / "wheels"))
 
     def go(*sets):
-        code = api.provision(ProvisionOptions(
-            inventory=str(info.inventory), limit=None, roles=ROLES, check_mode=False, diff=False, json=True,
-            sets=(f"python_requirements=[{base / 'req.txt'}]", "wheel_builds={}", "torch_version=",
-             f"controller_key={base}/ctl/id", f"controller_ssh_config={base}/ctl/config", *sets)), settings)
+        code = api.provision(
+            ProvisionOptions(
+                inventory=str(info.inventory),
+                limit=None,
+                roles=ROLES,
+                check_mode=False,
+                diff=False,
+                json=True,
+                sets=(
+                    f"python_requirements=[{base / 'req.txt'}]",
+                    "wheel_builds={}",
+                    "torch_version=",
+                    f"controller_key={base}/ctl/id",
+                    f"controller_ssh_config={base}/ctl/config",
+                    *sets,
+                ),
+            ),
+            settings,
+        )
         out = capsys.readouterr()
         assert code == 0, out.err[-3000:]
         return json.loads(out.out)
+
     return go
 
 
@@ -87,12 +109,16 @@ def test_cold_provision_relays_node_to_node(fan, run):
     wipe(info, *range(NODES))
     rep = run()
     w = relayed(rep)
-    assert [w[f"worker-{i}"]["from"] for i in range(NODES)] == ["controller", "worker-0", "worker-1"]
+    assert [w[f"worker-{i}"]["from"] for i in range(NODES)] == [
+        "controller",
+        "worker-0",
+        "worker-1",
+    ]
     assert all(x["fallback"] is None and x["relay_error"] is None for x in w.values()), w
     assert all(x["verified_on_arrival"] == 3 for x in w.values())
     total = sum((base / "wheels" / f).stat().st_size for f in sums(base / "wheels"))
     sent = sum(x["controller_bytes"] for x in w.values())
-    assert total <= sent <= total * 1.01            # one copy (plus the tar headers)
+    assert total <= sent <= total * 1.01  # one copy (plus the tar headers)
     assert w["worker-1"]["controller_bytes"] == w["worker-2"]["controller_bytes"] == 0
     want = sums(base / "wheels")
     for i in range(NODES):
@@ -115,11 +141,14 @@ def test_spoiled_relay_copy_is_caught_and_pushed_directly(fan, run):
     wipe(info, 1, 2)
     (home / "bin").mkdir(exist_ok=True)
     ssh = home / "bin" / "ssh"
-    ssh.write_text("#!/bin/sh\n"
-                   'case "$*" in *"/bin/sh .nodeprep/relay-"*)\n'
-                   '  { head -c 20000; head -c 16 >/dev/null; printf XXXXXXXXXXXXXXXX; cat; } | /usr/bin/ssh "$@"\n'
-                   "  exit $?;;\nesac\n"
-                   'exec /usr/bin/ssh "$@"\n')
+    ssh.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *"/bin/sh .nodeprep/relay-"*)\n'
+        "  { head -c 20000; head -c 16 >/dev/null; printf XXXXXXXXXXXXXXXX; cat; } | "
+        '/usr/bin/ssh "$@"\n'
+        "  exit $?;;\nesac\n"
+        'exec /usr/bin/ssh "$@"\n'
+    )
     ssh.chmod(0o755)
     rc = home / ".bashrc"
     old = rc.read_text()
@@ -135,8 +164,10 @@ def test_spoiled_relay_copy_is_caught_and_pushed_directly(fan, run):
     assert w["worker-2"]["from"] == "worker-1"
     assert "sha256 mismatch on 1 relayed wheel" in w["worker-2"]["fallback"]
     assert w["worker-2"]["verified_on_arrival"] == 2
-    assert 3_000_000 <= w["worker-2"]["controller_bytes"] < 3_100_000     # that one wheel
-    assert w["worker-0"] is None      # worker-0 held them: it headed the chain, the controller sent none
+    assert 3_000_000 <= w["worker-2"]["controller_bytes"] < 3_100_000  # that one wheel
+    assert (
+        w["worker-0"] is None
+    )  # worker-0 held them: it headed the chain, the controller sent none
     assert any("chained from worker-0" in n for n in rep["notes"])
     assert sums(wheelhouse(info, 2)) == sums(base / "wheels")
     assert rep["nodes"]["worker-2"]["status"] == "changed"
@@ -171,8 +202,13 @@ def test_nodes_sharing_a_home_get_the_wheels_once(fan, run):
     the lab (the fixture takes it down after)."""
     info, settings, base = fan
     labmod.down(NAME, settings, log=lambda m: None)
-    labmod.up(NODES, NAME, settings, labmod.UpOptions(inventory_dir=base / "inv", link_rate="200mbit",
-                                                      shared_home=True), log=lambda m: None)
+    labmod.up(
+        NODES,
+        NAME,
+        settings,
+        labmod.UpOptions(inventory_dir=base / "inv", link_rate="200mbit", shared_home=True),
+        log=lambda m: None,
+    )
     wipe(info, 0)
     rep = run()
     w = relayed(rep)

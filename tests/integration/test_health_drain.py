@@ -5,6 +5,7 @@ keeps its reason through --drain and --undrain; --undrain returns only nodeprep'
 nodes healthy again. The lab user is no Slurm operator: scontrol refuses it and the drain goes
 through the narrow sudo rule the lab gives it (lab/config.py: sudoers_slurm_text), as a site
 gives its operators."""
+
 from __future__ import annotations
 
 import json
@@ -22,23 +23,40 @@ from nodeprep.commands.options import HealthOptions
 @pytest.fixture(scope="module")
 def slurm_lab(lab, lab_up, lab_settings):
     from nodeprep.lab import slurm as lab_slurm
+
     if not lab_slurm.cgroup_controllers():
-        pytest.skip("this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab")
+        pytest.skip(
+            "this host mounts no cgroup v1 controllers: "
+            "Slurm 22.05's slurmd cannot start in the lab"
+        )
     lab_up(slurm=True)
     conf = Path(lab_settings.lab_root) / lab.name / "slurm" / "slurm.conf"
     env = {**os.environ, "SLURM_CONF": str(conf)}
 
-    def scontrol(*args: str) -> None:      # as the admin (root, here on the controller)
+    def scontrol(*args: str) -> None:  # as the admin (root, here on the controller)
         subprocess.run(["scontrol", *args], env=env, check=True, capture_output=True, timeout=30)
 
     def states() -> dict[str, tuple[str, str]]:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"], env=env, check=True,
-                             capture_output=True, text=True, timeout=30).stdout
-        return {ln.split("|")[0]: (ln.split("|")[1], ln.split("|", 2)[2]) for ln in out.splitlines()}
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N|%T|%E"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        return {
+            ln.split("|")[0]: (ln.split("|")[1], ln.split("|", 2)[2]) for ln in out.splitlines()
+        }
+
     yield scontrol, states
     for n in lab.nodes:
-        subprocess.run(["scontrol", "update", f"NodeName={n.name}", "State=RESUME"], env=env,
-                       capture_output=True, timeout=30)
+        subprocess.run(
+            ["scontrol", "update", f"NodeName={n.name}", "State=RESUME"],
+            env=env,
+            capture_output=True,
+            timeout=30,
+        )
     lab_up(slurm=False)
 
 
@@ -54,7 +72,7 @@ def test_drain_and_undrain(slurm_lab, lab, lab_settings, capsys):
     labmod.limit_shm(lab, 1, "64m")
     try:
         before = states()
-        code, rep = _health(lab, lab_settings, capsys)           # no --drain: Slurm untouched
+        code, rep = _health(lab, lab_settings, capsys)  # no --drain: Slurm untouched
         assert code == 1 and rep["unhealthy"] == [w1] and "slurm" not in rep
         assert states() == before
 
@@ -64,12 +82,15 @@ def test_drain_and_undrain(slurm_lab, lab, lab_settings, capsys):
         assert acts == {w1: ("drain", "")}, rep["slurm"]
         now = states()
         assert now[w1] == ("drained", "nodeprep: SHM_SMALL (invoke health)"), now
-        assert now[w0][0] in ("idle", "mixed", "allocated") and now[w2] == ("drained", "disk replacement ticket 42")
+        assert now[w0][0] in ("idle", "mixed", "allocated") and now[w2] == (
+            "drained",
+            "disk replacement ticket 42",
+        )
 
-        code, rep = _health(lab, lab_settings, capsys, drain=True)          # again: nothing to change
+        code, rep = _health(lab, lab_settings, capsys, drain=True)  # again: nothing to change
         assert [a["action"] for a in rep["slurm"]] == ["keep"] and states() == now
 
-        code, rep = _health(lab, lab_settings, capsys, undrain=True)        # still CRITICAL: stays
+        code, rep = _health(lab, lab_settings, capsys, undrain=True)  # still CRITICAL: stays
         assert {a["node"]: a["action"] for a in rep["slurm"]} == {w1: "keep", w2: "keep"}
         assert states()[w1][0] == "drained"
     finally:
@@ -86,6 +107,11 @@ def test_drain_and_undrain(slurm_lab, lab, lab_settings, capsys):
 
 
 def test_undrain_refuses_via_slurm(slurm_lab, lab, lab_settings, capsys):
-    assert api.health(HealthOptions(inventory=str(lab.inventory), via="slurm", undrain=True), lab_settings) == 2
+    assert (
+        api.health(
+            HealthOptions(inventory=str(lab.inventory), via="slurm", undrain=True), lab_settings
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--undrain --via slurm" in err and "Traceback" not in err

@@ -3,6 +3,7 @@ validation accepts for deepspeed_env and nccl_env, and a hostile env_file path, 
 onto the nodes, then a payload prints what each rank sees under every launcher. Each value
 must arrive literally (DeepSpeed strips surrounding whitespace, as documented); no canary file
 may appear on any node or on the controller."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,11 @@ def _accepted(base: dict, tmp: Path, var: str, prefix: str) -> dict:
         path = tmp / "one.yml"
         path.write_text(yaml.safe_dump(doc, allow_unicode=True), "utf-8")
         try:
-            validated(ProvisionOptions(inventory=str(path), roles="deepspeed_env,nccl"),
-                      Settings(state_dir=str(tmp / "state")), Events())
+            validated(
+                ProvisionOptions(inventory=str(path), roles="deepspeed_env,nccl"),
+                Settings(state_dir=str(tmp / "state")),
+                Events(),
+            )
         except NodeprepError as err:
             assert err.exit_code == 2 and "\n" not in str(err)
             continue
@@ -79,7 +83,12 @@ def hostile(provisioned, lab, lab_settings, tmp_path_factory):
     assert _canaries(lab) == []
     yield inv, script, ds, nccl
     # put the lab back as the other modules expect it: default env file, no hostile values
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=provisioned), lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(inventory=str(lab.inventory), sets=provisioned), lab_settings
+        )
+        == 0
+    )
     for node in lab.nodes:
         for stray in Path(node.home, ".nodeprep").glob("env $(touch*"):
             shutil.rmtree(stray) if stray.is_dir() else stray.unlink()
@@ -91,20 +100,31 @@ def _seen(out: str) -> list[dict]:
 
 
 def test_env_file_path_arrives_literally(hostile, lab, lab_ssh):
-    assert _canaries(lab, lab_ssh) == []        # after provision, on every node too
+    assert _canaries(lab, lab_ssh) == []  # after provision, on every node too
     for node in lab.nodes:
         path = Path(node.home) / ENV_FILE[2:]
         assert path.is_file(), path
         assert "NCCL_H_SEMICOLON" in path.read_text()
 
 
-@pytest.mark.parametrize("launcher,ds_launcher", [("deepspeed", "pdsh"), ("torchrun", "pdsh"),
-                                                  ("mpirun", "pdsh")])
-def test_values_reach_every_rank_literally(hostile, lab, lab_settings, lab_ssh, capfd,
-                                           launcher, ds_launcher):
+@pytest.mark.parametrize(
+    "launcher,ds_launcher", [("deepspeed", "pdsh"), ("torchrun", "pdsh"), ("mpirun", "pdsh")]
+)
+def test_values_reach_every_rank_literally(
+    hostile, lab, lab_settings, lab_ssh, capfd, launcher, ds_launcher
+):
     inv, script, ds, nccl = hostile
-    code = api.train(TrainOptions(inventory=str(inv), limit=NODES, launcher=launcher, payload=str(script), timeout=120,
-                                  ds_launcher=ds_launcher), lab_settings)
+    code = api.train(
+        TrainOptions(
+            inventory=str(inv),
+            limit=NODES,
+            launcher=launcher,
+            payload=str(script),
+            timeout=120,
+            ds_launcher=ds_launcher,
+        ),
+        lab_settings,
+    )
     out = capfd.readouterr()
     text = out.out + out.err
     assert code == 0, text
@@ -112,21 +132,33 @@ def test_values_reach_every_rank_literally(hostile, lab, lab_settings, lab_ssh, 
     assert len(seen) == 2, text
     # DeepSpeed's runner exports ~/.deepspeed_env (stripped values); the other launchers carry
     # what the env file exports, byte for byte
-    want = ({**{k: v.strip() for k, v in ds.items()}, **{k: v.strip() for k, v in nccl.items()}}
-            if launcher == "deepspeed" else nccl)
+    want = (
+        {**{k: v.strip() for k, v in ds.items()}, **{k: v.strip() for k, v in nccl.items()}}
+        if launcher == "deepspeed"
+        else nccl
+    )
     for rank in seen:
         assert {k: rank.get(k) for k in want} == want
     assert _canaries(lab, lab_ssh) == []
 
 
-def test_deepspeed_openmpi_refuses_values_it_would_change(hostile, lab, lab_settings, lab_ssh,
-                                                          capfd):
+def test_deepspeed_openmpi_refuses_values_it_would_change(
+    hostile, lab, lab_settings, lab_ssh, capfd
+):
     """DeepSpeed's openmpi runner double-quotes odd values into mpirun -x (no shell), so the
     ranks would get the quotes too: the preflight names every such value before launching."""
     inv, script, ds, nccl = hostile
-    code = api.train(TrainOptions(inventory=str(inv), limit=NODES, launcher="deepspeed", payload=str(script),
-                                  timeout=120,
-                                  ds_launcher="openmpi"), lab_settings)
+    code = api.train(
+        TrainOptions(
+            inventory=str(inv),
+            limit=NODES,
+            launcher="deepspeed",
+            payload=str(script),
+            timeout=120,
+            ds_launcher="openmpi",
+        ),
+        lab_settings,
+    )
     out = capfd.readouterr()
     text = out.out + out.err
     assert code == 1 and "preflight failed" in text and "Traceback" not in text
@@ -137,8 +169,12 @@ def test_deepspeed_openmpi_refuses_values_it_would_change(hostile, lab, lab_sett
 @pytest.fixture
 def slurm(hostile, lab_up):
     from nodeprep.lab import slurm as lab_slurm
+
     if not lab_slurm.cgroup_controllers():
-        pytest.skip("this host mounts no cgroup v1 controllers: Slurm 22.05's slurmd cannot start in the lab")
+        pytest.skip(
+            "this host mounts no cgroup v1 controllers: "
+            "Slurm 22.05's slurmd cannot start in the lab"
+        )
     lab_up(slurm=True)
     yield
     lab_up(slurm=False)
@@ -146,8 +182,12 @@ def slurm(hostile, lab_up):
 
 def test_values_reach_srun_ranks_literally(hostile, slurm, lab, lab_settings, lab_ssh, capfd):
     inv, script, _ds, nccl = hostile
-    code = api.train(TrainOptions(inventory=str(inv), limit=NODES, launcher="srun", payload=str(script), timeout=120),
-                     lab_settings)
+    code = api.train(
+        TrainOptions(
+            inventory=str(inv), limit=NODES, launcher="srun", payload=str(script), timeout=120
+        ),
+        lab_settings,
+    )
     out = capfd.readouterr()
     text = out.out + out.err
     assert code == 0, text

@@ -1,5 +1,6 @@
 """`ansible_connection=local`: the controller itself as a node, reached without ssh. The
 commands really run here (HOME is a temporary directory, so the node's home is that)."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,9 @@ def test_local_node_gets_facts_and_is_provisioned_without_ssh(tmp_path, monkeypa
     assert not settings.known_hosts.exists() or settings.known_hosts.read_text() == ""
 
     def provision():
-        code = api.provision(ProvisionOptions(inventory=str(inv), roles="shell,nccl", json=True), settings)
+        code = api.provision(
+            ProvisionOptions(inventory=str(inv), roles="shell,nccl", json=True), settings
+        )
         return code, json.loads(capsys.readouterr().out)
 
     code, rep = provision()

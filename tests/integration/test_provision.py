@@ -1,5 +1,6 @@
 """`provision` against the lab through real sshd: from scratch, idempotent, the ssh mesh with
 host keys pinned, --check/--diff, drift restored, user content kept, secrets never shown."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep import cli as api
-from nodeprep.commands.options import ProvisionOptions
 from nodeprep import lab as labmod
+from nodeprep.commands.options import ProvisionOptions
 
 ROLES = "ssh_keys,ssh_config,shell,nccl,deepspeed_env"
 
@@ -29,13 +30,26 @@ def controller(tmp_path_factory):
 @pytest.fixture(scope="module")
 def prov(lab, lab_settings, controller):
     def run(*sets, check=False, diff=False, limit=None, roles=ROLES, capsys=None):
-        base = [f"controller_key={controller['key']}", f"controller_ssh_config={controller['config']}"]
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit=limit, roles=roles, check_mode=check,
-                                              diff=diff, json=True,
-                                              sets=tuple(base + list(sets))), lab_settings)
+        base = [
+            f"controller_key={controller['key']}",
+            f"controller_ssh_config={controller['config']}",
+        ]
+        code = api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory),
+                limit=limit,
+                roles=roles,
+                check_mode=check,
+                diff=diff,
+                json=True,
+                sets=tuple(base + list(sets)),
+            ),
+            lab_settings,
+        )
         out = capsys.readouterr() if capsys else None
-        rep = json.loads(out.out[out.out.index("{\n"):]) if out and code != 2 else None
+        rep = json.loads(out.out[out.out.index("{\n") :]) if out and code != 2 else None
         return code, rep, (out.err if out else "")
+
     return run
 
 
@@ -60,7 +74,8 @@ def test_from_scratch_then_nothing_changes(prov, lab, capsys):
     assert code == 0
     assert rep["changed"] == 0
     assert {n: (r["status"], r["changed"]) for n, r in rep["nodes"].items()} == {
-        n.name: ("ok", 0) for n in lab.nodes}
+        n.name: ("ok", 0) for n in lab.nodes
+    }
 
 
 def test_every_ordered_pair_reaches_each_other_with_checking_on(prov, lab, lab_ssh, capsys):
@@ -90,10 +105,13 @@ def test_check_names_the_drifted_node_and_file_then_run_restores(prov, lab, caps
     env.write_text(good + "EXTRA=1\n")
     code, rep, _ = prov(check=True, capsys=capsys)
     assert code == 0
-    drifted = {n: [s["step"] for s in r["steps"] if s["status"] == "changed"]
-               for n, r in rep["nodes"].items() if r["changed"]}
+    drifted = {
+        n: [s["step"] for s in r["steps"] if s["status"] == "changed"]
+        for n, r in rep["nodes"].items()
+        if r["changed"]
+    }
     assert drifted == {"worker-1": ["deepspeed_env: file.content ~/.deepspeed_env"]}
-    assert env.read_text() == good + "EXTRA=1\n"          # --check touched nothing
+    assert env.read_text() == good + "EXTRA=1\n"  # --check touched nothing
     code, rep, _ = prov(capsys=capsys)
     assert code == 0 and rep["changed"] == 1
     assert env.read_text() == good
@@ -105,11 +123,13 @@ def test_live_progress_names_the_step_each_node_is_in(prov, lab, capsys, monkeyp
     import sys
 
     from nodeprep.cli import display as report
+
     seen = []
 
     class Recorder(report.Display):
         def status(self, node, stage, status, message=""):
             seen.append((node, stage, status, message))
+
     monkeypatch.setattr(report.Display, "auto", staticmethod(lambda **kw: Recorder(sys.stderr)))
     assert prov(capsys=capsys)[0] == 0
     env = home(lab, 2) / ".deepspeed_env"
@@ -118,8 +138,11 @@ def test_live_progress_names_the_step_each_node_is_in(prov, lab, capsys, monkeyp
     seen.clear()
     code, rep, _ = prov(capsys=capsys)
     assert code == 0 and rep["changed"] == 1 and env.read_text() == good
-    running = [(n, m) for n, stage, st, m in seen
-               if stage == "apply" and st == "running" and m.startswith("step ")]
+    running = [
+        (n, m)
+        for n, stage, st, m in seen
+        if stage == "apply" and st == "running" and m.startswith("step ")
+    ]
     assert ("worker-2", "step 1/1: deepspeed_env: file.content ~/.deepspeed_env") in running
     assert not [n for n, _m in running if n != "worker-2"]
 
@@ -129,7 +152,7 @@ def test_user_lines_outside_the_block_survive(prov, lab, controller, capsys):
     cfg = home(lab, 0) / ".ssh" / "config"
     text = cfg.read_text()
     mine_top, mine_bottom = "# top line by the user\n", "Host mybox\n    HostName 192.0.2.7\n"
-    broken = text.replace("    IdentitiesOnly yes\n", "", 1)   # someone edited inside the block
+    broken = text.replace("    IdentitiesOnly yes\n", "", 1)  # someone edited inside the block
     cfg.write_text(mine_top + broken + mine_bottom)
     code, rep, _ = prov(capsys=capsys)
     assert code == 0 and rep["nodes"]["worker-0"]["changed"] == 1
@@ -138,29 +161,37 @@ def test_user_lines_outside_the_block_survive(prov, lab, controller, capsys):
     # the user's lines byte for byte, after nodeprep's block: ssh takes the first value it finds
     assert ctl.endswith("# my own settings\nHost gateway\n    HostName 192.0.2.1\n")
     assert ctl.startswith("# BEGIN nodeprep hosts ")
-    assert all(f"Host t-{n.name}\n" in ctl for n in lab.nodes)      # a named lab: its alias prefix
+    assert all(f"Host t-{n.name}\n" in ctl for n in lab.nodes)  # a named lab: its alias prefix
 
 
 def test_diff_and_reports_never_show_secrets(prov, lab, lab_settings, capsys):
     secret = "hf_superSecretValue123"
-    code, rep, err = prov("deepspeed_env={HF_TOKEN: %s, HF_HOME: /scratch/hf}" % secret,
-                          check=True, diff=True, capsys=capsys)
+    code, rep, err = prov(
+        "deepspeed_env={HF_TOKEN: %s, HF_HOME: /scratch/hf}" % secret,
+        check=True,
+        diff=True,
+        capsys=capsys,
+    )
     assert code == 0
     assert "<redacted>" in err and "HF_HOME=/scratch/hf" in err
-    code, rep, err = prov("deepspeed_env={HF_TOKEN: %s, HF_HOME: /scratch/hf}" % secret,
-                          diff=True, capsys=capsys)
+    code, rep, err = prov(
+        "deepspeed_env={HF_TOKEN: %s, HF_HOME: /scratch/hf}" % secret, diff=True, capsys=capsys
+    )
     assert code == 0 and rep["changed"] == len(lab.nodes)
     assert f"HF_TOKEN={secret}\n" in (home(lab, 2) / ".deepspeed_env").read_text()
     shown = err + json.dumps(rep)
     logs = _run_logs(rep)
     assert secret not in shown and secret not in logs
-    assert prov(capsys=capsys)[0] == 0     # back to the inventory's state
+    assert prov(capsys=capsys)[0] == 0  # back to the inventory's state
 
 
-@pytest.mark.parametrize("value,message", [
-    ("{BAD-KEY: 1}", "is not a shell identifier"),
-    ('{GOOD: "two\\nlines"}', "values are single-line text"),   # inventory.fields, at load
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("{BAD-KEY: 1}", "is not a shell identifier"),
+        ('{GOOD: "two\\nlines"}', "values are single-line text"),  # inventory.fields, at load
+    ],
+)
 def test_bad_deepspeed_env_refused_before_touching_nodes(prov, lab, capsys, value, message):
     env = home(lab, 0) / ".deepspeed_env"
     before = env.stat().st_mtime_ns if env.exists() else None
@@ -176,7 +207,7 @@ def test_regenerated_host_key_refused_others_complete(prov, lab, lab_up, capsys)
     try:
         code, rep, _ = prov(capsys=capsys)
     finally:
-        lab_up()      # the lab made the key, so it re-pins it
+        lab_up()  # the lab made the key, so it re-pins it
     assert code == 1
     assert rep["nodes"]["worker-2"]["status"] == "failed"
     assert "CHANGED" in rep["nodes"]["worker-2"]["message"]
@@ -191,17 +222,22 @@ def _shell_of(lab, i) -> str:
     return next(ln.split(":")[-1] for ln in passwd.splitlines() if ln.startswith(lab.user + ":"))
 
 
-def test_tcsh_node_gets_bash_and_env_reaches_noninteractive_shells(prov, lab, lab_ssh, lab_restore, capsys):
+def test_tcsh_node_gets_bash_and_env_reaches_noninteractive_shells(
+    prov, lab, lab_ssh, lab_restore, capsys
+):
     import subprocess
+
     node_dir = Path(lab.nodes[1].home).parent
-    subprocess.run(["usermod", "--prefix", str(node_dir), "--shell", "/bin/tcsh", lab.user], check=True)
+    subprocess.run(
+        ["usermod", "--prefix", str(node_dir), "--shell", "/bin/tcsh", lab.user], check=True
+    )
     # Every command nodeprep sends must work while the login shell is still tcsh.
     code, rep, _ = prov("nccl_env={NCCL_DEBUG: INFO}", capsys=capsys)
     assert code == 0, rep
     changed = [s["step"] for s in rep["nodes"]["worker-1"]["steps"] if s["status"] == "changed"]
     assert "shell: user.shell /bin/bash" in changed
     assert [_shell_of(lab, i) for i in range(3)] == ["/bin/bash"] * 3
-    for node in lab.nodes:     # a non-interactive ssh shell (what pdsh/mpirun start) sees the env
+    for node in lab.nodes:  # a non-interactive ssh shell (what pdsh/mpirun start) sees the env
         r = lab_ssh(node, "echo NCCL_DEBUG=$NCCL_DEBUG")
         assert r.stdout.strip() == "NCCL_DEBUG=INFO", r.stderr
     code, rep, _ = prov("nccl_env={NCCL_DEBUG: INFO}", capsys=capsys)
@@ -209,8 +245,9 @@ def test_tcsh_node_gets_bash_and_env_reaches_noninteractive_shells(prov, lab, la
 
 
 def test_zsh_gets_zshenv(prov, lab, lab_ssh, lab_restore, capsys):
-    code, rep, _ = prov("login_shell=/usr/bin/zsh", "nccl_env={NCCL_DEBUG: WARN}", limit="worker-0",
-                        capsys=capsys)
+    code, rep, _ = prov(
+        "login_shell=/usr/bin/zsh", "nccl_env={NCCL_DEBUG: WARN}", limit="worker-0", capsys=capsys
+    )
     assert code == 0, rep
     assert _shell_of(lab, 0) == "/usr/bin/zsh" and _shell_of(lab, 1) == "/bin/bash"
     assert "nodeprep env" in (Path(lab.nodes[0].home) / ".zshenv").read_text()
@@ -242,13 +279,17 @@ def test_shell_change_without_root_or_sudo_fails_with_fallback(prov, lab, lab_re
 def test_shell_not_in_etc_shells_is_refused(prov, lab, capsys):
     code, rep, _ = prov("login_shell=/usr/bin/ksh93", roles="shell", capsys=capsys)
     assert code == 1
-    msgs = [s["message"] for r in rep["nodes"].values() for s in r["steps"] if s["status"] == "failed"]
+    msgs = [
+        s["message"] for r in rep["nodes"].values() for s in r["steps"] if s["status"] == "failed"
+    ]
     assert len(msgs) == 3 and all("/usr/bin/ksh93 is not in /etc/shells" in m for m in msgs)
 
 
-def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settings, lab_restore,
-                                                           monkeypatch, capsys):
+def test_ask_pass_installs_the_key_on_a_node_that_has_none(
+    prov, lab, lab_settings, lab_restore, monkeypatch, capsys
+):
     import io
+
     password = "lab-Pa55word-only"
     labmod.remove_authorized_key(lab, 1)
     labmod.enable_password(lab, 1, password)
@@ -256,9 +297,19 @@ def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settin
     code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)
     assert code == 1 and rep["nodes"]["worker-1"]["status"] == "unreachable"
     monkeypatch.setattr("sys.stdin", io.StringIO(password + "\n"))
-    code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit=None, roles="ssh_keys", check_mode=False,
-                                          diff=False, json=True,
-                                          sets=(f"controller_key={lab.key}",)), lab_settings, ask_pass=True)
+    code = api.provision(
+        ProvisionOptions(
+            inventory=str(lab.inventory),
+            limit=None,
+            roles="ssh_keys",
+            check_mode=False,
+            diff=False,
+            json=True,
+            sets=(f"controller_key={lab.key}",),
+        ),
+        lab_settings,
+        ask_pass=True,
+    )
     out = capsys.readouterr()
     rep = json.loads(out.out)
     assert code == 0 and rep["nodes"]["worker-1"]["status"] == "changed"
@@ -266,7 +317,7 @@ def test_ask_pass_installs_the_key_on_a_node_that_has_none(prov, lab, lab_settin
     assert password not in out.out + out.err + logs
     labmod.disable_password(lab, 1)
     code, rep, _ = prov(f"controller_key={lab.key}", roles="ssh_keys", capsys=capsys)
-    assert code == 0 and rep["nodes"]["worker-1"]["status"] == "ok"   # the key works now
+    assert code == 0 and rep["nodes"]["worker-1"]["status"] == "ok"  # the key works now
     # Another controller key rewrites the block, but the key nodeprep logs in with stays.
     code, rep, _ = prov(roles="ssh_keys", capsys=capsys)
     assert code == 0 and rep["nodes"]["worker-1"]["status"] == "changed"
@@ -280,8 +331,9 @@ def test_nccl_libraries_checked_per_node(prov, lab, lab_ssh, capsys):
         lib = Path(lab.nodes[i].home) / "nccl" / "lib"
         lib.mkdir(parents=True, exist_ok=True)
         (lib / "libnccl.so.2").write_bytes(b"")
-    code, rep, _ = prov("nccl_home=/home/nodeprep/nccl", roles="shell,nccl,deepspeed_env",
-                        capsys=capsys)
+    code, rep, _ = prov(
+        "nccl_home=/home/nodeprep/nccl", roles="shell,nccl,deepspeed_env", capsys=capsys
+    )
     assert code == 1
     assert [rep["nodes"][n]["status"] for n in ("worker-0", "worker-1")] == ["changed", "changed"]
     bad = rep["nodes"]["worker-2"]
@@ -303,22 +355,30 @@ def test_a_run_with_nothing_to_change_takes_no_lock(prov, lab, lab_settings, con
     assert prov(capsys=capsys)[0] == 0
     lock = home(lab, 0) / ".nodeprep" / "lock"
     lock.mkdir(parents=True)
-    (lock / "owner").write_text(f"{socket.gethostname()} {os.getpid()} {time.time():.0f} other-run\n")
+    (lock / "owner").write_text(
+        f"{socket.gethostname()} {os.getpid()} {time.time():.0f} other-run\n"
+    )
     try:
         t0 = time.monotonic()
         code, rep, err = prov(capsys=capsys)
         assert code == 0 and rep["changed"] == 0, rep
         assert "waiting up to" not in err and time.monotonic() - t0 < 60
-        assert (lock / "owner").read_text().split()[3] == "other-run"       # left alone
-        (home(lab, 0) / ".deepspeed_env").unlink()                            # now one must change
-        base = [f"controller_key={controller['key']}", f"controller_ssh_config={controller['config']}"]
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit=None, roles=ROLES, json=True,
-                                              sets=tuple(base)),
-                             dataclasses.replace(lab_settings, lock_wait=2))
+        assert (lock / "owner").read_text().split()[3] == "other-run"  # left alone
+        (home(lab, 0) / ".deepspeed_env").unlink()  # now one must change
+        base = [
+            f"controller_key={controller['key']}",
+            f"controller_ssh_config={controller['config']}",
+        ]
+        code = api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory), limit=None, roles=ROLES, json=True, sets=tuple(base)
+            ),
+            dataclasses.replace(lab_settings, lock_wait=2),
+        )
         err = capsys.readouterr().err
         assert code != 0 and "waiting up to" in err and "locked by another nodeprep run" in err, err
     finally:
         (lock / "owner").unlink()
         lock.rmdir()
     code, rep, _ = prov(capsys=capsys)
-    assert code == 0 and rep["changed"] >= 1, rep            # the lock gone: the drift is restored
+    assert code == 0 and rep["changed"] >= 1, rep  # the lock gone: the drift is restored

@@ -1,6 +1,7 @@
 """The Python stack on the lab through real sshd and real pip: wheelhouse pushed once, venv
 (ensurepip and the offline no-pip bootstrap), torch 2.13.0+cpu + deepspeed + numpy installed
 with --no-index, verified; drift restored; a node on another Python version refused."""
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,21 @@ def run(lab, lab_settings, tmp_path_factory):
     ctl = tmp_path_factory.mktemp("ctl")
 
     def go(*sets, inventory=None, limit=None, check=False, capsys):
-        code = api.provision(ProvisionOptions(inventory=str(inventory or lab.inventory), limit=limit, roles=ROLES,
-                                              check_mode=check, diff=False, json=True,
-                                              sets=(f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config",
-                                               *sets)), lab_settings)
+        code = api.provision(
+            ProvisionOptions(
+                inventory=str(inventory or lab.inventory),
+                limit=limit,
+                roles=ROLES,
+                check_mode=check,
+                diff=False,
+                json=True,
+                sets=(f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config", *sets),
+            ),
+            lab_settings,
+        )
         out = capsys.readouterr()
         return code, (json.loads(out.out) if code != 2 else None), out.err
+
     return go
 
 
@@ -42,27 +52,36 @@ def test_stack_installed_offline_then_nothing_pushed(run, lab, lab_ssh, capsys):
         f = freeze(rep, n.name)
         assert (f["torch"], f["deepspeed"], f["numpy"]) == ("2.13.0+cpu", "0.19.8", "2.4.6")
     downloads = [c for c in rep["controller"] if c["step"].startswith("wheelhouse.download")]
-    assert len(downloads) == 1          # one platform in the lab, whatever the node count
-    r = lab_ssh(1, f"{VENV}/bin/python -c 'import torch, deepspeed; print(torch.__version__, "
-                   f"torch.version.cuda, deepspeed.__version__)'")
+    assert len(downloads) == 1  # one platform in the lab, whatever the node count
+    r = lab_ssh(
+        1,
+        f"{VENV}/bin/python -c 'import torch, deepspeed; print(torch.__version__, "
+        f"torch.version.cuda, deepspeed.__version__)'",
+    )
     assert r.stdout.split()[-3:] == ["2.13.0+cpu", "None", "0.19.8"], r.stderr
     env = (Path(lab.nodes[0].home) / ".deepspeed_env").read_text()
     assert f"PATH={VENV}/bin:" in env
     code, rep, _ = run(capsys=capsys)
     assert code == 0 and rep["changed"] == 0
-    assert [c["status"] for c in rep["controller"] if c["step"].startswith("wheelhouse.download")] == ["ok"]
+    assert [
+        c["status"] for c in rep["controller"] if c["step"].startswith("wheelhouse.download")
+    ] == ["ok"]
     logs = "".join(p.read_text() for p in Path(rep["run_dir"]).rglob("*.log"))
-    assert logs and "pushed " not in logs       # (no logs at all would prove nothing)
+    assert logs and "pushed " not in logs  # (no logs at all would prove nothing)
 
 
 def test_package_drift_is_found_and_restored(run, lab, lab_ssh, capsys):
     assert lab_ssh(0, f"{VENV}/bin/python -m pip uninstall -q -y numpy").returncode == 0
     code, rep, _ = run(check=True, capsys=capsys)
-    drifted = {n: [s["step"] for s in r["steps"] if s["status"] == "changed"]
-               for n, r in rep["nodes"].items() if r["changed"]}
+    drifted = {
+        n: [s["step"] for s in r["steps"] if s["status"] == "changed"]
+        for n, r in rep["nodes"].items()
+        if r["changed"]
+    }
     # numpy's files are gone from under torch: the import torch last passed is verified again
-    assert drifted == {"worker-0": ["venv: pip.install requirements.lock",
-                                    "torch: torch.verify torch==2.13.0+cpu"]}
+    assert drifted == {
+        "worker-0": ["venv: pip.install requirements.lock", "torch: torch.verify torch==2.13.0+cpu"]
+    }
     code, rep, _ = run(capsys=capsys)
     assert code == 0 and freeze(rep, "worker-0")["numpy"] == "2.4.6"
     code, rep, _ = run(check=True, capsys=capsys)
@@ -79,11 +98,12 @@ def test_python_without_ensurepip_gets_a_venv_offline(run, lab, lab_ssh, capsys)
     wrapper.parent.mkdir(exist_ok=True)
     wrapper.write_text(
         "#!/bin/sh\n"
-        "case \" $* \" in *\" -m venv \"*) case \" $* \" in *\" --without-pip \"*) ;; *)\n"
+        'case " $* " in *" -m venv "*) case " $* " in *" --without-pip "*) ;; *)\n'
         "  echo 'The virtual environment was not created successfully because ensurepip is not\n"
         "available.  On Debian/Ubuntu systems, you need to install the python3-venv package' >&2\n"
         "  exit 1;; esac;; esac\n"
-        "exec /usr/bin/python3 \"$@\"\n")
+        'exec /usr/bin/python3 "$@"\n'
+    )
     wrapper.chmod(0o755)
     shutil.chown(wrapper, "nodeprep")
     py = "/home/nodeprep/bin/python3-noensurepip"
@@ -93,7 +113,7 @@ def test_python_without_ensurepip_gets_a_venv_offline(run, lab, lab_ssh, capsys)
     code, rep, _ = run(f"python={py}", limit="worker-1", capsys=capsys)
     assert code == 0, rep
     f = freeze(rep, "worker-1")
-    assert f["torch"] == "2.13.0+cpu" and f["pip"] == "26.3"   # pip from the pushed wheel
+    assert f["torch"] == "2.13.0+cpu" and f["pip"] == "26.3"  # pip from the pushed wheel
 
 
 def test_no_pip_bootstrap_on_request(run, lab, capsys):
@@ -101,7 +121,7 @@ def test_no_pip_bootstrap_on_request(run, lab, capsys):
     shutil.rmtree(home / ".nodeprep" / "venv")
     code, rep, _ = run("venv_bootstrap=no-pip", limit="worker-2", capsys=capsys)
     assert code == 0, rep
-    assert freeze(rep, "worker-2")["pip"] == "26.3"      # the pushed wheel, not the bundled one
+    assert freeze(rep, "worker-2")["pip"] == "26.3"  # the pushed wheel, not the bundled one
 
 
 def test_node_on_another_python_version_is_refused(run, lab, tmp_path, capsys):
@@ -119,7 +139,7 @@ def test_node_on_another_python_version_is_refused(run, lab, tmp_path, capsys):
     assert bad["status"] == "failed"
     msg = next(s["message"] for s in bad["steps"] if s["status"] == "failed")
     assert "Python 3.10.14 here, 3.11.2 on the rest of the fleet" in msg
-    assert rep["nodes"]["worker-0"]["status"] in ("ok", "changed")   # the others go on
+    assert rep["nodes"]["worker-0"]["status"] in ("ok", "changed")  # the others go on
 
 
 def test_unpinned_requirement_is_refused_before_any_node(run, lab, tmp_path, capsys):
@@ -138,9 +158,18 @@ def test_venv_path_home_itself_is_refused(run, capsys):
 def test_two_roles_blocks_in_one_new_env_file(lab, lab_settings, lab_ssh, capsys):
     env = Path(lab.nodes[0].home) / ".nodeprep" / "env.sh"
     env.unlink()
-    code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-0", roles="shell,nccl,venv",
-                                          check_mode=False, diff=False, json=True,
-                                          sets=("nccl_env={NCCL_DEBUG: WARN}",)), lab_settings)
+    code = api.provision(
+        ProvisionOptions(
+            inventory=str(lab.inventory),
+            limit="worker-0",
+            roles="shell,nccl,venv",
+            check_mode=False,
+            diff=False,
+            json=True,
+            sets=("nccl_env={NCCL_DEBUG: WARN}",),
+        ),
+        lab_settings,
+    )
     rep = json.loads(capsys.readouterr().out)
     assert code == 0, rep
     text = env.read_text()

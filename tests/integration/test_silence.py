@@ -13,6 +13,7 @@ synthetic.py: three wheels of random bytes, 150 MB in all, no torch) in a venv a
 of its own beside the site's: what a silent node or Ctrl-C does to a cold wheelhouse push and
 pip install does not depend on what the wheels hold, and the site's stack, which parity and
 training use, is never taken down."""
+
 from __future__ import annotations
 
 import json
@@ -34,16 +35,19 @@ from nodeprep.engine.events import Events
 from .synthetic import make_stack, stack_sets
 
 ROOT = Path(__file__).resolve().parents[2]
-DEADLINE = 30.0        # a silent node is named within this, by default
-VENV, WHEELHOUSE = ".nodeprep/venv-silence", ".nodeprep/wheelhouse-silence"     # under ~
+DEADLINE = 30.0  # a silent node is named within this, by default
+VENV, WHEELHOUSE = ".nodeprep/venv-silence", ".nodeprep/wheelhouse-silence"  # under ~
 ROLES = "wheelhouse,venv"
 
 
 # what an interrupted run left running on a node (every command of a run carries NODEPREP_RUN)
-_LEFT_BEHIND = ("myns=$(readlink /proc/self/ns/net); for p in /proc/[0-9]*; do "
-                "[ \"$(readlink $p/ns/net 2>/dev/null)\" = \"$myns\" ] || continue; "
-                "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^NODEPREP_RUN=' && kill -9 ${p#/proc/} 2>/dev/null; "
-                "done; true")
+_LEFT_BEHIND = (
+    "myns=$(readlink /proc/self/ns/net); for p in /proc/[0-9]*; do "
+    '[ "$(readlink $p/ns/net 2>/dev/null)" = "$myns" ] || continue; '
+    "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^NODEPREP_RUN=' && "
+    "kill -9 ${p#/proc/} 2>/dev/null; "
+    "done; true"
+)
 
 
 @pytest.fixture(scope="module")
@@ -78,27 +82,30 @@ def heal(lab, lab_up):
 
 
 def _json(out: str) -> dict:
-    return json.loads(out[out.index("{\n"):])
+    return json.loads(out[out.index("{\n") :])
 
 
 def test_silent_from_the_start_is_named_at_connect(lab, lab_settings, heal, capsys):
     labmod.silence_node(lab, 1)
     t0 = time.monotonic()
-    code = api.facts(FactsOptions(inventory=str(lab.inventory), limit=None, json=True), lab_settings)
+    code = api.facts(
+        FactsOptions(inventory=str(lab.inventory), limit=None, json=True), lab_settings
+    )
     took = time.monotonic() - t0
     rep = _json(capsys.readouterr().out)
     assert code == 1 and took < DEADLINE
     assert rep["nodes"]["worker-1"]["status"] == "unreachable"
     assert "no answer within 10 s" in rep["nodes"]["worker-1"]["message"]
-    assert "tries" not in rep["nodes"]["worker-1"]["message"]          # a silent address: no retry
+    assert "tries" not in rep["nodes"]["worker-1"]["message"]  # a silent address: no retry
     assert [rep["nodes"][n]["status"] for n in ("worker-0", "worker-2")] == ["ok", "ok"]
 
 
 def test_silent_during_verify_parity_others_compared(lab, lab_settings, heal, capsys):
     labmod.silence_node(lab, 2)
     t0 = time.monotonic()
-    code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory), limit=None, json=True, port=None),
-                             lab_settings)
+    code = api.verify_parity(
+        VerifyOptions(inventory=str(lab.inventory), limit=None, json=True, port=None), lab_settings
+    )
     took = time.monotonic() - t0
     rep = _json(capsys.readouterr().out)
     assert code == 1 and took < DEADLINE + 10
@@ -118,7 +125,12 @@ class _SilenceAt(Events):
 
     def status(self, node, stage, status, message=""):
         with self.lock:
-            if node == self.name and self.silenced is None and status == "running" and self.match in message:
+            if (
+                node == self.name
+                and self.silenced is None
+                and status == "running"
+                and self.match in message
+            ):
                 labmod.silence_node(self.lab, self.index)
                 self.silenced = time.monotonic()
             if node == self.name and status == "unreachable" and self.named is None:
@@ -130,12 +142,18 @@ def _cold(lab, index: int) -> None:
     labmod.node_shell(lab, index, f"rm -rf /home/nodeprep/{VENV} /home/nodeprep/{WHEELHOUSE}")
 
 
-@pytest.mark.parametrize("match", ["upload for wheelhouse", "pip.install"], ids=["wheel-push", "pip"])
+@pytest.mark.parametrize(
+    "match", ["upload for wheelhouse", "pip.install"], ids=["wheel-push", "pip"]
+)
 def test_silent_during_a_cold_provision(site, lab, lab_settings, small, heal, match):
     sets = (*small, "wheelhouse_relay=false")
-    opts = ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=sets)
+    opts = ProvisionOptions(
+        inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=sets
+    )
     # the whole lab warm first (maybe already): parity checks the mesh to every node
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=site), lab_settings) == 0
+    assert (
+        api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=site), lab_settings) == 0
+    )
     _cold(lab, 2)
     events = _SilenceAt(lab, 2, match)
     res = provision(opts, lab_settings, events)
@@ -145,56 +163,104 @@ def test_silent_during_a_cold_provision(site, lab, lab_settings, small, heal, ma
     assert rep["nodes"]["worker-2"]["message"].startswith("silent for 15 s during")
     assert events.named - events.silenced < DEADLINE
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed") and res.exit_code == 1
-    labmod.silence_node(lab, 2, silent=False)                    # healed: converges, parity holds
+    labmod.silence_node(lab, 2, silent=False)  # healed: converges, parity holds
     assert api.provision(opts, lab_settings) == 0
-    assert api.verify_parity(VerifyOptions(inventory=str(lab.inventory), limit=None, port=None), lab_settings) == 0
+    assert (
+        api.verify_parity(
+            VerifyOptions(inventory=str(lab.inventory), limit=None, port=None), lab_settings
+        )
+        == 0
+    )
 
 
 def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, small, heal, capsys):
     _cold(lab, 2)
     labmod.limit_space(lab, 2, WHEELHOUSE, "16m")
     try:
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
-                                              json=True, sets=small), lab_settings)
+        code = api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory),
+                limit="worker-[1-2]",
+                roles=ROLES,
+                json=True,
+                sets=small,
+            ),
+            lab_settings,
+        )
         rep = _json(capsys.readouterr().out)
     finally:
         labmod.limit_space(lab, 2, WHEELHOUSE, None)
     assert code == 1
     failed = [s for s in rep["nodes"]["worker-2"]["steps"] if s["status"] == "failed"]
-    assert failed and failed[0]["message"].startswith(f"no space on /home/nodeprep/{WHEELHOUSE}: 16 MiB free")
+    assert failed and failed[0]["message"].startswith(
+        f"no space on /home/nodeprep/{WHEELHOUSE}: 16 MiB free"
+    )
     assert "wheels needs" in failed[0]["message"]
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed")
     # room again: the next run converges
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
-                                          sets=small), lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=small
+            ),
+            lab_settings,
+        )
+        == 0
+    )
 
 
 def test_a_read_only_home_is_named_as_such(lab, lab_settings, small, heal, capsys):
     _cold(lab, 2)
     labmod.readonly_home(lab, 2)
     try:
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
-                                              json=True, sets=small), lab_settings)
+        code = api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory),
+                limit="worker-[1-2]",
+                roles=ROLES,
+                json=True,
+                sets=small,
+            ),
+            lab_settings,
+        )
         rep = _json(capsys.readouterr().out)
     finally:
         labmod.readonly_home(lab, 2, readonly=False)
     assert code == 1
     text = json.dumps(rep["nodes"]["worker-2"]).lower()
     assert "read-only file system" in text and "/home/nodeprep" in text, text
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
-                                          sets=small), lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=small
+            ),
+            lab_settings,
+        )
+        == 0
+    )
 
 
 # -- Ctrl-C: a real `invoke` process, SIGINT as a terminal sends it --------------------------------
 
+
 def _invoke(lab, lab_settings, *args) -> subprocess.Popen:
-    env = dict(os.environ, INVOKE_NODEPREP_STATE_DIR=lab_settings.state_dir,
-               INVOKE_NODEPREP_LAB_ROOT=lab_settings.lab_root, PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        INVOKE_NODEPREP_STATE_DIR=lab_settings.state_dir,
+        INVOKE_NODEPREP_LAB_ROOT=lab_settings.lab_root,
+        PYTHONUNBUFFERED="1",
+    )
     args = list(args)
-    cut = args.index("--") if "--" in args else len(args)      # options before the payload's own
+    cut = args.index("--") if "--" in args else len(args)  # options before the payload's own
     args[cut:cut] = ["--inventory", str(lab.inventory)]
-    return subprocess.Popen([str(ROOT / ".venv" / "bin" / "invoke"), *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "invoke"), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _interrupt(proc: subprocess.Popen) -> tuple[int, float, str]:
@@ -210,11 +276,17 @@ def _wait_for(check, seconds: float, seen=None, every: float = 0.2) -> None:
         if check():
             return
         time.sleep(every)
-    raise AssertionError("the state to interrupt never came" + ("; output:\n" + "".join(seen)[-3000:] if seen else ""))
+    raise AssertionError(
+        "the state to interrupt never came"
+        + ("; output:\n" + "".join(seen)[-3000:] if seen else "")
+    )
 
 
 def _no_locks(lab, indexes) -> bool:
-    out = [labmod.node_shell(lab, i, "ls -d /home/nodeprep/.nodeprep/lock 2>/dev/null").stdout for i in indexes]
+    out = [
+        labmod.node_shell(lab, i, "ls -d /home/nodeprep/.nodeprep/lock 2>/dev/null").stdout
+        for i in indexes
+    ]
     return not any(o.strip() for o in out)
 
 
@@ -231,26 +303,40 @@ def test_ctrl_c_while_connecting_to_a_silent_node(lab, lab_settings, heal):
 def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, small, heal):
     sets = [arg for s in (*small, "wheelhouse_relay=false") for arg in ("--set", s)]
     _cold(lab, 2)
-    proc = _invoke(lab, lab_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets)
+    proc = _invoke(
+        lab, lab_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets
+    )
     venv = lab.nodes[2].home / VENV
-    _wait_for(venv.exists, 240)                                  # worker-2 is in its apply
+    _wait_for(venv.exists, 240)  # worker-2 is in its apply
     labmod.silence_node(lab, 2)
     time.sleep(2)
     code, took, out = _interrupt(proc)
     assert code == 130 and took < 3, out
     assert "worker-2  interrupted during apply" in out and "Traceback" not in out
-    assert _no_locks(lab, [1])                                   # the node that answers: released
+    assert _no_locks(lab, [1])  # the node that answers: released
     labmod.silence_node(lab, 2, silent=False)
     # healed: the next run takes over the lock the silent node kept (its holder is gone), stops
     # what the interrupted run left running there, replaces the venv it was making, converges
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
-                                          sets=tuple(sets[1::2])), lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory),
+                limit="worker-[1-2]",
+                roles=ROLES,
+                sets=tuple(sets[1::2]),
+            ),
+            lab_settings,
+        )
+        == 0
+    )
 
 
 def test_ctrl_c_while_pushing_wheels(lab, lab_settings, small, heal):
     sets = [arg for s in (*small, "wheelhouse_relay=false") for arg in ("--set", s)]
     _cold(lab, 2)
-    proc = _invoke(lab, lab_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets)
+    proc = _invoke(
+        lab, lab_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets
+    )
     wheelhouse = lab.nodes[2].home / WHEELHOUSE
     # 150 MB over the lab's veth: a push of about a second, so look often
     _wait_for(lambda: any(p.name.endswith(".part") for p in wheelhouse.glob(".*")), 240, every=0.01)
@@ -260,14 +346,40 @@ def test_ctrl_c_while_pushing_wheels(lab, lab_settings, small, heal):
     time.sleep(1)
     assert _no_locks(lab, [1, 2])
     # what was pushed whole stays; the next run completes the node
-    assert api.provision(ProvisionOptions(inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES,
-                                          sets=tuple(sets[1::2])), lab_settings) == 0
+    assert (
+        api.provision(
+            ProvisionOptions(
+                inventory=str(lab.inventory),
+                limit="worker-[1-2]",
+                roles=ROLES,
+                sets=tuple(sets[1::2]),
+            ),
+            lab_settings,
+        )
+        == 0
+    )
 
 
 def test_ctrl_c_while_training(provisioned, lab, lab_settings, heal):
     """Training: every rank on every node stopped, within 3 s, nothing of the job left."""
-    proc = _invoke(lab, lab_settings, "train", "--limit", "worker-[0-1]", "--payload", "ddp", "--launcher",
-                   "torchrun", "--", "--epochs", "100", "--steps-per-epoch", "40", "--sleep-per-step", "0.1")
+    proc = _invoke(
+        lab,
+        lab_settings,
+        "train",
+        "--limit",
+        "worker-[0-1]",
+        "--payload",
+        "ddp",
+        "--launcher",
+        "torchrun",
+        "--",
+        "--epochs",
+        "100",
+        "--steps-per-epoch",
+        "40",
+        "--sleep-per-step",
+        "0.1",
+    )
     seen: list[str] = []
     reader = threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True)
     reader.start()

@@ -8,6 +8,7 @@ refused by nodeprep too, in one line naming file:line.
 The listing is judged independently of nodeprep's own lexer: `ssh -G -v` names every file it
 reads; every literal name on a `Host` line of those files must be listed, and every listed
 name must stand on a `Host` line of the case (a plain regex reads them here)."""
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,10 @@ CASES = sorted(p for p in CORPUS.iterdir() if (p / "config").is_file())
 HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
 SSH_DIR = HOME / ".ssh"
 # ssh rejects these configs (SOURCE says why): nodeprep must refuse them in one line
-REJECTED = {"github_docs_usekeychain_macos": "IgnoreUnknown UseKeychain",
-            "dotfiles_0xmachos_usekeychain_no_ignoreunknown": "IgnoreUnknown UseKeychain"}
+REJECTED = {
+    "github_docs_usekeychain_macos": "IgnoreUnknown UseKeychain",
+    "dotfiles_0xmachos_usekeychain_no_ignoreunknown": "IgnoreUnknown UseKeychain",
+}
 
 
 def test_the_corpus_is_big_enough_and_sourced():
@@ -44,7 +47,7 @@ def real_ssh_dir(monkeypatch):
     had = SSH_DIR.exists()
     if had:
         shutil.copytree(SSH_DIR, backup / "ssh", symlinks=True)
-    monkeypatch.setenv("HOME", str(HOME))           # glob's ~ in Include: as ssh sees it
+    monkeypatch.setenv("HOME", str(HOME))  # glob's ~ in Include: as ssh sees it
     monkeypatch.setenv("XDG_RUNTIME_DIR", os.environ.get("XDG_RUNTIME_DIR") or "/run/user/0")
 
     def install(case: Path) -> None:
@@ -53,6 +56,7 @@ def real_ssh_dir(monkeypatch):
         SSH_DIR.chmod(0o700)
         for p in SSH_DIR.rglob("*"):
             p.chmod(0o700 if p.is_dir() else 0o600)
+
     try:
         yield install
     finally:
@@ -63,8 +67,14 @@ def real_ssh_dir(monkeypatch):
 
 
 def ssh_g(name: str, verbose: bool = False) -> subprocess.CompletedProcess:
-    return subprocess.run(["ssh", "-G"] + (["-v"] if verbose else []) + ["--", name], capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=60, errors="replace")
+    return subprocess.run(
+        ["ssh", "-G"] + (["-v"] if verbose else []) + ["--", name],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        errors="replace",
+    )
 
 
 _HOST_LINE = re.compile(r"^\s*host(?:\s*=\s*|\s+)(.*)$", re.IGNORECASE)
@@ -113,7 +123,10 @@ def identity(r: openssh.Resolved, host) -> bool:
     defaults = openssh.default_identities()
     if r.identity_files == defaults:
         return host.key is None
-    expanded = [openssh.identity_path(v, r, pwd.getpwuid(os.getuid()).pw_name, HOME) for v in r.identity_files]
+    expanded = [
+        openssh.identity_path(v, r, pwd.getpwuid(os.getuid()).pw_name, HOME)
+        for v in r.identity_files
+    ]
     return host.key == next((p for p in expanded if Path(p).is_file()), expanded[0])
 
 
@@ -123,15 +136,21 @@ def test_every_alias_as_ssh_resolves_it(case, real_ssh_dir):
     got = ours()
     if case.name in REJECTED:
         assert isinstance(got, InputError), got
-        assert REJECTED[case.name] in str(got) and re.search(r"config:\d+: ", str(got).splitlines()[0])
+        assert REJECTED[case.name] in str(got) and re.search(
+            r"config:\d+: ", str(got).splitlines()[0]
+        )
         assert ssh_g("anything").returncode != 0
         return
     if isinstance(got, InputError):
         names = {n for f in SSH_DIR.rglob("*") if f.is_file() for n in host_names(f)}
         if "no Host entry" in str(got):
-            assert names == set(), f"refused, but the case names hosts: {sorted(names)}"   # patterns only
-        else:                           # nodeprep refuses what ssh refuses for some alias
-            assert [n for n in names if ssh_g(n).returncode != 0], f"nodeprep refused a config ssh reads: {got}"
+            assert names == set(), (
+                f"refused, but the case names hosts: {sorted(names)}"
+            )  # patterns only
+        else:  # nodeprep refuses what ssh refuses for some alias
+            assert [n for n in names if ssh_g(n).returncode != 0], (
+                f"nodeprep refused a config ssh reads: {got}"
+            )
         return
     listed = set(got)
     expected = {n for f in files_read(list(got)) for n in host_names(f)}

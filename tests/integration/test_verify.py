@@ -1,5 +1,6 @@
 """verify-parity on the provisioned lab through real sshd: parity on a fresh fleet, and each
 hand-made difference on ONE node detected with the node and key named."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,8 @@ import pytest
 import yaml
 
 from nodeprep import cli as api
-from nodeprep.commands.options import ProvisionOptions, VerifyOptions
 from nodeprep import lab as labmod
+from nodeprep.commands.options import ProvisionOptions, VerifyOptions
 
 VENV = "/home/nodeprep/.nodeprep/venv"
 
@@ -26,15 +27,20 @@ def fleet(lab, lab_settings, lab_up, tmp_path_factory):
     sets = [f"controller_key={ctl}/id", f"controller_ssh_config={ctl}/config"]
 
     def provision():
-        code = api.provision(ProvisionOptions(inventory=str(lab.inventory), sets=tuple(sets or ())), lab_settings)
+        code = api.provision(
+            ProvisionOptions(inventory=str(lab.inventory), sets=tuple(sets or ())), lab_settings
+        )
         assert code == 0
+
     provision()
     return provision
 
 
 def verify(lab, settings, capsys, inventory=None, **kw):
-    code = api.verify_parity(VerifyOptions(inventory=str(inventory or lab.inventory), limit=None, json=True, **kw),
-                             settings)
+    code = api.verify_parity(
+        VerifyOptions(inventory=str(inventory or lab.inventory), limit=None, json=True, **kw),
+        settings,
+    )
     out = capsys.readouterr()
     return code, json.loads(out.out)
 
@@ -49,12 +55,27 @@ def test_fresh_fleet_is_in_parity(fleet, lab, lab_settings, capsys):
     assert rep["ok"] is True and rep["drift"] == [] and rep["unreachable"] == {}
     assert rep["compared_keys"] > 30
     code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory)), lab_settings)
-    assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1].startswith("PARITY OK: 3 nodes")
+    assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1].startswith(
+        "PARITY OK: 3 nodes"
+    )
 
 
 def test_other_package_version_on_one_node(fleet, lab, lab_settings, lab_ssh, capsys, tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(tmp_path),
-                    "einops==0.8.1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "-d",
+            str(tmp_path),
+            "einops==0.8.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     whl = next(tmp_path.glob("einops-0.8.1-*.whl"))
     shutil.copy(whl, Path(lab.nodes[2].home) / whl.name)
     r = lab_ssh(2, f"{VENV}/bin/python -m pip install -q --no-index ~/{whl.name}")
@@ -64,7 +85,9 @@ def test_other_package_version_on_one_node(fleet, lab, lab_settings, lab_ssh, ca
     finally:
         fleet()
     assert code == 1 and rep["ok"] is False
-    assert drift_of(rep) == {"pkg.einops": {("worker-0", "worker-1"): "0.8.2", ("worker-2",): "0.8.1"}}
+    assert drift_of(rep) == {
+        "pkg.einops": {("worker-0", "worker-1"): "0.8.2", ("worker-2",): "0.8.1"}
+    }
 
 
 def test_probes_ride_the_head_logins(fleet, lab, lab_settings, capsys):
@@ -82,7 +105,10 @@ def test_probes_ride_the_head_logins(fleet, lab, lab_settings, capsys):
     # --via direct: the same verdict over a connection per node
     code, rep2 = verify(lab, lab_settings, capsys, mesh="head", via="direct")
     assert code == 0 and rep2["compared_keys"] == rep["compared_keys"]
-    assert "$ verify probe" in (Path(lab_settings.runs) / "latest" / "worker-1" / "probe.log").read_text()
+    assert (
+        "$ verify probe"
+        in (Path(lab_settings.runs) / "latest" / "worker-1" / "probe.log").read_text()
+    )
 
 
 def test_node_the_head_cannot_log_in_to_is_probed_directly(fleet, lab, lab_settings, capsys):
@@ -90,21 +116,25 @@ def test_node_the_head_cannot_log_in_to_is_probed_directly(fleet, lab, lab_setti
     auto-added), the pair is named, and worker-1's facts still come, over its own connection."""
     kh = Path(lab.nodes[0].home) / ".ssh" / "known_hosts"
     good = kh.read_text()
-    cut = "".join(ln for ln in good.splitlines(True) if not ln.split(" ")[0].split(",").count("worker-1"))
+    cut = "".join(
+        ln for ln in good.splitlines(True) if not ln.split(" ")[0].split(",").count("worker-1")
+    )
     kh.write_text(cut)
     try:
-        code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory), mesh="head"), lab_settings)
+        code = api.verify_parity(
+            VerifyOptions(inventory=str(lab.inventory), mesh="head"), lab_settings
+        )
         out = capsys.readouterr().out
-        assert kh.read_text() == cut          # nothing was added behind the user's back
+        assert kh.read_text() == cut  # nothing was added behind the user's back
     finally:
         kh.write_text(good)
     assert code == 1
     assert "worker-0 -> worker-1: login failed (exit 255)" in out
     assert "probes rode worker-0's logins; probed directly: worker-1" in out
-    assert "unreachable" not in out.lower() and "DRIFT" not in out   # its facts came and match
+    assert "unreachable" not in out.lower() and "DRIFT" not in out  # its facts came and match
 
 
-@pytest.mark.parametrize("mesh", ["auto", "head"])   # head: the probes ride worker-0's logins
+@pytest.mark.parametrize("mesh", ["auto", "head"])  # head: the probes ride worker-0's logins
 def test_changed_and_missing_deepspeed_env_lines(fleet, lab, lab_settings, capsys, mesh):
     env = Path(lab.nodes[1].home) / ".deepspeed_env"
     good = env.read_text()
@@ -123,10 +153,15 @@ def test_changed_and_missing_deepspeed_env_lines(fleet, lab, lab_settings, capsy
 
 def test_other_login_shell_on_one_node(fleet, lab, lab_settings, lab_restore, capsys):
     node_dir = Path(lab.nodes[0].home).parent
-    subprocess.run(["usermod", "--prefix", str(node_dir), "--shell", "/usr/bin/zsh", lab.user], check=True)
+    subprocess.run(
+        ["usermod", "--prefix", str(node_dir), "--shell", "/usr/bin/zsh", lab.user], check=True
+    )
     code, rep = verify(lab, lab_settings, capsys)
     assert code == 1
-    assert drift_of(rep)["shell.login"] == {("worker-1", "worker-2"): "/bin/bash", ("worker-0",): "/usr/bin/zsh"}
+    assert drift_of(rep)["shell.login"] == {
+        ("worker-1", "worker-2"): "/bin/bash",
+        ("worker-0",): "/usr/bin/zsh",
+    }
 
 
 def test_cluster_key_removed_from_one_node_breaks_named_pairs(fleet, lab, lab_settings, capsys):
@@ -140,7 +175,9 @@ def test_cluster_key_removed_from_one_node_breaks_named_pairs(fleet, lab, lab_se
     assert code == 1
     failed = sorted(c["message"].split(":")[0] for c in rep["checks"] if c["key"] == "ssh.mesh")
     assert failed == ["worker-0 -> worker-1", "worker-1 -> worker-1", "worker-2 -> worker-1"]
-    assert all("login failed (exit 255)" in c["message"] for c in rep["checks"] if c["key"] == "ssh.mesh")
+    assert all(
+        "login failed (exit 255)" in c["message"] for c in rep["checks"] if c["key"] == "ssh.mesh"
+    )
 
 
 def test_pairs_without_a_real_login_are_checked_on_paper(fleet, lab, lab_settings, capsys):
@@ -151,8 +188,13 @@ def test_pairs_without_a_real_login_are_checked_on_paper(fleet, lab, lab_setting
     kh = Path(lab.nodes[2].home) / ".ssh" / "known_hosts"
     good_ak, good_kh = ak.read_text(), kh.read_text()
     ak.write_text("".join(ln for ln in good_ak.splitlines(True) if "nodeprep cluster" not in ln))
-    kh.write_text("".join(ln for ln in good_kh.splitlines(True)
-                          if not ln.split(" ")[0].split(",").count("worker-1")))
+    kh.write_text(
+        "".join(
+            ln
+            for ln in good_kh.splitlines(True)
+            if not ln.split(" ")[0].split(",").count("worker-1")
+        )
+    )
     try:
         code, rep = verify(lab, lab_settings, capsys, mesh="head")
     finally:
@@ -160,16 +202,22 @@ def test_pairs_without_a_real_login_are_checked_on_paper(fleet, lab, lab_setting
         kh.write_text(good_kh)
     assert code == 1
     msgs = sorted(c["message"] for c in rep["checks"] if c["key"] == "ssh.mesh")
-    assert [m.split(":")[0] for m in msgs] == ["worker-0 -> worker-0", "worker-1 -> worker-0",
-                                               "worker-2 -> worker-0", "worker-2 -> worker-1"]
-    assert "login failed (exit 255)" in msgs[0]                       # the real one
-    assert "worker-0's ~/.ssh/authorized_keys lacks the cluster key worker-1 logs in with" in msgs[1]
+    assert [m.split(":")[0] for m in msgs] == [
+        "worker-0 -> worker-0",
+        "worker-1 -> worker-0",
+        "worker-2 -> worker-0",
+        "worker-2 -> worker-1",
+    ]
+    assert "login failed (exit 255)" in msgs[0]  # the real one
+    assert (
+        "worker-0's ~/.ssh/authorized_keys lacks the cluster key worker-1 logs in with" in msgs[1]
+    )
     assert "worker-2's ~/.ssh/known_hosts has no host key for worker-1" in msgs[3]
     code, rep = verify(lab, lab_settings, capsys, mesh="head")
     assert code == 0, rep["checks"]
 
 
-@pytest.mark.parametrize("mesh", ["auto", "head"])   # head: two different probes fanned out
+@pytest.mark.parametrize("mesh", ["auto", "head"])  # head: two different probes fanned out
 def test_venv_at_another_path_on_one_node(fleet, lab, lab_settings, capsys, tmp_path, mesh):
     home = Path(lab.nodes[2].home)
     (home / ".nodeprep" / "venv").rename(home / "venv2")
@@ -181,13 +229,18 @@ def test_venv_at_another_path_on_one_node(fleet, lab, lab_settings, capsys, tmp_
     finally:
         (home / "venv2").rename(home / ".nodeprep" / "venv")
     assert code == 1
-    assert drift_of(rep)["python.path"] == {("worker-0", "worker-1"): f"{VENV}/bin/python",
-                                           ("worker-2",): "/home/nodeprep/venv2/bin/python"}
+    assert drift_of(rep)["python.path"] == {
+        ("worker-0", "worker-1"): f"{VENV}/bin/python",
+        ("worker-2",): "/home/nodeprep/venv2/bin/python",
+    }
 
 
-@pytest.mark.parametrize("mesh", ["auto", "head"])   # head: worker-0's login fails, then ours
-def test_down_node_is_unreachable_and_others_compared(fleet, lab, lab_settings, lab_up, capsys, mesh):
+@pytest.mark.parametrize("mesh", ["auto", "head"])  # head: worker-0's login fails, then ours
+def test_down_node_is_unreachable_and_others_compared(
+    fleet, lab, lab_settings, lab_up, capsys, mesh
+):
     import dataclasses
+
     settings = dataclasses.replace(lab_settings, connect_retries=0)
     labmod.stop_node(lab, 2)
     try:
@@ -215,7 +268,9 @@ def test_baseline_reports_what_changed_since(fleet, lab, lab_settings, capsys, t
     (d,) = rep["drift"]
     assert d["key"] == "env.deepspeed.LATER"
     assert [(g["nodes"], g["value"], g.get("label")) for g in d["groups"]] == [
-        (["worker-0"], None, "baseline"), (["worker-0"], "1", "now")]
+        (["worker-0"], None, "baseline"),
+        (["worker-0"], "1", "now"),
+    ]
     code, rep = verify(lab, lab_settings, capsys, baseline=str(base))
     assert code == 0
 
@@ -223,7 +278,9 @@ def test_baseline_reports_what_changed_since(fleet, lab, lab_settings, capsys, t
 def test_bad_baseline_file_is_input_error(lab, lab_settings, capsys, tmp_path):
     bad = tmp_path / "b.json"
     bad.write_text("{not json")
-    code = api.verify_parity(VerifyOptions(inventory=str(lab.inventory), baseline=str(bad)), lab_settings)
+    code = api.verify_parity(
+        VerifyOptions(inventory=str(lab.inventory), baseline=str(bad)), lab_settings
+    )
     err = capsys.readouterr().err
     assert code == 2 and str(bad) in err and err.count("\n") == 1
 
@@ -233,7 +290,9 @@ def test_collective_all_reduce_through_the_launcher(fleet, lab, lab_settings, ca
     code, rep = verify(lab, lab_settings, capsys, collective=True, save_baseline=str(fps))
     assert code == 0, rep.get("collective")
     c = rep["collective"]
-    assert c["ok"] and c["launcher"] == "torchrun" and c["world_size"] == 3 and c["backend"] == "gloo"
+    assert (
+        c["ok"] and c["launcher"] == "torchrun" and c["world_size"] == 3 and c["backend"] == "gloo"
+    )
     assert [s["bytes"] for s in c["sizes"]] == [1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
     assert all(s["correct"] and s["busbw_gbps"] > 0 and s["time_us"] > 0 for s in c["sizes"])
     # CPU torch and gloo: no libnccl to map, no NCCL log: the NCCL keys are absent, not None
@@ -242,5 +301,5 @@ def test_collective_all_reduce_through_the_launcher(fleet, lab, lab_settings, ca
     assert len(saved) == 3
     for fp in saved.values():
         assert fp["torch.version"].endswith("+cpu") and fp["torch.cuda"] is None
-        assert fp["torch.nccl"] is None            # the build's NCCL: a CPU build has none
+        assert fp["torch.nccl"] is None  # the build's NCCL: a CPU build has none
         assert [k for k in fp if k.startswith("nccl.")] == []

@@ -9,6 +9,7 @@ Two ways a test gets it:
   - `@pytest.mark.slow` on the test itself, in its file (test_closed_stdout.py,
     test_fuzz_inventory.py, test_pystack.py).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 SLOW_FIXTURES = {
     # test_launchers.py, test_ncclrt.py
     "torch_python": "a venv with CPU torch (/tmp/tv, pip-installed when missing); the tests "
-                    "import torch or start torchrun with its ranks",
+    "import torch or start torchrun with its ranks",
     # test_ncclrt.py
     "real_libnccl": "NCCL's real libnccl.so.2, fetched with `pip download` once per machine",
     # test_inventory_differential.py

@@ -10,6 +10,7 @@ for the paths of its files; roles (roles/<name>/role.py, outside the package) st
 engine and ops, never on commands or the cli; printing happens in the cli (and the lab's own
 progress, and nodeside); modules, functions and parameter lists stay small, roles included;
 every package's __init__ docstring is a map naming each of its modules."""
+
 from __future__ import annotations
 
 import ast
@@ -57,9 +58,11 @@ def _imported(tree: ast.AST, here: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                up = here.split(".")[:len(here.split(".")) - node.level + 1]
+                up = here.split(".")[: len(here.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
-            out += [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+            out += [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            ]
     return out
 
 
@@ -86,10 +89,11 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
         state[m] = 1
         for d in sorted(graph.get(m, ())):
             if state.get(d) == 1:
-                found.append(" -> ".join(stack[stack.index(d):] + [d]))
+                found.append(" -> ".join(stack[stack.index(d) :] + [d]))
             elif d not in state:
                 visit(d, stack + [d])
         state[m] = 2
+
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
@@ -102,8 +106,11 @@ def ops_packages() -> dict[str, set[str]]:
     for m, deps in GRAPH.items():
         if m.startswith("nodeprep.ops.") and len(m.split(".")) > 3:
             own = m.split(".")[2]
-            out.setdefault(own, set()).update(d.split(".")[2] for d in deps
-                                              if d.startswith("nodeprep.ops.") and d.split(".")[2] != own)
+            out.setdefault(own, set()).update(
+                d.split(".")[2]
+                for d in deps
+                if d.startswith("nodeprep.ops.") and d.split(".")[2] != own
+            )
     return out
 
 
@@ -112,22 +119,34 @@ def test_every_module_has_a_layer():
 
 
 def test_no_import_goes_up_a_layer():
-    bad = [f"{m} ({layer(m)}) imports {d} ({layer(d)})" for m, deps in GRAPH.items() for d in deps
-           if layer(d) > layer(m)]
+    bad = [
+        f"{m} ({layer(m)}) imports {d} ({layer(d)})"
+        for m, deps in GRAPH.items()
+        for d in deps
+        if layer(d) > layer(m)
+    ]
     assert bad == []
 
 
 def test_only_the_cli_imports_the_lab():
-    bad = [f"{m} imports {d}" for m, deps in GRAPH.items() for d in deps
-           if d.split(".")[:2] == ["nodeprep", "lab"] and m.split(".")[1] not in ("cli", "lab")]
+    bad = [
+        f"{m} imports {d}"
+        for m, deps in GRAPH.items()
+        for d in deps
+        if d.split(".")[:2] == ["nodeprep", "lab"] and m.split(".")[1] not in ("cli", "lab")
+    ]
     assert bad == []
 
 
 def test_the_lab_imports_nothing_above_the_engine():
     # nodeprep.nodeside itself is only the paths of the node-side programs (gpu_standin)
-    bad = [f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("nodeprep.lab")
-           for d in deps if d not in BASE and d.split(".")[1] not in ("engine", "lab")
-           and d != "nodeprep.nodeside"]
+    bad = [
+        f"{m} imports {d}"
+        for m, deps in GRAPH.items()
+        if m.startswith("nodeprep.lab")
+        for d in deps
+        if d not in BASE and d.split(".")[1] not in ("engine", "lab") and d != "nodeprep.nodeside"
+    ]
     assert bad == []
 
 
@@ -136,8 +155,13 @@ def test_no_import_cycle():
 
 
 def test_ops_is_packages_that_import_each_other_one_way():
-    flat = [m for m in MODULES if m.startswith("nodeprep.ops.") and len(m.split(".")) == 3
-            and MODULES[m].name != "__init__.py"]
+    flat = [
+        m
+        for m in MODULES
+        if m.startswith("nodeprep.ops.")
+        and len(m.split(".")) == 3
+        and MODULES[m].name != "__init__.py"
+    ]
     assert flat == [], "every module of ops lives in the package of its concern"
     assert cycles(ops_packages()) == []
 
@@ -151,7 +175,9 @@ def test_nodeside_imports_only_the_standard_library():
             continue
         for imp in _imported(ast.parse(path.read_text()), name.rpartition(".")[0]):
             top = imp.split(".")[0]
-            if top not in allowed or (top == "torch" and not any(t in name for t in TORCH_PROGRAMS)):
+            if top not in allowed or (
+                top == "torch" and not any(t in name for t in TORCH_PROGRAMS)
+            ):
                 bad.append(f"{name} imports {imp}")
     assert bad == []
 
@@ -159,15 +185,23 @@ def test_nodeside_imports_only_the_standard_library():
 def test_controller_code_never_imports_a_nodeside_program():
     """Only the paths of nodeside's files (nodeprep.nodeside itself) are imported; the
     programs are shipped as files or text, never run on the controller."""
-    bad = [f"{m} imports {d}" for m, deps in {**GRAPH, **ROLE_GRAPH}.items() for d in deps
-           if d.startswith(NODESIDE + ".") and not m.startswith(NODESIDE)]
+    bad = [
+        f"{m} imports {d}"
+        for m, deps in {**GRAPH, **ROLE_GRAPH}.items()
+        for d in deps
+        if d.startswith(NODESIDE + ".") and not m.startswith(NODESIDE)
+    ]
     assert bad == []
 
 
 def test_roles_stand_on_the_engine_and_ops_only():
     assert ROLE_FILES, "no roles/*/role.py found"
-    bad = [f"{r} imports {d}" for r, deps in ROLE_GRAPH.items() for d in deps
-           if d not in BASE and d.split(".")[1] not in ("inventory", "engine", "ops")]
+    bad = [
+        f"{r} imports {d}"
+        for r, deps in ROLE_GRAPH.items()
+        for d in deps
+        if d not in BASE and d.split(".")[1] not in ("inventory", "engine", "ops")
+    ]
     assert bad == []
 
 
@@ -176,7 +210,7 @@ def test_the_checker_sees_cycles_and_upward_imports():
     and the cycle finder finds a cycle it is given."""
     assert "nodeprep.engine.fleet" in GRAPH["nodeprep.commands.verify"]
     assert "nodeprep.engine.facts.probe" in GRAPH["nodeprep.engine.facts.gpus"]
-    assert "nodeprep.lab" in GRAPH["nodeprep.cli"]          # a lazy, function-level import
+    assert "nodeprep.lab" in GRAPH["nodeprep.cli"]  # a lazy, function-level import
     assert "nodeprep.ops.pystack" in ROLE_GRAPH["roles.venv"]
     assert {"provision", "torchplan"} <= ops_packages()["pystack"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]
@@ -245,6 +279,9 @@ def test_every_package_docstring_names_its_modules():
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         parts = [p.name for p in pkg.glob("*.py") if p.name != "__init__.py"]
         parts += [p.name + "/" for p in pkg.iterdir() if (p / "__init__.py").is_file()]
-        missing += [f"{pkg.relative_to(SRC)}: {p}" for p in sorted(parts)
-                    if not re.search(rf"(?<![\w/]){re.escape(p.removesuffix('.py').rstrip('/'))}\b", doc)]
+        missing += [
+            f"{pkg.relative_to(SRC)}: {p}"
+            for p in sorted(parts)
+            if not re.search(rf"(?<![\w/]){re.escape(p.removesuffix('.py').rstrip('/'))}\b", doc)
+        ]
     assert missing == []

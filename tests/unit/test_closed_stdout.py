@@ -12,6 +12,7 @@ known_hosts), lab root and HOME are temporary, and a finished training run is fa
 runs directory for train.status/logs/stop. lab.up, lab.down, demo and test are only asked for
 their --help: run for real they would start or tear down a lab (or the whole test suite).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,23 +49,41 @@ CASES: dict[str, list[list[str]]] = {
     "ssh.prune": [["--config", "{sshcfg}", "--dry-run"]],
     "bandwidth": [["-i", "{inv}", "--seconds", "0.2"], ["--help"]],
     "provision": [  # --check changes nothing; controller key and ssh config would go to tmp
-        ["-i", "{inv}", "--check", "--set", "controller_key={ctl}/id",
-         "--set", "controller_ssh_config={ctl}/config"],
-        ["-i", "{inv}", "--check", "--json", "--set", "controller_key={ctl}/id",
-         "--set", "controller_ssh_config={ctl}/config"]],
+        [
+            "-i",
+            "{inv}",
+            "--check",
+            "--set",
+            "controller_key={ctl}/id",
+            "--set",
+            "controller_ssh_config={ctl}/config",
+        ],
+        [
+            "-i",
+            "{inv}",
+            "--check",
+            "--json",
+            "--set",
+            "controller_key={ctl}/id",
+            "--set",
+            "controller_ssh_config={ctl}/config",
+        ],
+    ],
     "verify-parity": [["-i", "{inv}"], ["-i", "{inv}", "--json"]],
-    "torch-plan": [["--torch", "2.5.1", "--node", "a:driver=535.104.05,gpus=8x8.0", "--node", "b:cpu"],
-                   ["--torch", "2.5.1", "--node", "a:cpu", "--json"]],
+    "torch-plan": [
+        ["--torch", "2.5.1", "--node", "a:driver=535.104.05,gpus=8x8.0", "--node", "b:cpu"],
+        ["--torch", "2.5.1", "--node", "a:cpu", "--json"],
+    ],
     "train.run": [["--help"], ["-i", "{inv}", "--timeout", "5"]],
     "train.status": [["{run}"], ["nope"]],
     "train.logs": [["{run}"], ["{run}", "--follow"]],
     "train.stop": [["{run}"]],
     "hosts.forget": [["n[1-3]", "-i", "{inv}"]],
     "lab.status": [[], ["--help"]],
-    "lab.up": [["--help"]],         # never for real: it starts a lab
-    "lab.down": [["--help"]],       # never for real: it tears a lab down
-    "demo": [["--help"]],           # never for real: lab.up and the whole main job
-    "test": [["--help"]],           # never for real: the test suite itself
+    "lab.up": [["--help"]],  # never for real: it starts a lab
+    "lab.down": [["--help"]],  # never for real: it tears a lab down
+    "demo": [["--help"]],  # never for real: lab.up and the whole main job
+    "test": [["--help"]],  # never for real: the test suite itself
 }
 # Invoke's own output after tasks.py is loaded (`invoke --help` and `--version` alone print
 # before tasks.py is read: Invoke's, not nodeprep's)
@@ -76,8 +95,9 @@ BAD = ("Traceback", "Exception ignored", "BrokenPipeError")
 
 
 def listed_tasks() -> list[str]:
-    out = subprocess.run([INVOKE, "--list"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    out = subprocess.run(
+        [INVOKE, "--list"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     # "  name   help" (help lines that wrap are indented further); "train.run (train)"
     return [m.group(1) for m in re.finditer(r"^  (\S+)", out, re.M)]
 
@@ -95,26 +115,58 @@ def sandbox(tmp_path_factory):
     (base / "hosts.yml").write_text(HOSTS)
     run = base / "state" / "runs" / f"train-{RUN_ID}"
     (run / "nodes" / "n1").mkdir(parents=True)
-    (run / "job.json").write_text(json.dumps({
-        "job_id": RUN_ID, "inventory": str(base / "hosts.yml"), "limit": None,
-        "nodes": ["n1", "n2"], "launcher": "torchrun", "where": "n[1-2]"}))
-    (run / "state.json").write_text(json.dumps({
-        "state": "finished", "started": 1.0, "updated": 2.0, "pid": None,
-        "nodes": {"n1": {"alive": 0, "ranks": 1, "last": "done"}}}))
+    (run / "job.json").write_text(
+        json.dumps(
+            {
+                "job_id": RUN_ID,
+                "inventory": str(base / "hosts.yml"),
+                "limit": None,
+                "nodes": ["n1", "n2"],
+                "launcher": "torchrun",
+                "where": "n[1-2]",
+            }
+        )
+    )
+    (run / "state.json").write_text(
+        json.dumps(
+            {
+                "state": "finished",
+                "started": 1.0,
+                "updated": 2.0,
+                "pid": None,
+                "nodes": {"n1": {"alive": 0, "ranks": 1, "last": "done"}},
+            }
+        )
+    )
     (run / "nodes" / "n1" / "r0.log").write_text("".join(f"step {i}\n" for i in range(3000)))
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("INVOKE_") and k != "PYTHONUNBUFFERED"}
-    env.update(HOME=str(base / "home"), TERM="dumb",
-               INVOKE_NODEPREP_STATE_DIR=str(base / "state"),
-               INVOKE_NODEPREP_LAB_ROOT=str(base / "labs"),
-               INVOKE_NODEPREP_CONNECT_TIMEOUT="3", INVOKE_NODEPREP_CONNECT_RETRIES="0")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("INVOKE_") and k != "PYTHONUNBUFFERED"
+    }
+    env.update(
+        HOME=str(base / "home"),
+        TERM="dumb",
+        INVOKE_NODEPREP_STATE_DIR=str(base / "state"),
+        INVOKE_NODEPREP_LAB_ROOT=str(base / "labs"),
+        INVOKE_NODEPREP_CONNECT_TIMEOUT="3",
+        INVOKE_NODEPREP_CONNECT_RETRIES="0",
+    )
     (base / "home").mkdir()
-    (base / "sshcfg").write_text(           # three blocks of inventories that are gone: ssh.prune's lines
-"".join(
-        f"# BEGIN nodeprep hosts gone{i} (managed: edits inside this block are replaced)\nHost g{i}\n"
-        f"    HostName 192.0.2.{i}\n# END nodeprep hosts gone{i}\n" for i in range(3)))
-    fill = {"{inv}": str(base / "hosts.yml"), "{ctl}": str(base / "ctl"), "{run}": RUN_ID,
-            "{sshcfg}": str(base / "sshcfg")}
+    (base / "sshcfg").write_text(  # three blocks of inventories that are gone: ssh.prune's lines
+        "".join(
+            f"# BEGIN nodeprep hosts gone{i} (managed: edits inside this block are replaced)\n"
+            f"Host g{i}\n"
+            f"    HostName 192.0.2.{i}\n# END nodeprep hosts gone{i}\n"
+            for i in range(3)
+        )
+    )
+    fill = {
+        "{inv}": str(base / "hosts.yml"),
+        "{ctl}": str(base / "ctl"),
+        "{run}": RUN_ID,
+        "{sshcfg}": str(base / "sshcfg"),
+    }
     return env, fill
 
 
@@ -128,8 +180,15 @@ def _argv(task: str, args: list[str], fill: dict) -> list[str]:
 
 
 def _normal(argv, env):
-    p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-                       stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -138,8 +197,16 @@ def _closed(argv, env, both=False):
     r, w = os.pipe()
     os.close(r)
     try:
-        p = subprocess.run(argv, cwd=ROOT, env=env, stdout=w, stderr=w if both else subprocess.PIPE,
-                           text=True, timeout=120, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=w,
+            stderr=w if both else subprocess.PIPE,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         os.close(w)
     return p.returncode, "", p.stderr or ""
@@ -147,8 +214,14 @@ def _closed(argv, env, both=False):
 
 def _head1(argv, env):
     """`| head -1`: read one line, then close the pipe while the command may still write."""
-    p = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     first = p.stdout.readline()
     p.stdout.close()
     try:
@@ -160,7 +233,11 @@ def _head1(argv, env):
 
 
 def _all_ways(argv, env, thorough: bool):
-    ways = {"normal": _normal(argv, env), "closed": _closed(argv, env), "head -1": _head1(argv, env)}
+    ways = {
+        "normal": _normal(argv, env),
+        "closed": _closed(argv, env),
+        "head -1": _head1(argv, env),
+    }
     if thorough:
         ways["closed, unbuffered"] = _closed(argv, dict(env, PYTHONUNBUFFERED="1"))
         ways["closed stdout and stderr"] = _closed(argv, env, both=True)
@@ -183,8 +260,11 @@ def _check(name: str, ways: dict) -> list[str]:
 @pytest.mark.slow(reason="starts every task's cases as processes, each in several ways (~60 s)")
 def test_every_task_survives_a_closed_stdout(sandbox):
     env, fill = sandbox
-    jobs = [(" ".join([task] + args).strip(), _argv(task, args, fill), task in THOROUGH and i == 0)
-            for task, cases in [*CASES.items(), ("", INVOKE_OWN)] for i, args in enumerate(cases)]
+    jobs = [
+        (" ".join([task] + args).strip(), _argv(task, args, fill), task in THOROUGH and i == 0)
+        for task, cases in [*CASES.items(), ("", INVOKE_OWN)]
+        for i, args in enumerate(cases)
+    ]
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         ways = pool.map(lambda job: _all_ways(job[1], env, job[2]), jobs)
         results = dict(zip([job[0] for job in jobs], ways))
@@ -192,8 +272,10 @@ def test_every_task_survives_a_closed_stdout(sandbox):
     assert problems == [], "\n\n".join(problems)
     # each task writes several lines to stdout in at least one of its cases (else the closed
     # pipe proves nothing for it)
-    lines = {t: max(len(results[" ".join([t] + a)]["normal"][1].splitlines()) for a in cases)
-             for t, cases in CASES.items()}
+    lines = {
+        t: max(len(results[" ".join([t] + a)]["normal"][1].splitlines()) for a in cases)
+        for t, cases in CASES.items()
+    }
     assert [t for t, n in lines.items() if n < 3] == [], lines
     # the faked run's 3000 lines are more than a pipe holds: `head -1` leaves mid-stream
     assert results["train.logs {run}"]["head -1"][1] == "[n1 r0] step 0\n"
@@ -204,27 +286,36 @@ def test_nothing_outside_the_sandbox_changed(sandbox):
     """provision --check wrote no controller key or ssh config (they would be under ctl/)."""
     env, fill = sandbox
     assert not Path(fill["{ctl}"]).exists()
-    assert Path(fill["{sshcfg}"]).read_text().count("# BEGIN nodeprep hosts gone") == 3   # prune --dry-run
+    assert (
+        Path(fill["{sshcfg}"]).read_text().count("# BEGIN nodeprep hosts gone") == 3
+    )  # prune --dry-run
 
 
 def test_live_display_on_a_terminal_with_stdout_closed(sandbox):
     """facts --json: rich's live table on stderr (a terminal), the JSON into a closed pipe."""
     import pty
+
     env, fill = sandbox
     argv = _argv("facts", ["-i", "{inv}", "--json"], fill)
     rc = _normal(argv, env)[0]
     master, slave = pty.openpty()
     r, w = os.pipe()
     os.close(r)
-    p = subprocess.Popen(argv, cwd=ROOT, env=dict(env, TERM="xterm"), stdout=w, stderr=slave,
-                         stdin=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=dict(env, TERM="xterm"),
+        stdout=w,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(slave)
     os.close(w)
     seen = b""
     while True:
         try:
             chunk = os.read(master, 65536)
-        except OSError:          # EIO: the child closed the terminal
+        except OSError:  # EIO: the child closed the terminal
             break
         if not chunk:
             break
@@ -232,5 +323,5 @@ def test_live_display_on_a_terminal_with_stdout_closed(sandbox):
     os.close(master)
     assert p.wait(timeout=120) == rc
     text = seen.decode(errors="replace")
-    assert "\x1b[" in text and "unreachable" in text, text      # the live table was drawn
+    assert "\x1b[" in text and "unreachable" in text, text  # the live table was drawn
     assert not any(b in text for b in BAD), text

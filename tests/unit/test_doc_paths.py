@@ -12,6 +12,7 @@ its packages, the repo root, src/ or roles/, as written, as a .py module or as a
 in it. Not paths here: placeholders (`<name>`, `NAME`, `*`), what runs write in git-ignored
 folders (`bench/results/`, `inventory/local/`) and a user's own inventory
 (`inventory/mycluster/hosts.yml`)."""
+
 from __future__ import annotations
 
 import ast
@@ -24,20 +25,46 @@ ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "src" / "nodeprep"
 PACKAGES = sorted(init.parent for init in PKG.rglob("__init__.py"))
 BASES = (PKG, ROOT, ROOT / "src", ROOT / "roles", *PACKAGES)
-PREFIXES = ("engine", "ops", "commands", "cli", "inventory", "lab", "nodeside", "nodeprep",
-            "roles", "tests", "docs", "bench", "requirements")
+PREFIXES = (
+    "engine",
+    "ops",
+    "commands",
+    "cli",
+    "inventory",
+    "lab",
+    "nodeside",
+    "nodeprep",
+    "roles",
+    "tests",
+    "docs",
+    "bench",
+    "requirements",
+)
 # and the package's inner packages, written from their parent (`payloads/health.py`,
 # `verify/checks`, `train/payload`); not ssh: `ssh/config` is a dotfile's path in prose
 PREFIXES += tuple(sorted({p.name for p in PACKAGES} - set(PREFIXES) - {"ssh"}))
 _HEAD = r"(?<![\w./~$@:<>{}-])"
 SLASHED = re.compile(_HEAD + r"((?:%s)/[\w./<>*{}-]*[\w>*}])" % "|".join(PREFIXES))
-MODULES = ("engine", "ops", "commands", "cli", "inventory", "lab", "nodeside", "errors",
-           "settings", "redact")
+MODULES = (
+    "engine",
+    "ops",
+    "commands",
+    "cli",
+    "inventory",
+    "lab",
+    "nodeside",
+    "errors",
+    "settings",
+    "redact",
+)
 # nodeprep.width and the like are invoke.yaml's settings, not modules
 DOTTED = re.compile(_HEAD + r"(nodeprep\.(?:%s)\b(?:\.\w+)*)" % "|".join(MODULES))
 PLACEHOLDER = re.compile(r"[<>*{}]|(?:^|/)[A-Z][A-Z_]*(?:/|$)")
-IGNORED = tuple(line.strip() for line in (ROOT / ".gitignore").read_text().splitlines()
-                if "/" in line.strip().rstrip("/"))
+IGNORED = tuple(
+    line.strip()
+    for line in (ROOT / ".gitignore").read_text().splitlines()
+    if "/" in line.strip().rstrip("/")
+)
 USER_INVENTORY = re.compile(r"inventory/[\w-]+/hosts\.yml")
 PAGES = ["README.md", "docs/*.md", "roles/*/README.md", "tests/**/README.md"]
 SOURCES = ["src/**/*.py", "roles/**/*.py", "tests/**/*.py", "bench/**/*.py", "tasks.py"]
@@ -59,14 +86,20 @@ def _prose(path: Path) -> list[tuple[int, str]]:
         return list(enumerate(text.splitlines(), 1))
     out = []
     # tokenize is slow (~20 ms a file): only where the text after a `#` names a path
-    if any(SLASHED.search(line, line.find("#")) or DOTTED.search(line, line.find("#"))
-           for line in text.splitlines() if "#" in line):
+    if any(
+        SLASHED.search(line, line.find("#")) or DOTTED.search(line, line.find("#"))
+        for line in text.splitlines()
+        if "#" in line
+    ):
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
             if tok.type == tokenize.COMMENT:
                 out.append((tok.start[0], tok.string))
     for node in _statements(ast.parse(text).body):
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
-                and isinstance(node.value.value, str):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             lines = node.value.value.splitlines()
             out += [(node.lineno + i, line) for i, line in enumerate(lines)]
     return out
@@ -86,7 +119,9 @@ def resolves(ref: str) -> bool:
     or a module followed by names in it."""
     if DOTTED.fullmatch(ref):
         parts = ref.split(".")[1:]
-        return _exists("/".join(parts)) or any(_module("/".join(parts[:n])) for n in range(1, len(parts)))
+        return _exists("/".join(parts)) or any(
+            _module("/".join(parts[:n])) for n in range(1, len(parts))
+        )
     if _exists(ref):
         return True
     head, _, tail = ref.rpartition("/")
@@ -97,8 +132,13 @@ def resolves(ref: str) -> bool:
 def references(line: str) -> list[str]:
     refs = [m.group(1).rstrip(".") for m in SLASHED.finditer(line)]
     refs += [m.group(1).rstrip(".") for m in DOTTED.finditer(line)]
-    return [r for r in refs if not PLACEHOLDER.search(r) and not USER_INVENTORY.fullmatch(r)
-            and not (r + "/").startswith(IGNORED)]
+    return [
+        r
+        for r in refs
+        if not PLACEHOLDER.search(r)
+        and not USER_INVENTORY.fullmatch(r)
+        and not (r + "/").startswith(IGNORED)
+    ]
 
 
 def _files() -> list[Path]:
@@ -107,15 +147,20 @@ def _files() -> list[Path]:
 
 
 def test_reference_forms():
-    assert references("see `engine/remote.stamp_from_list` and ops/train/rankwatch.py.") == \
-        ["engine/remote.stamp_from_list", "ops/train/rankwatch.py"]
-    assert references("nodeprep.ops.health.gpu, roles/<name>/role.py, inventory/NAME") == \
-        ["nodeprep.ops.health.gpu"]
+    assert references("see `engine/remote.stamp_from_list` and ops/train/rankwatch.py.") == [
+        "engine/remote.stamp_from_list",
+        "ops/train/rankwatch.py",
+    ]
+    assert references("nodeprep.ops.health.gpu, roles/<name>/role.py, inventory/NAME") == [
+        "nodeprep.ops.health.gpu"
+    ]
     assert references("nodeprep.width, inventory/local/hosts.yml, bench/results/x.json") == []
     assert references("~/.nodeprep/venv /home/u/lab/x https://x.org/docs/env.html <v>/ops/x") == []
     assert resolves("engine/remote.stamp_from_list") and resolves("nodeprep.ops.health.gpu")
     assert resolves("ops/train") and resolves("roles/site.yml") and resolves("tests/unit")
-    assert resolves("payloads/health.py") and resolves("verify/checks") and resolves("train/payload")
+    assert (
+        resolves("payloads/health.py") and resolves("verify/checks") and resolves("train/payload")
+    )
     assert not resolves("engine/slurmrun") and not resolves("nodeprep.ops.rankwatch")
     assert not resolves("payloads/watch.py")
 
@@ -124,6 +169,9 @@ def test_every_named_module_exists():
     stale = []
     for path in _files():
         for lineno, line in _prose(path):
-            stale += [f"{path.relative_to(ROOT)}:{lineno}: {ref}"
-                      for ref in references(line) if not resolves(ref)]
+            stale += [
+                f"{path.relative_to(ROOT)}:{lineno}: {ref}"
+                for ref in references(line)
+                if not resolves(ref)
+            ]
     assert not stale, "paths that name no file or module:\n" + "\n".join(stale)

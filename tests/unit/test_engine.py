@@ -1,17 +1,20 @@
 """Engine pieces that need no ssh: the shell wrapper, output sinks, result bookkeeping."""
+
 import io
 import json
 import subprocess
 
-from nodeprep.engine import session
 from nodeprep.cli.display import Display
 from nodeprep.engine import results as report
+from nodeprep.engine import session
 
 
 def test_posix_wrapper_runs_under_any_shell():
     script = "export A='x y'; echo \"$A\" $(echo sub)\necho line2\n"
     cmd = session.posix(script)
-    assert set(cmd.split()[1]) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+    assert set(cmd.split()[1]) <= set(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+    )
     out = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True).stdout
     assert out == "x y sub\nline2\n"
 
@@ -22,9 +25,9 @@ def test_line_sink_prefixes_complete_lines_and_logs_everything():
     sink.write("a\nb")
     sink.write("c\n")
     sink.write("tail")
-    sink.flush()                 # Invoke flushes after every chunk: a partial line waits
+    sink.flush()  # Invoke flushes after every chunk: a partial line waits
     assert shown == ["a", "bc"]
-    sink.finish()                # the command ended
+    sink.finish()  # the command ended
     assert shown == ["a", "bc", "tail"]
     assert log.getvalue() == "a\nbc\ntail"
 
@@ -72,13 +75,26 @@ def test_closed_stdout_pipe_is_no_traceback():
     command's own exit code (cli/__init__.py; every task: test_closed_stdout.py)."""
     import subprocess
     import sys
-    code = ("import sys; sys.path.insert(0, 'src'); from nodeprep import cli\n"
-            "@cli.guarded\ndef big():\n    print('x' * 100 + '\\n' * 1, end='')\n"
-            "    for _ in range(20000): print('y' * 100)\n"
-            "sys.exit(big())\n")
+
+    code = (
+        "import sys; sys.path.insert(0, 'src'); from nodeprep import cli\n"
+        "@cli.guarded\ndef big():\n    print('x' * 100 + '\\n' * 1, end='')\n"
+        "    for _ in range(20000): print('y' * 100)\n"
+        "sys.exit(big())\n"
+    )
     # bash reads the pipeline from its arguments: "$0" is the interpreter, "$1" the program
-    p = subprocess.run(["/bin/bash", "-c", '"$0" -c "$1" | head -c 10; echo " rc=${PIPESTATUS[0]}"',
-                        sys.executable, code], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            "/bin/bash",
+            "-c",
+            '"$0" -c "$1" | head -c 10; echo " rc=${PIPESTATUS[0]}"',
+            sys.executable,
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.stdout.endswith(" rc=0\n"), p.stdout
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
 
@@ -86,6 +102,7 @@ def test_closed_stdout_pipe_is_no_traceback():
 def test_bad_verify_choices_are_one_line_input_errors(capsys):
     from nodeprep import cli
     from nodeprep.commands.options import VerifyOptions
+
     assert cli.verify_parity(VerifyOptions(inventory="local", via="bogus")) == 2
     assert capsys.readouterr().err.strip() == "error: --via 'bogus': expected auto, direct or slurm"
     assert cli.verify_parity(VerifyOptions(inventory="local", mesh="ring")) == 2

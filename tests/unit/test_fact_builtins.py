@@ -1,5 +1,6 @@
 """The DIR and etc_shells facts list with sh builtins (no `ls`, no `cat`): run by a real dash
 against real directories and files, they give what ls -1A and cat gave."""
+
 import os
 import shutil
 import subprocess
@@ -11,8 +12,12 @@ DASH = shutil.which("dash")
 
 
 def sh(script: str, home) -> tuple[str, int]:
-    r = subprocess.run([DASH, "-c", f"( {script}\n) 2>&1 </dev/null"], capture_output=True, text=True,
-                       env=dict(os.environ, HOME=str(home)))
+    r = subprocess.run(
+        [DASH, "-c", f"( {script}\n) 2>&1 </dev/null"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HOME=str(home)),
+    )
     return r.stdout, r.returncode
 
 
@@ -50,16 +55,22 @@ def test_etc_shells_reads_the_real_file_as_cat_does(tmp_path):
 def test_login_shell_reads_the_uid_without_id_and_matches_getent_of_the_user_name(tmp_path):
     """The effective uid comes from /proc/self/status by a read loop; as root and as the lab's
     user (runuser), it names the same passwd entry as `getent passwd "$(id -un)"` did."""
-    from nodeprep.engine.facts.system import LOGIN_SHELL, _login_shell
     import pwd
+
+    from nodeprep.engine.facts.system import LOGIN_SHELL, _login_shell
+
     out, rc = sh(LOGIN_SHELL.command({}), tmp_path)
     assert rc == 0 and _login_shell(out, rc) == pwd.getpwuid(os.geteuid()).pw_shell
     runuser = shutil.which("runuser") or "/usr/sbin/runuser"
     try:
         other = pwd.getpwnam("nodeprep")
     except KeyError:
-        return       # the lab user exists once `invoke lab.up` ran; root alone is checked then
-    r = subprocess.run([runuser, "-u", "nodeprep", "--", DASH, "-c", LOGIN_SHELL.command({})],
-                       capture_output=True, text=True, cwd="/")
+        return  # the lab user exists once `invoke lab.up` ran; root alone is checked then
+    r = subprocess.run(
+        [runuser, "-u", "nodeprep", "--", DASH, "-c", LOGIN_SHELL.command({})],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     assert r.returncode == 0 and _login_shell(r.stdout, 0) == other.pw_shell
     assert r.stdout.split(":")[0] == "nodeprep"

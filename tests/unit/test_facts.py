@@ -7,6 +7,7 @@ status, and "expected": the value, or "error": the message the parser refuses it
 For a batched fact (FILE), "args" lists the requests that shared the section. The facts are
 the `Fact` objects the modules of nodeprep.engine.facts define, found here, not listed: a fact
 added without cases fails test_every_fact_has_cases."""
+
 import importlib
 import json
 import pkgutil
@@ -54,8 +55,10 @@ def test_cases_are_found():
 
 def test_every_fact_has_cases():
     defined = _defined_facts()
-    assert set(defined) == set(facts.ALL), ("a Fact defined in nodeprep.engine.facts is missing "
-                                            "from ALL (or ALL names one no module defines)")
+    assert set(defined) == set(facts.ALL), (
+        "a Fact defined in nodeprep.engine.facts is missing "
+        "from ALL (or ALL names one no module defines)"
+    )
     assert len(defined) >= 17
     covered = {c.parent.name for c in CASES}
     assert sorted(set(defined) - covered) == [], f"facts without a data case under {DATA}/<fact>/"
@@ -67,13 +70,30 @@ def test_every_fact_has_cases():
 # Cases from before the rule that every data file names its source (their provenance was
 # not written down); the list may only shrink.
 UNSOURCED = {
-    "gpus/a100_8x", "gpus/driver_not_loaded", "gpus/h100_2x", "gpus/l4_1x", "gpus/no_devices",
-    "gpus/no_nvidia_smi", "gpus/r470_a10_not_a100", "gpus/r470_no_compute_cap_v100", "gpus/rtx3070",
-    "identity/garbage_lines_ignored", "identity/no_boot_id", "identity/no_home_id",
-    "identity/no_machine_id", "identity/normal", "identity/nothing",
-    "interfaces/lab_node", "interfaces/no_ip_command", "interfaces/veth_and_docker",
-    "os/debian12", "os/ubuntu_aarch64",
-    "python/centos7", "python/missing", "python/musl_or_unknown_libc", "python/system",
+    "gpus/a100_8x",
+    "gpus/driver_not_loaded",
+    "gpus/h100_2x",
+    "gpus/l4_1x",
+    "gpus/no_devices",
+    "gpus/no_nvidia_smi",
+    "gpus/r470_a10_not_a100",
+    "gpus/r470_no_compute_cap_v100",
+    "gpus/rtx3070",
+    "identity/garbage_lines_ignored",
+    "identity/no_boot_id",
+    "identity/no_home_id",
+    "identity/no_machine_id",
+    "identity/normal",
+    "identity/nothing",
+    "interfaces/lab_node",
+    "interfaces/no_ip_command",
+    "interfaces/veth_and_docker",
+    "os/debian12",
+    "os/ubuntu_aarch64",
+    "python/centos7",
+    "python/missing",
+    "python/musl_or_unknown_libc",
+    "python/system",
 }
 
 
@@ -91,7 +111,7 @@ def test_fact_parser(case):
     if "args" in data:
         assert fact.split, f"{case}: args, but {fact.name} is not batched"
         read = lambda: fact.split(data["output"], data["rc"], data["args"])
-        if len(data["args"]) == 1 and "expected" in data:    # the one-request reader too
+        if len(data["args"]) == 1 and "expected" in data:  # the one-request reader too
             assert _plain(fact.parse(data["output"], data["rc"])) == data["expected"][0]
     else:
         read = lambda: fact.parse(data["output"], data["rc"])
@@ -108,17 +128,23 @@ def test_unsourced_cases_still_exist():
     for name in sorted(UNSOURCED):
         path = DATA / f"{name}.json"
         assert path.is_file(), path
-        assert not json.loads(path.read_text()).get("source"), f"{name} has a source now: take it off UNSOURCED"
+        assert not json.loads(path.read_text()).get("source"), (
+            f"{name} has a source now: take it off UNSOURCED"
+        )
 
 
 def test_probe_sections_roundtrip():
-    script = facts.probe_script([facts.HOSTNAME, facts.PYTHON], {"python": "python3; rm -rf /"}, "abc")
+    script = facts.probe_script(
+        [facts.HOSTNAME, facts.PYTHON], {"python": "python3; rm -rf /"}, "abc"
+    )
     # The inventory value is quoted into the command, never spliced as shell code.
     assert "'python3; rm -rf /'" in script
     out = "@@abc:0@@\nworker-0\n@@abc:rc=0@@\n@@abc:1@@\nMISSING\n@@abc:rc=0@@\n"
     assert facts.split_sections(out, "abc") == {"0": ("worker-0", 0), "1": ("MISSING", 0)}
     assert facts.parse_sections("n", [facts.HOSTNAME, facts.PYTHON], out, "abc", 0) == {
-        "hostname": "worker-0", "python": None}
+        "hostname": "worker-0",
+        "python": None,
+    }
 
 
 def test_forged_marker_with_other_token_is_plain_text():
@@ -126,11 +152,22 @@ def test_forged_marker_with_other_token_is_plain_text():
     assert facts.split_sections(out, "abc") == {"hostname": ("@@zzz:rc=0@@\nreal", 3)}
 
 
-@pytest.mark.parametrize("name,cap", [
-    ("NVIDIA A100-SXM4-40GB", "8.0"), ("NVIDIA A10G", "8.6"), ("NVIDIA A10", "8.6"),
-    ("Tesla T4", "7.5"), ("NVIDIA L40S", "8.9"), ("NVIDIA GH200 480GB", "9.0"),
-    ("NVIDIA H100 PCIe", "9.0"), ("NVIDIA B200", "10.0"), ("NVIDIA GeForce RTX 5090", "12.0"),
-    ("Tesla V100-PCIE-16GB", "7.0"), ("Some Future GPU", None)])
+@pytest.mark.parametrize(
+    "name,cap",
+    [
+        ("NVIDIA A100-SXM4-40GB", "8.0"),
+        ("NVIDIA A10G", "8.6"),
+        ("NVIDIA A10", "8.6"),
+        ("Tesla T4", "7.5"),
+        ("NVIDIA L40S", "8.9"),
+        ("NVIDIA GH200 480GB", "9.0"),
+        ("NVIDIA H100 PCIe", "9.0"),
+        ("NVIDIA B200", "10.0"),
+        ("NVIDIA GeForce RTX 5090", "12.0"),
+        ("Tesla V100-PCIE-16GB", "7.0"),
+        ("Some Future GPU", None),
+    ],
+)
 def test_capability_from_name(name, cap):
     assert gpus.capability_from_name(name) == cap
 
@@ -145,11 +182,19 @@ def _run_os_probe(etc, usr_lib, env=None):
     """The OS fact's section, run by /bin/sh (dash on Debian, as on the nodes), with the node's
     /etc/os-release at ETC and /usr/lib/os-release at USR_LIB (files that may not exist)."""
     import subprocess
+
     script = facts.probe_script([facts.OS], {}, "t")
     assert "/etc/os-release" in script and "/usr/lib/os-release" in script
-    script = script.replace("/etc/os-release", str(etc)).replace("/usr/lib/os-release", str(usr_lib))
-    out = subprocess.run(["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin", **(env or {})},
-                         capture_output=True, text=True, check=True).stdout
+    script = script.replace("/etc/os-release", str(etc)).replace(
+        "/usr/lib/os-release", str(usr_lib)
+    )
+    out = subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return facts.parse_sections("n", [facts.OS], out, "t", 0)["os"]
 
 
@@ -159,6 +204,7 @@ def test_os_probe_without_an_os_release_file(tmp_path):
     names, /usr/lib/os-release; with neither, an unknown release (the kernel name); one in
     the environment is not taken for the node's."""
     import os
+
     uname = os.uname()
     etc, usr_lib = tmp_path / "etc-os-release", tmp_path / "usr-lib-os-release"
     unknown = {"release": uname.sysname, "kernel": uname.release, "arch": uname.machine}
@@ -168,19 +214,27 @@ def test_os_probe_without_an_os_release_file(tmp_path):
     assert _run_os_probe(etc, usr_lib)["release"] == "Fallback OS 1"
     etc.write_text('PRETTY_NAME="Etc OS 2"\n')
     assert _run_os_probe(etc, usr_lib)["release"] == "Etc OS 2"
-    etc.write_text('NAME="No pretty name"\n')       # as before: the kernel name
+    etc.write_text('NAME="No pretty name"\n')  # as before: the kernel name
     assert _run_os_probe(etc, usr_lib) == unknown
 
 
 def _run_python_probe(home, python):
     import subprocess
+
     script = facts.probe_script([facts.PYTHON], {"python": str(python)}, "t")
-    out = subprocess.run(["sh", "-c", script], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sh", "-c", script],
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return facts.parse_sections("n", [facts.PYTHON], out, "t", 0)["python"]
 
 
-@pytest.mark.skipif(not Path("/etc/machine-id").is_file(), reason="the cache is keyed by /etc/machine-id")
+@pytest.mark.skipif(
+    not Path("/etc/machine-id").is_file(), reason="the cache is keyed by /etc/machine-id"
+)
 def test_python_probe_cache(tmp_path):
     """Real sh, a real interpreter (a copy, so its stat can change): no cache on a machine
     nodeprep does not manage yet; then one keyed by the interpreter's stat, read back on a
@@ -188,24 +242,25 @@ def test_python_probe_cache(tmp_path):
     import os
     import shutil
     import sys
+
     home, py = tmp_path / "home", tmp_path / "bin" / "python3"
     home.mkdir()
     py.parent.mkdir()
     shutil.copy2(os.path.realpath(sys.executable), py)
     real = _run_python_probe(home, py)
     assert real["version"] == "%d.%d.%d" % sys.version_info[:3]
-    assert not (home / ".nodeprep").exists()               # unmanaged machine: nothing written
+    assert not (home / ".nodeprep").exists()  # unmanaged machine: nothing written
     (home / ".nodeprep").mkdir()
     assert _run_python_probe(home, py) == real
     cache = next((home / ".nodeprep").glob("python_probe.*"))
     lines = cache.read_text().splitlines()
     assert lines[0].startswith(f"{py} ") and lines[1:3] == [real["path"], real["version"]]
     cache.write_text("\n".join([lines[0], lines[1], "9.9.9", lines[3]]) + "\n")
-    assert _run_python_probe(home, py)["version"] == "9.9.9"     # a hit: answered from the cache
-    os.utime(py, (1, 1))                                         # the interpreter changed
+    assert _run_python_probe(home, py)["version"] == "9.9.9"  # a hit: answered from the cache
+    os.utime(py, (1, 1))  # the interpreter changed
     assert _run_python_probe(home, py) == real
-    shim = tmp_path / "bin" / "python3-shim"                     # pyenv/asdf shims: never cached
-    shim.write_text(f"#!/bin/sh\nexec {py} \"$@\"\n")
+    shim = tmp_path / "bin" / "python3-shim"  # pyenv/asdf shims: never cached
+    shim.write_text(f'#!/bin/sh\nexec {py} "$@"\n')
     shim.chmod(0o755)
     cache.unlink()
     assert _run_python_probe(home, shim)["version"] == real["version"]
@@ -215,14 +270,16 @@ def test_python_probe_cache(tmp_path):
     assert _run_python_probe(home, py) == real
     entry = cache.read_text()
     new = py.with_name("python3.new")
-    new.write_text(f"#!/bin/sh\nexec {os.path.realpath(sys.executable)} \"$@\"\n")
+    new.write_text(f'#!/bin/sh\nexec {os.path.realpath(sys.executable)} "$@"\n')
     new.chmod(0o755)
     new.rename(py)
     assert _run_python_probe(home, py)["version"] == real["version"]
     assert cache.read_text() == entry
 
 
-@pytest.mark.skipif(not Path("/etc/machine-id").is_file(), reason="the cache is keyed by /etc/machine-id")
+@pytest.mark.skipif(
+    not Path("/etc/machine-id").is_file(), reason="the cache is keyed by /etc/machine-id"
+)
 def test_python_probe_cache_keeps_several_interpreters(tmp_path):
     """Two probes asking for two interpreters on one machine (an inventory's /usr/bin/python3
     and a venv's python3 first on PATH) both hit, instead of evicting each other's entry on
@@ -230,6 +287,7 @@ def test_python_probe_cache_keeps_several_interpreters(tmp_path):
     import os
     import shutil
     import sys
+
     home = tmp_path / "home"
     (home / ".nodeprep").mkdir(parents=True)
     pys = []
@@ -244,19 +302,20 @@ def test_python_probe_cache_keeps_several_interpreters(tmp_path):
     assert len(text) == 8 and text[0].startswith(f"{pys[1]} ") and text[4].startswith(f"{pys[0]} ")
     doctored = [text[0], text[1], "8.8.8", text[3], text[4], text[5], "7.7.7", text[7]]
     cache.write_text("\n".join(doctored) + "\n")
-    for _ in range(2):          # both answered from the cache, in either order
+    for _ in range(2):  # both answered from the cache, in either order
         assert _run_python_probe(home, pys[0])["version"] == "7.7.7"
         assert _run_python_probe(home, pys[1])["version"] == "8.8.8"
     assert real[0]["path"] == str(pys[0])
     for p in pys[2:]:
         _run_python_probe(home, p)
     kept = [line.split(" ")[0] for line in cache.read_text().splitlines()[::4]]
-    assert kept == [str(p) for p in reversed(pys[2:])]        # the 4 newest, newest first
+    assert kept == [str(p) for p in reversed(pys[2:])]  # the 4 newest, newest first
     assert _run_python_probe(home, pys[5])["version"] == real[0]["version"]
 
 
 def _run_venv_probe(venv):
     import subprocess
+
     script = facts.probe_script([facts.VENV(str(venv))], {}, "t")
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     return facts.parse_sections("n", [facts.VENV(str(venv))], out, "t", 0)[facts.VENV(str(venv))]
@@ -270,27 +329,51 @@ def test_venv_probe_runs_the_interpreter_only_when_it_changed(tmp_path):
     dangling link runs it again and reports the venv broken."""
     import os
     import sys
+
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "lib" / "python3.11" / "site-packages" / "numpy-2.1.0.dist-info").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
     os.symlink(os.path.realpath(sys.executable), venv / "bin" / "python")
     good = _run_venv_probe(venv)
-    assert good == {"exists": True, "python": "3.11.2", "packages": {"numpy": "2.1.0"}, "platforms": {}}
+    assert good == {
+        "exists": True,
+        "python": "3.11.2",
+        "packages": {"numpy": "2.1.0"},
+        "platforms": {},
+    }
     mark = next(venv.glob(".nodeprep-runs.*"))
     key = mark.read_text()
     failing = tmp_path / "failing-python"
     failing.write_text("#!/bin/sh\nexit 1\n")
     failing.chmod(0o755)
     (venv / "bin" / "python").unlink()
-    os.symlink(failing, venv / "bin" / "python")            # another target: runs, fails
+    os.symlink(failing, venv / "bin" / "python")  # another target: runs, fails
     assert _run_venv_probe(venv)["error"] == "its python does not run"
-    assert mark.read_text() == key                          # a failed start is not remembered
+    assert mark.read_text() == key  # a failed start is not remembered
     import subprocess
-    new_key = subprocess.run(["stat", "-L", "--printf", "%d:%i:%s:%Y ", "--", str(venv / "bin" / "python"),
-                              "/etc/ld.so.cache"], capture_output=True, text=True, check=True).stdout
+
+    new_key = subprocess.run(
+        [
+            "stat",
+            "-L",
+            "--printf",
+            "%d:%i:%s:%Y ",
+            "--",
+            str(venv / "bin" / "python"),
+            "/etc/ld.so.cache",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     mark.write_text(new_key + "\n")
-    assert _run_venv_probe(venv) == good                    # remembered: not started
+    assert _run_venv_probe(venv) == good  # remembered: not started
     (venv / "bin" / "python").unlink()
     os.symlink(tmp_path / "gone", venv / "bin" / "python")  # base Python removed
-    assert _run_venv_probe(venv) == {"exists": False, "python": None, "packages": {}, "platforms": {}}
+    assert _run_venv_probe(venv) == {
+        "exists": False,
+        "python": None,
+        "packages": {},
+        "platforms": {},
+    }

@@ -10,6 +10,7 @@ for the remote shell (ops/launchenv/dsenv.py cites the lines), and the ssh confi
 resolves it (`ssh -G`). The lab test tests/integration/test_hostile.py provisions and trains with
 the accepted values on real nodes and checks the canary files there.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,18 +67,36 @@ HOSTILE = {
 # where each target goes: a host field (set on worker-1's entry) or a variable (--set-like, in
 # the inventory's vars), with the dict wrapping for the env mappings
 HOST_FIELDS = ("name", "address", "user", "port", "key")
-VARIABLES = ("deepspeed_env", "deepspeed_env_key", "nccl_env", "nccl_home", "aws_ofi_nccl_home",
-             "libfabric_home", "venv_path", "env_file", "login_shell", "python",
-             "wheelhouse_dir", "torch_version", "torch_index", "controller_key",
-             "controller_ssh_config", "ssh_alias_prefix", "venv_bootstrap",
-             "python_requirements")
+VARIABLES = (
+    "deepspeed_env",
+    "deepspeed_env_key",
+    "nccl_env",
+    "nccl_home",
+    "aws_ofi_nccl_home",
+    "libfabric_home",
+    "venv_path",
+    "env_file",
+    "login_shell",
+    "python",
+    "wheelhouse_dir",
+    "torch_version",
+    "torch_index",
+    "controller_key",
+    "controller_ssh_config",
+    "ssh_alias_prefix",
+    "venv_bootstrap",
+    "python_requirements",
+)
 TARGETS = HOST_FIELDS + VARIABLES
 
 
 def _inventory(target: str, value: str, tmp: Path) -> Path:
     hosts = {"worker-0": {"address": "10.77.0.10"}, "worker-1": {"address": "10.77.0.11"}}
-    wide: dict = {"controller_ssh_config": str(tmp / "ssh_config"),
-                  "controller_key": str(tmp / "id"), "torch_version": None}
+    wide: dict = {
+        "controller_ssh_config": str(tmp / "ssh_config"),
+        "controller_key": str(tmp / "id"),
+        "torch_version": None,
+    }
     if target == "name":
         hosts[value] = hosts.pop("worker-1")
     elif target in HOST_FIELDS:
@@ -133,12 +152,16 @@ def test_hostile_value_is_refused_in_one_line_or_taken_literally(target, case, t
         host = prov.inventory.host("worker-1")
         got = getattr(host, target)
         if target == "key" and value == "":
-            assert got is None           # an empty key is no key: ssh's default keys
+            assert got is None  # an empty key is no key: ssh's default keys
         else:
             assert str(got) == value or (target == "key" and got.endswith(value))
     else:
-        wrapped = {"deepspeed_env": {"HOSTILE": value}, "deepspeed_env_key": {value: "1"},
-                   "nccl_env": {"NCCL_HOSTILE": value}, "python_requirements": [value]}
+        wrapped = {
+            "deepspeed_env": {"HOSTILE": value},
+            "deepspeed_env_key": {value: "1"},
+            "nccl_env": {"NCCL_HOSTILE": value},
+            "python_requirements": [value],
+        }
         assert prov.inventory.var("worker-1", target) == wrapped.get(target, value)
     _consumers_take_it_literally(target, value, prov, tmp_path)
 
@@ -167,8 +190,12 @@ def _sourced(block: str, key: str, tmp: Path) -> str:
     env_file.write_text(block, "utf-8")
     got = set()
     for sh in _shells():
-        r = subprocess.run([sh, "-c", f'. "$1"; printf %s "${key}"', sh, str(env_file)],
-                           capture_output=True, timeout=30, env={"PATH": os.environ["PATH"]})
+        r = subprocess.run(
+            [sh, "-c", f'. "$1"; printf %s "${key}"', sh, str(env_file)],
+            capture_output=True,
+            timeout=30,
+            env={"PATH": os.environ["PATH"]},
+        )
         assert r.returncode == 0, r.stderr
         got.add(r.stdout.decode("utf-8"))
     assert len(got) == 1, got
@@ -191,8 +218,12 @@ def _through_deepspeed_pdsh(env: dict, tmp: Path) -> dict:
     command = "".join(_pdsh_export(k, v) for k, v in parsed.entries.items())
     out = {}
     for key in parsed.entries:
-        r = subprocess.run(["sh", "-c", command + f'printf %s "${key}"'], capture_output=True,
-                           timeout=30, env={"PATH": os.environ["PATH"]})
+        r = subprocess.run(
+            ["sh", "-c", command + f'printf %s "${key}"'],
+            capture_output=True,
+            timeout=30,
+            env={"PATH": os.environ["PATH"]},
+        )
         assert r.returncode == 0, r.stderr
         out[key] = r.stdout.decode("utf-8")
     return out
@@ -200,8 +231,13 @@ def _through_deepspeed_pdsh(env: dict, tmp: Path) -> dict:
 
 def _ssh_g(config: Path, alias: str) -> dict:
     """What OpenSSH itself resolves for ALIAS from CONFIG (`ssh -G`, no connection)."""
-    r = subprocess.run(["ssh", "-F", str(config), "-G", alias], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL, timeout=30)
+    r = subprocess.run(
+        ["ssh", "-F", str(config), "-G", alias],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     return dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
 
@@ -221,34 +257,83 @@ def _ssh_config_reads_it(prov, tmp):
         assert got["identityfile"].replace("%%", "%") == key
 
 
-@pytest.mark.parametrize("name", ["worker-1", "gpu01.example.com", "node_1", "10.0.0.5",
-                                  "2001:db8::1", "::1", "a.b.c.", "x" * 63, "1node"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "worker-1",
+        "gpu01.example.com",
+        "node_1",
+        "10.0.0.5",
+        "2001:db8::1",
+        "::1",
+        "a.b.c.",
+        "x" * 63,
+        "1node",
+    ],
+)
 def test_plain_names_are_accepted(name):
     assert fields.name_problem(name) is None
 
 
-@pytest.mark.parametrize("name", ["-x", "a b", "a;b", "a/b", "a$b", "a%h", "a..b", "x" * 64,
-                                  "wörker", "a\nb", "", ".", "a:b", "fe80::1%eth0", "[::1]"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "-x",
+        "a b",
+        "a;b",
+        "a/b",
+        "a$b",
+        "a%h",
+        "a..b",
+        "x" * 64,
+        "wörker",
+        "a\nb",
+        "",
+        ".",
+        "a:b",
+        "fe80::1%eth0",
+        "[::1]",
+    ],
+)
 def test_unsafe_names_are_refused(name):
     assert fields.name_problem(name)
 
 
-@pytest.mark.parametrize("address,ok", [("fe80::1%eth0", True), ("10.0.0.1%eth0", False),
-                                        ("fe80::1%e;x", False), ("host.example.com", True),
-                                        ("10.0.0.1 -oProxyCommand=x", False)])
+@pytest.mark.parametrize(
+    "address,ok",
+    [
+        ("fe80::1%eth0", True),
+        ("10.0.0.1%eth0", False),
+        ("fe80::1%e;x", False),
+        ("host.example.com", True),
+        ("10.0.0.1 -oProxyCommand=x", False),
+    ],
+)
 def test_addresses(address, ok):
     assert (fields.address_problem(address) is None) is ok
 
 
-@pytest.mark.parametrize("user,ok", [("nodeprep", True), ("jdoe@corp.example.com", True),
-                                     ("john.doe", True), ("-oX", False), ("a b", False),
-                                     ("a;b", False), ("$(x)", False), ("a@", False)])
+@pytest.mark.parametrize(
+    "user,ok",
+    [
+        ("nodeprep", True),
+        ("jdoe@corp.example.com", True),
+        ("john.doe", True),
+        ("-oX", False),
+        ("a b", False),
+        ("a;b", False),
+        ("$(x)", False),
+        ("a@", False),
+    ],
+)
 def test_users(user, ok):
     assert (fields.user_problem(user) is None) is ok
 
 
 def test_ipv6_zone_survives_the_ssh_config(tmp_path):
-    host = Host("w1", "fe80::1%eth0", 22, user="u", key=None, groups=(), vars={}, origin={}, slots=None)
+    host = Host(
+        "w1", "fe80::1%eth0", 22, user="u", key=None, groups=(), vars={}, origin={}, slots=None
+    )
     text = _role("ssh_config").entries([host], None)
     assert "HostName fe80::1%%eth0" in text
     (tmp_path / "c").write_text(text)

@@ -2,17 +2,17 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.inventory import model as inventory
 from nodeprep.errors import InputError
+from nodeprep.inventory import model as inventory
 from nodeprep.inventory.schema import load_schema
+from nodeprep.inventory.yamlfile import load_yaml
 from nodeprep.settings import find_project
 
 ROOT = find_project()
-from nodeprep.inventory.yamlfile import load_yaml
 
 DATA = Path(__file__).parent / "data"
 CASES = DATA / "inventories"
-SCHEMA = load_schema([DATA])        # core variables plus the test role's (tests/unit/data/roles)
+SCHEMA = load_schema([DATA])  # core variables plus the test role's (tests/unit/data/roles)
 BAD = sorted(p.name for p in CASES.iterdir() if (p / "expected.txt").exists())
 
 
@@ -41,9 +41,11 @@ def test_missing_named_inventory(monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(InputError) as err:
         inventory.load("nosuch")
-    assert str(err.value) == ("inventory 'nosuch' not found: looked for "
-                              "inventory/nosuch (create it, or use `invoke lab.up` "
-                              "for the local lab)")
+    assert str(err.value) == (
+        "inventory 'nosuch' not found: looked for "
+        "inventory/nosuch (create it, or use `invoke lab.up` "
+        "for the local lab)"
+    )
 
 
 def test_missing_path():
@@ -112,8 +114,7 @@ def test_explain_lists_every_scope_in_order(monkeypatch):
 
 def test_ansible_layout():
     inv = load(CASES / "ansible")
-    assert [h.name for h in inv.hosts] == ["login1", "worker01", "worker02", "worker03",
-                                           "worker04"]
+    assert [h.name for h in inv.hosts] == ["login1", "worker01", "worker02", "worker03", "worker04"]
     assert inv.groups["gpus"] == ["worker01", "worker02", "worker03", "worker04"]
     assert inv.groups["rack1"] == ["worker01", "worker02"]
     assert inv.groups["all"][0] == "login1"
@@ -140,7 +141,9 @@ def test_pbs_nodefile_counts_slots(monkeypatch):
         inv = load(spec)
         # the repeats count CPU slots: a GPU node still runs one process per GPU
         assert [(h.name, h.slots, h.vars["cpu_slots"]) for h in inv.hosts] == [
-            ("gpu02", None, 3), ("gpu01", None, 2)]
+            ("gpu02", None, 3),
+            ("gpu01", None, 2),
+        ]
 
 
 def test_slurm(monkeypatch):
@@ -168,17 +171,20 @@ def cluster():
     return load("slurm:login1,gpu[01-04],gpu10,cpu[1-2]", extra_vars={})
 
 
-@pytest.mark.parametrize("limit, names", [
-    (None, "login1 gpu01 gpu02 gpu03 gpu04 gpu10 cpu1 cpu2"),
-    ("", "login1 gpu01 gpu02 gpu03 gpu04 gpu10 cpu1 cpu2"),
-    ("gpu[02-03]", "gpu02 gpu03"),
-    ("gpu[01-20]", "gpu01 gpu02 gpu03 gpu04 gpu10"),
-    ("cpu*,login1", "login1 cpu1 cpu2"),
-    ("gpu0?", "gpu01 gpu02 gpu03 gpu04"),
-    ("!gpu*", "login1 cpu1 cpu2"),
-    ("gpu*,!gpu[01-02],!gpu10", "gpu03 gpu04"),
-    ("all,!cpu[1-2]", "login1 gpu01 gpu02 gpu03 gpu04 gpu10"),
-])
+@pytest.mark.parametrize(
+    "limit, names",
+    [
+        (None, "login1 gpu01 gpu02 gpu03 gpu04 gpu10 cpu1 cpu2"),
+        ("", "login1 gpu01 gpu02 gpu03 gpu04 gpu10 cpu1 cpu2"),
+        ("gpu[02-03]", "gpu02 gpu03"),
+        ("gpu[01-20]", "gpu01 gpu02 gpu03 gpu04 gpu10"),
+        ("cpu*,login1", "login1 cpu1 cpu2"),
+        ("gpu0?", "gpu01 gpu02 gpu03 gpu04"),
+        ("!gpu*", "login1 cpu1 cpu2"),
+        ("gpu*,!gpu[01-02],!gpu10", "gpu03 gpu04"),
+        ("all,!cpu[1-2]", "login1 gpu01 gpu02 gpu03 gpu04 gpu10"),
+    ],
+)
 def test_select(cluster, limit, names):
     assert [h.name for h in cluster.select(limit)] == names.split()
 
@@ -189,14 +195,17 @@ def test_select_groups():
     assert [h.name for h in inv.select("gpus,!rack1")] == ["worker03", "worker04"]
 
 
-@pytest.mark.parametrize("limit, message", [
-    ("gpu9", "limit 'gpu9' matches no host or group"),
-    ("gpus", "did you mean 'gpu10'?"),
-    ("tpu*", "limit 'tpu*' matches no host"),
-    ("gpu01,!nope", "limit 'nope' matches no host"),
-    ("gpu[3-1]", "goes backwards"),
-    ("gpu01,!gpu01", "leaves no host"),
-])
+@pytest.mark.parametrize(
+    "limit, message",
+    [
+        ("gpu9", "limit 'gpu9' matches no host or group"),
+        ("gpus", "did you mean 'gpu10'?"),
+        ("tpu*", "limit 'tpu*' matches no host"),
+        ("gpu01,!nope", "limit 'nope' matches no host"),
+        ("gpu[3-1]", "goes backwards"),
+        ("gpu01,!gpu01", "leaves no host"),
+    ],
+)
 def test_select_errors(cluster, limit, message):
     with pytest.raises(InputError) as err:
         cluster.select(limit)
@@ -216,8 +225,10 @@ def test_lab_example_uses_every_schema_variable(monkeypatch):
 
 def test_yaml_lines_and_merge_keys(tmp_path):
     path = tmp_path / "x.yml"
-    path.write_text("base: &b {port: 22, user: a}\nhosts:\n  - gpu01\n  - gpu02\nnode:\n"
-                    "  <<: *b\n  port: 2222\n")
+    path.write_text(
+        "base: &b {port: 22, user: a}\nhosts:\n  - gpu01\n  - gpu02\nnode:\n"
+        "  <<: *b\n  port: 2222\n"
+    )
     data = load_yaml(path)
     assert data.line_of("hosts") == 2 and data["hosts"].line_of(1) == 4
     # a key overriding a merged one is not a duplicate
@@ -230,14 +241,18 @@ def test_ansible_semantics_warn_and_merge_where_ansible_does():
     # An unexpected key in a group is skipped with a warning (Ansible warns too), with a hint.
     inv = load(CASES / "ansible_bad_key")
     assert [h.name for h in inv.hosts] == ["gpu01"]
-    assert any("hosts.yml:4: key 'chidren' in group 'all' is skipped" in w
-               and "did you mean 'children'?" in w for w in inv.warnings)
+    assert any(
+        "hosts.yml:4: key 'chidren' in group 'all' is skipped" in w
+        and "did you mean 'children'?" in w
+        for w in inv.warnings
+    )
     # A host listed in two groups with variables in both: the later one wins, as in Ansible.
     # A backwards range gives no host, as in Ansible, but never silently.
     inv = load(CASES / "ansible_bad_range")
     assert inv.hosts == [] and inv.groups["gpus"] == []
-    assert [w.split('/')[-1] for w in inv.warnings] == [
-        "hosts.yml:5: 'gpu[04:01]' expands to no host (the range goes backwards)"]
+    assert [w.split("/")[-1] for w in inv.warnings] == [
+        "hosts.yml:5: 'gpu[04:01]' expands to no host (the range goes backwards)"
+    ]
     inv = load(CASES / "ansible_vars_twice")
     assert inv.host("gpu01").port == 2222 and inv.host("gpu01").groups == ("a", "b")
     assert inv.host("gpu01").origin["port"].endswith("hosts.yml:8")
@@ -246,12 +261,14 @@ def test_ansible_semantics_warn_and_merge_where_ansible_does():
 def test_hosts_nodeprep_cannot_reach_are_named_when_selected(tmp_path, monkeypatch):
     from nodeprep.commands.common import select_hosts
     from nodeprep.settings import Settings
+
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hosts.ini").write_text(
         "[gpus]\ngpu01 ansible_host=10.0.0.1\n"
         "gpu02 ansible_ssh_common_args='-o ProxyJump=bastion'\n"
         "localhost ansible_connection=local\nwin1 ansible_connection=winrm\n"
-        "[gpus:vars]\nadress=10.0.0.9\n")
+        "[gpus:vars]\nadress=10.0.0.9\n"
+    )
     logged = []
 
     class Events:
@@ -261,11 +278,20 @@ def test_hosts_nodeprep_cannot_reach_are_named_when_selected(tmp_path, monkeypat
     settings = Settings(project_root=str(ROOT))
     inv, hosts = select_hosts("hosts.ini", "gpu01", settings, events=Events())
     assert [h.name for h in hosts] == ["gpu01"] and hosts[0].address == "10.0.0.1"
-    assert logged == ["warning: hosts.ini:7: variable 'adress' is not a nodeprep variable and "
-                      "is ignored; did you mean 'address'?"]
-    assert inv.host("gpu02").jump[0].address == "bastion"      # a jump host is reached (engine/bastions)
-    for name, message in (("localhost,gpu01", r"^hosts.ini:4: host localhost: connection local .* in a run with other nodes"),
-                          ("win1", r"^hosts.ini:5: host win1: connection 'winrm' is not supported")):
+    assert logged == [
+        "warning: hosts.ini:7: variable 'adress' is not a nodeprep variable and "
+        "is ignored; did you mean 'address'?"
+    ]
+    assert (
+        inv.host("gpu02").jump[0].address == "bastion"
+    )  # a jump host is reached (engine/bastions)
+    for name, message in (
+        (
+            "localhost,gpu01",
+            r"^hosts.ini:4: host localhost: connection local .* in a run with other nodes",
+        ),
+        ("win1", r"^hosts.ini:5: host win1: connection 'winrm' is not supported"),
+    ):
         with pytest.raises(InputError, match=message) as err:
             select_hosts("hosts.ini", name, settings)
         assert err.value.exit_code == 2 and "--limit" in str(err.value)
@@ -274,22 +300,26 @@ def test_hosts_nodeprep_cannot_reach_are_named_when_selected(tmp_path, monkeypat
 def test_a_plugin_config_is_refused_with_the_command_that_reads_it(tmp_path):
     from nodeprep.errors import InputError
     from nodeprep.inventory.model import load
+
     f = tmp_path / "aws_ec2.yml"
     f.write_text("plugin: amazon.aws.aws_ec2\nregions: [us-east-1]\n")
     with pytest.raises(InputError) as e:
         load(str(f))
-    assert e.value.line == 1 and f"ansible-inventory -i {f} --list > hosts.json" in str(e.value.hint)
+    assert e.value.line == 1 and f"ansible-inventory -i {f} --list > hosts.json" in str(
+        e.value.hint
+    )
 
 
 def test_an_inventory_script_that_prints_no_json_is_named(tmp_path):
     from nodeprep.errors import InputError
     from nodeprep.inventory.model import load
+
     f = tmp_path / "inv.sh"
     f.write_text("#!/bin/sh\necho '{not json'\n")
     f.chmod(0o755)
     with pytest.raises(InputError) as e:
         load(str(f))
     assert "--list" in str(e.value.file) and "invalid JSON" in str(e.value)
-    f.chmod(0o644)          # not executable: read as a file (and refused as one)
+    f.chmod(0o644)  # not executable: read as a file (and refused as one)
     with pytest.raises(InputError):
         load(str(f))

@@ -6,8 +6,8 @@ sources side by side plus group_vars/ and host_vars/) is read by the reference
 requirements/bootstrap.sh) and by `invoke inventory --list --json`, and both results are
 reduced to the same view:
 
-  hosts:  {name: (address, port, user, jump, key, python, connection)}: address, port, user and key as
-          Ansible's ssh connection resolves them from the host's variables: each option's
+  hosts:  {name: (address, port, user, jump, key, python, connection)}: address, port, user and
+          key as Ansible's ssh connection resolves them from the host's variables: each option's
           `vars:` list from `ansible-doc -t connection ssh --json`, the last one defined winning
           (ansible_ssh_user over ansible_user at any level; the name, 22, None, None when none
           is); a relative key joined to the inventory's directory (where nodeprep resolves it:
@@ -31,6 +31,7 @@ runs). An executable entry is an inventory script; a `.json` entry named *script
 what a script prints, saved, and Ansible is given a script that prints it (output_script):
 Ansible itself reads a .json file with its yaml plugin only, which refuses that shape.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -54,8 +55,9 @@ CORPUS = ROOT / "tests" / "inventories"
 ANSIBLE_INVENTORY = ROOT / ".venv-ansible" / "bin" / "ansible-inventory"
 INVOKE = ROOT / ".venv" / "bin" / "invoke"
 NOT_ENTRIES = {"README.md"}
-ENTRIES = sorted(p.name for p in CORPUS.iterdir()
-                 if p.name not in NOT_ENTRIES and not p.name.startswith("."))
+ENTRIES = sorted(
+    p.name for p in CORPUS.iterdir() if p.name not in NOT_ENTRIES and not p.name.startswith(".")
+)
 TIMEOUT = 120
 
 
@@ -67,14 +69,19 @@ class Run:
     stderr: str
 
     def describe(self) -> str:
-        return (f"$ {' '.join(self.argv)}\nexit code {self.rc}\n"
-                f"--- stderr ---\n{self.stderr.strip()}\n--- stdout (start) ---\n{self.stdout[:2000]}")
+        return (
+            f"$ {' '.join(self.argv)}\nexit code {self.rc}\n"
+            f"--- stderr ---\n{self.stderr.strip()}\n--- stdout (start) ---\n{self.stdout[:2000]}"
+        )
 
 
 def require_ansible() -> None:
     if not os.access(ANSIBLE_INVENTORY, os.X_OK):
-        pytest.fail(f"{ANSIBLE_INVENTORY.relative_to(ROOT)} is missing: the reference Ansible "
-                    f"is not installed; run `sh requirements/bootstrap.sh`", pytrace=False)
+        pytest.fail(
+            f"{ANSIBLE_INVENTORY.relative_to(ROOT)} is missing: the reference Ansible "
+            f"is not installed; run `sh requirements/bootstrap.sh`",
+            pytrace=False,
+        )
 
 
 # The environment the runs get, copied once here: these runs start from a thread pool while
@@ -94,8 +101,10 @@ def output_script(output: Path, folder: Path) -> Path:
     Ansible reads saved script output (it reads a .json file only with its yaml plugin,
     which refuses the script shape)."""
     script = folder / "inventory_script.sh"
-    script.write_text(f"#!/bin/sh\nif [ \"$1\" = --list ]; then exec cat {shlex.quote(str(output))}; fi\n"
-                      "echo '{}'\n")
+    script.write_text(
+        f'#!/bin/sh\nif [ "$1" = --list ]; then exec cat {shlex.quote(str(output))}; fi\n'
+        "echo '{}'\n"
+    )
     script.chmod(0o755)
     return script
 
@@ -110,22 +119,32 @@ def ansible_list(source: Path, script_output: bool = False) -> Run:
         config = Path(tmp) / "ansible.cfg"
         config.write_text("")
         env = {k: v for k, v in RUN_ENV.items() if not k.startswith("ANSIBLE_")}
-        env.update(ANSIBLE_CONFIG=str(config), ANSIBLE_HOME=tmp, ANSIBLE_LOCAL_TEMP=tmp,
-                   ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
-                   ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
-                   ANSIBLE_INVENTORY_ENABLED="script,yaml,ini", ANSIBLE_NOCOLOR="1")
+        env.update(
+            ANSIBLE_CONFIG=str(config),
+            ANSIBLE_HOME=tmp,
+            ANSIBLE_LOCAL_TEMP=tmp,
+            ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
+            ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
+            ANSIBLE_INVENTORY_ENABLED="script,yaml,ini",
+            ANSIBLE_NOCOLOR="1",
+        )
         source = output_script(source, Path(tmp)) if script_output else source
         argv = [str(ANSIBLE_INVENTORY), "-i", str(source), "--list"]
         # cwd is the empty temp dir: ansible-inventory would read group_vars/ and host_vars/
         # (and ansible.cfg) from its working directory too
-        r = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True,
-                           timeout=TIMEOUT)
+        r = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     return Run(argv, r.returncode, r.stdout, r.stderr)
 
 
 def run_nodeprep(entry: str) -> Run:
-    argv = [str(INVOKE), "inventory", "--inventory", f"tests/inventories/{entry}", "--list",
-            "--json"]
+    argv = [
+        str(INVOKE),
+        "inventory",
+        "--inventory",
+        f"tests/inventories/{entry}",
+        "--list",
+        "--json",
+    ]
     r = subprocess.run(argv, cwd=ROOT, env=RUN_ENV, capture_output=True, text=True, timeout=TIMEOUT)
     return Run(argv, r.returncode, r.stdout, r.stderr)
 
@@ -152,15 +171,19 @@ class Runs:
 
 @pytest.fixture(scope="module")
 def runs(request):
-    tools = {"test_reads_like_ansible": ("ansible", "nodeprep"),
-             "test_corpus_names_match_ansible": ("ansible",)}
+    tools = {
+        "test_reads_like_ansible": ("ansible", "nodeprep"),
+        "test_corpus_names_match_ansible": ("ansible",),
+    }
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         r = Runs(pool)
         # start every run the selected tests will need, so they overlap
         for item in request.session.items:
             params = getattr(getattr(item, "callspec", None), "params", {})
             for tool in tools.get(getattr(item, "originalname", ""), ()):
-                if "entry" in params and (tool != "ansible" or os.access(ANSIBLE_INVENTORY, os.X_OK)):
+                if "entry" in params and (
+                    tool != "ansible" or os.access(ANSIBLE_INVENTORY, os.X_OK)
+                ):
                     r.start(tool, params["entry"])
         yield r
         pool.shutdown(cancel_futures=True)
@@ -177,8 +200,10 @@ def _members(groups: dict[str, dict], name: str, seen: frozenset = frozenset()) 
 
 def _view(hosts: dict[str, tuple], groups: dict[str, dict]) -> dict:
     members = {g: sorted(_members(groups, g)) for g in groups if g != "all"}
-    return {"hosts": dict(sorted(hosts.items())),
-            "groups": {g: m for g, m in sorted(members.items()) if m}}
+    return {
+        "hosts": dict(sorted(hosts.items())),
+        "groups": {g: m for g, m in sorted(members.items()) if m},
+    }
 
 
 _ORDER: dict[str, list[str]] = {}
@@ -188,11 +213,20 @@ def ssh_option_vars(option: str) -> list[str]:
     """The ansible_* variables of ssh connection OPTION, in Ansible's precedence order (the
     last one defined wins), from the installed ansible-core's own documentation."""
     if not _ORDER:
-        r = subprocess.run([str(ANSIBLE_INVENTORY.with_name("ansible-doc")), "-t", "connection", "ssh", "--json"],
-                           capture_output=True, text=True, timeout=TIMEOUT, env=RUN_ENV)
+        r = subprocess.run(
+            [str(ANSIBLE_INVENTORY.with_name("ansible-doc")), "-t", "connection", "ssh", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=RUN_ENV,
+        )
         opts = json.loads(r.stdout)["ssh"]["doc"]["options"]
-        _ORDER.update({k: [v["name"] for v in o.get("vars", []) if v["name"].startswith("ansible_")]
-                       for k, o in opts.items()})
+        _ORDER.update(
+            {
+                k: [v["name"] for v in o.get("vars", []) if v["name"].startswith("ansible_")]
+                for k, o in opts.items()
+            }
+        )
     return _ORDER[option]
 
 
@@ -204,7 +238,9 @@ def resolve(hv: dict, option: str):
 def ansible_json(text: str):
     """ansible-inventory's JSON as Ansible's own decoder reads it: `{"__ansible_unsafe": S}`
     (a string Ansible will not template, e.g. a malformed group's variables) is S."""
-    return json.loads(text, object_hook=lambda d: d["__ansible_unsafe"] if "__ansible_unsafe" in d else d)
+    return json.loads(
+        text, object_hook=lambda d: d["__ansible_unsafe"] if "__ansible_unsafe" in d else d
+    )
 
 
 def ansible_view(out: dict, base: Path) -> dict:
@@ -214,17 +250,25 @@ def ansible_view(out: dict, base: Path) -> dict:
     hosts = {}
     for name in names:
         hv = hostvars.get(name, {})
-        address, port, user, key = (resolve(hv, o) for o in ("host", "port", "remote_user", "private_key_file"))
+        address, port, user, key = (
+            resolve(hv, o) for o in ("host", "port", "remote_user", "private_key_file")
+        )
         python = hv.get("ansible_python_interpreter")
         conn = str(hv.get("ansible_connection") or "ssh").strip()
-        hosts[name] = (name if address is None else str(address),
-                       22 if port is None else int(port),
-                       None if user is None else str(user),
-                       openssh_jump(" ".join(str(hv.get(k) or "") for k in
-                                             ("ansible_ssh_common_args", "ansible_ssh_extra_args"))),
-                       None if key is None else str(base / Path(str(key)).expanduser()),
-                       None if python is None else str(python),
-                       {"smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh"}.get(conn, conn))
+        hosts[name] = (
+            name if address is None else str(address),
+            22 if port is None else int(port),
+            None if user is None else str(user),
+            openssh_jump(
+                " ".join(
+                    str(hv.get(k) or "")
+                    for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+                )
+            ),
+            None if key is None else str(base / Path(str(key)).expanduser()),
+            None if python is None else str(python),
+            {"smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh"}.get(conn, conn),
+        )
     return _view(hosts, groups)
 
 
@@ -236,10 +280,15 @@ def entry_base(entry: str) -> Path:
 def openssh_jump(args: str) -> str | None:
     """The jump chain OpenSSH reads from ssh arguments ARGS (`ssh -G`), as hops joined by ','."""
     from nodeprep.inventory import jumps
+
     if "proxyjump" not in args.lower() and "proxycommand" not in args.lower() and "-J" not in args:
         return None
-    r = subprocess.run(["ssh", "-G", "-F", "/dev/null", *shlex.split(args), "oracle-host"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["ssh", "-G", "-F", "/dev/null", *shlex.split(args), "oracle-host"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     said = dict(ln.split(" ", 1) for ln in r.stdout.splitlines() if " " in ln)
     if said.get("proxyjump", "none") != "none":
         return ",".join(str(h) for h in jumps.parse_chain(said["proxyjump"]))
@@ -250,9 +299,18 @@ def openssh_jump(args: str) -> str | None:
 
 
 def nodeprep_view(out: dict) -> dict:
-    hosts = {name: (h["address"], h["port"], h["user"], h.get("jump"), h["key"],
-                    None if h["vars"].get("python") is None else str(h["vars"]["python"]), h["connection"])
-             for name, h in out["hosts"].items()}
+    hosts = {
+        name: (
+            h["address"],
+            h["port"],
+            h["user"],
+            h.get("jump"),
+            h["key"],
+            None if h["vars"].get("python") is None else str(h["vars"]["python"]),
+            h["connection"],
+        )
+        for name, h in out["hosts"].items()
+    }
     return _view(hosts, out["groups"])
 
 
@@ -267,9 +325,14 @@ def unsafe_fields(view: dict) -> list[str]:
 
 
 def render(view: dict) -> list[str]:
-    lines = [f"host {name}: address={a} port={p} user={u}" + (f" jump={j}" if j else "") +
-             (f" key={k}" if k else "") + (f" python={py}" if py else "") + (f" connection={c}" if c != "ssh" else "")
-             for name, (a, p, u, j, k, py, c) in view["hosts"].items()]
+    lines = [
+        f"host {name}: address={a} port={p} user={u}"
+        + (f" jump={j}" if j else "")
+        + (f" key={k}" if k else "")
+        + (f" python={py}" if py else "")
+        + (f" connection={c}" if c != "ssh" else "")
+        for name, (a, p, u, j, k, py, c) in view["hosts"].items()
+    ]
     lines += [f"group {g}: {' '.join(m)}" for g, m in view["groups"].items()]
     return lines
 
@@ -300,8 +363,10 @@ def test_reads_like_ansible(entry, runs):
     ans, ours = runs.get("ansible", entry), runs.get("nodeprep", entry)
     assert "Traceback" not in ours.stderr, ours.describe()
     if ans.rc != 0:
-        assert ours.rc == 2, ("Ansible refuses this inventory; nodeprep must too (exit code 2)\n"
-                              f"Ansible said:\n{ans.stderr.strip()}\n\nnodeprep:\n{ours.describe()}")
+        assert ours.rc == 2, (
+            "Ansible refuses this inventory; nodeprep must too (exit code 2)\n"
+            f"Ansible said:\n{ans.stderr.strip()}\n\nnodeprep:\n{ours.describe()}"
+        )
         return
     try:
         theirs_view = ansible_view(ansible_json(ans.stdout), entry_base(entry))
@@ -316,16 +381,21 @@ def test_reads_like_ansible(entry, runs):
         inv = load(str(CORPUS / entry), root=ROOT, check_fields=False)
         ours_view = nodeprep_view(InventoryView(inv).as_dict())
     else:
-        assert ours.rc == 0, "Ansible reads this inventory; nodeprep refuses it:\n" + ours.describe()
+        assert ours.rc == 0, (
+            "Ansible reads this inventory; nodeprep refuses it:\n" + ours.describe()
+        )
         try:
             ours_view = nodeprep_view(json.loads(ours.stdout))
         except (ValueError, KeyError, TypeError) as e:
             pytest.fail(f"nodeprep's JSON does not follow the contract ({e}):\n{ours.describe()}")
     if ours_view != theirs_view:
-        diff = difflib.unified_diff(render(theirs_view), render(ours_view),
-                                    "ansible-inventory", "nodeprep", lineterm="")
-        pytest.fail(f"{entry}: nodeprep reads it differently from Ansible\n" + "\n".join(diff),
-                    pytrace=False)
+        diff = difflib.unified_diff(
+            render(theirs_view), render(ours_view), "ansible-inventory", "nodeprep", lineterm=""
+        )
+        pytest.fail(
+            f"{entry}: nodeprep reads it differently from Ansible\n" + "\n".join(diff),
+            pytrace=False,
+        )
 
 
 GOOD = [e for e in ENTRIES if not e.startswith("bad_")]
@@ -345,7 +415,14 @@ def test_reads_the_json_ansible_inventory_lists(entry, runs, tmp_path):
     inv = load(str(listed), root=ROOT, check_fields=not unsafe_fields(theirs_view))
     ours_view = nodeprep_view(InventoryView(inv).as_dict())
     if ours_view != theirs_view:
-        diff = difflib.unified_diff(render(theirs_view), render(ours_view),
-                                    "ansible-inventory", "nodeprep (its --list JSON)", lineterm="")
-        pytest.fail(f"{entry}: nodeprep reads Ansible's --list JSON differently\n" + "\n".join(diff),
-                    pytrace=False)
+        diff = difflib.unified_diff(
+            render(theirs_view),
+            render(ours_view),
+            "ansible-inventory",
+            "nodeprep (its --list JSON)",
+            lineterm="",
+        )
+        pytest.fail(
+            f"{entry}: nodeprep reads Ansible's --list JSON differently\n" + "\n".join(diff),
+            pytrace=False,
+        )

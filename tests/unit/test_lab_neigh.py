@@ -1,6 +1,7 @@
 """lab/net.raise_neigh_table: the host's one IPv4 neighbour table is sized for every lab node
 talking to every other (N x N entries) before it overflows and drops packets; it is only
 ever raised, and a host that refuses the write gets a warning line, not a failure."""
+
 from nodeprep.lab import net
 
 

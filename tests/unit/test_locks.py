@@ -1,5 +1,6 @@
 """Run locks (engine/locks.py) for real, without ssh: the lock scripts run under /bin/sh on this
 machine, with HOME in a temporary directory so `~/.nodeprep/lock` lands there."""
+
 import os
 import shutil
 import socket
@@ -50,8 +51,13 @@ class Session:
 
     def run(self, script, timeout=None, label=None, **_kw):
         self.labels.append(label or "")
-        p = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True,
-                           timeout=timeout or 60, env=self.env)
+        p = subprocess.run(
+            ["/bin/sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=timeout or 60,
+            env=self.env,
+        )
         return Result(p.returncode, p.stdout, p.stderr)
 
 
@@ -93,6 +99,7 @@ def _dead_pid() -> int:
 
 # -- Owner and stale -------------------------------------------------------------------------
 
+
 def test_owner_line_roundtrip():
     o = Owner("ctl-1", 4242, 1700000000.4, "20240101-120000-provision-4242")
     assert o.line() == "ctl-1 4242 1700000000 20240101-120000-provision-4242"
@@ -107,7 +114,7 @@ def test_owner_line_roundtrip():
 
 def test_stale_rules():
     now = time.time()
-    assert stale(Owner(HOST, os.getpid(), now, "r"), 0, 3600) is None          # alive, young
+    assert stale(Owner(HOST, os.getpid(), now, "r"), 0, 3600) is None  # alive, young
     gone = stale(Owner(HOST, _dead_pid(), now, "r"), 0, 3600)
     assert gone and "is gone" in gone
     old = stale(Owner(HOST, os.getpid(), now - 7200, "r"), 0, 3600)
@@ -124,6 +131,7 @@ def test_stale_rules():
 
 # -- 1. free lock: taken with the owner line, released only by its owner ----------------------
 
+
 def test_free_lock_is_taken_with_owner_line(home):
     fleet = Fleet("worker-0")
     me = Owner.me(_run_id("a"))
@@ -138,7 +146,7 @@ def test_free_lock_is_taken_with_owner_line(home):
     locks.release()
     assert not d.exists()
     assert locks.held == []
-    locks.release()                 # nothing held: nothing to do
+    locks.release()  # nothing held: nothing to do
     assert not d.exists()
 
 
@@ -164,9 +172,11 @@ def test_release_leaves_another_owners_lock_alone(home):
     d = home / ".nodeprep" / "lock"
     holder = Owner(HOST, os.getpid(), time.time(), _run_id("holder"))
     _hold(d, holder)
-    others = [Owner(HOST, os.getpid(), holder.start, _run_id("other")),      # other run
-              Owner(HOST, os.getpid() + 1, holder.start, holder.run),        # other pid
-              Owner("other-host", os.getpid(), holder.start, holder.run)]    # other host
+    others = [
+        Owner(HOST, os.getpid(), holder.start, _run_id("other")),  # other run
+        Owner(HOST, os.getpid() + 1, holder.start, holder.run),  # other pid
+        Owner("other-host", os.getpid(), holder.start, holder.run),
+    ]  # other host
     for other in others:
         assert s.run(release_script(HOME_LOCK, other)).rc == 0
         assert (d / "owner").read_text() == holder.line() + "\n"
@@ -188,6 +198,7 @@ def test_release_of_a_lock_that_is_gone_is_fine(home):
 
 
 # -- 2. a live holder blocks; all or nothing ----------------------------------------------------
+
 
 def test_live_holder_blocks_and_is_named(home):
     holder = Owner(HOST, os.getpid(), time.time(), _run_id("holder"))
@@ -218,13 +229,16 @@ def test_holder_on_another_controller_is_never_probed_by_pid(home):
     holder = Owner("some-other-controller", _dead_pid(), time.time(), _run_id("remote"))
     _hold(home / ".nodeprep" / "lock", holder)
     s = Session("worker-0", Display())
-    got = try_lock(s, Lock("worker-0", HOME_LOCK, "home of worker-0"), Owner.me(_run_id("me")), 3600)
+    got = try_lock(
+        s, Lock("worker-0", HOME_LOCK, "home of worker-0"), Owner.me(_run_id("me")), 3600
+    )
     assert got == Owner(holder.host, holder.pid, float(f"{holder.start:.0f}"), holder.run)
     assert (home / ".nodeprep/lock/owner").read_text() == holder.line() + "\n"
     assert s.events.notes == []
 
 
 # -- 3. stale locks are taken over --------------------------------------------------------------
+
 
 def test_lock_of_a_dead_holder_is_taken_over(home):
     holder = Owner(HOST, _dead_pid(), time.time(), _run_id("dead"))
@@ -239,19 +253,19 @@ def test_lock_of_a_dead_holder_is_taken_over(home):
     assert node == "worker-0"
     assert text.startswith("took over the lock of the home of worker-0 (~/.nodeprep/lock): ")
     assert f"pid {holder.pid}" in text and "is gone" in text
-    assert [p.name for p in d.parent.iterdir()] == ["lock"]       # no .stale.* left
+    assert [p.name for p in d.parent.iterdir()] == ["lock"]  # no .stale.* left
     locks.release()
     assert not d.exists()
 
 
 def test_lock_older_than_max_age_is_taken_over(home):
-    holder = Owner(HOST, os.getpid(), time.time() - 7200, _run_id("old"))   # alive, but old
+    holder = Owner(HOST, os.getpid(), time.time() - 7200, _run_id("old"))  # alive, but old
     d = home / ".nodeprep" / "lock"
     _hold(d, holder)
     s = Session("worker-0", Display())
     lk = Lock("worker-0", HOME_LOCK, "home of worker-0")
     me = Owner.me(_run_id("me"))
-    assert try_lock(s, lk, me, max_age=3 * 3600) is not None     # young enough yet
+    assert try_lock(s, lk, me, max_age=3 * 3600) is not None  # young enough yet
     assert (d / "owner").read_text() == holder.line() + "\n"
     assert try_lock(s, lk, me, max_age=3600) is None
     assert (d / "owner").read_text() == me.line() + "\n"
@@ -265,7 +279,7 @@ def test_lock_without_owner_file_is_stale_only_after_a_minute(home):
     s = Session("worker-0", Display())
     lk = Lock("worker-0", HOME_LOCK, "home of worker-0")
     me = Owner.me(_run_id("me"))
-    assert try_lock(s, lk, me, 3600) == "an unknown holder"        # young: a contender writing
+    assert try_lock(s, lk, me, 3600) == "an unknown holder"  # young: a contender writing
     assert not (d / "owner").exists()
     assert s.events.notes == []
     past = time.time() - 120
@@ -294,7 +308,7 @@ def test_two_takeovers_of_one_stale_lock_only_one_wins(home):
     got = {}
     t = threading.Thread(target=lambda: got.update(b=try_lock(sb, lk, b, 3600)))
     t.start()
-    time.sleep(0.4)               # B has seen the stale owner and is in its slow mv
+    time.sleep(0.4)  # B has seen the stale owner and is in its slow mv
     got["a"] = try_lock(sa, lk, a, 3600)
     t.join(timeout=10)
     assert not t.is_alive()
@@ -305,6 +319,7 @@ def test_two_takeovers_of_one_stale_lock_only_one_wins(home):
 
 # -- 4. two runs racing on the same lock ---------------------------------------------------------
 
+
 def _contender(locks_of, tag, barrier, events, guard, errors, hold_s, home):
     # each run has its own fleet, reaching the nodes in the order of its locks
     fleet = Fleet(*dict.fromkeys(lk.node for lk in locks_of))
@@ -314,23 +329,26 @@ def _contender(locks_of, tag, barrier, events, guard, errors, hold_s, home):
         locks.acquire(wait=8, max_age=3600)
         with guard:
             events.append(("in", tag, time.monotonic()))
-        for lk in locks_of:      # while we hold them, every lock records us
+        for lk in locks_of:  # while we hold them, every lock records us
             p = lk.path.replace("~", str(home), 1)
             assert open(os.path.join(p, "owner")).read() == locks.owner.line() + "\n"
         time.sleep(hold_s)
         with guard:
             events.append(("out", tag, time.monotonic()))
         locks.release()
-    except BaseException as e:    # reported by the main thread
+    except BaseException as e:  # reported by the main thread
         errors.append(e)
 
 
 def _race(home, locks_a, locks_b, hold_s):
     barrier, guard = threading.Barrier(2), threading.Lock()
     events, errors = [], []
-    threads = [threading.Thread(target=_contender,
-                                args=(lks, tag, barrier, events, guard, errors, hold_s, home))
-               for tag, lks in (("a", locks_a), ("b", locks_b))]
+    threads = [
+        threading.Thread(
+            target=_contender, args=(lks, tag, barrier, events, guard, errors, hold_s, home)
+        )
+        for tag, lks in (("a", locks_a), ("b", locks_b))
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -341,7 +359,7 @@ def _race(home, locks_a, locks_b, hold_s):
     first, second = order[0][1], order[2][1]
     assert order == [("in", first), ("out", first), ("in", second), ("out", second)]
     assert first != second
-    assert events[2][2] >= events[1][2]          # the second got in only after the first left
+    assert events[2][2] >= events[1][2]  # the second got in only after the first left
 
 
 def test_two_runs_on_one_lock_take_turns(home):
@@ -362,9 +380,10 @@ def test_a_lock_left_by_an_ended_run_of_this_process_is_stale():
     """A run that could not release a lock (its node had gone silent) ended; the same process's
     next run takes the lock over when the node is back, instead of waiting for itself."""
     from nodeprep.engine import locks
+
     run = _run_id("ended")
     mine = Owner(HOST, os.getpid(), time.time(), run)
-    assert stale(mine, 0, 3600) is None                       # a live run of this process
+    assert stale(mine, 0, 3600) is None  # a live run of this process
     locks.ENDED_RUNS.add(run)
     try:
         assert "an earlier run of this process" in stale(mine, 0, 3600)

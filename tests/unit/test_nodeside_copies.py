@@ -1,14 +1,15 @@
 """nodeside/ programs run on nodes without nodeprep installed (standard library only), so a
 constant they share with the controller is written twice: once in the package, once in the
 program. Each pair must stay equal; the package's copy is the source."""
+
 import ast
 import os
 import signal
 
+from nodeprep import nodeside
 from nodeprep.commands.train import supervise
 from nodeprep.engine.facts import jobs
 from nodeprep.lab import gpu as labgpu
-from nodeprep import nodeside
 from nodeprep.nodeside import gpu_standin, rank, relay_hop
 from nodeprep.ops.pystack import relay
 from nodeprep.ops.train import payload
@@ -18,7 +19,9 @@ def _constant(path, name: str):
     """NAME's literal value in the program at PATH (watch.py imports rank.py as a sibling, as
     it runs on a node, so it is read rather than imported)."""
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+            name
+        ]:
             return ast.literal_eval(node.value)
     raise AssertionError(f"{path.name} has no {name}")
 

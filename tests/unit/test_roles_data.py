@@ -15,6 +15,7 @@ from them; tests/roles/README.md describes the format. For every case:
 
 Pure: no ssh, no process is started (a guard refuses one); the controller's home and
 nodeprep's state directory are a temporary directory holding only what the case gives."""
+
 from __future__ import annotations
 
 import base64
@@ -48,14 +49,38 @@ CASES_DIR = ROOT / "tests" / "roles"
 RECORDED = ROOT / "tests" / "facts"
 SITE = rolemod.site_order(ROOT / "roles")
 CASES = sorted(CASES_DIR.glob("*/*.yml"))
-CASE_KEYS = {"roles", "hosts", "vars", "node", "check", "facts", "controller_files", "shared",
-             "plan", "error", "error_at"}
-STEP_KEYS = {"step", "check", "fixable", "file", "has", "lacks", "mode", "action_has",
-             "hint_has", "scope", "secrets", "fleet"}
+CASE_KEYS = {
+    "roles",
+    "hosts",
+    "vars",
+    "node",
+    "check",
+    "facts",
+    "controller_files",
+    "shared",
+    "plan",
+    "error",
+    "error_at",
+}
+STEP_KEYS = {
+    "step",
+    "check",
+    "fixable",
+    "file",
+    "has",
+    "lacks",
+    "mode",
+    "action_has",
+    "hint_has",
+    "scope",
+    "secrets",
+    "fleet",
+}
 DEFAULT_HOSTS = {"node-0": {"address": "10.200.0.10"}}
 
 
 # ---------------------------------------------------------------------------- case files
+
 
 class CaseLoader(yaml.SafeLoader):
     """YAML plus four tags that give facts in the parsers' form: `!recorded fact/case` (the
@@ -110,12 +135,16 @@ def load_case(path: Path) -> dict:
     assert ("plan" in case) != ("error" in case), "a case expects a plan or an error"
     for want in case.get("plan") or []:
         assert {"step", "check"} <= set(want) <= STEP_KEYS, f"step entry keys: {sorted(want)}"
-        assert not want["step"].startswith("file.") or want["check"] == "ok" or \
-            {"file", "has"} & set(want), f"{want['step']}: say the file it leaves (file or has)"
+        assert (
+            not want["step"].startswith("file.")
+            or want["check"] == "ok"
+            or {"file", "has"} & set(want)
+        ), f"{want['step']}: say the file it leaves (file or has)"
     return case
 
 
 # ---------------------------------------------------------------------------- the run
+
 
 class Run:
     """One case's world: the inventory written where validate reads it, the controller's
@@ -141,14 +170,20 @@ class Run:
         if name.startswith("~/"):
             return self.home / name[2:]
         if name.startswith("state/"):
-            return self.settings.state / name[len("state/"):]
+            return self.settings.state / name[len("state/") :]
         return self.tmp / name
 
     def _inventory(self) -> Path:
-        data = {"vars": self.case.get("vars") or {}, "hosts": self.case.get("hosts") or DEFAULT_HOSTS}
+        data = {
+            "vars": self.case.get("vars") or {},
+            "hosts": self.case.get("hosts") or DEFAULT_HOSTS,
+        }
         path = self.tmp / "hosts.yml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=False,
-                                       allow_unicode=True, width=1000))
+        path.write_text(
+            yaml.safe_dump(
+                data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000
+            )
+        )
         return path
 
     def facts(self) -> dict:
@@ -160,8 +195,11 @@ class Run:
         return out
 
     def steps(self, facts: dict):
-        opts = ProvisionOptions(inventory=str(self.inventory), roles=",".join(self.roles),
-                                check_mode=bool(self.case.get("check")))
+        opts = ProvisionOptions(
+            inventory=str(self.inventory),
+            roles=",".join(self.roles),
+            check_mode=bool(self.case.get("check")),
+        )
         roles, prov = validated(opts, self.settings, Events())
         assert sorted(facts) == sorted(h.name for h in prov.hosts), "facts for every node"
         prov.facts = facts
@@ -174,12 +212,14 @@ class Run:
         keys or the wheelhouse (e.g. manifests: wheels the controller downloaded)."""
         given = self.case.get("shared") or {}
         assert set(given) <= {f.name for f in fields(rolemod.Shared)}, sorted(given)
-        if {"wheelhouse", "venv"} & set(self.roles):     # else steps() would resolve wheels
+        if {"wheelhouse", "venv"} & set(self.roles):  # else steps() would resolve wheels
             assert "manifests" in given, "give shared.manifests: the controller's wheelhouse"
         for name, value in given.items():
             if name == "manifests":
-                value = {n: (self.settings.state / "wheelhouse" / m["platform"], m)
-                         for n, m in value.items()}
+                value = {
+                    n: (self.settings.state / "wheelhouse" / m["platform"], m)
+                    for n, m in value.items()
+                }
                 _manifests_as_the_controller_makes_them(prov, value)
             elif name == "relay":
                 value = relay.Relay(order=[h.name for h in prov.hosts]) if value else None
@@ -208,10 +248,15 @@ def _manifests_as_the_controller_makes_them(prov, manifests: dict) -> None:
         facts = prov.facts[node]
         assert m["platform"] == pystack.platform(facts).key, node
         build = plan.for_arch(facts["os"]["arch"]) if plan else None
-        asked = pystack.requirement_pins(prov) + ([build.requirement] if build else []) + \
-            list(first["wheel_builds"] or {})
+        asked = (
+            pystack.requirement_pins(prov)
+            + ([build.requirement] if build else [])
+            + list(first["wheel_builds"] or {})
+        )
         lock = set(m["lock"])
-        assert [p for p in m["lock"] if canonicalize_name(p.split("==")[0]) != p.split("==")[0]] == []
+        assert [
+            p for p in m["lock"] if canonicalize_name(p.split("==")[0]) != p.split("==")[0]
+        ] == []
         assert [p for p in asked if _canonical(p) not in lock] == [], node
 
 
@@ -222,18 +267,22 @@ def _canonical(pin: str) -> str:
 
 # ---------------------------------------------------------------------------- effects
 
+
 def _pip_effect(st, view, prov, node) -> dict:
     """pip installs the node's requirements.lock (the wheelhouse role's file; the controller's
     manifest lock when this case does not plan that role): the venv's packages, by the
     canonical names the VENV fact reads from the dist-info directories."""
     key = st.reads[0].key
     lock_file = view.get(FILE(prov.vars[node]["wheelhouse_dir"].rstrip("/") + "/requirements.lock"))
-    lines = lock_file["content"].split() if lock_file and lock_file["exists"] else \
-        prov.shared.manifests[node][1]["lock"]
+    lines = (
+        lock_file["content"].split()
+        if lock_file and lock_file["exists"]
+        else prov.shared.manifests[node][1]["lock"]
+    )
     venv = copy.deepcopy(view[key])
     venv["packages"].update({canonicalize_name(p.split("==")[0]): p.split("==")[1] for p in lines})
     stamp = st.reads[1].key
-    if "--force-reinstall" in action_for(st, view):       # damaged packages: the stamp dropped
+    if "--force-reinstall" in action_for(st, view):  # damaged packages: the stamp dropped
         return {key: venv, stamp: {"exists": False, "head": None, "same": False, "changed": []}}
     return {key: venv}
 
@@ -243,10 +292,17 @@ def _venv_effect(st, view, prov, node) -> dict:
     python (the PYTHON fact's) and pip: the offline pip wheel's version (the lock's pip) where
     the wheelhouse has it; pip.install pins it to the lock right after either way."""
     m = (prov.shared.manifests or {}).get(node)
-    pip = next((p.split("==")[1] for p in (m[1]["lock"] if m else []) if p.startswith("pip==")),
-               "ensurepip's")
-    return {st.reads[0].key: {"exists": True, "python": view[PYTHON]["version"],
-                              "packages": {"pip": pip}}}
+    pip = next(
+        (p.split("==")[1] for p in (m[1]["lock"] if m else []) if p.startswith("pip==")),
+        "ensurepip's",
+    )
+    return {
+        st.reads[0].key: {
+            "exists": True,
+            "python": view[PYTHON]["version"],
+            "packages": {"pip": pip},
+        }
+    }
 
 
 def _sync_effect(st, view, prov, node) -> dict:
@@ -254,16 +310,30 @@ def _sync_effect(st, view, prov, node) -> dict:
     decodes into .sums.new), every wheel it names present (pushed by `before`, checked against
     its sha256), the wheels it does not name removed, the relay's staging directory gone."""
     script = action_for(st, view)
-    sums = base64.b64decode(re.search(r"printf %s (\S+) \| base64 -d > \.sums\.new", script)[1]).decode()
+    sums = base64.b64decode(
+        re.search(r"printf %s (\S+) \| base64 -d > \.sums\.new", script)[1]
+    ).decode()
     names = {line.split("  ", 1)[1] for line in sums.splitlines()}
     listing_key, sums_key = st.reads[0].key, st.reads[1].key
-    kept = [e for e in view[listing_key] or [] if e not in (relay.STAGE, ".sums.new") and
-            not (e.endswith(".whl") and e not in names)]
-    listing = base64.b64decode(re.search(r"printf %s (\S+) \| base64 -d > \.nodeprep-verified\.list", script)[1]).decode()
-    assert sorted(listing.splitlines()[1:]) == sorted(names)      # the stamp covers what was checked
-    return {listing_key: sorted(set(kept) | names | {"SHA256SUMS", ".nodeprep-verified"}),
-            sums_key: {"exists": True, "mode": 0o644, "size": len(sums.encode()), "content": sums},
-            st.reads[2].key: {"exists": True, "head": listing.splitlines()[0], "same": True, "changed": []}}
+    kept = [
+        e
+        for e in view[listing_key] or []
+        if e not in (relay.STAGE, ".sums.new") and not (e.endswith(".whl") and e not in names)
+    ]
+    listing = base64.b64decode(
+        re.search(r"printf %s (\S+) \| base64 -d > \.nodeprep-verified\.list", script)[1]
+    ).decode()
+    assert sorted(listing.splitlines()[1:]) == sorted(names)  # the stamp covers what was checked
+    return {
+        listing_key: sorted(set(kept) | names | {"SHA256SUMS", ".nodeprep-verified"}),
+        sums_key: {"exists": True, "mode": 0o644, "size": len(sums.encode()), "content": sums},
+        st.reads[2].key: {
+            "exists": True,
+            "head": listing.splitlines()[0],
+            "same": True,
+            "changed": [],
+        },
+    }
 
 
 def _torch_verify_effect(st, view, prov, node) -> dict:
@@ -272,9 +342,15 @@ def _torch_verify_effect(st, view, prov, node) -> dict:
     says what a build covering those GPUs reports, on this node's CPU."""
     argv = shlex.split(action_for(st, view))
     want = json.loads(argv[argv.index("-c") + 2])
-    head = {"version": want["version"], "cuda": want["cuda"], "machine": view[OS]["arch"],
-            "arch_list": [f"sm_{c.replace('.', '')}" for c in want["capabilities"]]}
-    return {st.reads[1].key: {"exists": True, "head": json.dumps(head), "same": True, "changed": []}}
+    head = {
+        "version": want["version"],
+        "cuda": want["cuda"],
+        "machine": view[OS]["arch"],
+        "arch_list": [f"sm_{c.replace('.', '')}" for c in want["capabilities"]],
+    }
+    return {
+        st.reads[1].key: {"exists": True, "head": json.dumps(head), "same": True, "changed": []}
+    }
 
 
 # What the action of a step without Step.after leaves, by the start of the step's name.
@@ -291,22 +367,43 @@ EFFECTS = {
 
 # The steps a second run still plans, on paper; each: (start of its name, when, why).
 STILL_DIFFER = [
-    ("nccl.library ", lambda st, roles, prov: st.action is None,
-     "a library nodeprep does not install (no action): the step fails with its hint until "
-     "someone installs it or fixes the *_home variable"),
-    ("venv.python_version", lambda st, roles, prov: st.action is None,
-     "the node's Python differs from the fleet's: nodeprep installs no Python (no action)"),
-    ("venv.path", lambda st, roles, prov: st.action is None,
-     "the venv's absolute path differs from the fleet's (another home path): no action"),
-    ("wheelhouse.download", lambda st, roles, prov: st.action is None,
-     "the controller could not resolve this platform's wheels: no action on the node"),
-    ("user.shell ", lambda st, roles, prov: st.action is None,
-     "the wanted shell is not in the node's /etc/shells: nodeprep does not install shells"),
-    ("wheelhouse.sync", lambda st, roles, prov: st.name == "wheelhouse.sync" and prov.check_mode,
-     "--check without a cached wheelhouse: a placeholder whose check says 'would download'"),
-    ("torch.verify ", lambda st, roles, prov: "venv" not in roles,
-     "its action verifies torch and installs nothing: torch comes from the venv role's "
-     "pip.install of the lock (tests/roles/torch/with_venv.yml converges)"),
+    (
+        "nccl.library ",
+        lambda st, roles, prov: st.action is None,
+        "a library nodeprep does not install (no action): the step fails with its hint until "
+        "someone installs it or fixes the *_home variable",
+    ),
+    (
+        "venv.python_version",
+        lambda st, roles, prov: st.action is None,
+        "the node's Python differs from the fleet's: nodeprep installs no Python (no action)",
+    ),
+    (
+        "venv.path",
+        lambda st, roles, prov: st.action is None,
+        "the venv's absolute path differs from the fleet's (another home path): no action",
+    ),
+    (
+        "wheelhouse.download",
+        lambda st, roles, prov: st.action is None,
+        "the controller could not resolve this platform's wheels: no action on the node",
+    ),
+    (
+        "user.shell ",
+        lambda st, roles, prov: st.action is None,
+        "the wanted shell is not in the node's /etc/shells: nodeprep does not install shells",
+    ),
+    (
+        "wheelhouse.sync",
+        lambda st, roles, prov: st.name == "wheelhouse.sync" and prov.check_mode,
+        "--check without a cached wheelhouse: a placeholder whose check says 'would download'",
+    ),
+    (
+        "torch.verify ",
+        lambda st, roles, prov: "venv" not in roles,
+        "its action verifies torch and installs nothing: torch comes from the venv role's "
+        "pip.install of the lock (tests/roles/torch/with_venv.yml converges)",
+    ),
 ]
 
 
@@ -317,11 +414,13 @@ def effect(st, view, prov, node) -> dict:
     for start, fn in EFFECTS.items():
         if st.name.startswith(start) and (start.endswith(" ") or st.name == start):
             return fn(st, view, prov, node)
-    raise AssertionError(f"nothing says what '{st.name}' leaves: give it Step.after, or an "
-                         "entry in EFFECTS")
+    raise AssertionError(
+        f"nothing says what '{st.name}' leaves: give it Step.after, or an entry in EFFECTS"
+    )
 
 
 # ---------------------------------------------------------------------------- comparison
+
 
 def observed(st, c, view, left: dict, want: dict) -> dict:
     """What STEP shows for the keys WANT names (a case names only what it cares about)."""
@@ -368,6 +467,7 @@ def still_differs(st, roles, prov) -> str | None:
 
 # ---------------------------------------------------------------------------- tests
 
+
 @pytest.fixture(autouse=True)
 def _no_process(monkeypatch):
     """Nothing runs but OpenSSH's own reading of a config (`ssh -G`: no connection, the
@@ -379,12 +479,13 @@ def _no_process(monkeypatch):
         if isinstance(argv, (list, tuple)) and list(argv[:2]) == ["ssh", "-G"]:
             return real(*a, **kw)
         raise AssertionError(f"a role case started a process: {a[:1]}")
+
     monkeypatch.setattr(subprocess, "Popen", refuse)
 
 
 @pytest.mark.parametrize("path", CASES, ids=[f"{p.parent.name}/{p.stem}" for p in CASES])
 def test_role_case(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))     # the controller's home: the case's
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the controller's home: the case's
     run = Run(path, tmp_path)
     case = run.case
     if "error" in case:
@@ -397,7 +498,9 @@ def test_role_case(path, tmp_path, monkeypatch):
     after = {}
     for h in prov.hosts:
         wants = case["plan"] if h.name == node else None
-        after[h.name], shown = apply_on_paper(steps_by_node[h.name], prov.facts[h.name], prov, h.name, wants)
+        after[h.name], shown = apply_on_paper(
+            steps_by_node[h.name], prov.facts[h.name], prov, h.name, wants
+        )
         if wants is not None:
             assert shown == case["plan"]
     _second_run_plans_nothing(run, after)
@@ -409,10 +512,10 @@ def _expect_error(run: Run) -> None:
     e = err.value
     text = str(e)
     if isinstance(e, InputError) and e.file:
-        text = text[len(f"{e.file}:{e.line}: " if e.line else f"{e.file}: "):]
+        text = text[len(f"{e.file}:{e.line}: " if e.line else f"{e.file}: ") :]
     assert run.shown(text) == run.case["error"]
     var = run.case.get("error_at")
-    if var:       # the error names the inventory line that sets VAR
+    if var:  # the error names the inventory line that sets VAR
         assert isinstance(e, InputError) and Path(e.file).name == "hosts.yml" and e.line
         line = run.inventory.read_text().splitlines()[e.line - 1]
         assert line.strip().startswith(f"{var}:"), line
@@ -428,7 +531,8 @@ def _second_run_plans_nothing(run: Run, facts: dict) -> None:
             lacking = [factmod.key_of(r) for r in st.reads if r not in facts[name]]
             assert still_differs(st, run.roles, prov), (
                 f"{name}: a second run steps_by_node '{st.name}' again: "
-                + (f"facts {lacking} not known" if lacking else st.check(facts[name]).why))
+                + (f"facts {lacking} not known" if lacking else st.check(facts[name]).why)
+            )
             left.append(st.name)
     assert _converged(prov, roles, {}) is (not left)
 

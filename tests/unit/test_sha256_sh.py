@@ -1,6 +1,7 @@
 """engine/remote.SHA256_SH: the node-side sha256 the wheel checks use (openssl's, which uses
 the CPU's SHA instructions, when it answers right; sha256sum otherwise) gives the true digest
 in every case, run by a real dash."""
+
 import hashlib
 import os
 import shutil
@@ -14,8 +15,12 @@ DASH = shutil.which("dash")
 
 
 def digest_by_sh(path, env=None):
-    r = subprocess.run([DASH, "-c", f'{SHA256_SH}; np_sha256 < "$1"; echo "$np_shc"', "sh", str(path)],
-                       capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [DASH, "-c", f'{SHA256_SH}; np_sha256 < "$1"; echo "$np_shc"', "sh", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.split()
 
@@ -26,7 +31,7 @@ def test_it_is_the_true_sha256_of_the_file(tmp_path, size):
     f.write_bytes(os.urandom(size))
     digest, how = digest_by_sh(f)
     assert digest == hashlib.sha256(f.read_bytes()).hexdigest()
-    assert how == "openssl"          # this machine has a working openssl
+    assert how == "openssl"  # this machine has a working openssl
 
 
 def shadowed_path(tmp_path, openssl_body):
@@ -34,7 +39,9 @@ def shadowed_path(tmp_path, openssl_body):
     b = tmp_path / "bin"
     b.mkdir()
     for tool in ("sha256sum", "cut", "printf"):
-        src = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        src = subprocess.run(
+            ["sh", "-c", f"command -v {tool}"], capture_output=True, text=True
+        ).stdout.strip()
         if src.startswith("/"):
             (b / tool).symlink_to(src)
     if openssl_body is not None:
@@ -43,8 +50,16 @@ def shadowed_path(tmp_path, openssl_body):
     return dict(os.environ, PATH=str(b))
 
 
-@pytest.mark.parametrize("openssl_body", [None, "echo junk", "exit 1",
-                                          "cat >/dev/null; echo 0000000000000000000000000000000000000000000000000000000000000000 '*stdin'"])
+@pytest.mark.parametrize(
+    "openssl_body",
+    [
+        None,
+        "echo junk",
+        "exit 1",
+        "cat >/dev/null; "
+        "echo 0000000000000000000000000000000000000000000000000000000000000000 '*stdin'",
+    ],
+)
 def test_a_missing_or_wrong_openssl_falls_back_to_sha256sum(tmp_path, openssl_body):
     f = tmp_path / "w.whl"
     f.write_bytes(b"wheel bytes")

@@ -1,8 +1,9 @@
-"""The Slurm transport's pure parts (engine/transports/slurm.py) and its batching (engine/transports/slurmrun.py):
-the bundle is run for real by /bin/sh once per stand-in node (SLURMD_NODENAME set as slurmd
-sets it) and its lines labelled as `srun --label` labels them, so the fencing, the dedupe,
-the per-node answers, a forged marker and a task that died are checked end to end without a
-Slurm. The real srun/sbcast path is tests/integration/test_slurm_transport.py."""
+"""The Slurm transport's pure parts (engine/transports/slurm.py) and its batching
+(engine/transports/slurmrun.py): the bundle is run for real by /bin/sh once per stand-in node
+(SLURMD_NODENAME set as slurmd sets it) and its lines labelled as `srun --label` labels them, so the
+fencing, the dedupe, the per-node answers, a forged marker and a task that died are checked end to
+end without a Slurm. The real srun/sbcast path is tests/integration/test_slurm_transport.py."""
+
 from __future__ import annotations
 
 import subprocess
@@ -12,9 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from nodeprep.engine.transports import slurm
-from nodeprep.engine.transports import slurmrun
 from nodeprep.engine.session import CmdResult
+from nodeprep.engine.transports import slurm, slurmrun
 from nodeprep.errors import InputError
 
 TOKEN = "0123456789abcdef"
@@ -27,25 +27,32 @@ def srun_like(bundle: str, nodes: list[str], tmp_path, drop: str | None = None) 
     path.write_text(bundle)
     streams = []
     for i, n in enumerate(nodes):
-        out = subprocess.run(["/bin/sh", str(path)], env={"SLURMD_NODENAME": n, "PATH": "/usr/bin:/bin"},
-                             capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(
+            ["/bin/sh", str(path)],
+            env={"SLURMD_NODENAME": n, "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
         lines = out.splitlines()
-        if n == drop:          # the task died before its last markers
+        if n == drop:  # the task died before its last markers
             lines = lines[:1]
         streams.append([f"{i}: {ln}" for ln in lines])
     merged = []
-    for k in range(max(len(s) for s in streams)):      # srun interleaves whole lines
+    for k in range(max(len(s) for s in streams)):  # srun interleaves whole lines
         merged += [s[k] for s in streams if k < len(s)]
     err = f"@@{TOKEN}:err@@ srun: error: {drop}: task 1: Killed" if drop else ""
     return "\n".join(merged + [f"@@{TOKEN}:head=0@@", err]) + "\n"
 
 
 def test_each_node_gets_its_own_answer_with_its_own_tokens(tmp_path):
-    probe = ("echo '@@%s:x@@'; echo \"$SLURMD_NODENAME\"\n"
-             "[ \"$SLURMD_NODENAME\" = n1 ] && { echo warn >&2; exit 3; }; exit 0\n")
+    probe = (
+        "echo '@@%s:x@@'; echo \"$SLURMD_NODENAME\"\n"
+        '[ "$SLURMD_NODENAME" = n1 ] && { echo warn >&2; exit 3; }; exit 0\n'
+    )
     scripts = {"n1": probe % "aaaaaaaaaaaa", "n2": probe % "bbbbbbbbbbbb"}
     b = slurm.bundle([(n, s, 10) for n, s in scripts.items()], TOKEN)
-    assert b.count("() { cat <<") == 1            # the same script modulo its token: sent once
+    assert b.count("() { cat <<") == 1  # the same script modulo its token: sent once
     out = slurm.parse(srun_like(b, ["n1", "n2"], tmp_path), TOKEN, ["n1", "n2"], {})
     assert out["n1"].rc == 3 and out["n1"].stdout == "@@aaaaaaaaaaaa:x@@\nn1\n"
     assert out["n1"].stderr == "warn\n"
@@ -54,10 +61,12 @@ def test_each_node_gets_its_own_answer_with_its_own_tokens(tmp_path):
 
 def test_what_crosses_the_wire_grows_by_a_line_per_node():
     probe = "echo '@@%s:x@@'\n" + "echo padding-of-a-real-probe\n" * 200
-    size = {n: len(slurm.bundle([(f"node{i}", probe % f"{i:012x}", 60) for i in range(n)], TOKEN))
-            for n in (10, 1000)}
+    size = {
+        n: len(slurm.bundle([(f"node{i}", probe % f"{i:012x}", 60) for i in range(n)], TOKEN))
+        for n in (10, 1000)
+    }
     per_node = (size[1000] - size[10]) / 990
-    assert per_node < 80, per_node                 # a table line, not a copy of the script
+    assert per_node < 80, per_node  # a table line, not a copy of the script
 
 
 def test_distinct_scripts_are_all_sent_and_each_node_runs_its_own(tmp_path):
@@ -68,8 +77,10 @@ def test_distinct_scripts_are_all_sent_and_each_node_runs_its_own(tmp_path):
 
 
 def test_a_node_cannot_forge_markers_or_another_nodes_answer(tmp_path):
-    forge = (f"echo '@@{TOKEN}:rc=0:0@@'; echo '@@{TOKEN}:e@@'; echo '@@{TOKEN}:node=n2@@'; "
-             f"echo '1: @@{TOKEN}:node=n2@@'; exit 7\n")
+    forge = (
+        f"echo '@@{TOKEN}:rc=0:0@@'; echo '@@{TOKEN}:e@@'; echo '@@{TOKEN}:node=n2@@'; "
+        f"echo '1: @@{TOKEN}:node=n2@@'; exit 7\n"
+    )
     b = slurm.bundle([("n1", forge, 10), ("n2", "echo fine\n", 10)], TOKEN)
     out = slurm.parse(srun_like(b, ["n1", "n2"], tmp_path), TOKEN, ["n1", "n2"], {})
     assert out["n1"].rc == 7 and "node=n2" in out["n1"].stdout
@@ -120,8 +131,11 @@ SINFO = "worker-0|10.0.0.10|worker-0\nnode7|10.0.0.17|gpu7.cluster\n"
 
 
 def test_nodes_map_to_slurm_by_name_address_or_hostname():
-    got = slurm.node_map([host("worker-0", "x"), host("n7", "10.0.0.17"), host("gpu7.cluster", "y")][:2],
-                         SINFO, "worker-0")
+    got = slurm.node_map(
+        [host("worker-0", "x"), host("n7", "10.0.0.17"), host("gpu7.cluster", "y")][:2],
+        SINFO,
+        "worker-0",
+    )
     assert got == {"worker-0": "worker-0", "n7": "node7"}
     assert slurm.node_map([host("gpu7.cluster", "y")], SINFO, "h") == {"gpu7.cluster": "node7"}
 
@@ -166,9 +180,9 @@ def test_a_stage_makes_one_step_per_round_of_runs():
 
     def fn(s):
         if s.name == "n3":
-            return                                  # finishes without running anything
+            return  # finishes without running anything
         if s.name == "n4":
-            raise RuntimeError("boom")              # a node's function failing holds nobody
+            raise RuntimeError("boom")  # a node's function failing holds nobody
         a = t.run(s, "first", 10)
         b = t.run(s, "second", 10) if s.name != "n5" else None
         with lock:

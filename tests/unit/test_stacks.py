@@ -5,16 +5,28 @@ they were made: data/stacks/generate.py): a rank sleeping in its own loop with a
 ranks blocked in a library under site-packages and in threading.Event().wait(), two dumps
 appended to one file after other text, a dump_traceback(all_threads=False), a stack deeper
 than 100 frames, more than 100 threads. No torch dump: torch is not installed here."""
+
 import random
 from pathlib import Path
 
 import pytest
 
-from nodeprep.ops.train.tracebacks import Frame, Thread, culprits, in_library, main_thread, parse, waits_in, where
+from nodeprep.ops.train.tracebacks import (
+    Frame,
+    Thread,
+    culprits,
+    in_library,
+    main_thread,
+    parse,
+    waits_in,
+    where,
+)
 
 DATA = Path(__file__).resolve().parent / "data" / "stacks"
 PYLIB = "/root/.pyenv/versions/3.11.7/lib/python3.11"
-RANK_PY = "/work/main/src/nodeprep/ops/payloads/rank.py"   # where the recordings ran it (its path then)
+RANK_PY = (
+    "/work/main/src/nodeprep/ops/payloads/rank.py"  # where the recordings ran it (its path then)
+)
 
 
 def text(name: str) -> str:
@@ -27,20 +39,24 @@ def main_frames(name: str, dump: int = -1) -> list[Frame]:
 
 # ---------------------------------------------------------------- parsing real dumps
 
+
 def test_a_rank_sleeping_in_its_own_loop_with_a_helper_thread():
     [dump] = parse(text("rank-sleep.stack"))
-    helper, main = dump                       # faulthandler writes the newest thread first
+    helper, main = dump  # faulthandler writes the newest thread first
     assert (helper.ident, helper.current) == ("0x00007f05b12336c0", False)
     assert [str(f) for f in helper.frames] == [
-        "ddp.py:8 in heartbeat", "threading.py:982 in run",
-        "threading.py:1045 in _bootstrap_inner", "threading.py:1002 in _bootstrap"]
+        "ddp.py:8 in heartbeat",
+        "threading.py:982 in run",
+        "threading.py:1045 in _bootstrap_inner",
+        "threading.py:1002 in _bootstrap",
+    ]
     assert (main.ident, main.current) == ("0x00007f05b1fdeb80", True)
     assert main.frames[0] == Frame("/tmp/nodeprep-stacks/ddp/ddp.py", 20, "main")
     assert main.frames[2] == Frame("<frozen runpy>", 88, "_run_code")
     assert main.frames[-1] == Frame(RANK_PY, 171, "<module>")
     assert len(main.frames) == 7
     assert main_thread(dump) is main
-    assert where(main.frames) == "ddp.py:20 in main"      # time.sleep leaves no Python frame
+    assert where(main.frames) == "ddp.py:20 in main"  # time.sleep leaves no Python frame
     assert where(helper.frames) == "ddp.py:8 in heartbeat"
 
 
@@ -76,7 +92,10 @@ def test_two_dumps_appended_after_other_text():
     assert first[0].ident == second[0].ident == "0x00007f84a140fb80"
     assert where(first[0].frames) == "evaluate.py:12 in load_data"
     assert where(second[0].frames) == "evaluate.py:18 in evaluate"
-    assert [str(f) for f in second[0].frames] == ["evaluate.py:18 in evaluate", "evaluate.py:22 in <module>"]
+    assert [str(f) for f in second[0].frames] == [
+        "evaluate.py:18 in evaluate",
+        "evaluate.py:22 in <module>",
+    ]
 
 
 def test_a_single_thread_stack_dump():
@@ -122,7 +141,10 @@ def test_a_dump_cut_anywhere_gives_a_prefix_of_the_whole():
             part = [t for dump in parse(raw[:cut]) for t in dump]
             assert len(part) <= len(whole)
             for got, full in zip(part, whole):
-                assert got.ident == full.ident and got.frames == full.frames[:len(got.frames)], (name, cut)
+                assert got.ident == full.ident and got.frames == full.frames[: len(got.frames)], (
+                    name,
+                    cut,
+                )
 
 
 # ---------------------------------------------------------------- format corners
@@ -135,13 +157,17 @@ F2 = '  File "/home/u/ddp.py", line 150 in <module>\n'
 
 def test_markers_inside_a_block_are_skipped():
     dump = parse(HEAD + "  <no Python frame>\n\n" + CUR + "  Garbage-collecting\n" + F1 + F2)
-    assert [[(t.ident[-1], t.current, len(t.frames)) for t in d] for d in dump] == [[("1", False, 0), ("2", True, 2)]]
+    assert [[(t.ident[-1], t.current, len(t.frames)) for t in d] for d in dump] == [
+        [("1", False, 0), ("2", True, 2)]
+    ]
     assert main_thread(dump[0]).frames[0] == Frame("/home/u/ddp.py", 143, "main")
 
 
 def test_unknown_parts_and_thread_names():
-    [[t]] = parse('Current thread 0x00007f0000000002 [python] (most recent call first):\n'
-                  '  File ???, line ??? in ???\n  File "a b\\xe9 "q".py", line 7 in f\n')
+    [[t]] = parse(
+        "Current thread 0x00007f0000000002 [python] (most recent call first):\n"
+        '  File ???, line ??? in ???\n  File "a b\\xe9 "q".py", line 7 in f\n'
+    )
     assert t.current and t.ident == "0x00007f0000000002"
     assert t.frames == [Frame("???", 0, "???"), Frame('a b\\xe9 "q".py', 7, "f")]
     assert str(t.frames[0]) == "???:? in ???"
@@ -163,9 +189,12 @@ def test_what_splits_dumps():
 
 def test_cut_lines_and_odd_input_do_not_raise():
     assert parse("") == [] and parse("no dump here\n") == []
-    assert parse(HEAD + F1[:-8]) == [[Thread("0x00007f0000000001", False, [])]]   # line still being written
-    assert parse(HEAD + '  File "/x.py", line ' + "9" * 5000 + " in f\n" + F1)[0][0].frames == \
-        [Frame("/home/u/ddp.py", 143, "main")]
+    assert parse(HEAD + F1[:-8]) == [
+        [Thread("0x00007f0000000001", False, [])]
+    ]  # line still being written
+    assert parse(HEAD + '  File "/x.py", line ' + "9" * 5000 + " in f\n" + F1)[0][0].frames == [
+        Frame("/home/u/ddp.py", 143, "main")
+    ]
     assert parse((HEAD + F1).encode()) == parse(HEAD + F1)
     assert parse(None) == []
 
@@ -177,23 +206,27 @@ def test_main_thread_fallbacks():
 
 # ---------------------------------------------------------------- library or user code
 
-@pytest.mark.parametrize("path, lib", [
-    (f"{PYLIB}/threading.py", True),
-    ("/usr/lib/python3.11/threading.py", True),
-    ("/usr/lib64/python3.9/queue.py", True),
-    ("/opt/conda/lib/python3.13t/selectors.py", True),
-    ("<frozen runpy>", True),
-    ("/home/u/venv/lib/python3.11/site-packages/torch/autograd/graph.py", True),
-    ("/usr/lib/python3/dist-packages/yaml/reader.py", True),
-    ("/home/u/venv/lib/python3.11/site-packages/six.py", True),
-    ("/home/u/DeepSpeed/deepspeed/runtime/engine.py", True),
-    ("/home/u/pytorch/torch/distributed/distributed_c10d.py", True),
-    ("/home/u/ddp.py", False),
-    ("/home/u/torchtune_exp/train.py", False),
-    ("/home/u/lib/python/train.py", False),
-    ("<string>", False),
-    (RANK_PY, False),
-])
+
+@pytest.mark.parametrize(
+    "path, lib",
+    [
+        (f"{PYLIB}/threading.py", True),
+        ("/usr/lib/python3.11/threading.py", True),
+        ("/usr/lib64/python3.9/queue.py", True),
+        ("/opt/conda/lib/python3.13t/selectors.py", True),
+        ("<frozen runpy>", True),
+        ("/home/u/venv/lib/python3.11/site-packages/torch/autograd/graph.py", True),
+        ("/usr/lib/python3/dist-packages/yaml/reader.py", True),
+        ("/home/u/venv/lib/python3.11/site-packages/six.py", True),
+        ("/home/u/DeepSpeed/deepspeed/runtime/engine.py", True),
+        ("/home/u/pytorch/torch/distributed/distributed_c10d.py", True),
+        ("/home/u/ddp.py", False),
+        ("/home/u/torchtune_exp/train.py", False),
+        ("/home/u/lib/python/train.py", False),
+        ("<string>", False),
+        (RANK_PY, False),
+    ],
+)
 def test_in_library(path, lib):
     assert in_library(Frame(path, 1, "f")) is lib
 
@@ -207,58 +240,84 @@ def test_where_without_user_code_and_without_frames():
 # ---------------------------------------------------------------- the rank at fault
 
 SITE = "/opt/conda/lib/python3.11/site-packages"
-BACKWARD = [Frame(f"{SITE}/torch/autograd/graph.py", 768, "_engine_run_backward"),
-            Frame(f"{SITE}/torch/autograd/__init__.py", 267, "backward"),
-            Frame(f"{SITE}/torch/_tensor.py", 522, "backward"),
-            Frame("/work/ddp.py", 120, "train_step"), Frame("/work/ddp.py", 160, "<module>")]
-ALL_REDUCE = [Frame(f"{SITE}/torch/distributed/distributed_c10d.py", 2288, "all_reduce"),
-              Frame(f"{SITE}/torch/distributed/c10d_logger.py", 83, "wrapper"),
-              Frame("/work/ddp.py", 125, "train_step"), Frame("/work/ddp.py", 160, "<module>")]
+BACKWARD = [
+    Frame(f"{SITE}/torch/autograd/graph.py", 768, "_engine_run_backward"),
+    Frame(f"{SITE}/torch/autograd/__init__.py", 267, "backward"),
+    Frame(f"{SITE}/torch/_tensor.py", 522, "backward"),
+    Frame("/work/ddp.py", 120, "train_step"),
+    Frame("/work/ddp.py", 160, "<module>"),
+]
+ALL_REDUCE = [
+    Frame(f"{SITE}/torch/distributed/distributed_c10d.py", 2288, "all_reduce"),
+    Frame(f"{SITE}/torch/distributed/c10d_logger.py", 83, "wrapper"),
+    Frame("/work/ddp.py", 125, "train_step"),
+    Frame("/work/ddp.py", 160, "<module>"),
+]
 USER = [Frame("/work/ddp.py", 143, "main"), Frame("/work/ddp.py", 160, "<module>")]
 
 
 def test_the_call_a_waiting_rank_made():
     assert waits_in(BACKWARD) == "torch (backward)"
-    assert waits_in(ALL_REDUCE) == "torch (all_reduce)"       # past the decorator's wrapper
+    assert waits_in(ALL_REDUCE) == "torch (all_reduce)"  # past the decorator's wrapper
 
 
 def test_two_ranks_one_in_user_code():
-    assert culprits({0: BACKWARD, 1: USER}) == ([1], "rank 1 is in ddp.py:143 in main while rank 0 waits in torch (backward)")
+    assert culprits({0: BACKWARD, 1: USER}) == (
+        [1],
+        "rank 1 is in ddp.py:143 in main while rank 0 waits in torch (backward)",
+    )
     assert culprits({0: USER, 1: ALL_REDUCE})[0] == [0]
 
 
 def test_four_ranks_one_in_user_code_the_others_in_torch():
-    assert culprits({3: BACKWARD, 1: USER, 0: BACKWARD, 2: BACKWARD}) == \
-        ([1], "rank 1 is in ddp.py:143 in main while ranks 0,2,3 wait in torch (backward)")
+    assert culprits({3: BACKWARD, 1: USER, 0: BACKWARD, 2: BACKWARD}) == (
+        [1],
+        "rank 1 is in ddp.py:143 in main while ranks 0,2,3 wait in torch (backward)",
+    )
 
 
 def test_four_real_ranks():
-    ranks = {0: main_frames("rank-fakelib.stack"), 1: main_frames("rank-sleep.stack"),
-             2: main_frames("rank-fakelib.stack"), 3: main_frames("rank-event.stack")}
-    assert culprits(ranks) == ([1], "rank 1 is in ddp.py:20 in main while ranks 0,2,3 wait in "
-                                    "fakelib (all_reduce), threading (wait)")
+    ranks = {
+        0: main_frames("rank-fakelib.stack"),
+        1: main_frames("rank-sleep.stack"),
+        2: main_frames("rank-fakelib.stack"),
+        3: main_frames("rank-event.stack"),
+    }
+    assert culprits(ranks) == (
+        [1],
+        "rank 1 is in ddp.py:20 in main while ranks 0,2,3 wait in "
+        "fakelib (all_reduce), threading (wait)",
+    )
 
 
 def test_several_ranks_in_user_code():
     other = [Frame("/work/data.py", 40, "load")] + USER[1:]
     assert culprits({0: USER, 1: other, 2: ALL_REDUCE, 3: ALL_REDUCE}) == (
-        [0, 1], "ranks 0,1 are in user code (ddp.py:143 in main; data.py:40 in load) "
-                "while ranks 2,3 wait in torch (all_reduce)")
+        [0, 1],
+        "ranks 0,1 are in user code (ddp.py:143 in main; data.py:40 in load) "
+        "while ranks 2,3 wait in torch (all_reduce)",
+    )
 
 
 def test_the_odd_position_out():
     late, early = main_frames("rank-appended.stack", -1), main_frames("rank-appended.stack", 0)
     assert culprits({0: late, 1: late, 2: early, 3: late}) == (
-        [2], "rank 2 at evaluate.py:12 in load_data while the others are at evaluate.py:18 in evaluate")
+        [2],
+        "rank 2 at evaluate.py:12 in load_data while the others are at evaluate.py:18 in evaluate",
+    )
     # every rank waits in a library, one at another call
     assert culprits({0: ALL_REDUCE, 1: BACKWARD, 2: ALL_REDUCE}) == (
-        [1], "rank 1 at ddp.py:120 in train_step while the others are at ddp.py:125 in train_step")
+        [1],
+        "rank 1 at ddp.py:120 in train_step while the others are at ddp.py:125 in train_step",
+    )
 
 
 def test_no_single_group_stands_out():
     ranks, reason = culprits({0: ALL_REDUCE, 1: ALL_REDUCE, 2: BACKWARD, 3: BACKWARD})
-    assert ranks == [] and reason == ("no rank stands out: ranks 0,1 at ddp.py:125 in train_step; "
-                                      "ranks 2,3 at ddp.py:120 in train_step")
+    assert ranks == [] and reason == (
+        "no rank stands out: ranks 0,1 at ddp.py:125 in train_step; "
+        "ranks 2,3 at ddp.py:120 in train_step"
+    )
 
 
 def test_a_rank_without_a_stack():
@@ -269,11 +328,15 @@ def test_a_rank_without_a_stack():
 def test_every_rank_at_the_same_place():
     sleep = main_frames("rank-sleep.stack")
     assert culprits({r: sleep for r in range(4)}) == ([], "every rank is at ddp.py:20 in main")
-    assert culprits({0: ALL_REDUCE, 1: ALL_REDUCE}) == ([], "every rank is at ddp.py:125 in train_step")
+    assert culprits({0: ALL_REDUCE, 1: ALL_REDUCE}) == (
+        [],
+        "every rank is at ddp.py:125 in train_step",
+    )
     assert culprits({0: None, 1: None}) == ([], "no stacks") and culprits({}) == ([], "no stacks")
 
 
 # ---------------------------------------------------------------- fuzz
+
 
 def _mutate(rng: random.Random, raw: str) -> str:
     lines = raw.splitlines(keepends=True)
@@ -286,13 +349,20 @@ def _mutate(rng: random.Random, raw: str) -> str:
         elif op == 2 and lines:
             s = lines[min(i, len(lines) - 1)]
             k = rng.randrange(len(s) + 1)
-            lines[min(i, len(lines) - 1)] = s[:k] + rng.choice(['"', "\r", "\x00", "\n", "(", "9" * 30, "]", "", "é"]) + s[k:]
+            lines[min(i, len(lines) - 1)] = (
+                s[:k] + rng.choice(['"', "\r", "\x00", "\n", "(", "9" * 30, "]", "", "é"]) + s[k:]
+            )
         elif op == 3:
             lines.insert(i, "".join(chr(rng.randrange(1, 0x250)) for _ in range(rng.randrange(40))))
         elif op == 4 and lines:
-            lines[min(i, len(lines) - 1)] = lines[min(i, len(lines) - 1)][:rng.randrange(60)]
+            lines[min(i, len(lines) - 1)] = lines[min(i, len(lines) - 1)][: rng.randrange(60)]
         elif op == 5:
-            lines.insert(i, rng.choice([HEAD, CUR, F1, "\n", "...\n", "  ...\n", "Stack (most recent call first):\n"]))
+            lines.insert(
+                i,
+                rng.choice(
+                    [HEAD, CUR, F1, "\n", "...\n", "  ...\n", "Stack (most recent call first):\n"]
+                ),
+            )
         else:
             rng.shuffle(lines)
     return "".join(lines)
@@ -303,14 +373,20 @@ def test_parse_never_raises_on_mutated_dumps():
     corpus = [text(p.name) for p in sorted(DATA.glob("*.stack"))]
     seen_frames = 0
     for case in range(3000):
-        raw = _mutate(rng, rng.choice(corpus)) if case % 10 else \
-            "".join(chr(rng.randrange(0, 0x3000)) for _ in range(rng.randrange(300)))
+        raw = (
+            _mutate(rng, rng.choice(corpus))
+            if case % 10
+            else "".join(chr(rng.randrange(0, 0x3000)) for _ in range(rng.randrange(300)))
+        )
         dumps = parse(raw)
-        assert all(isinstance(t, Thread) and all(isinstance(f, Frame) and f.line >= 0 for f in t.frames)
-                   for d in dumps for t in d)
-        assert all(dumps)           # a dump has at least its first thread
+        assert all(
+            isinstance(t, Thread) and all(isinstance(f, Frame) and f.line >= 0 for f in t.frames)
+            for d in dumps
+            for t in d
+        )
+        assert all(dumps)  # a dump has at least its first thread
         stacks = {r: (main_thread(d).frames if d else None) for r, d in enumerate(dumps[:8])}
         ranks, reason = culprits(stacks)
         assert set(ranks) <= set(stacks) and "\n" not in reason and reason
         seen_frames += sum(len(t.frames) for d in dumps for t in d)
-    assert seen_frames > 10000      # the mutations kept most dumps readable: the parser was exercised
+    assert seen_frames > 10000  # the mutations kept most dumps readable: the parser was exercised

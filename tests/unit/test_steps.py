@@ -1,5 +1,6 @@
 """Block editing, file checks, redaction, NCCL proposals, role selection: the decision logic
 of provision without a node."""
+
 import base64
 import os
 import subprocess
@@ -7,26 +8,29 @@ import subprocess
 import pytest
 
 from nodeprep.commands.common import parse_sets
-from nodeprep.settings import find_project
-from nodeprep.ops.launchenv import ncclenv
-from nodeprep.ops.provision import roles
 from nodeprep.engine import steps
-from nodeprep.errors import InputError, NodeprepError
-from nodeprep.redact import Redactor, is_secret
 from nodeprep.engine.facts.files import parse_file
 from nodeprep.engine.remote import rpath, write_script
+from nodeprep.errors import InputError, NodeprepError
+from nodeprep.ops.launchenv import ncclenv
+from nodeprep.ops.provision import roles
+from nodeprep.redact import Redactor, is_secret
+from nodeprep.settings import find_project
 
 B, E = steps.begin_marker("x"), steps.end_marker("x")
 ROLES = find_project() / "roles"
 
 
-@pytest.mark.parametrize("old,where,new", [
-    (None, "bottom", f"{B}\nbody\n{E}\n"),
-    ("user\n", "bottom", f"user\n{B}\nbody\n{E}\n"),
-    ("user", "bottom", f"user\n{B}\nbody\n{E}\n"),
-    ("user\n", "top", f"{B}\nbody\n{E}\nuser\n"),
-    (f"a\r\n{B}\nold\nstuff\n{E}\nz  \n", "top", f"a\r\n{B}\nbody\n{E}\nz  \n"),
-])
+@pytest.mark.parametrize(
+    "old,where,new",
+    [
+        (None, "bottom", f"{B}\nbody\n{E}\n"),
+        ("user\n", "bottom", f"user\n{B}\nbody\n{E}\n"),
+        ("user", "bottom", f"user\n{B}\nbody\n{E}\n"),
+        ("user\n", "top", f"{B}\nbody\n{E}\nuser\n"),
+        (f"a\r\n{B}\nold\nstuff\n{E}\nz  \n", "top", f"a\r\n{B}\nbody\n{E}\nz  \n"),
+    ],
+)
 def test_with_block_keeps_everything_outside(old, where, new):
     assert steps.with_block(old, "x", "body\n", where) == new
 
@@ -38,8 +42,14 @@ def test_with_block_is_idempotent_and_empty_body():
 
 
 def _file(content, mode=0o644):
-    return {"file:/f": {"exists": content is not None, "mode": mode if content is not None else None,
-                        "size": len(content or ""), "content": content}}
+    return {
+        "file:/f": {
+            "exists": content is not None,
+            "mode": mode if content is not None else None,
+            "size": len(content or ""),
+            "content": content,
+        }
+    }
 
 
 def test_file_content_check_and_diff():
@@ -70,12 +80,15 @@ def test_write_script_is_atomic_and_quoted(tmp_path):
 
 def test_parse_file_reads_back_what_read_script_prints(tmp_path):
     from nodeprep.engine.facts.files import read_many_script as read
+
     f = tmp_path / "c"
     f.write_text("hello\n")
     f.chmod(0o640)
     out = subprocess.run(["/bin/sh", "-c", read([str(f)])], capture_output=True, text=True).stdout
     assert parse_file(out, 0) == {"exists": True, "mode": 0o640, "size": 6, "content": "hello\n"}
-    out = subprocess.run(["/bin/sh", "-c", read([str(tmp_path / "no")])], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["/bin/sh", "-c", read([str(tmp_path / "no")])], capture_output=True, text=True
+    ).stdout
     assert parse_file(out, 0)["exists"] is False
 
 
@@ -85,6 +98,7 @@ def test_many_files_in_one_section(tmp_path):
     in the order asked; a directory in the list is refused by name."""
     from nodeprep.engine import facts
     from nodeprep.engine.facts.files import MAX_READ
+
     (tmp_path / "a").write_text("hello\n")
     (tmp_path / "a").chmod(0o640)
     (tmp_path / "b").write_bytes(b"\x00\xffbin")
@@ -95,7 +109,7 @@ def test_many_files_in_one_section(tmp_path):
     names = ["a", "missing", "b", "e", "big", "s p", "ln"]
     reqs = [facts.FILE(str(tmp_path / n)) for n in names] + [facts.USER]
     script = facts.probe_script(reqs, {}, "tok")
-    assert script.count("@@tok:rc=") == 2          # the files share ONE section
+    assert script.count("@@tok:rc=") == 2  # the files share ONE section
     out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True).stdout
     got = facts.parse_sections("n", reqs, out, "tok", 0)
     f = {n: got[f"file:{tmp_path / n}"] for n in names}
@@ -108,20 +122,28 @@ def test_many_files_in_one_section(tmp_path):
     assert got["user"]["uid"] == os.getuid()
     only_empty = facts.probe_script([facts.FILE(str(tmp_path / "e"))], {}, "t")
     out = subprocess.run(["/bin/sh", "-c", only_empty], capture_output=True, text=True).stdout
-    assert facts.parse_sections("n", [facts.FILE(str(tmp_path / "e"))], out, "t", 0)[
-        f"file:{tmp_path / 'e'}"]["content"] == ""
+    assert (
+        facts.parse_sections("n", [facts.FILE(str(tmp_path / "e"))], out, "t", 0)[
+            f"file:{tmp_path / 'e'}"
+        ]["content"]
+        == ""
+    )
     (tmp_path / "d").mkdir()
     reqs = [facts.FILE(str(tmp_path / "a")), facts.FILE(str(tmp_path / "d"))]
-    out = subprocess.run(["/bin/sh", "-c", facts.probe_script(reqs, {}, "t")],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["/bin/sh", "-c", facts.probe_script(reqs, {}, "t")], capture_output=True, text=True
+    ).stdout
     with pytest.raises(NodeprepError, match="d exists but is not a regular file") as e:
         facts.parse_sections("worker-3", reqs, out, "t", 0)
     # file contents may be secrets (~/.deepspeed_env): the error never quotes the answer
-    assert base64.b64encode(b"hello").decode()[:6] not in str(e.value) and "output was" not in str(e.value)
+    assert base64.b64encode(b"hello").decode()[:6] not in str(e.value) and "output was" not in str(
+        e.value
+    )
 
 
 def test_file_that_changed_size_while_read_is_refused():
     from nodeprep.engine.facts.files import split_files
+
     # stat said 6 bytes, cat then delivered 9
     out = "F\n644:6\n@@DATA@@\n" + base64.b64encode(b"hello\nxx\n").decode()
     with pytest.raises(ValueError, match="changed size"):
@@ -135,39 +157,66 @@ def test_redaction():
     assert r("+AAAABBBBCCCCDDDD") == "+<redacted>"
 
 
-@pytest.mark.parametrize("ifs,addrs,expected", [
-    ({"a": {"lo": ["127.0.0.1"], "eth0": ["10.0.0.1"], "docker0": ["172.17.0.1"]},
-      "b": {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"], "docker0": ["172.17.0.1"]}},
-     {"a": "10.0.0.1", "b": "10.0.0.2"}, "=eth0"),
-    ({"a": {"eth0": ["10.0.0.1"], "ib0": ["192.168.0.1"]},
-      "b": {"eth0": ["10.0.0.2"], "ib0": ["192.168.0.2"]}},
-     {"a": "192.168.0.1", "b": "192.168.0.2"}, "=ib0"),
-    ({"a": {"eth0": ["10.0.0.1"]}, "b": {"ens5": ["10.0.0.2"]}}, {}, None),
-    ({"a": {"lo": ["127.0.0.1"], "docker0": ["172.17.0.1"]}}, {}, None),
-])
+@pytest.mark.parametrize(
+    "ifs,addrs,expected",
+    [
+        (
+            {
+                "a": {"lo": ["127.0.0.1"], "eth0": ["10.0.0.1"], "docker0": ["172.17.0.1"]},
+                "b": {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"], "docker0": ["172.17.0.1"]},
+            },
+            {"a": "10.0.0.1", "b": "10.0.0.2"},
+            "=eth0",
+        ),
+        (
+            {
+                "a": {"eth0": ["10.0.0.1"], "ib0": ["192.168.0.1"]},
+                "b": {"eth0": ["10.0.0.2"], "ib0": ["192.168.0.2"]},
+            },
+            {"a": "192.168.0.1", "b": "192.168.0.2"},
+            "=ib0",
+        ),
+        ({"a": {"eth0": ["10.0.0.1"]}, "b": {"ens5": ["10.0.0.2"]}}, {}, None),
+        ({"a": {"lo": ["127.0.0.1"], "docker0": ["172.17.0.1"]}}, {}, None),
+    ],
+)
 def test_socket_ifname_proposal(ifs, addrs, expected):
     assert ncclenv.propose_socket_ifname(ifs, addrs)[0] == expected
 
 
 def test_node_env_order_and_override():
-    v = {"nccl_home": "/opt/nccl/", "aws_ofi_nccl_home": "/opt/amazon/ofi-nccl", "libfabric_home": None,
-         "nccl_env": {"NCCL_DEBUG": "WARN"}, "nccl_propose_socket_ifname": True}
+    v = {
+        "nccl_home": "/opt/nccl/",
+        "aws_ofi_nccl_home": "/opt/amazon/ofi-nccl",
+        "libfabric_home": None,
+        "nccl_env": {"NCCL_DEBUG": "WARN"},
+        "nccl_propose_socket_ifname": True,
+    }
     assert ncclenv.node_env(v, "=eth0") == {
-        "LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/nccl/lib", "NCCL_DEBUG": "WARN",
-        "NCCL_SOCKET_IFNAME": "=eth0"}
+        "LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/nccl/lib",
+        "NCCL_DEBUG": "WARN",
+        "NCCL_SOCKET_IFNAME": "=eth0",
+    }
     v["nccl_env"] = {"NCCL_SOCKET_IFNAME": "^lo,docker0"}
     assert ncclenv.node_env(v, "=eth0")["NCCL_SOCKET_IFNAME"] == "^lo,docker0"
 
 
 def test_role_selection_keeps_site_order_and_rejects_unknown():
-    assert [r.name for r in roles.load("deepspeed_env,ssh_keys", ROLES)] == ["ssh_keys", "deepspeed_env"]
+    assert [r.name for r in roles.load("deepspeed_env,ssh_keys", ROLES)] == [
+        "ssh_keys",
+        "deepspeed_env",
+    ]
     with pytest.raises(InputError, match="unknown role 'sshkeys'"):
         roles.load("sshkeys", ROLES)
 
 
 def test_set_values_are_yaml():
     assert parse_sets(["a=true", "b=2", "c={X: 1}", "d=text"]) == {
-        "a": True, "b": 2, "c": {"X": 1}, "d": "text"}
+        "a": True,
+        "b": 2,
+        "c": {"X": 1},
+        "d": "text",
+    }
     with pytest.raises(InputError, match="expected KEY=VALUE"):
         parse_sets(["novalue"])
 
@@ -176,11 +225,16 @@ def _role(name):
     return roles.load(name, ROLES)[0].module
 
 
-@pytest.mark.parametrize("configured,current,want", [
-    (None, "/bin/tcsh", "/bin/bash"), (None, "/usr/bin/fish", "/bin/bash"),
-    (None, "/usr/bin/zsh", "/usr/bin/zsh"), (None, "/bin/bash", "/bin/bash"),
-    ("/usr/bin/zsh", "/bin/bash", "/usr/bin/zsh"),
-])
+@pytest.mark.parametrize(
+    "configured,current,want",
+    [
+        (None, "/bin/tcsh", "/bin/bash"),
+        (None, "/usr/bin/fish", "/bin/bash"),
+        (None, "/usr/bin/zsh", "/usr/bin/zsh"),
+        (None, "/bin/bash", "/bin/bash"),
+        ("/usr/bin/zsh", "/bin/bash", "/usr/bin/zsh"),
+    ],
+)
 def test_login_shell_choice(configured, current, want):
     assert _role("shell").want_shell({"login_shell": configured}, current) == want
 
@@ -188,16 +242,19 @@ def test_login_shell_choice(configured, current, want):
 def test_deepspeed_env_is_bare_key_value_lines():
     text = _role("deepspeed_env").content({"LD_LIBRARY_PATH": "/a/lib", "HF_HOME": "/x y"})
     assert text == "LD_LIBRARY_PATH=/a/lib\nHF_HOME=/x y\n"
-    for line in text.splitlines():   # what DeepSpeed's runner does with every line
+    for line in text.splitlines():  # what DeepSpeed's runner does with every line
         key, val = line.split("=", 1)
         assert key.isidentifier() and not key.startswith("export")
 
 
 def test_nccl_env_block_quotes_and_keeps_node_ld_path():
     block = _role("nccl").env_block({"LD_LIBRARY_PATH": "/opt/a b/lib", "NCCL_DEBUG": "INFO;rm"})
-    out = subprocess.run(["/bin/sh", "-c", block + 'echo "$LD_LIBRARY_PATH|$NCCL_DEBUG"'],
-                         env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["/bin/sh", "-c", block + 'echo "$LD_LIBRARY_PATH|$NCCL_DEBUG"'],
+        env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"},
+        capture_output=True,
+        text=True,
+    ).stdout
     assert out == "/opt/a b/lib:/usr/local/cuda/lib64|INFO;rm\n"
 
 
@@ -206,9 +263,15 @@ def test_two_blocks_in_one_new_file_in_one_batch(tmp_path):
     planned on top of the first, so both blocks end up in the file."""
     from nodeprep.commands.waves import apply_script
     from nodeprep.engine.facts import FactValues
+
     path = str(tmp_path / "env.sh")
-    a, b = steps.FileBlock(path, "nccl", "export A=1\n"), steps.FileBlock(path, "venv", "export B=2\n")
-    facts = FactValues({f"file:{path}": {"exists": False, "mode": None, "size": 0, "content": None}})
+    a, b = (
+        steps.FileBlock(path, "nccl", "export A=1\n"),
+        steps.FileBlock(path, "venv", "export B=2\n"),
+    )
+    facts = FactValues(
+        {f"file:{path}": {"exists": False, "mode": None, "size": 0, "content": None}}
+    )
     view, changes = FactValues(facts), []
     for st in (a, b):
         changes.append((st, steps.action_for(st, view)))

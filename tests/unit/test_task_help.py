@@ -5,6 +5,7 @@ expected a release like 2.5.1, got '--help'"). `invoke --list` shows each task's
 docstring line: a whole sentence (it once cut "TCP bandwidth ... where every node sends and");
 no task has a short flag `-` (`--, --kill-stale` beside the `--` before train's payload
 arguments) or `-h` (`TASK -h` is help)."""
+
 from __future__ import annotations
 
 import re
@@ -72,7 +73,9 @@ def test_no_task_has_a_short_flag_that_reads_as_the_separator_or_help(capsys):
 def test_every_task_answers_help(task, where):
     name = task.split(" ")[0]
     argv = [INVOKE, name, "--help"] if where == "after" else [INVOKE, "--help", name]
-    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        argv, cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith(f"Usage: inv[oke] [--core-opts] {name} "), r.stdout[:300]
     assert "error:" not in r.stdout + r.stderr and "Traceback" not in r.stderr

@@ -1,5 +1,6 @@
 """Two inventory nodes on one machine (the single-box recipe, a big box split in two) get
 disjoint GPUs: what train runs for them, and what it refuses, without ssh."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,14 +15,21 @@ from nodeprep.inventory import load
 @pytest.fixture
 def inv(tmp_path):
     p = tmp_path / "hosts.yml"
-    p.write_text("vars:\n  user: ops\nhosts:\n  half0: {address: 127.0.0.1}\n  half1: {address: localhost}\n"
-                 "  other: {address: 10.0.0.6}\n")
+    p.write_text(
+        "vars:\n  user: ops\nhosts:\n  half0: {address: 127.0.0.1}\n  half1: {address: localhost}\n"
+        "  other: {address: 10.0.0.6}\n"
+    )
     return load(str(p))
 
 
 def facts(machine: str, gpus: int):
-    return FactValues({"gpus": {"count": gpus}, "identity": {"machine": machine, "home": machine},
-                       "user": {"home": "/home/ops"}})
+    return FactValues(
+        {
+            "gpus": {"count": gpus},
+            "identity": {"machine": machine, "home": machine},
+            "user": {"home": "/home/ops"},
+        }
+    )
 
 
 def job(inv, launcher, limit="half0,half1,other", gpus=4, venvs=None):
@@ -31,8 +39,13 @@ def job(inv, launcher, limit="half0,half1,other", gpus=4, venvs=None):
     vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     for node, venv in (venvs or {}).items():
         vars_of[node]["venv_path"] = venv
-    return plan_of(TrainOptions(inventory=None, limit=limit, launcher=launcher, payload="health"), "job1", hosts,
-                   {h.name: got[h.name] for h in hosts}, vars_of)[0]
+    return plan_of(
+        TrainOptions(inventory=None, limit=limit, launcher=launcher, payload="health"),
+        "job1",
+        hosts,
+        {h.name: got[h.name] for h in hosts},
+        vars_of,
+    )[0]
 
 
 def test_nodes_on_one_machine_split_its_gpus(inv):
@@ -48,7 +61,10 @@ def test_torchrun_needs_equal_shares_and_sets_visible_devices(inv):
     with pytest.raises(InputError, match="same number of processes on every node"):
         job(inv, "torchrun").commands()
     cmds = job(inv, "torchrun", limit="half0,half1").commands()
-    assert "export CUDA_VISIBLE_DEVICES=0,1; " in cmds["half0"] and "--nproc-per-node=2" in cmds["half0"]
+    assert (
+        "export CUDA_VISIBLE_DEVICES=0,1; " in cmds["half0"]
+        and "--nproc-per-node=2" in cmds["half0"]
+    )
     assert "export CUDA_VISIBLE_DEVICES=2,3; " in cmds["half1"]
 
 
@@ -73,5 +89,5 @@ def test_venv_paths_that_differ_by_group(inv):
     assert "/home/ops/.nodeprep/venv/bin/python -m torch.distributed.run" in cmds["half0"]
     assert "/home/ops/.nodeprep/venv-aarch64/bin/python -m torch.distributed.run" in cmds["half1"]
     j = job(inv, "deepspeed", limit="half0,half1", gpus=0, venvs=aarch64)
-    problem, = j.path_problems()
+    (problem,) = j.path_problems()
     assert "DeepSpeed needs one path" in problem and "--launcher torchrun" in problem

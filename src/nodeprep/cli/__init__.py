@@ -22,6 +22,7 @@ shows and changes nothing, stops following once stdout's reader is gone.
   stdio.py           a closed stdout or stderr is no error and no traceback
   detached.py        `train --detach`: the supervisor started in the background, and its main
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,17 +30,60 @@ import json
 import sys
 import time
 
-from nodeprep.cli import detached, doctor_text, health_text, inventory_text, parity_text, render, stdio
+from nodeprep.cli import (
+    detached,
+    doctor_text,
+    health_text,
+    inventory_text,
+    parity_text,
+    render,
+    stdio,
+)
 from nodeprep.cli.display import Display
-from nodeprep.commands import bandwidth as bandwidth_cmd, doctor as doctor_cmd, facts as facts_cmd, health as health_cmd
+from nodeprep.commands import (
+    bandwidth as bandwidth_cmd,
+)
+from nodeprep.commands import (
+    doctor as doctor_cmd,
+)
+from nodeprep.commands import (
+    facts as facts_cmd,
+)
+from nodeprep.commands import (
+    health as health_cmd,
+)
+from nodeprep.commands import (
+    hosts,
+)
+from nodeprep.commands import (
+    init as init_cmd,
+)
+from nodeprep.commands import (
+    inventory as inventory_cmd,
+)
+from nodeprep.commands import (
+    provision as provision_cmd,
+)
 from nodeprep.commands import ssh_prune as prune_cmd
-from nodeprep.commands import hosts, init as init_cmd, inventory as inventory_cmd, provision as provision_cmd
 from nodeprep.commands import torch_plan as torch_plan_cmd
-from nodeprep.commands import train as train_cmd, verify as verify_cmd
+from nodeprep.commands import train as train_cmd
+from nodeprep.commands import verify as verify_cmd
+from nodeprep.commands.options import (
+    BandwidthOptions,
+    DoctorOptions,
+    FactsOptions,
+    ForgetOptions,
+    HealthOptions,
+    InitOptions,
+    InventoryOptions,
+    ProvisionOptions,
+    PruneOptions,
+    RunsOptions,
+    TorchPlanOptions,
+    TrainOptions,
+    VerifyOptions,
+)
 from nodeprep.commands.train import control as control_cmd
-from nodeprep.commands.options import (BandwidthOptions, DoctorOptions, FactsOptions, ForgetOptions, HealthOptions, InitOptions,
-                                       InventoryOptions, ProvisionOptions, PruneOptions,
-                                       RunsOptions, TorchPlanOptions, TrainOptions, VerifyOptions)
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops.train import rundir
 from nodeprep.settings import Settings
@@ -58,6 +102,7 @@ def guarded(fn):
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130
+
     return wrapper
 
 
@@ -73,7 +118,10 @@ def init(opts: InitOptions, settings: Settings = Settings()) -> int:
     else:
         print(f"wrote {res.path}")
     for node, why in res.unreached.items():
-        print(f"not reached: {node}: {why} (written with a note; fix it, then init again with --force)")
+        print(
+            f"not reached: {node}: {why} "
+            "(written with a note; fix it, then init again with --force)"
+        )
     print("next:")
     for step in res.next_steps:
         print(f"  {step}")
@@ -95,6 +143,7 @@ def facts(opts: FactsOptions, settings: Settings = Settings()) -> int:
 def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bool = False) -> int:
     if list_checks:
         from nodeprep.ops.health import catalogue
+
         checks = catalogue.select(opts.checks, deep=True)
         print(health_text.catalogue(checks, catalogue.COMMAND_CODES))
         return 0
@@ -109,12 +158,18 @@ def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bo
 @guarded
 def doctor(opts: DoctorOptions, settings: Settings = Settings(), list_checks: bool = False) -> int:
     from nodeprep.ops.doctor import catalogue
+
     if list_checks:
         print(doctor_text.catalogue(catalogue.select(opts.checks), catalogue.COMMON))
         return 0
     from nodeprep import lab
-    res = doctor_cmd.doctor(opts, settings, Display.auto(to_stderr=True, quiet=True),
-                            labs=lambda: lab.leftovers(settings))
+
+    res = doctor_cmd.doctor(
+        opts,
+        settings,
+        Display.auto(to_stderr=True, quiet=True),
+        labs=lambda: lab.leftovers(settings),
+    )
     if opts.json:
         _json(res.as_dict())
     else:
@@ -128,17 +183,23 @@ def ssh_prune(opts: PruneOptions, settings: Settings = Settings()) -> int:
     verb = "would remove" if opts.dry_run else "removed"
     for name in res.removed:
         print(f"{res.path}: {verb} the block of inventory '{name}' (it no longer exists)")
-    print(f"{res.path}: " + (f"{len(res.removed)} stale block(s) {verb}" if res.removed else "no stale block")
-          + (f"; kept {len(res.kept)}: {', '.join(res.kept)}" if res.kept else ""))
+    print(
+        f"{res.path}: "
+        + (f"{len(res.removed)} stale block(s) {verb}" if res.removed else "no stale block")
+        + (f"; kept {len(res.kept)}: {', '.join(res.kept)}" if res.kept else "")
+    )
     return 0
 
 
 @guarded
 def bandwidth(opts: BandwidthOptions, settings: Settings = Settings()) -> int:
     import importlib.util
-    if opts.png and importlib.util.find_spec("matplotlib") is None:     # before any node is touched
-        raise InputError("--png needs matplotlib, which is not installed here",
-                         hint=".venv/bin/pip install matplotlib (or leave out --png)")
+
+    if opts.png and importlib.util.find_spec("matplotlib") is None:  # before any node is touched
+        raise InputError(
+            "--png needs matplotlib, which is not installed here",
+            hint=".venv/bin/pip install matplotlib (or leave out --png)",
+        )
     res = bandwidth_cmd.bandwidth(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.json:
         _json(res.as_dict())
@@ -156,14 +217,18 @@ def _password(ask: bool) -> str | None:
         return None
     if sys.stdin.isatty():
         import getpass
+
         return getpass.getpass("SSH password (first contact only): ")
     return sys.stdin.readline().rstrip("\n")
 
 
 @guarded
-def provision(opts: ProvisionOptions, settings: Settings = Settings(), ask_pass: bool = False) -> int:
+def provision(
+    opts: ProvisionOptions, settings: Settings = Settings(), ask_pass: bool = False
+) -> int:
     if ask_pass:
         from dataclasses import replace
+
         opts = replace(opts, password=_password(True))
     res = provision_cmd.provision(opts, settings, Display.auto(to_stderr=opts.json))
     for text in res.diffs:
@@ -229,7 +294,7 @@ def train_logs(opts: RunsOptions, settings: Settings = Settings()) -> int:
             break
         time.sleep(0.5)
     for label, line in control_cmd.log_lines(path, opts.node, opts.rank, offsets):
-        print(f"[{label}] {line}")      # what came after the last poll
+        print(f"[{label}] {line}")  # what came after the last poll
     return 0
 
 
@@ -238,10 +303,20 @@ def torch_plan(opts: TorchPlanOptions) -> int:
     res = torch_plan_cmd.torch_plan(opts)
     e = res.error
     if opts.json:
-        _json({"ok": False, "error": {
-            "node": getattr(e, "node", None), "reason": getattr(e, "reason", e.message),
-            "fix": getattr(e, "fix", e.hint), "exit_code": e.exit_code,
-            "explain": getattr(e, "explain", [])}} if e else {"ok": True, "plan": res.plan.as_dict()})
+        _json(
+            {
+                "ok": False,
+                "error": {
+                    "node": getattr(e, "node", None),
+                    "reason": getattr(e, "reason", e.message),
+                    "fix": getattr(e, "fix", e.hint),
+                    "exit_code": e.exit_code,
+                    "explain": getattr(e, "explain", []),
+                },
+            }
+            if e
+            else {"ok": True, "plan": res.plan.as_dict()}
+        )
     elif e:
         print(f"error: {e}", file=sys.stderr)
         if opts.explain and getattr(e, "explain", None):
@@ -278,22 +353,26 @@ def hosts_forget(opts: ForgetOptions, settings: Settings = Settings()) -> int:
 
 # -- lab ----------------------------------------------------------------------------------------
 
+
 @guarded
 def lab_up(nodes: int, name: str = "local", settings: Settings = Settings(), **shape) -> int:
     """SHAPE: fields of lab.UpOptions (slurm, shared_home, aliases, nic_names)."""
     from nodeprep import lab
+
     lab.up(nodes, name=name, settings=settings, options=lab.UpOptions(**shape))
 
 
 @guarded
 def lab_down(name: str = "local", purge: bool = False, settings: Settings = Settings()) -> int:
     from nodeprep import lab
+
     lab.down(name, settings=settings, purge=purge)
 
 
 @guarded
 def lab_status(name: str = "local", settings: Settings = Settings()) -> int:
     from nodeprep import lab
+
     info = lab.status(name, settings=settings)
     if info is None:
         print(f"lab {name}: not up")

@@ -7,6 +7,7 @@ supervisor as an attached run; SIGTERM (`train.stop`) makes it stop every rank f
 The job's processes run under setsid on the nodes: they do not depend on this process. If it
 dies, the job runs on unsupervised; `train.status` says so and `train.stop` stops it on the nodes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from nodeprep.errors import NodeprepError
 from nodeprep.engine.results import usable
+from nodeprep.errors import NodeprepError
 from nodeprep.settings import Settings
 
 
@@ -30,16 +31,24 @@ def start(run_dir: str, settings: Settings, wait: float = 30.0) -> int:
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(path / "supervisor.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "nodeprep.cli.detached", str(path)],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nodeprep.cli.detached", str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if (path / "state.json").exists():
             return proc.pid
         if proc.poll() is not None:
-            raise NodeprepError(f"the detached supervisor exited ({proc.returncode}) before the job "
-                                f"started: see {path / 'supervisor.log'}")
+            raise NodeprepError(
+                f"the detached supervisor exited ({proc.returncode}) before the job "
+                f"started: see {path / 'supervisor.log'}"
+            )
         time.sleep(0.2)
     return proc.pid
 
@@ -73,7 +82,8 @@ class _FileEvents:
 
 def main(run_dir: str) -> int:
     from nodeprep.commands.common import select_hosts
-    from nodeprep.commands.train.supervise import RunSpec, Supervisor
+    from nodeprep.commands.train.runspec import RunSpec
+    from nodeprep.commands.train.supervise import Supervisor
     from nodeprep.engine.fleet import Fleet
     from nodeprep.engine.results import RunLog
     from nodeprep.ops.train import rundir
@@ -91,7 +101,10 @@ def main(run_dir: str) -> int:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         out = sup.run()
     files.close()
-    events.note("controller", f"job {spec.job_id}: {out.state}" + (f": {out.failure}" if out.failure else ""))
+    events.note(
+        "controller",
+        f"job {spec.job_id}: {out.state}" + (f": {out.failure}" if out.failure else ""),
+    )
     return 0 if out.failure is None else 1
 
 

@@ -1,5 +1,6 @@
 """Renders the engine's events (engine/events.py): plain, line-oriented output for pipes, CI and
 --json; a live per-node table on a terminal."""
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,14 @@ class Display(Events):
         sys.stderr.flush()
 
 
-_STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red",
-          "running": "cyan", "skipped": "dim"}
+_STYLE = {
+    "ok": "green",
+    "changed": "yellow",
+    "failed": "bold red",
+    "unreachable": "bold red",
+    "running": "cyan",
+    "skipped": "dim",
+}
 
 
 class LiveDisplay(Display):
@@ -62,10 +69,11 @@ class LiveDisplay(Display):
 
     def __init__(self, stream):
         from rich.console import Console
+
         super().__init__(stream)
         self.console = Console(file=stream)
         self.rows: dict[str, list[str]] = {}
-        self.live = None          # a rich.live.Live while shown
+        self.live = None  # a rich.live.Live while shown
 
     def start(self, nodes):
         super().start(nodes)
@@ -73,8 +81,10 @@ class LiveDisplay(Display):
             self.rows.setdefault(n, ["", "waiting", ""])
         if self.live is None:
             from rich.live import Live
-            self.live = Live(self._table(), console=self.console, refresh_per_second=8,
-                             transient=False)
+
+            self.live = Live(
+                self._table(), console=self.console, refresh_per_second=8, transient=False
+            )
             self.live.start()
 
     def stop(self):
@@ -86,6 +96,7 @@ class LiveDisplay(Display):
     def _table(self):
         from rich.table import Table
         from rich.text import Text
+
         t = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
         for col in ("node", "stage", "status", ""):
             t.add_column(col, overflow="fold" if not col else "ellipsis")

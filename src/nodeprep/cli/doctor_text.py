@@ -1,6 +1,7 @@
 """`invoke doctor` as text, flutter-doctor style: one line per check ([✓] OK, [!] WARN, [?]
 UNKNOWN, [✗] CRITICAL) with what it saw, each finding under it with its fix (nodes with the
 same finding folded into one node set), then one summary line. -v: every subject's line."""
+
 from __future__ import annotations
 
 from nodeprep.inventory.nodeset import fold
@@ -24,7 +25,9 @@ def _summary(mine, verdict) -> str:
     if mine[0].node == "controller":
         return f"{sum(f.verdict is not Verdict.OK for f in mine)} finding(s)"
     ok = sorted({f.node for f in mine} - {f.node for f in mine if f.verdict is not Verdict.OK})
-    return f"{len(ok)} of {len({f.node for f in mine})} OK" + (f" ({fold(ok)})" if ok and verdict is not Verdict.OK else "")
+    return f"{len(ok)} of {len({f.node for f in mine})} OK" + (
+        f" ({fold(ok)})" if ok and verdict is not Verdict.OK else ""
+    )
 
 
 def render(res, verbose: bool = False) -> str:
@@ -34,7 +37,11 @@ def render(res, verbose: bool = False) -> str:
         mine = [f for f in res.findings if f.check == check]
         if not mine:
             continue
-        area = "controller" if mine[0].node == "controller" else f"nodes ({res.inventory}, {len(res.nodes)})"
+        area = (
+            "controller"
+            if mine[0].node == "controller"
+            else f"nodes ({res.inventory}, {len(res.nodes)})"
+        )
         if area != head or not lines:
             lines.append(area)
             head = area
@@ -45,14 +52,23 @@ def render(res, verbose: bool = False) -> str:
             who = "" if f.node == "controller" else f"{fold(nodes)}: "
             lines.append(f"      {f.verdict.name:<8} {f.code}: {who}{f.reason}")
             if f.fix:
-                lines.append(f"      {'':<8} fix: {f.fix}" + (f"  (for each of {fold(nodes)})" if len(nodes) > 1 else ""))
+                lines.append(
+                    f"      {'':<8} fix: {f.fix}"
+                    + (f"  (for each of {fold(nodes)})" if len(nodes) > 1 else "")
+                )
     if res.skipped:
         lines.append(res.skipped)
     bad = res.problems()
     counts = {v: sum(1 for f in bad if f.verdict is v) for v in Verdict if v is not Verdict.OK}
-    lines.append(f"doctor: {len(res.checks)} checks, " + (
-        ", ".join(f"{n} {v.name}" for v, n in sorted(counts.items(), reverse=True) if n)
-        + " finding(s): follow the fixes, then rerun `invoke doctor`" if bad else "no issue found"))
+    lines.append(
+        f"doctor: {len(res.checks)} checks, "
+        + (
+            ", ".join(f"{n} {v.name}" for v, n in sorted(counts.items(), reverse=True) if n)
+            + " finding(s): follow the fixes, then rerun `invoke doctor`"
+            if bad
+            else "no issue found"
+        )
+    )
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
 """Text for `invoke inventory`: the host table, the group tree, one host's variables."""
+
 from __future__ import annotations
 
 
@@ -10,8 +11,10 @@ def _table(cols: list[str], rows: list[list]) -> str:
 
 def hosts(view) -> str:
     inv = view.inventory
-    rows = [[h.name, h.address, h.port, h.user or "-", h.connection, ",".join(h.groups) or "-"]
-            for h in inv.hosts]
+    rows = [
+        [h.name, h.address, h.port, h.user or "-", h.connection, ",".join(h.groups) or "-"]
+        for h in inv.hosts
+    ]
     head = f"{len(inv.hosts)} host(s) from {inv.name} ({inv.kind})"
     if not rows:
         return head
@@ -38,15 +41,27 @@ def graph(view) -> str:
 
 def host(view) -> str:
     h = view.host
-    lines = [f"{h.name}: {h.user + '@' if h.user else ''}{h.address}:{h.port} "
-             f"({h.connection}), groups: {', '.join(h.groups) or '-'}"
-             + (f", through {' -> '.join(str(hop) for hop in h.jump)}" if h.jump else "")]
-    rows = [[v.name, _value(v.value), v.origin + (f"  ({v.kind}: {v.why})" if v.kind else
-                                                  "" if v.used else "  (not used by nodeprep)")]
-            for v in view.variables]
+    lines = [
+        f"{h.name}: {h.user + '@' if h.user else ''}{h.address}:{h.port} "
+        f"({h.connection}), groups: {', '.join(h.groups) or '-'}"
+        + (f", through {' -> '.join(str(hop) for hop in h.jump)}" if h.jump else "")
+    ]
+    rows = [
+        [
+            v.name,
+            _value(v.value),
+            v.origin
+            + (
+                f"  ({v.kind}: {v.why})" if v.kind else "" if v.used else "  (not used by nodeprep)"
+            ),
+        ]
+        for v in view.variables
+    ]
     return "\n".join(lines) + "\n" + _table(["variable", "value", "from"], rows)
 
 
 def _value(value) -> str:
-    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    text = (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
     return text if len(text) <= 60 else text[:57] + "..."

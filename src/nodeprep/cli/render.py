@@ -1,5 +1,6 @@
 """Text for people: each command's result as the tables and lines the user reads. JSON is
 rendered in cli/__init__.py; nothing here decides exit codes."""
+
 from __future__ import annotations
 
 import sys
@@ -19,10 +20,20 @@ def facts_table(report: dict) -> str:
             rows.append([name, r["status"].upper(), r.get("message", "")] + [""] * (len(cols) - 3))
             continue
         py = f["python"]
-        rows.append([name, f["hostname"], factmod.primary_address(f["interfaces"]) or "-",
-                     f["os"]["release"], f["os"]["arch"], f["os"]["kernel"],
-                     f"{py['path']} {py['version']}" if py else "MISSING",
-                     f["login_shell"] or "-", gpus.summary(f["gpus"]), size(f["disk_free"])])
+        rows.append(
+            [
+                name,
+                f["hostname"],
+                factmod.primary_address(f["interfaces"]) or "-",
+                f["os"]["release"],
+                f["os"]["arch"],
+                f["os"]["kernel"],
+                f"{py['path']} {py['version']}" if py else "MISSING",
+                f["login_shell"] or "-",
+                gpus.summary(f["gpus"]),
+                size(f["disk_free"]),
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
     fmt = lambda row: "  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip()
     return "\n".join([fmt(cols)] + [fmt(r) for r in rows])
@@ -42,8 +53,11 @@ def footer(report: dict) -> None:
         print(f"{r['status'].upper()}: {n}: {r.get('message', '')}", file=sys.stderr)
         if r.get("stderr_tail"):
             print("  " + r["stderr_tail"].replace("\n", "\n  "), file=sys.stderr)
-    print(f"{len(report['nodes'])} nodes, {report['failed']} failed, "
-          f"{report['unreachable']} unreachable; log: {report['run_dir']}", file=sys.stderr)
+    print(
+        f"{len(report['nodes'])} nodes, {report['failed']} failed, "
+        f"{report['unreachable']} unreachable; log: {report['run_dir']}",
+        file=sys.stderr,
+    )
 
 
 # -- provision ----------------------------------------------------------------------------------
@@ -53,7 +67,10 @@ def provision_summary(res) -> None:
     out = sys.stdout
     for c in res.controller:
         if c.status != "ok":
-            print(f"controller  {c.name}: {c.status}" + (f"  {c.message}" if c.message else ""), file=out)
+            print(
+                f"controller  {c.name}: {c.status}" + (f"  {c.message}" if c.message else ""),
+                file=out,
+            )
     for n in res.notes:
         print(f"note: {n}", file=out)
     verb = "would change" if res.check_mode else "changed"
@@ -61,20 +78,31 @@ def provision_summary(res) -> None:
     for node, r in report["nodes"].items():
         steps = r.get("steps", [])
         ok = sum(s["status"] == "ok" for s in steps)
-        print(f"{node:<{width}}  {r['status']:<11} ok={ok} {verb}={r['changed']} failed={r['failed']}", file=out)
+        print(
+            f"{node:<{width}}  {r['status']:<11} "
+            f"ok={ok} {verb}={r['changed']} failed={r['failed']}",
+            file=out,
+        )
         for s in steps:
             if s["status"] in ("changed", "failed"):
-                print(redact(f"{'':<{width}}    {s['status']}: {s['step']}: {s['message']}"), file=out)
+                print(
+                    redact(f"{'':<{width}}    {s['status']}: {s['step']}: {s['message']}"), file=out
+                )
         if not usable(r["status"]):
             print(redact(f"{'':<{width}}    {r.get('message', '')}"), file=out)
             for line in (r.get("stderr_tail") or "").splitlines():
                 print(redact(f"{'':<{width}}      | {line}"), file=out)
     total = report["changed"]
     if not total and not report["failed"] and not report["unreachable"]:
-        print(f"{len(report['nodes'])} nodes: nothing to change, every step already matches", file=out)
+        print(
+            f"{len(report['nodes'])} nodes: nothing to change, every step already matches", file=out
+        )
     else:
-        print(f"{len(report['nodes'])} nodes: {verb} {total} step(s), {report['failed']} failed, "
-              f"{report['unreachable']} unreachable; log: {report['run_dir']}", file=out)
+        print(
+            f"{len(report['nodes'])} nodes: {verb} {total} step(s), {report['failed']} failed, "
+            f"{report['unreachable']} unreachable; log: {report['run_dir']}",
+            file=out,
+        )
 
 
 # -- verify-parity ------------------------------------------------------------------------------
@@ -82,49 +110,66 @@ def collective(res: dict) -> str:
     head = f"collective all_reduce via {res['launcher']}"
     if res.get("error"):
         return f"{head}: FAILED: {res['error']}"
-    lines = [f"{head}: {'OK' if res['ok'] else 'FAILED'} (world size {res['world_size']}, "
-             f"{res['backend']})",
-             f"  {'bytes':>10}  {'time/call':>12}  {'algbw':>11}  {'busbw':>11}"]
+    lines = [
+        f"{head}: {'OK' if res['ok'] else 'FAILED'} (world size {res['world_size']}, "
+        f"{res['backend']})",
+        f"  {'bytes':>10}  {'time/call':>12}  {'algbw':>11}  {'busbw':>11}",
+    ]
     for r in res.get("sizes", []):
-        lines.append(f"  {r['bytes']:>10}  {r['time_us']:>9.1f} us  {r['algbw_gbps']:>6.4g} GB/s  "
-                     f"{r['busbw_gbps']:>6.4g} GB/s" + ("" if r["correct"] else "  WRONG RESULT"))
+        lines.append(
+            f"  {r['bytes']:>10}  {r['time_us']:>9.1f} us  {r['algbw_gbps']:>6.4g} GB/s  "
+            f"{r['busbw_gbps']:>6.4g} GB/s" + ("" if r["correct"] else "  WRONG RESULT")
+        )
     return "\n".join(lines + _nccl_logged(res.get("nccl") or {}))
 
 
 def _nccl_logged(per_node: dict) -> list[str]:
     """What NCCL's own log said (nccl only): nodes with the same answer on one line."""
     from nodeprep.inventory.nodeset import fold
+
     groups: dict[tuple, list[str]] = {}
     for node, got in per_node.items():
-        groups.setdefault(tuple(got.get(k) or "-" for k in ("net_plugin", "network", "transport")),
-                          []).append(node)
-    lines = [f"  NCCL on {fold(nodes)}: net plugin {p}, network {n}, transport {t}"
-             for (p, n, t), nodes in groups.items()]
+        groups.setdefault(
+            tuple(got.get(k) or "-" for k in ("net_plugin", "network", "transport")), []
+        ).append(node)
+    lines = [
+        f"  NCCL on {fold(nodes)}: net plugin {p}, network {n}, transport {t}"
+        for (p, n, t), nodes in groups.items()
+    ]
     ran = sorted({got["version"] for got in per_node.values() if got.get("version")})
     return lines + ([f"  NCCL version (rank 0's log): {', '.join(ran)}"] if ran else [])
 
 
 # -- torch-plan ---------------------------------------------------------------------------------
 def _torch_build(plan, b, head: str) -> list[str]:
-    lines = [head + (f" (CUDA {b.cuda})" if b.cuda else ""),
-             f"  pip install {b.requirement}" + (f" --index-url {b.index_url}" if b.index_url else "")]
+    lines = [
+        head + (f" (CUDA {b.cuda})" if b.cuda else ""),
+        f"  pip install {b.requirement}" + (f" --index-url {b.index_url}" if b.index_url else ""),
+    ]
     if b.arch_list:
         lines.append("  compiled for: " + " ".join(b.arch_list))
     lines += [f"  PTX: {b.ptx}"] if b.ptx else []
     lines += [f"  note: {b.compat}"] if b.compat else []
     if plan.pypi_default and plan.pypi_default != b.variant and b.cpu_arch == "x86_64":
         # PEP 440: a local version sorts higher, so a bare torch==X may even resolve to +cpu.
-        lines.append(f"  note: a bare torch=={plan.torch} from PyPI gives {plan.pypi_default}"
-                     + (" (or +cpu)" if plan.torch == "2.13.0" else "") + "; keep the pin")
+        lines.append(
+            f"  note: a bare torch=={plan.torch} from PyPI gives {plan.pypi_default}"
+            + (" (or +cpu)" if plan.torch == "2.13.0" else "")
+            + "; keep the pin"
+        )
     return lines + (["  not chosen:"] + [f"    {r}" for r in b.reasons] if b.reasons else [])
 
 
 def torch_plan(plan, explain: bool = False) -> str:
     """One block per CPU platform; the first line says the answer."""
     if len(plan.builds) == 1:
-        lines = _torch_build(plan, plan.builds[0], f"torch {plan.torch} -> {plan.builds[0].variant}")
+        lines = _torch_build(
+            plan, plan.builds[0], f"torch {plan.torch} -> {plan.builds[0].variant}"
+        )
     else:
-        lines = [f"torch {plan.torch} -> " + ", ".join(f"{b.cpu_arch}: {b.variant}" for b in plan.builds)]
+        lines = [
+            f"torch {plan.torch} -> " + ", ".join(f"{b.cpu_arch}: {b.variant}" for b in plan.builds)
+        ]
         lines += [f"  warning: {plan.warning}"] if plan.warning else []
         for b in plan.builds:
             lines += _torch_build(plan, b, f"{b.cpu_arch} ({', '.join(b.nodes)}): {b.variant}")
@@ -139,9 +184,12 @@ def train(res) -> None:
         return
     err = sys.stderr
     if res.detached:
-        print(f"train: job {res.job_id} started detached on {res.where}; run id {res.job_id}\n"
-              f"  invoke train.status {res.job_id}   invoke train.logs {res.job_id} -f   "
-              f"invoke train.stop {res.job_id}", file=err)
+        print(
+            f"train: job {res.job_id} started detached on {res.where}; run id {res.job_id}\n"
+            f"  invoke train.status {res.job_id}   invoke train.logs {res.job_id} -f   "
+            f"invoke train.stop {res.job_id}",
+            file=err,
+        )
         return
     o = res.outcome
     if o.failure is None:
@@ -156,8 +204,11 @@ def train(res) -> None:
         for line in o.others[:8]:
             print(f"  then: {line}", file=err)
         if o.stopped:
-            print(f"  stopped by nodeprep: {', '.join(sorted(o.stopped)[:16])}"
-                  + (" ..." if len(o.stopped) > 16 else ""), file=err)
+            print(
+                f"  stopped by nodeprep: {', '.join(sorted(o.stopped)[:16])}"
+                + (" ..." if len(o.stopped) > 16 else ""),
+                file=err,
+            )
         if o.stop_seconds is not None:
             print(f"  every rank gone {o.stop_seconds:.1f}s after the first failure", file=err)
     for line in o.warnings:
@@ -169,14 +220,20 @@ def train(res) -> None:
 def _leftover_line(o) -> str:
     if not o.leftovers:
         return f"  0 processes left on {o.checked} node(s)"
-    return ("  LEFT RUNNING: " + "; ".join(f"{n}: {len(ps)} process(es) ({ps[0]['args'][:60]})"
-                                           for n, ps in o.leftovers.items()))
+    return "  LEFT RUNNING: " + "; ".join(
+        f"{n}: {len(ps)} process(es) ({ps[0]['args'][:60]})" for n, ps in o.leftovers.items()
+    )
 
 
 def train_status(st) -> None:
-    print(f"run {st.job_id}: {st.state}  {st.launcher} on {st.where}, {st.elapsed:.0f}s"
-          + ("" if st.supervisor or st.state in ("finished", "failed", "stopped") else
-             "  (no supervisor running)"))
+    print(
+        f"run {st.job_id}: {st.state}  {st.launcher} on {st.where}, {st.elapsed:.0f}s"
+        + (
+            ""
+            if st.supervisor or st.state in ("finished", "failed", "stopped")
+            else "  (no supervisor running)"
+        )
+    )
     if st.failure:
         print(f"  failure: {st.failure}")
     nodes = sorted(set(st.nodes) | set(st.processes) | set(st.unreachable))
@@ -184,8 +241,10 @@ def train_status(st) -> None:
     for n in nodes:
         info = st.nodes.get(n, {})
         now = len(st.processes.get(n, [])) if n in st.processes else "?"
-        line = (f"  {n:<{width}}  ranks {info.get('alive', 0)}/{info.get('ranks', 0)} alive  "
-                f"processes now: {now}")
+        line = (
+            f"  {n:<{width}}  ranks {info.get('alive', 0)}/{info.get('ranks', 0)} alive  "
+            f"processes now: {now}"
+        )
         if n in st.unreachable:
             line += f"  unreachable: {st.unreachable[n]}"
         print(line + (f"  last: {info['last'][:80]}" if info.get("last") else ""))

@@ -13,6 +13,7 @@ SIGPIPE stays ignored (Python's default): the ssh sockets of the run must fail a
 errors, not kill the process. Only fds 1 and 2 get this treatment, and only when sys.stdout /
 sys.stderr are still the interpreter's own (a test runner's capture is left alone).
 """
+
 from __future__ import annotations
 
 import io
@@ -20,7 +21,7 @@ import os
 import sys
 import threading
 
-_lost: set[int] = set()           # fds whose reader went away (now /dev/null)
+_lost: set[int] = set()  # fds whose reader went away (now /dev/null)
 _lock = threading.Lock()
 
 
@@ -32,7 +33,7 @@ class _Raw(io.FileIO):
             return super().write(b)
         except (BrokenPipeError, ConnectionResetError):
             discard(self.fileno())
-            return super().write(b)         # to /dev/null: all of it
+            return super().write(b)  # to /dev/null: all of it
 
 
 def discard(fd: int) -> None:
@@ -88,7 +89,12 @@ def _flush(old, fd: int) -> None:
 def _wrap(old, fd: int) -> io.TextIOWrapper:
     """A stream like OLD (encoding, errors, buffering as Python set them up) over `_Raw`."""
     raw = _Raw(fd, "wb", closefd=False)
-    buffered = hasattr(old.buffer, "raw")          # no: python -u / PYTHONUNBUFFERED
-    return io.TextIOWrapper(io.BufferedWriter(raw) if buffered else raw, encoding=old.encoding,
-                            errors=old.errors, newline="\n", line_buffering=old.line_buffering,
-                            write_through=old.write_through)
+    buffered = hasattr(old.buffer, "raw")  # no: python -u / PYTHONUNBUFFERED
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw) if buffered else raw,
+        encoding=old.encoding,
+        errors=old.errors,
+        newline="\n",
+        line_buffering=old.line_buffering,
+        write_through=old.write_through,
+    )

@@ -4,6 +4,7 @@ and second pass), with iperf3 (nodeside/iperf3pair.sh) where every node has it, 
 nodeside/bwpair.py, on every node of a round; the result is the matrix and the nodes the rule
 flags. When iperf3 fails a pair for a node's own reason (a full /tmp, a crash), the node is
 named with iperf3's line and the builtin program measures the whole matrix (pairs.Fallback)."""
+
 from __future__ import annotations
 
 import json
@@ -25,18 +26,24 @@ NOT_ON_PATH = "iperf3: not found on the login PATH"
 @dataclass
 class BandwidthResult:
     matrix: pairs.Matrix
-    mode: str                   # full | quick
+    mode: str  # full | quick
     rounds: int
     _: KW_ONLY
     seconds: float
     flagged: dict[str, str]
-    tool: str = "builtin"       # iperf3 | builtin: the tool of every pair in the matrix
-    fallback: pairs.Fallback | None = None     # why builtin where iperf3 was wanted
+    tool: str = "builtin"  # iperf3 | builtin: the tool of every pair in the matrix
+    fallback: pairs.Fallback | None = None  # why builtin where iperf3 was wanted
 
     def as_dict(self) -> dict:
-        return {"mode": self.mode, "tool": self.tool, "rounds": self.rounds, "seconds_per_round": self.seconds,
-                **self.matrix.as_dict(), "flagged": self.flagged,
-                "fallback": self.fallback.as_dict() if self.fallback else None}
+        return {
+            "mode": self.mode,
+            "tool": self.tool,
+            "rounds": self.rounds,
+            "seconds_per_round": self.seconds,
+            **self.matrix.as_dict(),
+            "flagged": self.flagged,
+            "fallback": self.fallback.as_dict() if self.fallback else None,
+        }
 
     @property
     def exit_code(self) -> int:
@@ -45,11 +52,15 @@ class BandwidthResult:
 
 def _command(tool: str, peer_addr: str, opts: BandwidthOptions, python: str) -> str:
     if tool == "iperf3":
-        secs = max(1, round(opts.seconds))          # iperf3's -t takes whole seconds
-        return (f"sh -c {shlex.quote(nodeside.IPERF3PAIR.read_text())} - {opts.port} "
-                f"{shlex.quote(peer_addr)} {secs} {secs + 60}")
-    return (f"{shlex.quote(python)} -I -S -c {shlex.quote(nodeside.BWPAIR.read_text())} {opts.port} "
-            f"{shlex.quote(peer_addr)} {opts.seconds:g}")
+        secs = max(1, round(opts.seconds))  # iperf3's -t takes whole seconds
+        return (
+            f"sh -c {shlex.quote(nodeside.IPERF3PAIR.read_text())} - {opts.port} "
+            f"{shlex.quote(peer_addr)} {secs} {secs + 60}"
+        )
+    return (
+        f"{shlex.quote(python)} -I -S -c {shlex.quote(nodeside.BWPAIR.read_text())} {opts.port} "
+        f"{shlex.quote(peer_addr)} {opts.seconds:g}"
+    )
 
 
 def _result(tool: str, r) -> dict:
@@ -64,6 +75,7 @@ def _result(tool: str, r) -> dict:
 @dataclass
 class _Rounds:
     """Runs rounds on the fleet into a matrix, with one tool."""
+
     fleet: Fleet
     addr: dict[str, str]
     opts: BandwidthOptions
@@ -74,9 +86,19 @@ class _Rounds:
         peer = dict(flows)
 
         def one(s):
-            cmd = _command(self.tool, self.addr[peer[s.name]], self.opts, str(s.host.vars.get("python") or "python3"))
-            r = s.run(cmd, timeout=self.opts.seconds + 90, label=f"bandwidth to {peer[s.name]} ({self.tool})")
+            cmd = _command(
+                self.tool,
+                self.addr[peer[s.name]],
+                self.opts,
+                str(s.host.vars.get("python") or "python3"),
+            )
+            r = s.run(
+                cmd,
+                timeout=self.opts.seconds + 90,
+                label=f"bandwidth to {peer[s.name]} ({self.tool})",
+            )
             return _result(self.tool, r)
+
         got = self.fleet.map(one, "bandwidth", only=list(peer))
         if self.tool == "iperf3":
             pairs.record_iperf3(m, flows, got)
@@ -99,7 +121,11 @@ class _Rounds:
             done += 1
             if m.unmeasured:
                 break
-        return ("full" if not quick_wanted else "full (--quick needs 4 nodes or more)"), done, m.flagged()
+        return (
+            ("full" if not quick_wanted else "full (--quick needs 4 nodes or more)"),
+            done,
+            m.flagged(),
+        )
 
     def quick(self, m: pairs.Matrix) -> tuple[str, int, dict[str, str]]:
         """The matching, then each suspect against a good node; stops as full() does."""
@@ -114,12 +140,14 @@ class _Rounds:
             done += 1
             if m.unmeasured:
                 return "quick", done, {}
-        flagged = {n: why for n, why in m.flagged().items() if n in suspects}   # a pass never flips
+        flagged = {n: why for n, why in m.flagged().items() if n in suspects}  # a pass never flips
         return "quick", done, flagged
 
 
 def probe_iperf3(fleet: Fleet) -> dict[str, bool]:
-    return fleet.map(lambda s: s.run("command -v iperf3", timeout=30, label="iperf3?").rc == 0, "bandwidth: tool")
+    return fleet.map(
+        lambda s: s.run("command -v iperf3", timeout=30, label="iperf3?").rc == 0, "bandwidth: tool"
+    )
 
 
 def tool_for(has: dict[str, bool], want: str) -> str:
@@ -129,8 +157,10 @@ def tool_for(has: dict[str, bool], want: str) -> str:
         return "builtin"
     lacking = sorted(n for n, ok in has.items() if not ok)
     if want == "iperf3" and lacking:
-        raise InputError(f"--tool iperf3: no iperf3 on {', '.join(lacking[:5])}",
-                         hint="install it there (Debian/Ubuntu: apt install iperf3) or use --tool builtin")
+        raise InputError(
+            f"--tool iperf3: no iperf3 on {', '.join(lacking[:5])}",
+            hint="install it there (Debian/Ubuntu: apt install iperf3) or use --tool builtin",
+        )
     return "iperf3" if has and not lacking else "builtin"
 
 
@@ -140,13 +170,18 @@ def lacking(has: dict[str, bool]) -> pairs.Fallback | None:
     return pairs.Fallback({n: NOT_ON_PATH for n in missing}) if missing else None
 
 
-def _measure(fleet: Fleet, addr: dict[str, str], opts: BandwidthOptions, tool: str,
-             fallback: pairs.Fallback | None) -> BandwidthResult:
+def _measure(
+    fleet: Fleet,
+    addr: dict[str, str],
+    opts: BandwidthOptions,
+    tool: str,
+    fallback: pairs.Fallback | None,
+) -> BandwidthResult:
     """The mode's rounds with TOOL; when iperf3 failed a pair for a node's own reason, the
     rounds again from the start with the builtin program, the iperf3 rounds kept as the
     Fallback."""
     names = list(addr)
-    quick = opts.quick and len(names) >= 4          # under 4 nodes a matching has no reference
+    quick = opts.quick and len(names) >= 4  # under 4 nodes a matching has no reference
     m = pairs.Matrix(names)
     rounds = _Rounds(fleet, addr, opts, tool)
     mode, done, flagged = rounds.quick(m) if quick else rounds.full(m, opts.quick)
@@ -155,7 +190,9 @@ def _measure(fleet: Fleet, addr: dict[str, str], opts: BandwidthOptions, tool: s
         tool, m = "builtin", pairs.Matrix(names)
         rounds = _Rounds(fleet, addr, opts, tool)
         mode, done, flagged = rounds.quick(m) if quick else rounds.full(m, opts.quick)
-    return BandwidthResult(m, mode, done, seconds=opts.seconds, flagged=flagged, tool=tool, fallback=fallback)
+    return BandwidthResult(
+        m, mode, done, seconds=opts.seconds, flagged=flagged, tool=tool, fallback=fallback
+    )
 
 
 def bandwidth(opts: BandwidthOptions, settings: Settings, events: Events) -> BandwidthResult:

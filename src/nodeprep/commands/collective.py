@@ -7,6 +7,7 @@ With nccl the ranks run with NCCL_DEBUG=INFO (subsystems INIT,NET): NCCL's own l
 place that says which net plugin it loaded (aws-ofi-nccl or none), which network and which
 transports it used. Each node's lines go through ops/verify/nccllog; verify-parity compares the
 answers like any other key. Those lines stay in the run's bundle, off the screen."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,9 @@ from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
+from nodeprep.errors import NodeprepError
 from nodeprep.ops.train import rundir
 from nodeprep.ops.verify import nccllog
-from nodeprep.errors import NodeprepError
 from nodeprep.settings import Settings
 
 MARK = "allreduce-json: "
@@ -35,7 +36,7 @@ def parse(outputs: list[str]) -> dict | None:
     for text in outputs:
         for line in text.splitlines():
             if line.startswith(MARK):
-                return json.loads(line[len(MARK):])
+                return json.loads(line[len(MARK) :])
     return None
 
 
@@ -52,8 +53,12 @@ def by_node(seen: list[tuple[str, str]]) -> dict[str, dict]:
 def uses_nccl(prep) -> bool:
     """The allreduce payload takes nccl where torch.cuda.is_available(), as the probe saw it
     (PREP: the train command's Prepared job)."""
-    return any((f.get(factmod.TORCH_BUILD(factmod.TorchIn(prep.vars[n]["venv_path"]))) or {}).get("available")
-               for n, f in prep.facts.items())
+    return any(
+        (f.get(factmod.TORCH_BUILD(factmod.TorchIn(prep.vars[n]["venv_path"]))) or {}).get(
+            "available"
+        )
+        for n, f in prep.facts.items()
+    )
 
 
 class _Lines(Events):
@@ -98,7 +103,9 @@ def collective(opts: TrainOptions, settings: Settings, events: Events) -> dict:
             prep = prepare(opts, inv, hosts, fleet, lines, job_id)
             spec = run_spec(prep, opts)
             if uses_nccl(prep):
-                spec.commands = {label: [node, NCCL_EXPORT + cmd] for label, (node, cmd) in spec.commands.items()}
+                spec.commands = {
+                    label: [node, NCCL_EXPORT + cmd] for label, (node, cmd) in spec.commands.items()
+                }
                 spec.env.update(NCCL_LOG)
             outcome = supervise(spec, fleet, lines, run_dir)
             out["exit"] = 0 if outcome.failure is None else 1

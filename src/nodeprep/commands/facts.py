@@ -1,5 +1,6 @@
 """`invoke facts`: every node's facts (host name, OS, Python, login shell, GPUs, free disk) in
 one round trip per node."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from nodeprep.settings import Settings
 
 @dataclass
 class FactsResult:
-    report: dict            # the run report: per node status, message and "facts"
+    report: dict  # the run report: per node status, message and "facts"
 
     @property
     def exit_code(self) -> int:

@@ -1,6 +1,7 @@
 """`invoke hosts.forget`: drop the pinned host keys of some nodes after a deliberate reinstall
 (the next contact pins the new key, and says so). A jump host is named by its address, as the
 error that refused its changed key says."""
+
 from __future__ import annotations
 
 from nodeprep.commands.options import ForgetOptions
@@ -14,7 +15,7 @@ def forget(opts: ForgetOptions, settings: Settings) -> list[tuple[str, int, str]
     inv = load(opts.inventory, default=settings.default_inventory, root=settings.project)
     store = PinnedHostKeys(settings.known_hosts)
     hops = {hop.address: hop for h in inv.hosts for hop in h.jump}
-    if opts.nodes in hops:                         # a jump host: not a node of the inventory
+    if opts.nodes in hops:  # a jump host: not a node of the inventory
         entry = host_entry(hops[opts.nodes].address, hops[opts.nodes].port)
         return [(f"jump host {opts.nodes}", store.forget(entry), entry)]
     out = []

@@ -11,6 +11,7 @@ login node without GPUs marked `cpu_only`, and as comments what was learned (OS,
 GPUs and driver, the NIC that reaches the first node) and the torch build the plan picks for
 the fleet. A node that did not answer is written too, with why. An existing inventory is
 replaced only with --force; --dry-run writes nothing and returns the text."""
+
 from __future__ import annotations
 
 import re
@@ -48,32 +49,51 @@ class InitResult:
 
 def _target(opts: InitOptions, settings: Settings) -> Path:
     if not opts.name or not NAME.fullmatch(opts.name):
-        raise InputError(f"inventory name {opts.name!r} is not usable",
-                         hint="give a name of letters, digits, '.', '_' and '-': invoke init mycluster --from ...")
+        raise InputError(
+            f"inventory name {opts.name!r} is not usable",
+            hint="give a name of letters, digits, '.', '_' and '-': "
+            "invoke init mycluster --from ...",
+        )
     if not opts.source:
-        raise InputError("--from is missing", hint="say where the hosts are: --from 'sshconfig:gpu*', a "
-                         "hostfile, slurm:, an Ansible inventory, or hosts:gpu[01-04]")
+        raise InputError(
+            "--from is missing",
+            hint="say where the hosts are: --from 'sshconfig:gpu*', a "
+            "hostfile, slurm:, an Ansible inventory, or hosts:gpu[01-04]",
+        )
     path = Path(settings.project) / "inventory" / opts.name / "hosts.yml"
     if path.parent.exists() and any(path.parent.iterdir()) and not (opts.force or opts.dry_run):
-        raise InputError(f"inventory {opts.name} exists ({path.parent})",
-                         hint="--force replaces its hosts.yml, or give another name")
+        raise InputError(
+            f"inventory {opts.name} exists ({path.parent})",
+            hint="--force replaces its hosts.yml, or give another name",
+        )
     return path
 
 
 def _source(spec: str) -> str:
     """hosts:LIST is a plain list of names (Slurm's node-list syntax: gpu[01-04],login01)."""
-    return "slurm:" + spec[len("hosts:"):] if spec.startswith("hosts:") else spec
+    return "slurm:" + spec[len("hosts:") :] if spec.startswith("hosts:") else spec
 
 
 def _probe(fleet: Fleet, hosts) -> dict:
     head = hosts[0].address
-    reqs = [factmod.HOSTNAME, factmod.OS, factmod.PYTHON, factmod.GPUS, factmod.INTERFACES, factmod.ROUTE(head)]
+    reqs = [
+        factmod.HOSTNAME,
+        factmod.OS,
+        factmod.PYTHON,
+        factmod.GPUS,
+        factmod.INTERFACES,
+        factmod.ROUTE(head),
+    ]
     got = fleet.map(lambda s: factmod.gather(s, reqs, s.host.vars), "init")
     out = {}
     for name, v in got.items():
         nic = factmod.reaching(v.get(factmod.INTERFACES) or {}, v.get(factmod.ROUTE(head)))
-        out[name] = {"os": v.get(factmod.OS) or {}, "python": v.get(factmod.PYTHON), "gpus": v.get(factmod.GPUS),
-                     "nic": nic}
+        out[name] = {
+            "os": v.get(factmod.OS) or {},
+            "python": v.get(factmod.PYTHON),
+            "gpus": v.get(factmod.GPUS),
+            "nic": nic,
+        }
     return out
 
 
@@ -86,8 +106,11 @@ def _describe(f: dict, head: str) -> str:
     else:
         gpu = "no NVIDIA GPU" + (f" ({g['error']})" if g.get("error") else "")
     py = f["python"] or {}
-    return (f"{os_.get('release', '?')}, {os_.get('arch', '?')}, {gpu}; python {py.get('path', '?')} "
-            f"{py.get('version', '')}" + (f"; NIC {f['nic']} reaches the first node" if f["nic"] else ""))
+    return (
+        f"{os_.get('release', '?')}, {os_.get('arch', '?')}, {gpu}; python {py.get('path', '?')} "
+        f"{py.get('version', '')}"
+        + (f"; NIC {f['nic']} reaches the first node" if f["nic"] else "")
+    )
 
 
 def _reach_values(h) -> dict:
@@ -101,12 +124,14 @@ def _reach_values(h) -> dict:
             out[var] = getattr(h, var)
     if h.jump:
         out["proxy_jump"] = ",".join(str(hop) for hop in h.jump)
-    if h.slots is not None:                      # a hostfile's slots=N, a nodefile's repeats
+    if h.slots is not None:  # a hostfile's slots=N, a nodefile's repeats
         out["slots"] = h.slots
     return out
 
 
-def _hoist(entries: list[writer.NodeEntry], keys=("user", "key", "proxy_jump", "python", "slots")) -> dict:
+def _hoist(
+    entries: list[writer.NodeEntry], keys=("user", "key", "proxy_jump", "python", "slots")
+) -> dict:
     """Values every node has alike move to `vars:`."""
     wide = {}
     for k in keys:
@@ -119,16 +144,24 @@ def _hoist(entries: list[writer.NodeEntry], keys=("user", "key", "proxy_jump", "
 
 
 def _torch_note(facts: dict, version: str) -> str:
-    nodes = [torchplan.node_from_facts(n, (f["os"] or {}).get("arch"), f["gpus"], not (f["gpus"] or {}).get("count"))
-             for n, f in facts.items()]
+    nodes = [
+        torchplan.node_from_facts(
+            n, (f["os"] or {}).get("arch"), f["gpus"], not (f["gpus"] or {}).get("count")
+        )
+        for n, f in facts.items()
+    ]
     if not nodes:
         return "torch: no node answered; `invoke torch-plan` once they do"
     try:
         plan = torchplan.choose(version, nodes, torchplan.DEFAULT_INDEX)
     except NodeprepError as e:
         return f"torch {version}: no build fits every node: {str(e).splitlines()[0]}"
-    return "torch-plan: " + "; ".join(f"{b.cpu_arch} {b.requirement} ({b.variant}" +
-                                      (f", from {b.index_url}" if b.index_url else "") + ")" for b in plan.builds)
+    return "torch-plan: " + "; ".join(
+        f"{b.cpu_arch} {b.requirement} ({b.variant}"
+        + (f", from {b.index_url}" if b.index_url else "")
+        + ")"
+        for b in plan.builds
+    )
 
 
 def build(opts: InitOptions, inv, facts: dict, unreached: dict, version: str) -> str:
@@ -141,23 +174,33 @@ def build(opts: InitOptions, inv, facts: dict, unreached: dict, version: str) ->
             f = facts[h.name]
             e.notes.append(f"{h.name}: {_describe(f, inv.hosts[0].name)}")
             path = (f["python"] or {}).get("path")
-            if path and "/.nodeprep/" not in path:     # not a venv nodeprep made: the base python
+            if path and "/.nodeprep/" not in path:  # not a venv nodeprep made: the base python
                 e.values["python"] = path
             if gpu_fleet and not (f["gpus"] or {}).get("count"):
                 e.values["cpu_only"] = True
         else:
-            e.notes.append(f"{h.name}: NOT REACHED: {unreached.get(h.name, '?')} (fix it, then run init --force "
-                           "or edit this entry)")
+            e.notes.append(
+                f"{h.name}: NOT REACHED: {unreached.get(h.name, '?')} "
+                "(fix it, then run init --force "
+                "or edit this entry)"
+            )
         entries.append(e)
     wide = _hoist(entries)
-    for k, value in parse_sets(opts.sets).items():     # what --set said, written as said
+    for k, value in parse_sets(opts.sets).items():  # what --set said, written as said
         if k not in wide and not any(k in e.values for e in entries):
             wide[k] = value
     wide.setdefault("torch_version", version)
-    notes = {"torch_version": _torch_note(facts, version), "python": "the interpreter every node answered with"}
+    notes = {
+        "torch_version": _torch_note(facts, version),
+        "python": "the interpreter every node answered with",
+    }
     groups = {g: list(m) for g, m in inv.direct.items() if g not in ("all", "ungrouped") and m}
-    title = [f"inventory {opts.name}: written by `invoke init {opts.name} --from {opts.source}`; edit freely",
-             f"{len(facts)} of {len(inv.hosts)} node(s) answered; variables: docs/values.md", ""]
+    title = [
+        f"inventory {opts.name}: written by `invoke init {opts.name} --from {opts.source}`; "
+        "edit freely",
+        f"{len(facts)} of {len(inv.hosts)} node(s) answered; variables: docs/values.md",
+        "",
+    ]
     return writer.render(title, wide, notes, entries, groups)
 
 
@@ -165,7 +208,10 @@ def init(opts: InitOptions, settings: Settings, events: Events) -> InitResult:
     path = _target(opts, settings)
     inv = load(_source(opts.source), extra_vars=parse_sets(opts.sets), root=settings.project)
     if not inv.hosts:
-        raise InputError(f"{opts.source}: no hosts in it", hint="check the source: `invoke inventory --inventory SOURCE`")
+        raise InputError(
+            f"{opts.source}: no hosts in it",
+            hint="check the source: `invoke inventory --inventory SOURCE`",
+        )
     version = str(load_schema()["torch_version"].default)
     with Fleet(inv.hosts, settings, "init", events) as fleet:
         facts = _probe(fleet, inv.hosts)
@@ -176,7 +222,11 @@ def init(opts: InitOptions, settings: Settings, events: Events) -> InitResult:
         tmp = path.with_name(".hosts.yml.tmp")
         tmp.write_text(text)
         tmp.replace(path)
-    steps = [f".venv/bin/invoke provision --inventory {opts.name}",
-             f".venv/bin/invoke verify-parity --inventory {opts.name}",
-             f".venv/bin/invoke train --inventory {opts.name} --launcher deepspeed --payload health"]
-    return InitResult(opts.name, path, text, written=not opts.dry_run, unreached=unreached, next_steps=steps)
+    steps = [
+        f".venv/bin/invoke provision --inventory {opts.name}",
+        f".venv/bin/invoke verify-parity --inventory {opts.name}",
+        f".venv/bin/invoke train --inventory {opts.name} --launcher deepspeed --payload health",
+    ]
+    return InitResult(
+        opts.name, path, text, written=not opts.dry_run, unreached=unreached, next_steps=steps
+    )

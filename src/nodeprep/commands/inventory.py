@@ -5,6 +5,7 @@ tree; --host NAME: every variable of one host with the file:line it came from (s
 masked). The result is data; cli.render turns it into text, or it is printed as JSON in the
 shape documented in InventoryView.as_dict.
 """
+
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
@@ -29,11 +30,11 @@ def shown(name: str, value):
 class VarLine:
     name: str
     value: object
-    origin: str          # file:line, cli, or "default FILE:LINE"
+    origin: str  # file:line, cli, or "default FILE:LINE"
     _: KW_ONLY
-    used: bool           # a nodeprep variable (False: kept from an Ansible inventory, unused)
-    kind: str = ""       # an Ansible connection variable's class (used, ignored, refused: connvars)
-    why: str = ""        # what it becomes, why it changes nothing, or what to write instead
+    used: bool  # a nodeprep variable (False: kept from an Ansible inventory, unused)
+    kind: str = ""  # an Ansible connection variable's class (used, ignored, refused: connvars)
+    why: str = ""  # what it becomes, why it changes nothing, or what to write instead
 
 
 @dataclass
@@ -50,25 +51,53 @@ class InventoryView:
         inv = self.inventory
         if self.host is not None:
             h = self.host
-            return {"host": h.name, **_reach(h), "groups": list(h.groups),
-                    "variables": {v.name: {"value": v.value, "origin": v.origin, "used": v.used,
-                                           **({"class": v.kind, "why": v.why} if v.kind else {})}
-                                  for v in self.variables},
-                    "warnings": list(inv.warnings)}
+            return {
+                "host": h.name,
+                **_reach(h),
+                "groups": list(h.groups),
+                "variables": {
+                    v.name: {
+                        "value": v.value,
+                        "origin": v.origin,
+                        "used": v.used,
+                        **({"class": v.kind, "why": v.why} if v.kind else {}),
+                    }
+                    for v in self.variables
+                },
+                "warnings": list(inv.warnings),
+            }
         groups = {"all": {"hosts": [], "children": list(inv.children.get("all", []))}}
         for group, names in inv.direct.items():
             if group != "all":
-                groups[group] = {"hosts": list(names), "children": list(inv.children.get(group, []))}
-        return {"inventory": inv.name, "format": inv.kind,
-                "hosts": {h.name: {**_reach(h), "groups": list(h.groups),
-                                   "vars": {k: shown(k, v) for k, v in {**h.vars, **h.extra}.items()}}
-                          for h in inv.hosts},
-                "groups": groups, "warnings": list(inv.warnings)}
+                groups[group] = {
+                    "hosts": list(names),
+                    "children": list(inv.children.get(group, [])),
+                }
+        return {
+            "inventory": inv.name,
+            "format": inv.kind,
+            "hosts": {
+                h.name: {
+                    **_reach(h),
+                    "groups": list(h.groups),
+                    "vars": {k: shown(k, v) for k, v in {**h.vars, **h.extra}.items()},
+                }
+                for h in inv.hosts
+            },
+            "groups": groups,
+            "warnings": list(inv.warnings),
+        }
 
 
 def _reach(h: Host) -> dict:
-    return {"address": h.address, "port": h.port, "user": h.user, "key": h.key, "connection": h.connection,
-            "jump": ",".join(str(hop) for hop in h.jump) or None}
+    return {
+        "address": h.address,
+        "port": h.port,
+        "user": h.user,
+        "key": h.key,
+        "connection": h.connection,
+        "jump": ",".join(str(hop) for hop in h.jump) or None,
+    }
 
 
 def inventory(opts: InventoryOptions, settings: Settings) -> InventoryView:
@@ -83,11 +112,19 @@ def inventory(opts: InventoryOptions, settings: Settings) -> InventoryView:
         if name in host.vars:
             lines.append(VarLine(name, shown(name, host.vars[name]), host.origin[name], used=True))
         else:
-            lines.append(VarLine(name, shown(name, spec.default), f"default {spec.source}", used=True))
+            lines.append(
+                VarLine(name, shown(name, spec.default), f"default {spec.source}", used=True)
+            )
     for name, value in host.extra.items():
         rule = connvars.classify(name, value)
-        lines.append(VarLine(name, shown(name, value), host.origin.get(name, ""),
-                             used=bool(rule and rule.status == "used"),
-                             kind=rule.status if rule else "", why=rule.text if rule else ""))
+        lines.append(
+            VarLine(
+                name,
+                shown(name, value),
+                host.origin.get(name, ""),
+                used=bool(rule and rule.status == "used"),
+                kind=rule.status if rule else "",
+                why=rule.text if rule else "",
+            )
+        )
     return InventoryView(inv, host, tuple(lines))
-

@@ -1,5 +1,6 @@
 """One options object per command, built once from the task's flags (tasks.py) and read by
 the command. A new flag: a field here, its flag in tasks.py, and the code that uses it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +12,8 @@ from nodeprep.ops.train.launchers import LAUNCHERS
 
 @dataclass(frozen=True, kw_only=True)
 class FactsOptions:
-    inventory: str | None = None      # name under inventory/, a path, hostfile:F, slurm:, pbs:
-    limit: str | None = None          # ranges, globs, groups; !x excludes
+    inventory: str | None = None  # name under inventory/, a path, hostfile:F, slurm:, pbs:
+    limit: str | None = None  # ranges, globs, groups; !x excludes
     json: bool = False
 
 
@@ -21,39 +22,43 @@ class HealthOptions:
     inventory: str | None = None
     limit: str | None = None
     json: bool = False
-    checks: tuple[str, ...] = ()      # --check NAME (repeatable); none: every check
-    ignore: tuple[str, ...] = ()      # --ignore CODE (repeatable): shown apart, never CRITICAL
-    via: str = "auto"                 # ssh | slurm | auto: how the probes reach the nodes
-    drain: bool = False               # drain CRITICAL nodes in Slurm (reason `nodeprep: ...`)
-    undrain: bool = False             # resume nodes nodeprep drained that are healthy now
-    deep: bool = False                # also the deep tier: dcgmi diag -r 2, the burn, the all_reduce
-    emulate_gpus: int = 0             # the deep tier's burn and all_reduce on N CPU devices (no GPU)
-    burn_seconds: float = 10.0        # how long each GPU burns
+    checks: tuple[str, ...] = ()  # --check NAME (repeatable); none: every check
+    ignore: tuple[str, ...] = ()  # --ignore CODE (repeatable): shown apart, never CRITICAL
+    via: str = "auto"  # ssh | slurm | auto: how the probes reach the nodes
+    drain: bool = False  # drain CRITICAL nodes in Slurm (reason `nodeprep: ...`)
+    undrain: bool = False  # resume nodes nodeprep drained that are healthy now
+    deep: bool = False  # also the deep tier: dcgmi diag -r 2, the burn, the all_reduce
+    emulate_gpus: int = 0  # the deep tier's burn and all_reduce on N CPU devices (no GPU)
+    burn_seconds: float = 10.0  # how long each GPU burns
 
 
 @dataclass(frozen=True, kw_only=True)
 class DoctorOptions:
-    inventory: str | None = None      # none: the default inventory if it exists, else the controller only
+    inventory: str | None = (
+        None  # none: the default inventory if it exists, else the controller only
+    )
     limit: str | None = None
     json: bool = False
-    checks: tuple[str, ...] = ()      # --check NAME (repeatable); none: every check
-    verbose: bool = False             # -v: every check's every subject, OK ones too
-    sets: tuple[str, ...] = ()        # KEY=VALUE as provision's --set (login_shell=..., controller_ssh_config=...)
+    checks: tuple[str, ...] = ()  # --check NAME (repeatable); none: every check
+    verbose: bool = False  # -v: every check's every subject, OK ones too
+    sets: tuple[
+        str, ...
+    ] = ()  # KEY=VALUE as provision's --set (login_shell=..., controller_ssh_config=...)
 
 
 @dataclass(frozen=True, kw_only=True)
 class PruneOptions:
-    config: str = "~/.ssh/config"     # the controller's ssh config
-    dry_run: bool = False             # say which blocks would go, change nothing
+    config: str = "~/.ssh/config"  # the controller's ssh config
+    dry_run: bool = False  # say which blocks would go, change nothing
 
 
 @dataclass(frozen=True, kw_only=True)
 class InitOptions:
-    name: str | None = None           # inventory/NAME/hosts.yml is written
-    source: str | None = None         # --from: anything --inventory reads, or hosts:LIST
-    force: bool = False               # replace an existing inventory NAME
-    dry_run: bool = False             # print the file, write nothing
-    sets: tuple[str, ...] = ()        # KEY=VALUE the source does not say (user=ops, key=~/.ssh/k)
+    name: str | None = None  # inventory/NAME/hosts.yml is written
+    source: str | None = None  # --from: anything --inventory reads, or hosts:LIST
+    force: bool = False  # replace an existing inventory NAME
+    dry_run: bool = False  # print the file, write nothing
+    sets: tuple[str, ...] = ()  # KEY=VALUE the source does not say (user=ops, key=~/.ssh/k)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,11 +66,11 @@ class BandwidthOptions:
     inventory: str | None = None
     limit: str | None = None
     json: bool = False
-    quick: bool = False               # one matching, then each suspect against a good node
-    png: str | None = None            # a heatmap of the matrix (needs matplotlib)
-    seconds: float = 3.0              # each round's send
+    quick: bool = False  # one matching, then each suspect against a good node
+    png: str | None = None  # a heatmap of the matrix (needs matplotlib)
+    seconds: float = 3.0  # each round's send
     port: int = 29511
-    tool: str = "auto"                # iperf3 | builtin | auto (iperf3 where every node has it)
+    tool: str = "auto"  # iperf3 | builtin | auto (iperf3 where every node has it)
 
     def validate(self) -> None:
         if self.tool not in ("auto", "iperf3", "builtin"):
@@ -80,15 +85,15 @@ class BandwidthOptions:
 class ProvisionOptions:
     inventory: str | None = None
     limit: str | None = None
-    roles: str | None = None          # comma list (default: all of roles/site.yml)
-    check_mode: bool = False          # --check: change nothing; list what would change
-    diff: bool = False                # file diffs, secrets redacted
+    roles: str | None = None  # comma list (default: all of roles/site.yml)
+    check_mode: bool = False  # --check: change nothing; list what would change
+    diff: bool = False  # file diffs, secrets redacted
     json: bool = False
-    sets: tuple[str, ...] = ()        # KEY=VALUE overrides (YAML values)
-    password: str | None = None       # --ask-pass: read by the cli, kept in memory only
-    via: str = "auto"                 # ssh | slurm | auto (default): slurm inside an allocation
-                                      # holding every node, else ssh
-                                      # (engine/transports/slurmrun.resolve)
+    sets: tuple[str, ...] = ()  # KEY=VALUE overrides (YAML values)
+    password: str | None = None  # --ask-pass: read by the cli, kept in memory only
+    via: str = "auto"  # ssh | slurm | auto (default): slurm inside an allocation
+    # holding every node, else ssh
+    # (engine/transports/slurmrun.resolve)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,15 +101,15 @@ class VerifyOptions:
     inventory: str | None = None
     limit: str | None = None
     json: bool = False
-    deep: bool = False                # re-import torch instead of the node's cached answer
-    workdir: str | None = None        # a job directory that must exist on every node
-    port: int | None = 29500          # master port that must be free on the head (None: skip)
-    baseline: str | None = None       # compare against this fingerprint file
+    deep: bool = False  # re-import torch instead of the node's cached answer
+    workdir: str | None = None  # a job directory that must exist on every node
+    port: int | None = 29500  # master port that must be free on the head (None: skip)
+    baseline: str | None = None  # compare against this fingerprint file
     save_baseline: str | None = None
-    mesh: str = "auto"                # auto | full | head
-    collective: bool = False          # also an all_reduce across the nodes
-    via: str = "auto"                 # auto | direct | slurm (auto: slurm inside an allocation
-                                      # holding every node, else the head's logins past 4 nodes)
+    mesh: str = "auto"  # auto | full | head
+    collective: bool = False  # also an all_reduce across the nodes
+    via: str = "auto"  # auto | direct | slurm (auto: slurm inside an allocation
+    # holding every node, else the head's logins past 4 nodes)
 
     def validate(self) -> None:
         if self.mesh not in ("auto", "full", "head"):
@@ -116,31 +121,33 @@ class VerifyOptions:
 @dataclass(frozen=True, kw_only=True)
 class TrainOptions:
     inventory: str | None = None
-    limit: str | None = None          # the first node is the head
-    launcher: str = "deepspeed"       # one of ops/train/launchers.LAUNCHERS
-    payload: str = "health"           # builtin name or a script path
-    args: tuple[str, ...] = ()        # the payload's own arguments
-    timeout: int | None = None        # seconds before every rank is stopped
-    max_restarts: int = 0             # torchrun --max-restarts
+    limit: str | None = None  # the first node is the head
+    launcher: str = "deepspeed"  # one of ops/train/launchers.LAUNCHERS
+    payload: str = "health"  # builtin name or a script path
+    args: tuple[str, ...] = ()  # the payload's own arguments
+    timeout: int | None = None  # seconds before every rank is stopped
+    max_restarts: int = 0  # torchrun --max-restarts
     port: int = 29500
-    ds_launcher: str = "pdsh"         # DeepSpeed's multinode launcher: pdsh | openmpi
+    ds_launcher: str = "pdsh"  # DeepSpeed's multinode launcher: pdsh | openmpi
     preflight: bool = True
     dry_run: bool = False
-    emulate: int = 0                  # pretend the one selected machine is N nodes
+    emulate: int = 0  # pretend the one selected machine is N nodes
     emulate_network: bool = False
     hang_timeout: float | None = None  # no rank output or heartbeat for S s: dump stacks, stop
     ranks: tuple[int, ...] | None = None  # show only these ranks' lines (all are logged)
-    detach: bool = False              # run on in the background; train.status/logs/stop
-    kill_stale: bool = False          # stop earlier nodeprep jobs still running on the nodes
-    health_gate: bool = True          # the passive health checks before the launch
-    exclude_unhealthy: bool = False   # launch on the healthy nodes instead of refusing
-    health_ignore: tuple[str, ...] = ()   # finding codes the gate does not hold against a node
+    detach: bool = False  # run on in the background; train.status/logs/stop
+    kill_stale: bool = False  # stop earlier nodeprep jobs still running on the nodes
+    health_gate: bool = True  # the passive health checks before the launch
+    exclude_unhealthy: bool = False  # launch on the healthy nodes instead of refusing
+    health_ignore: tuple[str, ...] = ()  # finding codes the gate does not hold against a node
 
     def validate(self) -> None:
         if self.hang_timeout is not None and self.hang_timeout <= 0:
             raise InputError(f"--hang-timeout {self.hang_timeout!r}: expected seconds > 0")
         if self.launcher not in LAUNCHERS:
-            raise InputError(f"--launcher {self.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+            raise InputError(
+                f"--launcher {self.launcher!r}: expected one of {', '.join(LAUNCHERS)}"
+            )
         if self.ds_launcher not in SUPPORTED_DS_LAUNCHERS:
             raise InputError(f"--ds-launcher {self.ds_launcher!r}: expected pdsh or openmpi")
         if self.emulate_network and not self.emulate:
@@ -150,7 +157,8 @@ class TrainOptions:
 @dataclass(frozen=True, kw_only=True)
 class RunsOptions:
     """train.status / train.logs / train.stop."""
-    run: str | None = None            # job id (or a unique prefix); default the newest
+
+    run: str | None = None  # job id (or a unique prefix); default the newest
     node: str | None = None
     rank: int | None = None
     follow: bool = False
@@ -160,17 +168,17 @@ class RunsOptions:
 @dataclass(frozen=True, kw_only=True)
 class TorchPlanOptions:
     torch: str = ""
-    nodes: tuple[str, ...] = ()       # NAME:driver=...,gpus=... specs
+    nodes: tuple[str, ...] = ()  # NAME:driver=...,gpus=... specs
     arch: str | None = None
     index: str | None = None
     json: bool = False
-    explain: bool = False             # the table rows and rule steps behind the answer
+    explain: bool = False  # the table rows and rule steps behind the answer
 
 
 @dataclass(frozen=True, kw_only=True)
 class InventoryOptions:
     inventory: str | None = None
-    list: bool = False                # the default view
+    list: bool = False  # the default view
     graph: bool = False
     host: str | None = None
     json: bool = False
@@ -178,5 +186,5 @@ class InventoryOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class ForgetOptions:
-    nodes: str = ""                   # names or ranges
+    nodes: str = ""  # names or ranges
     inventory: str | None = None

@@ -5,6 +5,7 @@ round trip), and report per node and per step.
 A node with nothing to change costs one round trip. --check stops after the plan and lists
 what would change (--diff: the file diffs, secrets redacted).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -12,18 +13,18 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from nodeprep.commands.common import parse_sets, select_hosts
 from nodeprep.commands.options import ProvisionOptions
+from nodeprep.commands.waves import Waves, node_steps, probe
 from nodeprep.engine import facts as factmod
-from nodeprep.engine.transports import slurmrun
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
-from nodeprep.commands.waves import Waves, node_steps, probe
 from nodeprep.engine.locks import Lock, Locks, Owner
+from nodeprep.engine.transports import slurmrun
 from nodeprep.errors import InputError
 from nodeprep.inventory.nodeset import fold
 from nodeprep.ops import pystack
 from nodeprep.ops.provision import roles as rolemod
-from nodeprep.ops.pystack import tags
 from nodeprep.ops.provision.topology import Topology
+from nodeprep.ops.pystack import tags
 from nodeprep.redact import Redactor
 from nodeprep.settings import Settings
 
@@ -32,12 +33,12 @@ HOME_LOCK = "~/.nodeprep/lock"
 
 @dataclass
 class ProvisionResult:
-    report: dict                      # the run report (per node, per step)
-    check_mode: bool                  # --check: "would change"
-    controller: list = field(default_factory=list)   # StepResults of the controller's own work
+    report: dict  # the run report (per node, per step)
+    check_mode: bool  # --check: "would change"
+    controller: list = field(default_factory=list)  # StepResults of the controller's own work
     _: KW_ONLY
-    notes: list = field(default_factory=list)        # things to tell the user once
-    diffs: list = field(default_factory=list)        # --diff: one text per differing file
+    notes: list = field(default_factory=list)  # things to tell the user once
+    diffs: list = field(default_factory=list)  # --diff: one text per differing file
     redact: Redactor = field(default_factory=lambda: Redactor([]))
 
     @property
@@ -46,8 +47,12 @@ class ProvisionResult:
 
 
 def _diffs(differ: dict, redact: Redactor) -> list[str]:
-    return [redact(f"--- {node}: {st.role}: {st.name}\n{c.diff}")
-            for node, items in differ.items() for st, c in items if c.diff]
+    return [
+        redact(f"--- {node}: {st.role}: {st.name}\n{c.diff}")
+        for node, items in differ.items()
+        for st, c in items
+        if c.diff
+    ]
 
 
 def _platform_mix(prov: rolemod.Provisioning) -> None:
@@ -57,15 +62,21 @@ def _platform_mix(prov: rolemod.Provisioning) -> None:
         for n in nodes:
             f, v = prov.facts.get(n) or {}, prov.vars[n]
             py = f.get(factmod.PYTHON) or {}
-            plat = ((f.get(factmod.OS) or {}).get("arch"), py.get("version", "")[:4], py.get("glibc"))
+            plat = (
+                (f.get(factmod.OS) or {}).get("arch"),
+                py.get("version", "")[:4],
+                py.get("glibc"),
+            )
             by_path.setdefault(v["venv_path"], set()).add(plat)
         for path, plats in by_path.items():
             if len(plats) > 1:
-                raise InputError(f"{fold(nodes)} share one home but not a platform "
-                                 f"({'; '.join(sorted(' '.join(map(str, p)) for p in plats))}): one venv at "
-                                 f"{path} cannot serve them all",
-                                 hint="give each platform group its own venv_path in group_vars "
-                                      "(e.g. group_vars/aarch64.yml: venv_path: ~/.nodeprep/venv-aarch64)")
+                raise InputError(
+                    f"{fold(nodes)} share one home but not a platform "
+                    f"({'; '.join(sorted(' '.join(map(str, p)) for p in plats))}): one venv at "
+                    f"{path} cannot serve them all",
+                    hint="give each platform group its own venv_path in group_vars "
+                    "(e.g. group_vars/aarch64.yml: venv_path: ~/.nodeprep/venv-aarch64)",
+                )
     _foreign_venvs(prov)
 
 
@@ -80,14 +91,16 @@ def _foreign_venvs(prov: rolemod.Provisioning) -> None:
         foreign = pystack.foreign_packages(f.get(factmod.VENV(venv)), arch)
         if foreign:
             found.setdefault((venv, arch, *tags.describe(foreign)), []).append(n)
-    if found:           # one line: the first group (by path); the others share its fix
+    if found:  # one line: the first group (by path); the others share its fix
         (venv, arch, names, other), nodes = min(found.items())
-        raise InputError(f"{fold(nodes)}: {venv} holds a venv built for {other} ({names}); these nodes "
-                         f"are {arch}: one venv cannot serve both platforms",
-                         hint=f"give the {arch} nodes their own venv_path and wheelhouse_dir (e.g. "
-                              f"group_vars/{arch}.yml: venv_path: ~/.nodeprep/venv-{arch}, wheelhouse_dir: "
-                              f"~/.nodeprep/wheelhouse-{arch}); or, if no {other} node uses this home, "
-                              f"remove it on them: rm -rf {venv}")
+        raise InputError(
+            f"{fold(nodes)}: {venv} holds a venv built for {other} ({names}); these nodes "
+            f"are {arch}: one venv cannot serve both platforms",
+            hint=f"give the {arch} nodes their own venv_path and wheelhouse_dir (e.g. "
+            f"group_vars/{arch}.yml: venv_path: ~/.nodeprep/venv-{arch}, wheelhouse_dir: "
+            f"~/.nodeprep/wheelhouse-{arch}); or, if no {other} node uses this home, "
+            f"remove it on them: rm -rf {venv}",
+        )
 
 
 def _locks(fleet, prov: rolemod.Provisioning) -> Locks:
@@ -114,7 +127,7 @@ def _converged(prov: rolemod.Provisioning, roles, early: dict) -> bool:
             early[name] = (facts, steps)
             if not all(all(r in facts for r in st.reads) and st.check(facts).ok for st in steps):
                 return False
-        except Exception:      # the waves plan it again and report why, under the locks
+        except Exception:  # the waves plan it again and report why, under the locks
             return False
     return True
 
@@ -165,8 +178,18 @@ def provision(opts: ProvisionOptions, settings: Settings, events: Events) -> Pro
         finally:
             if locks:
                 locks.release()
-        report = fleet.report(inventory=inv.name, check=opts.check_mode,
-                              controller=[c.as_dict() for c in controller], notes=prov.notes)
+        report = fleet.report(
+            inventory=inv.name,
+            check=opts.check_mode,
+            controller=[c.as_dict() for c in controller],
+            notes=prov.notes,
+        )
     redact = waves.redactor()
-    return ProvisionResult(report, opts.check_mode, controller, notes=prov.notes,
-                           diffs=_diffs(waves.differ, redact) if opts.diff else [], redact=redact)
+    return ProvisionResult(
+        report,
+        opts.check_mode,
+        controller,
+        notes=prov.notes,
+        diffs=_diffs(waves.differ, redact) if opts.diff else [],
+        redact=redact,
+    )

@@ -3,6 +3,7 @@ inventory no longer exists (a lab taken down by hand, an inventory given by a te
 one deleted or renamed), so their aliases no longer send ssh to machines that are gone.
 Everything else in the file is kept byte for byte, its mode too; the file is replaced in
 one rename."""
+
 from __future__ import annotations
 
 import os
@@ -28,9 +29,11 @@ def prune(opts: PruneOptions, settings: Settings) -> PruneResult:
     if not path.is_file():
         return PruneResult(path, [], [], False)
     try:
-        old = path.read_bytes().decode("utf-8", errors="surrogateescape")     # \r\n kept as it is
+        old = path.read_bytes().decode("utf-8", errors="surrogateescape")  # \r\n kept as it is
     except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}", hint=f"check its owner and mode (chmod 600 {path})") from None
+        raise InputError(
+            f"cannot read {path}: {e.strerror}", hint=f"check its owner and mode (chmod 600 {path})"
+        ) from None
     new, removed = config_blocks.prune(old, settings.project)
     kept = [name for name, _line in config_blocks.blocks(new)]
     if removed and not opts.dry_run:

@@ -16,6 +16,7 @@ released torch versions that fit). `--explain` adds the table rows and rule step
   --index: URL template with {variant} (default https://download.pytorch.org/whl/{variant}).
   --explain: the table rows and rule steps behind the answer, with their sources.
 Exit 0 when a build fits, 1 when none does, 2 on bad input."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from nodeprep.ops import torchplan
 class TorchPlanResult:
     json: bool
     plan: torchplan.Plan | None = None
-    error: NodeprepError | None = None    # no build fits (PlanError) or bad --node input
+    error: NodeprepError | None = None  # no build fits (PlanError) or bad --node input
 
     @property
     def exit_code(self) -> int:

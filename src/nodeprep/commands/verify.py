@@ -1,10 +1,11 @@
-"""`invoke verify-parity`: one batched probe per node (all nodes in parallel), turned into a
-flat fingerprint per node (ops/verify/checks.py), compared by ops/verify/parity.py, plus the checks that
+"""`invoke verify-parity`: one batched probe per node (all nodes in parallel), turned into a flat
+fingerprint per node (ops/verify/checks.py), compared by ops/verify/parity.py, plus the checks that
 catch hangs before a launch and the ssh mesh (real logins from the head, every pair on paper).
 
-Beyond 4 nodes the probes ride the head's mesh logins (engine/transports/fanout.py): one connection from
-here, N logins in all. A node the head cannot reach, or whose answer came back broken, is
+Beyond 4 nodes the probes ride the head's mesh logins (engine/transports/fanout.py): one connection
+from here, N logins in all. A node the head cannot reach, or whose answer came back broken, is
 probed over its own connection."""
+
 from __future__ import annotations
 
 import secrets
@@ -15,24 +16,22 @@ from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions, VerifyOptions
 from nodeprep.engine import facts as factmod
 from nodeprep.engine import hostkeys
-from nodeprep.engine.transports import fanout
-from nodeprep.engine.transports import slurmrun
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
+from nodeprep.engine.transports import fanout, slurmrun
 from nodeprep.inventory import nodeset
-from nodeprep.ops.verify import checks, fingerprints
-from nodeprep.ops.ssh import paper_mesh
-from nodeprep.ops.verify import parity
-from nodeprep.ops.ssh.logins import fans_out, mesh_collect, mesh_pairs, mesh_start, parse_mesh
 from nodeprep.ops.provision.topology import Topology
+from nodeprep.ops.ssh import paper_mesh
+from nodeprep.ops.ssh.logins import fans_out, mesh_collect, mesh_pairs, mesh_start, parse_mesh
+from nodeprep.ops.verify import checks, fingerprints, parity
 from nodeprep.settings import Settings
 
 
 @dataclass
 class VerifyResult:
     report: parity.Report
-    collective: dict | None = None               # --collective: the all_reduce's result
-    notes: list[str] = field(default_factory=list)   # how the mesh and probes were done
+    collective: dict | None = None  # --collective: the all_reduce's result
+    notes: list[str] = field(default_factory=list)  # how the mesh and probes were done
 
     @property
     def exit_code(self) -> int:
@@ -43,8 +42,9 @@ class VerifyResult:
 class Probe:
     """One node's answer: its facts, the `python` its ssh shell finds, its mesh logins, and
     what NCCL's own log said there in --collective (collective.by_node; empty on gloo)."""
+
     facts: factmod.FactValues | None
-    mesh: dict = field(default_factory=dict)     # peer -> (rc, error)
+    mesh: dict = field(default_factory=dict)  # peer -> (rc, error)
     nccl: dict = field(default_factory=dict)
 
     @property
@@ -67,17 +67,25 @@ class Gather:
         return fingerprints.requests(self.v_of[node], self.opts.deep, self.expect(node))
 
     def expect(self, node: str) -> fingerprints.Expect:
-        return fingerprints.Expect(self.opts.workdir, self.opts.port if node == self.head else None,
-                             self.hosts[0].address)
+        return fingerprints.Expect(
+            self.opts.workdir, self.opts.port if node == self.head else None, self.hosts[0].address
+        )
 
     def node(self, session, peers: list[str]) -> Probe:
         """ONE remote command: the mesh logins start in the background, the fact probe runs
         meanwhile (it also answers what `python` a launcher's non-interactive ssh shell
         finds), then the logins' results are collected."""
         reqs, token = self.requests(session.name), secrets.token_hex(6)
-        script = (mesh_start(peers) + factmod.probe_script(reqs, self.v_of[session.name], token) +
-                  f"echo '@@{token}:mesh@@'\n" + mesh_collect(peers) + f"echo '@@{token}:rc=0@@'\n")
-        r = session.run(script, label=f"verify probe + ssh mesh ({len(peers)} peers)", log_output=False)
+        script = (
+            mesh_start(peers)
+            + factmod.probe_script(reqs, self.v_of[session.name], token)
+            + f"echo '@@{token}:mesh@@'\n"
+            + mesh_collect(peers)
+            + f"echo '@@{token}:rc=0@@'\n"
+        )
+        r = session.run(
+            script, label=f"verify probe + ssh mesh ({len(peers)} peers)", log_output=False
+        )
         f = factmod.parse_sections(session.name, reqs, r.stdout, token, r.rc, r.tail(3))
         mesh = parse_mesh(factmod.split_sections(r.stdout, token).get("mesh", ("", 0))[0])
         for p in peers:
@@ -85,9 +93,14 @@ class Gather:
         return Probe(f, mesh)
 
     def via_head(self, session):
-        return fanout.probe_via_head(session, self.hosts, {h.name: self.requests(h.name) for h in self.hosts},
-                                     self.v_of, self.pairs[self.head],
-                                     int(self.fleet.settings.command_timeout))
+        return fanout.probe_via_head(
+            session,
+            self.hosts,
+            {h.name: self.requests(h.name) for h in self.hosts},
+            self.v_of,
+            self.pairs[self.head],
+            int(self.fleet.settings.command_timeout),
+        )
 
     def all(self) -> dict[str, Probe]:
         """{node: Probe} of the nodes that answered. Fanned out: ONE connection from here, to
@@ -97,7 +110,7 @@ class Gather:
             return fleet.map(lambda s: self.node(s, self.pairs.get(s.name, [])), "probe")
         got: dict[str, Probe] = {}
         fan = fleet.map(self.via_head, "probe", only=[head])
-        if fan.get(head) is None:     # the fan-out failed as a whole: the head logs in directly
+        if fan.get(head) is None:  # the fan-out failed as a whole: the head logs in directly
             fan.pop(head, None)
         else:
             answers, head_mesh = fan[head]
@@ -111,8 +124,9 @@ class Gather:
         if rest:
             # the head's own logins: done already if the fan-out ran, else now, beside its probe
             head_peers = [] if head in fan else self.pairs[head]
-            direct = fleet.map(lambda s: self.node(s, head_peers if s.name == head else []), "probe",
-                               only=rest)
+            direct = fleet.map(
+                lambda s: self.node(s, head_peers if s.name == head else []), "probe", only=rest
+            )
             for n, g in direct.items():
                 g.mesh = got[n].mesh if n in got and got[n].mesh else g.mesh
                 got[n] = g
@@ -123,10 +137,19 @@ def _mesh_inputs(hosts, got: dict, v_of: dict, known) -> paper_mesh.PaperMesh:
     """The ssh files each managed node showed, and the controller's pinned keys (parsed once,
     not once per pair). The mesh is the selected HOSTS' (--limit): a job on them needs no
     login to a node outside."""
-    paper = {n: paper_mesh.NodeFiles({p: g.facts.get(factmod.FILE(p)) for p in paper_mesh.FILES})
-             for n, g in got.items() if v_of[n].get("ssh_mesh")}
-    pinned = {h.name: {k.get_base64() for k in (known.lookup(hostkeys.host_entry(h.address, h.port)) or {}).values()}
-              for h in hosts if h.name in paper}
+    paper = {
+        n: paper_mesh.NodeFiles({p: g.facts.get(factmod.FILE(p)) for p in paper_mesh.FILES})
+        for n, g in got.items()
+        if v_of[n].get("ssh_mesh")
+    }
+    pinned = {
+        h.name: {
+            k.get_base64()
+            for k in (known.lookup(hostkeys.host_entry(h.address, h.port)) or {}).values()
+        }
+        for h in hosts
+        if h.name in paper
+    }
     return paper_mesh.PaperMesh(hosts, paper, pinned)
 
 
@@ -140,47 +163,71 @@ def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report
         if h.name not in got or not results[h.name].usable:
             continue
         f, v = got[h.name].facts, v_of[h.name]
-        fps[h.name] = fingerprints.with_run(fingerprints.fingerprint(v, f, got[h.name].python_seen, opts.workdir),
-                                      got[h.name].nccl)
-        want = fingerprints.Expect(opts.workdir, opts.port if h.name == head else None, hosts[0].address)
+        fps[h.name] = fingerprints.with_run(
+            fingerprints.fingerprint(v, f, got[h.name].python_seen, opts.workdir), got[h.name].nccl
+        )
+        want = fingerprints.Expect(
+            opts.workdir, opts.port if h.name == head else None, hosts[0].address
+        )
         found += checks.checks_for(h, v, f, fps[h.name], want)
         found += checks.mesh_checks(h, got[h.name].mesh, v_of, paper)
     found += checks.run_checks(fps, {n: g.nccl for n, g in got.items()})
     unreachable = fleet.unusable()
     order = [h.name for h in hosts]
     if opts.baseline:
-        now, old = fingerprints.for_baseline(fps, parity.baseline_read(opts.baseline)[0], opts.collective)
+        now, old = fingerprints.for_baseline(
+            fps, parity.baseline_read(opts.baseline)[0], opts.collective
+        )
         report = parity.against_baseline(now, old, fingerprints.SEVERITY, unreachable, order=order)
         report.checks += found
     else:
-        report = checks.compare_fleet(fps, {h.name for h in hosts if v_of[h.name].get("cpu_only")},
-                                      found, unreachable, order)
+        report = checks.compare_fleet(
+            fps, {h.name for h in hosts if v_of[h.name].get("cpu_only")}, found, unreachable, order
+        )
     if opts.save_baseline:
         parity.fingerprint_file_write(opts.save_baseline, fps, {"inventory": inv.name})
     return report
 
 
-def _notes(names: list[str], opts: VerifyOptions, fanned: bool, head: str, direct: list[str]) -> list[str]:
+def _notes(
+    names: list[str], opts: VerifyOptions, fanned: bool, head: str, direct: list[str]
+) -> list[str]:
     out = []
     if opts.mesh != "full" and len(names) > 4:
-        out.append(f"(ssh mesh: every pair checked on paper (cluster key authorized, host key pinned), "
-                   f"real logins from {names[0]} to every node; --mesh full logs in over all "
-                   f"{len(names)}x{len(names)} pairs)")
+        out.append(
+            f"(ssh mesh: every pair checked on paper (cluster key authorized, host key pinned), "
+            f"real logins from {names[0]} to every node; --mesh full logs in over all "
+            f"{len(names)}x{len(names)} pairs)"
+        )
     if fanned:
-        out.append(f"(probes rode {head}'s logins" + (f"; probed directly: {nodeset.fold(direct)}"
-                                                     if direct else "") +
-                   "; --via direct connects from here to every node)")
+        out.append(
+            f"(probes rode {head}'s logins"
+            + (f"; probed directly: {nodeset.fold(direct)}" if direct else "")
+            + "; --via direct connects from here to every node)"
+        )
     return out
 
 
 def _collective(opts: VerifyOptions, settings: Settings, events: Events, fleet) -> dict:
     unreachable = list(fleet.unusable())
     if unreachable:
-        return {"ok": False, "launcher": "torchrun",
-                "error": f"skipped: unreachable node(s) {', '.join(unreachable)}"}
-    return collmod.collective(TrainOptions(inventory=opts.inventory, limit=opts.limit, launcher="torchrun",
-                                           payload="allreduce",
-                                           timeout=300, port=opts.port or 29500), settings, events)
+        return {
+            "ok": False,
+            "launcher": "torchrun",
+            "error": f"skipped: unreachable node(s) {', '.join(unreachable)}",
+        }
+    return collmod.collective(
+        TrainOptions(
+            inventory=opts.inventory,
+            limit=opts.limit,
+            launcher="torchrun",
+            payload="allreduce",
+            timeout=300,
+            port=opts.port or 29500,
+        ),
+        settings,
+        events,
+    )
 
 
 def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyResult:
@@ -204,5 +251,12 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
     if coll is not None and not coll["ok"]:
         report.vetoes.append(f"--collective: {coll.get('error') or 'the all_reduce failed'}")
     fanned = not slurm and fans_out(pairs, head, opts.via)
-    return VerifyResult(report, coll, sharing + _notes(names, opts, fanned, head, direct if fanned else [])
-                        + ([f"(probes ran as srun steps from {head}; sbcast carried the scripts)"] if slurm else []))
+    return VerifyResult(
+        report,
+        coll,
+        sharing
+        + _notes(names, opts, fanned, head, direct if fanned else [])
+        + (
+            [f"(probes ran as srun steps from {head}; sbcast carried the scripts)"] if slurm else []
+        ),
+    )

@@ -7,6 +7,7 @@ contact and a changed key is refused (every node behind it then fails with that 
 the bastion is logged into once, not once per node). A hop without a user logs in as the
 node's user, with the node's key (then the agent and the default keys, as OpenSSH does).
 A bastion that cannot be reached is tried once per run: the nodes behind it share the cause."""
+
 from __future__ import annotations
 
 import threading
@@ -14,7 +15,7 @@ import threading
 import paramiko
 
 from nodeprep.engine import ciphers, hostkeys, tcp
-from nodeprep.engine.session import AuthFailed, Unreachable
+from nodeprep.engine.connect_errors import AuthFailed, Unreachable
 
 
 class Bastions:
@@ -26,18 +27,24 @@ class Bastions:
         self._locks: dict[tuple, threading.Lock] = {}
         self._clients: dict[tuple, paramiko.SSHClient] = {}
         self._failed: dict[tuple, Exception] = {}
-        self.logins = 0                     # bastion logins this run (one per hop of a chain)
+        self.logins = 0  # bastion logins this run (one per hop of a chain)
 
     def channel(self, host) -> paramiko.Channel:
         """A channel to HOST's sshd through its chain (host.jump), for Fabric's `sock`."""
         transport = self._client(host.jump, host).get_transport()
         try:
-            return transport.open_channel("direct-tcpip", (host.address, host.port), ("127.0.0.1", 0),
-                                          timeout=self.settings.connect_timeout)
+            return transport.open_channel(
+                "direct-tcpip",
+                (host.address, host.port),
+                ("127.0.0.1", 0),
+                timeout=self.settings.connect_timeout,
+            )
         except (paramiko.ChannelException, paramiko.SSHException, OSError, EOFError) as e:
-            raise Unreachable(f"cannot reach {host.address}:{host.port} through {host.jump[-1]}: "
-                              f"{getattr(e, 'text', None) or e or type(e).__name__}",
-                              hint="is the node up, and its sshd reachable from the bastion?") from None
+            raise Unreachable(
+                f"cannot reach {host.address}:{host.port} through {host.jump[-1]}: "
+                f"{getattr(e, 'text', None) or e or type(e).__name__}",
+                hint="is the node up, and its sshd reachable from the bastion?",
+            ) from None
 
     def _lock_of(self, chain: tuple) -> threading.Lock:
         with self._lock:
@@ -57,41 +64,78 @@ class Bastions:
                         raise
         return self._clients[chain]
 
-    def _login(self, prefix: tuple, host) -> paramiko.SSHClient:
+    def _hop_socket(self, prefix: tuple):
+        """A socket to the last hop of PREFIX: TCP to the first hop, else a channel through
+        the hop before it (logged into already)."""
         hop, s = prefix[-1], self.settings
         if len(prefix) == 1:
             try:
-                sock = tcp.connect(hop.address, hop.port, s.connect_timeout, s.silent_after)
+                return tcp.connect(hop.address, hop.port, s.connect_timeout, s.silent_after)
             except OSError as e:
-                raise Unreachable(f"cannot reach the jump host {hop}: {e.strerror or e}",
-                                  hint="check the jump host's address and port") from None
+                raise Unreachable(
+                    f"cannot reach the jump host {hop}: {e.strerror or e}",
+                    hint="check the jump host's address and port",
+                ) from None
         else:
             try:
-                sock = self._clients[prefix[:-1]].get_transport().open_channel(
-                    "direct-tcpip", (hop.address, hop.port), ("127.0.0.1", 0), timeout=s.connect_timeout)
+                return (
+                    self._clients[prefix[:-1]]
+                    .get_transport()
+                    .open_channel(
+                        "direct-tcpip",
+                        (hop.address, hop.port),
+                        ("127.0.0.1", 0),
+                        timeout=s.connect_timeout,
+                    )
+                )
             except (paramiko.ChannelException, paramiko.SSHException, OSError, EOFError) as e:
-                raise Unreachable(f"cannot reach the jump host {hop} through {prefix[-2]}: {e}") from None
+                raise Unreachable(
+                    f"cannot reach the jump host {hop} through {prefix[-2]}: {e}"
+                ) from None
+
+    def _login(self, prefix: tuple, host) -> paramiko.SSHClient:
+        hop, s = prefix[-1], self.settings
+        sock = self._hop_socket(prefix)
         client = paramiko.SSHClient()
-        hostkeys.attach(client, self.store, (hop.address, hop.port), s.pin_new_host_keys,
-                        on_pin=lambda name, key: self.events.note(host.name, f"pinned new host key of the "
-                                                                  f"jump host {name} {key.get_name()} "
-                                                                  f"{hostkeys.key_fingerprint(key)}"))
+        hostkeys.attach(
+            client,
+            self.store,
+            (hop.address, hop.port),
+            s.pin_new_host_keys,
+            on_pin=lambda name, key: self.events.note(
+                host.name,
+                f"pinned new host key of the "
+                f"jump host {name} {key.get_name()} "
+                f"{hostkeys.key_fingerprint(key)}",
+            ),
+        )
         try:
-            client.connect(hop.address, port=hop.port, username=hop.user or host.user,
-                           key_filename=[host.key] if host.key else None, sock=sock,
-                           timeout=s.connect_timeout, banner_timeout=s.connect_timeout,
-                           auth_timeout=s.connect_timeout, transport_factory=ciphers.GcmFirst)
+            client.connect(
+                hop.address,
+                port=hop.port,
+                username=hop.user or host.user,
+                key_filename=[host.key] if host.key else None,
+                sock=sock,
+                timeout=s.connect_timeout,
+                banner_timeout=s.connect_timeout,
+                auth_timeout=s.connect_timeout,
+                transport_factory=ciphers.GcmFirst,
+            )
         except paramiko.BadHostKeyException as e:
             raise hostkeys.HostKeyChanged(
-                f"host key of the jump host {hop} ({hostkeys.host_entry(hop.address, hop.port)}) CHANGED: "
+                f"host key of the jump host {hop} "
+                f"({hostkeys.host_entry(hop.address, hop.port)}) CHANGED: "
                 f"pinned {hostkeys.key_fingerprint(e.expected_key)}, it offers "
                 f"{hostkeys.key_fingerprint(e.key)}; refusing to connect through it",
                 hint=f"if the jump host was reinstalled on purpose, run `invoke hosts.forget "
-                     f"{hop.address} --inventory INVENTORY` and connect again") from None
+                f"{hop.address} --inventory INVENTORY` and connect again",
+            ) from None
         except paramiko.AuthenticationException as e:
-            raise AuthFailed(f"authentication failed on the jump host {hop}: {e}",
-                              hint="the node's user and key log in to the jump host too; give the "
-                                   "hop its own user (user@host)") from None
+            raise AuthFailed(
+                f"authentication failed on the jump host {hop}: {e}",
+                hint="the node's user and key log in to the jump host too; give the "
+                "hop its own user (user@host)",
+            ) from None
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise Unreachable(f"cannot log in to the jump host {hop}: {e}") from None
         transport = client.get_transport()

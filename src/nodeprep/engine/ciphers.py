@@ -6,6 +6,7 @@ at 64 nodes the HMAC checks were the controller's largest own cost after the han
 a no-op provision took ~6 % less wall time with AES-GCM first (bench/scale_bench.py, the lab's
 64-node shared home). Every other cipher paramiko offers stays offered after it, for servers
 without GCM (OpenSSH has had it since 6.2)."""
+
 from __future__ import annotations
 
 import paramiko
@@ -16,4 +17,7 @@ GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 class GcmFirst(paramiko.Transport):
     """paramiko's Transport (handed to SSHClient.connect as its transport_factory) offering
     AES-GCM first, then paramiko's own list."""
-    _preferred_ciphers = GCM + tuple(c for c in paramiko.Transport._preferred_ciphers if c not in GCM)
+
+    _preferred_ciphers = GCM + tuple(
+        c for c in paramiko.Transport._preferred_ciphers if c not in GCM
+    )

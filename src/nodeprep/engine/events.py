@@ -1,6 +1,7 @@
 """What the engine tells while it works, as callbacks (the way Ansible's executor never prints
 and its callback plugins do). The engine and the commands call these; the cli passes an
 object that renders them (nodeprep/cli/display.py). This base class shows nothing."""
+
 from __future__ import annotations
 
 

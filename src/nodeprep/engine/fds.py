@@ -3,12 +3,13 @@ pipes of the nodes being worked on. Linux sessions often start with a soft limit
 descriptors (systemd's default) under a hard limit of 500k or more: a run over a thousand
 nodes would die with "Too many open files" halfway. The soft limit is raised towards the hard
 one as far as the fleet needs; it can never go above the hard limit (that needs root)."""
+
 from __future__ import annotations
 
 import resource
 
-PER_NODE = 4        # its socket, paramiko's pipes, a stage log open while the node works
-BASE = 256          # the interpreter, imports, the controller's own files
+PER_NODE = 4  # its socket, paramiko's pipes, a stage log open while the node works
+BASE = 256  # the interpreter, imports, the controller's own files
 
 
 def ensure_open_files(nodes: int) -> tuple[int, int]:

@@ -4,6 +4,7 @@ bounded parallel fan-out on one thread pool, and a `NodeResult` per node that su
 failure: one unreachable node never stops the others. Fabric's ThreadingGroup has no pool
 limit, no timeouts and no output prefix, hence this module.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,14 +20,14 @@ from fabric import Config
 
 from nodeprep.engine import hostkeys, runners
 from nodeprep.engine.bastions import Bastions
+from nodeprep.engine.connect_errors import Unreachable
 from nodeprep.engine.events import Events
 from nodeprep.engine.fds import ensure_open_files
 from nodeprep.engine.remote import RUN_VAR, stop_tagged_script
 from nodeprep.engine.results import NodeResult, RunLog
-from nodeprep.engine.session import Session, Unreachable
+from nodeprep.engine.session import Session
 from nodeprep.errors import NodeprepError
 from nodeprep.settings import Settings
-
 
 # After Ctrl-C every piece of work left on the nodes (stopping the run's commands, releasing its
 # locks, closing) waits at most this long, so the whole command ends within 3 s.
@@ -44,14 +45,23 @@ class Fleet:
     """The nodes of one run. `map(fn, stage)` runs fn(session) on every still-usable node in
     parallel (at most settings.width at once) and returns {node: value}."""
 
-    def __init__(self, hosts, settings: Settings, task: str, events: Events | None = None,
-                 runlog: RunLog | None = None, password: str | None = None):
+    def __init__(
+        self,
+        hosts,
+        settings: Settings,
+        task: str,
+        events: Events | None = None,
+        runlog: RunLog | None = None,
+        password: str | None = None,
+    ):
         self.settings = settings
         self.events = events or Events()
         self.runlog = runlog or RunLog.create(settings.runs, task)
         self.store = hostkeys.PinnedHostKeys(settings.known_hosts)
-        self.bastions = Bastions(settings, self.store, self.events)   # one connection per jump host
-        self.fabric_config = Config(overrides={"load_ssh_configs": False, "runners": dict(runners.RUNNERS)})
+        self.bastions = Bastions(settings, self.store, self.events)  # one connection per jump host
+        self.fabric_config = Config(
+            overrides={"load_ssh_configs": False, "runners": dict(runners.RUNNERS)}
+        )
         # tags every remote command of this run (remote.RUN_VAR): unique even for two runs
         # started in the same second by one process
         self.run_id = f"{self.runlog.path.name}-{secrets.token_hex(3)}"
@@ -59,12 +69,14 @@ class Fleet:
         self.sessions = {h.name: Session(h, self) for h in hosts}
         soft, want = ensure_open_files(len(self.sessions))
         if soft < want:
-            self.events.log(f"open-file limit {soft} (hard limit) is below the {want} this run of "
-                             f"{len(self.sessions)} nodes may need: raise `ulimit -Hn`")
-        self.transport = None          # engine/transports/slurmrun.use() sets it (--via slurm)
+            self.events.log(
+                f"open-file limit {soft} (hard limit) is below the {want} this run of "
+                f"{len(self.sessions)} nodes may need: raise `ulimit -Hn`"
+            )
+        self.transport = None  # engine/transports/slurmrun.use() sets it (--via slurm)
         self._pool: ThreadPoolExecutor | None = None
         self._in_pool = threading.local()
-        self.interrupted: float | None = None    # when Ctrl-C came (time.monotonic)
+        self.interrupted: float | None = None  # when Ctrl-C came (time.monotonic)
         self.events.start([h.name for h in hosts])
 
     def __enter__(self):
@@ -82,7 +94,9 @@ class Fleet:
         self.bastions.close()
         if self._pool:
             # after Ctrl-C the workers may still wait on a silent node: nothing waits for them
-            self._pool.shutdown(wait=self.interrupted is None, cancel_futures=self.interrupted is not None)
+            self._pool.shutdown(
+                wait=self.interrupted is None, cancel_futures=self.interrupted is not None
+            )
         self.events.stop()
 
     def interrupt(self) -> None:
@@ -101,13 +115,22 @@ class Fleet:
                 busy.append(s.name)
                 s.result.mark("failed", f"interrupted (Ctrl-C) during {s.stage}: {s.doing}")
                 s.result.interrupted = True
-            self.events.note(s.name, f"interrupted during {s.stage}: {s.doing}" if s.doing
-                             else f"interrupted: nothing running there (last stage: {s.stage})")
+            self.events.note(
+                s.name,
+                f"interrupted during {s.stage}: {s.doing}"
+                if s.doing
+                else f"interrupted: nothing running there (last stage: {s.stage})",
+            )
         stop = stop_tagged_script(RUN_VAR, self.run_id)
-        self.cleanup(lambda s: s.run(stop, timeout=1, label="stop this run's commands (Ctrl-C)"),
-                     "interrupt", only=busy)
+        self.cleanup(
+            lambda s: s.run(stop, timeout=1, label="stop this run's commands (Ctrl-C)"),
+            "interrupt",
+            only=busy,
+        )
 
-    def _until(self, fn: Callable[[Session], None], sessions: list[Session], seconds: float) -> None:
+    def _until(
+        self, fn: Callable[[Session], None], sessions: list[Session], seconds: float
+    ) -> None:
         """FN on every session in threads that nothing waits for after SECONDS (after Ctrl-C:
         a silent node must not hold the command)."""
         threads = [threading.Thread(target=fn, args=(s,), daemon=True) for s in sessions]
@@ -131,12 +154,16 @@ class Fleet:
             self.transport.each(fn, sessions)
             return
         if getattr(self._in_pool, "yes", False):
-            with ThreadPoolExecutor(max_workers=max(1, min(self.settings.width, len(sessions)))) as pool:
+            with ThreadPoolExecutor(
+                max_workers=max(1, min(self.settings.width, len(sessions)))
+            ) as pool:
                 list(pool.map(fn, sessions))
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=max(1, self.settings.width),
-                                            initializer=lambda: setattr(self._in_pool, "yes", True))
+            self._pool = ThreadPoolExecutor(
+                max_workers=max(1, self.settings.width),
+                initializer=lambda: setattr(self._in_pool, "yes", True),
+            )
         list(self._pool.map(fn, sessions))
 
     @property
@@ -176,31 +203,33 @@ class Fleet:
                 return
             self._failed(s, stage, e)
         if self.interrupted is not None:
-            return                  # cut by the interrupt: interrupt() said what it was doing
+            return  # cut by the interrupt: interrupt() said what it was doing
         s.doing = None
         s.log(f"== {stage}: {s.result.status} {s.result.message}\n")
-        self.runlog.close(s.name, stage)      # open files stay ~width, not N x stages
+        self.runlog.close(s.name, stage)  # open files stay ~width, not N x stages
         self.events.status(s.name, stage, s.result.status, s.result.message)
 
     @staticmethod
     def _failed(s: Session, stage: str, e: Exception) -> None:
-        s.result.error_kind = s.result.error_kind or type(e).__name__    # doctor tells them apart
+        s.result.error_kind = s.result.error_kind or type(e).__name__  # doctor tells them apart
         if isinstance(e, Unreachable):
             s.result.mark("unreachable", str(e))
-        elif s.silent():      # an sftp transfer or a channel cut by the dead-peer rule
+        elif s.silent():  # an sftp transfer or a channel cut by the dead-peer rule
             s.result.mark("unreachable", str(s.silence(f"the {stage} stage")))
         elif isinstance(e, NodeprepError):
             s.result.mark("failed", str(e))
-        else:                 # a bug or an odd remote answer: fail the node, keep the rest
+        else:  # a bug or an odd remote answer: fail the node, keep the rest
             s.result.mark("failed", f"{stage}: {type(e).__name__}: {e}")
 
     def cleanup(self, fn: Callable[[Session], Any], stage: str, only=None) -> None:
         """Run FN on every node it concerns that is still connected, failed ones included
         (a lock taken before a step failed must still be released). A node's status is never
         changed here; what went wrong is logged on the node."""
-        sessions = [s for s in self.sessions.values()
-                    if (only is None or s.name in only) and s.connected
-                    and s.result.status != "unreachable"]
+        sessions = [
+            s
+            for s in self.sessions.values()
+            if (only is None or s.name in only) and s.connected and s.result.status != "unreachable"
+        ]
 
         def one(s: Session):
             try:

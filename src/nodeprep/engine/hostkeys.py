@@ -6,6 +6,7 @@ A first contact is recorded in the file (never silently accepted in memory only)
 that differs from the recorded one makes paramiko raise BadHostKeyException, which the
 session turns into a per-node failure naming both fingerprints and the fix.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,8 +26,10 @@ from nodeprep.inventory.yamlfile import read_input
 
 _lock = threading.Lock()
 _cache_lock = threading.Lock()
-_cache: dict[str, tuple] = {}     # path -> (stat stamp, HostKeys, {name: {type: key}}, has hashed/wildcard)
-_parsing: dict[str, threading.Lock] = {}    # path -> held while one thread parses it
+_cache: dict[
+    str, tuple
+] = {}  # path -> (stat stamp, HostKeys, {name: {type: key}}, has hashed/wildcard)
+_parsing: dict[str, threading.Lock] = {}  # path -> held while one thread parses it
 
 
 def key_fingerprint(key: paramiko.PKey) -> str:
@@ -92,7 +95,7 @@ class PinnedHostKeys:
     def _index(self, stamp) -> paramiko.HostKeys:
         keys = self._parse()
         index: dict[str, dict[str, paramiko.PKey]] = {}
-        other = False          # hashed or wildcard entries: only paramiko's lookup matches them
+        other = False  # hashed or wildcard entries: only paramiko's lookup matches them
         for entry in keys._entries:
             for name in entry.hostnames:
                 if name.startswith("|") or any(c in name for c in "*?!"):
@@ -112,18 +115,21 @@ class PinnedHostKeys:
         keys = paramiko.HostKeys()
         text = read_input(self.path, str(self.path))
         seen: set = set()
-        for number, line in enumerate(io.StringIO(text, newline=None), 1):   # as open() reads
+        for number, line in enumerate(io.StringIO(text, newline=None), 1):  # as open() reads
             line = line.strip()
             if not line or line[0] == "#":
                 continue
             try:
                 entry = HostKeyEntry.from_line(line, number)
-            except (InvalidHostKey, ValueError) as exc:   # ValueError: base64 that is no key
-                raise InputError(f"not a known_hosts line: {getattr(exc, 'exc', exc)}", "fix the "
-                                 "line, or delete it to pin the node's key again on the next contact",
-                                 str(self.path), number) from None
+            except (InvalidHostKey, ValueError) as exc:  # ValueError: base64 that is no key
+                raise InputError(
+                    f"not a known_hosts line: {getattr(exc, 'exc', exc)}",
+                    "fix the line, or delete it to pin the node's key again on the next contact",
+                    str(self.path),
+                    number,
+                ) from None
             except paramiko.SSHException:
-                continue                 # as load(): a line paramiko cannot use is skipped
+                continue  # as load(): a line paramiko cannot use is skipped
             if entry is None:
                 continue
             key = (entry.key.get_name(), entry.key.asbytes())
@@ -148,12 +154,13 @@ class PinnedHostKeys:
         """Append NAME's key unless already there; True when a line was added."""
         with self._locked():
             keys = self.load()
-            current = keys.lookup(name)     # NAME is already a host_entry
+            current = keys.lookup(name)  # NAME is already a host_entry
             if current and current.get(key.get_name()) == key:
                 return False
             if current and key.get_name() in current:
                 raise HostKeyChanged(
-                    f"{name}: a different {key.get_name()} key is already pinned; refusing to add")
+                    f"{name}: a different {key.get_name()} key is already pinned; refusing to add"
+                )
             with open(self.path, "a") as fh:
                 fh.write(f"{name} {key.get_name()} {key.get_base64()}\n")
             os.chmod(self.path, 0o600)
@@ -207,17 +214,24 @@ class PinningPolicy(paramiko.MissingHostKeyPolicy):
     def missing_host_key(self, client, hostname, key):
         if not self.allow_new:
             raise UnknownHostKey(
-                f"{hostname}: host key {key_fingerprint(key)} is not pinned in {self.store.path} and "
+                f"{hostname}: host key {key_fingerprint(key)} is not pinned in "
+                f"{self.store.path} and "
                 "first-contact pinning is off",
                 hint="check the fingerprint on the node, then run with pinning allowed "
-                     "(nodeprep.pin_new_host_keys: true) or add it to the known_hosts file")
+                "(nodeprep.pin_new_host_keys: true) or add it to the known_hosts file",
+            )
         self.store.record(hostname, key)
         if self.on_pin:
             self.on_pin(hostname, key)
 
 
-def attach(client: paramiko.SSHClient, store: PinnedHostKeys, target: tuple[str, int],
-           allow_new: bool = True, on_pin=None) -> None:
+def attach(
+    client: paramiko.SSHClient,
+    store: PinnedHostKeys,
+    target: tuple[str, int],
+    allow_new: bool = True,
+    on_pin=None,
+) -> None:
     """Give a paramiko client (e.g. a Fabric Connection's) the keys pinned for the one
     TARGET (address, port) it connects to, and our policy. Only that host's keys: copying the
     whole file into every client cost O(N) per connection (paramiko's add() scans its list)."""

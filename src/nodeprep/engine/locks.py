@@ -8,6 +8,7 @@ holder is gone (same controller host, pid not running) or that is older than
 `settings.lock_stale` is taken over, and the run says so. The locks of one run are taken all
 or nothing (a run that cannot get one releases the others and tries again), so two runs that
 want the same locks in a different order cannot wait on each other forever."""
+
 from __future__ import annotations
 
 import os
@@ -51,6 +52,7 @@ class Owner:
 @dataclass(frozen=True)
 class Lock:
     """PATH on the node SESSION reaches; WHAT names it for the user (`home of worker-[0-3]`)."""
+
     node: str
     path: str
     what: str
@@ -61,13 +63,16 @@ def _try_script(path: str, owner: Owner) -> str:
     FAILED and why the lock could not be made at all (a read-only or full file system, a
     directory the user may not write): no holder to wait for."""
     p = rpath(path)
-    return (f'mkdir -p "$(dirname {p})" 2>/dev/null; '
-            f'if e=$(LC_ALL=C mkdir {p} 2>&1); then '
-            f'if printf "%s\\n" {shlex.quote(owner.line())} > {p}/owner 2>/dev/null; then echo ACQUIRED; '
-            f'else rm -rf {p}; echo "FAILED cannot write {path}/owner (no space left?)"; fi; '
-            f'elif [ -d {p} ]; then echo HELD; cat {p}/owner 2>/dev/null; '
-            f'echo; stat -c %Y {p} 2>/dev/null; date +%s; '
-            f'else echo "FAILED $e"; fi')
+    return (
+        f'mkdir -p "$(dirname {p})" 2>/dev/null; '
+        f"if e=$(LC_ALL=C mkdir {p} 2>&1); then "
+        f'if printf "%s\\n" {shlex.quote(owner.line())} > {p}/owner 2>/dev/null; '
+        "then echo ACQUIRED; "
+        f'else rm -rf {p}; echo "FAILED cannot write {path}/owner (no space left?)"; fi; '
+        f"elif [ -d {p} ]; then echo HELD; cat {p}/owner 2>/dev/null; "
+        f"echo; stat -c %Y {p} 2>/dev/null; date +%s; "
+        f'else echo "FAILED $e"; fi'
+    )
 
 
 def _takeover_script(path: str, owner: Owner, old: str, mtime: str) -> str:
@@ -78,23 +83,29 @@ def _takeover_script(path: str, owner: Owner, old: str, mtime: str) -> str:
     live run made meanwhile is never taken."""
     held = Owner.parse(old)
     stop = f"( {stop_tagged_script(RUN_VAR, held.run)} ) >/dev/null 2>&1; " if held else ""
-    return (f"p={rpath(path)}; m={rpath(path + '.takeover')}; "
-            'now=$(date +%s); t=$(stat -c %Y "$m" 2>/dev/null) && [ $((now - t)) -gt 60 ] && rmdir "$m"; '
-            'mkdir "$m" 2>/dev/null || exit 3; trap \'rmdir "$m"\' EXIT; '
-            f'[ "$(head -n 1 "$p/owner" 2>/dev/null)" = {shlex.quote(old)} ] || exit 3; '
-            f'[ "$(stat -c %Y "$p" 2>/dev/null)" = {shlex.quote(mtime)} ] || exit 3; '
-            f'rm -rf "$p" && mkdir "$p" || exit 3; printf "%s\\n" {shlex.quote(owner.line())} > "$p/owner"; '
-            + stop + "true")
+    return (
+        f"p={rpath(path)}; m={rpath(path + '.takeover')}; "
+        'now=$(date +%s); t=$(stat -c %Y "$m" 2>/dev/null) && '
+        '[ $((now - t)) -gt 60 ] && rmdir "$m"; '
+        'mkdir "$m" 2>/dev/null || exit 3; trap \'rmdir "$m"\' EXIT; '
+        f'[ "$(head -n 1 "$p/owner" 2>/dev/null)" = {shlex.quote(old)} ] || exit 3; '
+        f'[ "$(stat -c %Y "$p" 2>/dev/null)" = {shlex.quote(mtime)} ] || exit 3; '
+        'rm -rf "$p" && mkdir "$p" || exit 3; '
+        f'printf "%s\\n" {shlex.quote(owner.line())} > "$p/owner"; ' + stop + "true"
+    )
 
 
 def release_script(path: str, owner: Owner) -> str:
     p = rpath(path)
-    return f'[ "$(head -n 1 {p}/owner 2>/dev/null)" = {shlex.quote(owner.line())} ] && rm -rf {p}; true'
+    return (
+        f'[ "$(head -n 1 {p}/owner 2>/dev/null)" = {shlex.quote(owner.line())} ] && '
+        f"rm -rf {p}; true"
+    )
 
 
 def _alive_here(owner: Owner) -> bool:
     if owner.host != socket.gethostname():
-        return True             # another controller: only its age can tell
+        return True  # another controller: only its age can tell
     try:
         os.kill(owner.pid, 0)
     except ProcessLookupError:
@@ -134,8 +145,10 @@ def try_lock(session, lock: Lock, owner: Owner, max_age: float) -> Owner | None 
     if lines[0] == "ACQUIRED":
         return None
     if lines[0].startswith("FAILED"):
-        raise NodeprepError(f"cannot make the lock {lock.path} on {lock.node}: {lines[0][7:].strip()}",
-                            hint="the home must be writable, with room for a directory")
+        raise NodeprepError(
+            f"cannot make the lock {lock.path} on {lock.node}: {lines[0][7:].strip()}",
+            hint="the home must be writable, with room for a directory",
+        )
     text = lines[1] if len(lines) > 1 else ""
     holder = Owner.parse(text)
     if holder is not None and holder.run == owner.run:
@@ -144,9 +157,19 @@ def try_lock(session, lock: Lock, owner: Owner, max_age: float) -> Owner | None 
     age = float(nums[-1]) - float(nums[-2]) if len(nums) >= 2 else 0.0
     why = stale(holder, age, max_age)
     mtime = nums[-2] if len(nums) >= 2 else ""
-    if why and mtime and session.run(_takeover_script(lock.path, owner, text, mtime), timeout=30,
-                           label=f"take over lock {lock.what}").rc == 0:
-        session.events.note(session.name, f"took over the lock of the {lock.what} ({lock.path}): {why}")
+    if (
+        why
+        and mtime
+        and session.run(
+            _takeover_script(lock.path, owner, text, mtime),
+            timeout=30,
+            label=f"take over lock {lock.what}",
+        ).rc
+        == 0
+    ):
+        session.events.note(
+            session.name, f"took over the lock of the {lock.what} ({lock.path}): {why}"
+        )
         return None
     return holder or text or "an unknown holder"
 
@@ -164,8 +187,11 @@ class Locks:
         by_node: dict[str, list[Lock]] = {}
         for lk in self.locks:
             by_node.setdefault(lk.node, []).append(lk)
-        got = self.fleet.map(lambda s: [(lk, try_lock(s, lk, self.owner, max_age))
-                                        for lk in by_node[s.name]], "lock", only=list(by_node))
+        got = self.fleet.map(
+            lambda s: [(lk, try_lock(s, lk, self.owner, max_age)) for lk in by_node[s.name]],
+            "lock",
+            only=list(by_node),
+        )
         busy = {}
         for pairs in got.values():
             for lk, holder in pairs:
@@ -183,19 +209,22 @@ class Locks:
             busy = self._round(max_age)
             if not busy:
                 return said
-            self._unlock()        # all or nothing: never hold some while waiting for others
+            self._unlock()  # all or nothing: never hold some while waiting for others
             if not said:
                 lk, holder = next(iter(busy.items()))
                 who = holder.describe() if isinstance(holder, Owner) else str(holder)
-                self.fleet.events.log(f"waiting up to {wait:.0f}s for the {lk.what}: locked by {who}")
+                self.fleet.events.log(
+                    f"waiting up to {wait:.0f}s for the {lk.what}: locked by {who}"
+                )
                 said = True
             if time.monotonic() >= deadline:
                 lk, holder = next(iter(busy.items()))
                 who = holder.describe() if isinstance(holder, Owner) else str(holder)
-                raise NodeprepError(f"the {lk.what} is locked by another nodeprep run: {who}; "
-                                    f"waited {wait:.0f}s ({lk.path} on {lk.node})",
-                                    hint="wait for that run, or remove the lock directory if you "
-                                         "know it is dead")
+                raise NodeprepError(
+                    f"the {lk.what} is locked by another nodeprep run: {who}; "
+                    f"waited {wait:.0f}s ({lk.path} on {lk.node})",
+                    hint="wait for that run, or remove the lock directory if you know it is dead",
+                )
             time.sleep(min(1.0 + random.random(), max(0.0, deadline - time.monotonic())))
 
     def release(self) -> None:
@@ -210,6 +239,13 @@ class Locks:
             by_node.setdefault(lk.node, []).append(lk)
         if by_node:
             # failed nodes too: a step that failed after the lock was taken must not keep it
-            self.fleet.cleanup(lambda s: [s.run(release_script(lk.path, self.owner), timeout=30,
-                                                label=f"unlock {lk.what}") for lk in by_node[s.name]],
-                               "unlock", only=list(by_node))
+            self.fleet.cleanup(
+                lambda s: [
+                    s.run(
+                        release_script(lk.path, self.owner), timeout=30, label=f"unlock {lk.what}"
+                    )
+                    for lk in by_node[s.name]
+                ],
+                "unlock",
+                only=list(by_node),
+            )

@@ -2,6 +2,7 @@
 atomically (temp file with the final mode in the same directory, then rename), so an
 interrupted run never leaves a truncated authorized_keys or ssh config. Reading files is
 the FILE fact (engine/facts/files.py)."""
+
 from __future__ import annotations
 
 import base64
@@ -21,13 +22,14 @@ def write_script(path: str, content: str, mode: int) -> str:
     """Replace PATH with CONTENT atomically, creating its directory (0700) if needed."""
     p = rpath(path)
     blob = base64.b64encode(content.encode("utf-8", "surrogateescape")).decode()
-    return (f"f={p}\n"
-            "d=$(dirname \"$f\")\n"
-            "[ -d \"$d\" ] || mkdir -p -m 700 \"$d\"\n"
-            "t=$(mktemp \"$d/.nodeprep.XXXXXX\") &&\n"
-            f"  printf %s {blob} | base64 -d > \"$t\" && chmod {mode:o} \"$t\" &&\n"
-            "  mv -f \"$t\" \"$f\" || { rm -f \"$t\"; exit 1; }")
-
+    return (
+        f"f={p}\n"
+        'd=$(dirname "$f")\n'
+        '[ -d "$d" ] || mkdir -p -m 700 "$d"\n'
+        't=$(mktemp "$d/.nodeprep.XXXXXX") &&\n'
+        f'  printf %s {blob} | base64 -d > "$t" && chmod {mode:o} "$t" &&\n'
+        '  mv -f "$t" "$f" || { rm -f "$t"; exit 1; }'
+    )
 
 
 # How a stamp records a file (stamp_from_list writes it, engine/facts STAMP reads it back):
@@ -45,14 +47,17 @@ def stamp_from_list(directory: str, stamp: str, listing: str) -> str:
     d = rpath(directory)
     s = shlex.quote(stamp)
     ls = shlex.quote(listing)
-    return (f"( cd {d} && set -- && {{\n"
-            "    IFS= read -r h\n"
-            "    while IFS= read -r x || [ -n \"$x\" ]; do set -- \"$@\" \"$x\"; done\n"
-            f"  }} < {ls} && {{\n"
-            "    printf '%s\\n' \"$h\"\n"
-            f"    [ $# -eq 0 ] || stat -c '{STAT_FORMAT}' -- \"$@\"\n"
-            f"  }} > {s}.$$ && mv -f {s}.$$ {s} || {{ rm -f {s}.$$; exit 1; }}\n"
-            f"  rm -f {ls} )")
+    return (
+        f"( cd {d} && set -- && {{\n"
+        "    IFS= read -r h\n"
+        '    while IFS= read -r x || [ -n "$x" ]; do set -- "$@" "$x"; done\n'
+        f"  }} < {ls} && {{\n"
+        "    printf '%s\\n' \"$h\"\n"
+        f"    [ $# -eq 0 ] || stat -c '{STAT_FORMAT}' -- \"$@\"\n"
+        f"  }} > {s}.$$ && mv -f {s}.$$ {s} || {{ rm -f {s}.$$; exit 1; }}\n"
+        f"  rm -f {ls} )"
+    )
+
 
 # sh: `np_sha256 < FILE` prints FILE's sha256 (64 hex digits). coreutils' sha256sum (9.1 in
 # Debian 12) does not use the CPU's SHA instructions and hashes ~0.55 GB/s a core here; the
@@ -63,23 +68,25 @@ def stamp_from_list(directory: str, stamp: str, listing: str) -> str:
 # (a `$(np_sha256 < f)` subshell inherits it).
 SHA256_EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 # No newline at its end: callers go on with `; ...` on the same line.
-SHA256_SH = ("np_sha256() {\n"
-             "  if [ -z \"${np_shc:-}\" ]; then\n"
-             "    np_shc=sha256sum\n"
-             "    [ \"$(printf '' | openssl dgst -sha256 -r 2>/dev/null | cut -c1-64)\" = "
-             f"{SHA256_EMPTY} ] && np_shc=openssl\n"
-             "  fi\n"
-             "  if [ \"$np_shc\" = openssl ]; then openssl dgst -sha256 -r | cut -c1-64\n"
-             "  else sha256sum | cut -c1-64; fi\n"
-             "}\n"
-             "np_sha256 </dev/null >/dev/null")
+SHA256_SH = (
+    "np_sha256() {\n"
+    '  if [ -z "${np_shc:-}" ]; then\n'
+    "    np_shc=sha256sum\n"
+    "    [ \"$(printf '' | openssl dgst -sha256 -r 2>/dev/null | cut -c1-64)\" = "
+    f"{SHA256_EMPTY} ] && np_shc=openssl\n"
+    "  fi\n"
+    '  if [ "$np_shc" = openssl ]; then openssl dgst -sha256 -r | cut -c1-64\n'
+    "  else sha256sum | cut -c1-64; fi\n"
+    "}\n"
+    "np_sha256 </dev/null >/dev/null"
+)
 
 
 # Every remote command of a run carries RUN_VAR=<run id> in its environment (Session.run), so a
 # later run can stop exactly the commands a killed run left behind (engine/locks.py).
 RUN_VAR = "NODEPREP_RUN"
 
-_STOP_TAGGED = r'''
+_STOP_TAGGED = r"""
 # dash's builtin kill rejects `--` and errors went to /dev/null, so use procps kill, and
 # select process groups with `ps -e -o pgid=` (ps -g means session).
 tag="$1"; pgs=""
@@ -105,7 +112,7 @@ while [ $i -lt 50 ]; do
 done
 for pg in $pgs; do alive "$pg" && /bin/kill -s KILL -- "-$pg" 2>/dev/null; done
 echo "stopped $(echo $pgs | wc -w) process group(s)"
-'''
+"""
 
 
 def stop_tagged_script(var: str, value: str) -> str:

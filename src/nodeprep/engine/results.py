@@ -1,5 +1,6 @@
 """Per-node results and the run directory (a log per node per stage + report.json). How they
 are shown is the cli's business (nodeprep/cli/)."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ def usable(status: str) -> bool:
 @dataclass
 class StepResult:
     name: str
-    status: str          # ok | changed | failed | skipped
+    status: str  # ok | changed | failed | skipped
     message: str = ""
 
     def as_dict(self) -> dict:
@@ -37,12 +38,15 @@ class NodeResult:
     stderr_tail: str = ""
     steps: list[StepResult] = field(default_factory=list)
     data: dict = field(default_factory=dict)
-    error_kind: str = ""         # the exception's class that failed the node (HostKeyChanged, AuthFailed, ...)
-    interrupted: bool = False    # Ctrl-C: what it was doing is the message; later noise is not
+    error_kind: str = (
+        ""  # the exception's class that failed the node (HostKeyChanged, AuthFailed, ...)
+    )
+    interrupted: bool = False  # Ctrl-C: what it was doing is the message; later noise is not
 
     @property
     def usable(self) -> bool:
-        """Whether later stages still run on this node (the one rule: not failed, not unreachable)."""
+        """Whether later stages still run on this node (the one rule: not failed, not
+        unreachable)."""
         return usable(self.status)
 
     @property
@@ -65,8 +69,11 @@ class NodeResult:
     def add_step(self, step: StepResult, stderr_tail: str = "") -> None:
         self.steps.append(step)
         if step.status in ("changed", "failed"):
-            self.mark(step.status, f"{step.name}: {step.message}" if step.status == "failed" else "",
-                      stderr_tail)
+            self.mark(
+                step.status,
+                f"{step.name}: {step.message}" if step.status == "failed" else "",
+                stderr_tail,
+            )
 
     def as_dict(self) -> dict:
         d = {"status": self.status, "changed": self.changed, "failed": self.failed}

@@ -11,6 +11,7 @@ output, and one defect:
 - Each chunk was decoded on its own, so a UTF-8 character split across two reads came out
   as two U+FFFD: here one incremental decoder per stream keeps it whole.
 """
+
 from __future__ import annotations
 
 import codecs

@@ -4,6 +4,7 @@ every remote command of the run through it as POSIX sh with a deadline enforced 
 logs each command and its exit, and streams output lines to the run's events. Its
 `NodeResult` is the node's outcome; engine/fleet.py runs sessions in parallel.
 """
+
 from __future__ import annotations
 
 import base64
@@ -11,7 +12,6 @@ import contextlib
 import errno
 import io
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,42 +22,15 @@ from fabric import Connection
 from invoke.exceptions import CommandTimedOut
 
 from nodeprep.engine import ciphers, hostkeys, tcp
+from nodeprep.engine.connect_errors import AuthFailed, Unreachable, connect_error
 from nodeprep.engine.remote import RUN_VAR
 from nodeprep.engine.results import NodeResult
 from nodeprep.engine.transports.local import LocalConnection
-from nodeprep.errors import NodeprepError
-
 
 # paramiko's transport thread logs a failed handshake (a node that is down) with a traceback;
 # with no handler configured, Python's last-resort handler printed it on stderr. The engine
 # reports the node as unreachable itself, in one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-class Unreachable(NodeprepError):
-    pass
-
-
-class AuthFailed(Unreachable):
-    """The node answered and refused every key (and password) offered."""
-
-
-def _connect_error(e: BaseException, seconds: float, limit: float) -> tuple[str, bool]:
-    """(what happened, whether a retry can fix it). A retry helps a node whose sshd is starting
-    (refused, reset, closed during the banner); never a silent address: waiting again cannot
-    make it answer, and every retry would add CONNECT_TIMEOUT to the run."""
-    if isinstance(e, (socket.timeout, TimeoutError)) or seconds >= limit - 0.5:
-        return f"no answer within {limit:.0f} s (a silent address: the node is down or a firewall drops it)", False
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused (no sshd listening yet?)", True
-    if isinstance(e, (ConnectionResetError, EOFError, BrokenPipeError)):
-        return f"connection reset ({type(e).__name__})", True
-    if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
-        return str(e), True
-    if isinstance(e, paramiko.SSHException):
-        return f"ssh handshake failed: {e}", _transient(e)
-    if isinstance(e, OSError):
-        return f"{e.strerror or e} (errno {e.errno})", e.errno in (104, 111, 113)
-    return f"{type(e).__name__}: {e}", False
 
 
 @dataclass
@@ -90,8 +63,9 @@ class _LineSink:
     """File-like object Invoke writes remote output to: logs every byte, and shows complete
     lines prefixed with the node name when streaming is on."""
 
-    def __init__(self, log, show: Callable[[str], None] | None,
-                 watch: Callable[[str], None] | None = None):
+    def __init__(
+        self, log, show: Callable[[str], None] | None, watch: Callable[[str], None] | None = None
+    ):
         self.log = log
         self.show = show
         self.watch = watch
@@ -134,8 +108,8 @@ class Session:
         self.runlog, self.events = fleet.runlog, fleet.events
         self.name = host.name
         self.stage = "connect"
-        self.doing: str | None = None    # the command running now (what a Ctrl-C interrupts)
-        self._outer: str | None = None   # the work a busy() block names, around its commands
+        self.doing: str | None = None  # the command running now (what a Ctrl-C interrupts)
+        self._outer: str | None = None  # the work a busy() block names, around its commands
         self._conn: Connection | None = None
         # engine/transports/slurmrun.Transport when the run rides Slurm (--via slurm): every
         # run() goes into a batch the head runs as one srun step; only the head holds an ssh
@@ -144,7 +118,7 @@ class Session:
         self._fabric_config = fleet.fabric_config
         self._bastions = fleet.bastions
         self._password = fleet.password  # --ask-pass: in memory only, never logged
-        self.pinned_now = False          # this run pinned the node's host key (first contact)
+        self.pinned_now = False  # this run pinned the node's host key (first contact)
         self._tag = f"{RUN_VAR}={fleet.run_id}; export {RUN_VAR}\n"
         self.result = NodeResult(host.name)
 
@@ -160,39 +134,34 @@ class Session:
     @property
     def connected(self) -> bool:
         """Whether this node was reached: over its own ssh connection or through Slurm."""
-        return self._conn is not None or (self.transport is not None and self.transport.reached(self))
+        return self._conn is not None or (
+            self.transport is not None and self.transport.reached(self)
+        )
 
     def connect(self) -> None:
         if self.transport is not None and not self.transport.is_head(self):
-            return                       # its commands go through the head's srun
+            return  # its commands go through the head's srun
         self._ssh()
 
     def _ssh(self) -> None:
         if self._conn is not None and self._conn.is_connected:
             return
         h, s = self.host, self.settings
-        if getattr(h, "connection", "ssh") == "local":      # the controller itself, no ssh
+        if getattr(h, "connection", "ssh") == "local":  # the controller itself, no ssh
             self._conn = LocalConnection()
             return
-        kwargs: dict[str, Any] = {"transport_factory": ciphers.GcmFirst, "banner_timeout": s.connect_timeout,
-                                  "auth_timeout": s.connect_timeout}
-        if h.key:
-            kwargs.update(key_filename=[str(Path(h.key).expanduser())])
-        if self._password:
-            kwargs.update(password=self._password)  # tried after the keys, as OpenSSH does
+        kwargs = self._connect_kwargs()
         delay, tried = s.retry_backoff, []
         self.doing = f"connecting to {h.address}:{h.port}"
         for attempt in range(s.connect_retries + 1):
-            # A Config per connection: Connection.__init__ writes to its config, and a shared
-            # one raced across threads ("No attribute or config key found for 'gateway'").
-            conn = Connection(h.address, user=h.user, port=h.port, config=self._fabric_config.clone(),
-                              connect_timeout=s.connect_timeout, connect_kwargs=kwargs)
-            hostkeys.attach(conn.client, self.store, (h.address, h.port), s.pin_new_host_keys,
-                            on_pin=self._pinned)
+            conn = self._connection(kwargs)
             t0 = time.monotonic()
             try:
-                conn.connect_kwargs["sock"] = (self._bastions.channel(h) if getattr(h, "jump", ()) else
-                                               tcp.connect(h.address, h.port, s.connect_timeout, s.silent_after))
+                conn.connect_kwargs["sock"] = (
+                    self._bastions.channel(h)
+                    if getattr(h, "jump", ())
+                    else tcp.connect(h.address, h.port, s.connect_timeout, s.silent_after)
+                )
                 conn.open()
                 self._conn, self.doing = conn, None
                 return
@@ -202,39 +171,92 @@ class Session:
                     f"pinned {hostkeys.key_fingerprint(e.expected_key)}, node offers "
                     f"{hostkeys.key_fingerprint(e.key)}; refusing to connect",
                     hint="if the node was reinstalled on purpose, run "
-                         f"`invoke hosts.forget {h.name}` and connect again") from None
+                    f"`invoke hosts.forget {h.name}` and connect again",
+                ) from None
             except paramiko.AuthenticationException as e:
-                raise AuthFailed(f"authentication failed for {h.user or 'current user'}@"
-                                  f"{h.address}:{h.port}: {e}",
-                                  hint="check the inventory's user/key for this node") from None
+                raise AuthFailed(
+                    f"authentication failed for {h.user or 'current user'}@"
+                    f"{h.address}:{h.port}: {e}",
+                    hint="check the inventory's user/key for this node",
+                ) from None
             except (paramiko.SSHException, OSError, EOFError) as e:
-                why, retry = _connect_error(e, time.monotonic() - t0, s.connect_timeout)
+                why, retry = connect_error(e, time.monotonic() - t0, s.connect_timeout)
                 tried.append(why)
                 if not retry or attempt == s.connect_retries:
-                    raise Unreachable(f"cannot reach {h.address}:{h.port}: {why}" +
-                                      (f" ({len(tried)} tries)" if len(tried) > 1 else ""),
-                                      hint=None if retry else "--connect-timeout S waits longer") from None
-                self.log(f"connect attempt {attempt + 1} failed ({why}); retrying in {delay:.1f}s\n")
+                    raise Unreachable(
+                        f"cannot reach {h.address}:{h.port}: {why}"
+                        + (f" ({len(tried)} tries)" if len(tried) > 1 else ""),
+                        hint=None if retry else "--connect-timeout S waits longer",
+                    ) from None
+                self.log(
+                    f"connect attempt {attempt + 1} failed ({why}); retrying in {delay:.1f}s\n"
+                )
                 time.sleep(delay)
                 delay *= 2
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """paramiko's connect arguments for this node: AES-GCM first, the timeouts, its key
+        and the --ask-pass password."""
+        h, s = self.host, self.settings
+        kwargs: dict[str, Any] = {
+            "transport_factory": ciphers.GcmFirst,
+            "banner_timeout": s.connect_timeout,
+            "auth_timeout": s.connect_timeout,
+        }
+        if h.key:
+            kwargs.update(key_filename=[str(Path(h.key).expanduser())])
+        if self._password:
+            kwargs.update(password=self._password)  # tried after the keys, as OpenSSH does
+        return kwargs
+
+    def _connection(self, kwargs: dict[str, Any]) -> Connection:
+        """A new, unopened Connection to this node, its host key checked against the pinned
+        ones (pinned on first contact where allowed)."""
+        h, s = self.host, self.settings
+        # A Config per connection: Connection.__init__ writes to its config, and a shared
+        # one raced across threads ("No attribute or config key found for 'gateway'").
+        conn = Connection(
+            h.address,
+            user=h.user,
+            port=h.port,
+            config=self._fabric_config.clone(),
+            connect_timeout=s.connect_timeout,
+            connect_kwargs=kwargs,
+        )
+        hostkeys.attach(
+            conn.client,
+            self.store,
+            (h.address, h.port),
+            s.pin_new_host_keys,
+            on_pin=self._pinned,
+        )
+        return conn
 
     def login(self) -> dict:
         """How this node was logged in to: {method (publickey, password, local), host_key
         (its SHA256 fingerprint), pinned_now (first contact: pinned by this run)}."""
         if self._conn is None or isinstance(self._conn, LocalConnection):
-            return {"method": "local" if self._conn is not None else None, "host_key": None,
-                    "pinned_now": False}
+            return {
+                "method": "local" if self._conn is not None else None,
+                "host_key": None,
+                "pinned_now": False,
+            }
         t = self._conn.client.get_transport()
         handler = getattr(t, "auth_handler", None)
         key = t.get_remote_server_key() if t is not None else None
-        return {"method": getattr(handler, "auth_method", None),
-                "host_key": hostkeys.key_fingerprint(key) if key is not None else None,
-                "pinned_now": self.pinned_now}
+        return {
+            "method": getattr(handler, "auth_method", None),
+            "host_key": hostkeys.key_fingerprint(key) if key is not None else None,
+            "pinned_now": self.pinned_now,
+        }
 
     def _pinned(self, hostname, key):
         self.pinned_now = True
-        self.events.note(self.name, f"pinned new host key {hostname} {key.get_name()} "
-                                     f"{hostkeys.key_fingerprint(key)} in {self.store.path}")
+        self.events.note(
+            self.name,
+            f"pinned new host key {hostname} {key.get_name()} "
+            f"{hostkeys.key_fingerprint(key)} in {self.store.path}",
+        )
 
     def close(self) -> None:
         if self._conn is not None:
@@ -245,9 +267,16 @@ class Session:
     def log(self, text: str) -> None:
         self.runlog.node_log(self.name, self.stage).write(text)
 
-    def run(self, script: str, *, timeout: float | None = None, stream=None,
-            label: str | None = None, log_output: bool = True,
-            on_line: Callable[[str], None] | None = None) -> CmdResult:
+    def run(
+        self,
+        script: str,
+        *,
+        timeout: float | None = None,
+        stream=None,
+        label: str | None = None,
+        log_output: bool = True,
+        on_line: Callable[[str], None] | None = None,
+    ) -> CmdResult:
         """Run a POSIX sh script on the node; never raises for a non-zero exit.
 
         log_output=False for probes and applies: their output carries file contents, which
@@ -274,7 +303,7 @@ class Session:
         return self._logged(log, self._run_ssh(script, limit, out, err, label), log_output)
 
     def _shower(self, stream) -> Callable[[str], None] | None:
-        if callable(stream):          # the name depends on the line (srun --label: task -> node)
+        if callable(stream):  # the name depends on the line (srun --label: task -> node)
             return lambda line: self.events.line(stream(line), line)
         if stream:
             name = self.name if stream is True else stream
@@ -297,7 +326,9 @@ class Session:
         log.write(f"$ {label}\n")
         sink = io.StringIO()
         out, err = _LineSink(sink, None), _LineSink(sink, None)
-        return self._logged(log, self._run_ssh(script, max(1, int(timeout)), out, err, label), False)
+        return self._logged(
+            log, self._run_ssh(script, max(1, int(timeout)), out, err, label), False
+        )
 
     @contextlib.contextmanager
     def busy(self, doing: str):
@@ -320,37 +351,48 @@ class Session:
             return False
         sock = transport.sock
         e = getattr(sock, "error", None)
-        return (isinstance(e, OSError) and e.errno == errno.ETIMEDOUT) or (e is None and getattr(sock, "aborted", False))
+        return (isinstance(e, OSError) and e.errno == errno.ETIMEDOUT) or (
+            e is None and getattr(sock, "aborted", False)
+        )
 
     def silence(self, doing: str) -> Unreachable:
         """The error for a node that went silent while DOING."""
-        return Unreachable(f"silent for {self.settings.silent_after:.0f} s during {doing}: the node "
-                           "stopped answering (power, network or a hung kernel); its remaining "
-                           "steps are not run", hint="bring it back, then run again")
+        return Unreachable(
+            f"silent for {self.settings.silent_after:.0f} s during {doing}: the node "
+            "stopped answering (power, network or a hung kernel); its remaining "
+            "steps are not run",
+            hint="bring it back, then run again",
+        )
 
-    def _run_ssh(self, script: str, limit: int, out: "_LineSink", err: "_LineSink",
-                 label: str | None = None) -> "CmdResult":
+    def _run_ssh(
+        self, script: str, limit: int, out: "_LineSink", err: "_LineSink", label: str | None = None
+    ) -> "CmdResult":
         t0 = time.monotonic()
         try:
             # The local timer is only a backstop for a connection that hangs.
-            r = self._conn.run(posix(self._tag + script, limit), hide=False, warn=True, in_stream=False,
-                              out_stream=out, err_stream=err, timeout=limit + 15)
+            r = self._conn.run(
+                posix(self._tag + script, limit),
+                hide=False,
+                warn=True,
+                in_stream=False,
+                out_stream=out,
+                err_stream=err,
+                timeout=limit + 15,
+            )
             res = CmdResult(r.exited, r.stdout, r.stderr)
             if r.exited in (124, 137, -1) and time.monotonic() - t0 >= limit - 0.5:
                 res.timed_out = True
                 res.stderr += f"\n(timed out after {limit}s)"
         except CommandTimedOut as e:
-            res = CmdResult(124, e.result.stdout, e.result.stderr + f"\n(timed out after "
-                            f"{limit}s; connection hung)", timed_out=True)
+            res = CmdResult(
+                124,
+                e.result.stdout,
+                e.result.stderr + f"\n(timed out after {limit}s; connection hung)",
+                timed_out=True,
+            )
         finally:
             out.finish()
             err.finish()
-        if res.rc == -1 and self.silent():     # no exit status: the connection was dropped
+        if res.rc == -1 and self.silent():  # no exit status: the connection was dropped
             raise self.silence(f"'{label or script.strip().splitlines()[0][:80]}'")
         return res
-
-
-def _transient(e: paramiko.SSHException) -> bool:
-    msg = str(e)
-    return any(s in msg for s in ("Error reading SSH protocol banner", "No existing session",
-                                  "Connection reset", "timed out"))

@@ -6,6 +6,7 @@ steps of a node into one remote command and re-reads their facts in the same rou
 verify each one took. Two kinds cover most roles: `FileContent` (the whole file is ours) and
 `FileBlock` (a marked block inside a user's file; everything outside it is kept byte for byte).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -19,20 +20,21 @@ from nodeprep.engine.remote import write_script
 @dataclass
 class StepCheck:
     """A step's verdict on one node: does it match the facts, and if not, why."""
+
     ok: bool
-    why: str = ""            # for a differing step: what differs ("missing", "content differs")
-    diff: str = ""           # unified diff for --diff (redacted by the runner)
+    why: str = ""  # for a differing step: what differs ("missing", "content differs")
+    diff: str = ""  # unified diff for --diff (redacted by the runner)
 
 
 @dataclass
 class Step:
-    name: str                                    # verb on a domain + object: "file.block ~/.ssh/config"
-    reads: list                                  # fact requests the check needs
+    name: str  # verb on a domain + object: "file.block ~/.ssh/config"
+    reads: list  # fact requests the check needs
     check: Callable[[dict], StepCheck]
     # sh snippet, or a function of the facts giving one; None: nothing nodeprep can do
     _: KW_ONLY
     action: str | Callable[[dict], str] | None = None
-    hint: str = ""                               # what the user can do when it fails
+    hint: str = ""  # what the user can do when it fails
     role: str = ""
     secrets: list[str] = field(default_factory=list)  # values never to show
     # Controller-side work before the node's batched command, e.g. SFTP uploads: f(session, facts)
@@ -57,11 +59,12 @@ class Step:
 @dataclass(frozen=True)
 class Room:
     """What a step will write: where (a node path), how many bytes and files, and in words."""
+
     path: str
     bytes: int
     files: int
     _: KW_ONLY
-    what: str                    # "26 wheels", "the venv"
+    what: str  # "26 wheels", "the venv"
 
 
 def scope_of(path: str) -> str:
@@ -71,8 +74,11 @@ def scope_of(path: str) -> str:
 
 
 def _diff(path: str, old: str | None, new: str) -> str:
-    return "".join(difflib.unified_diff((old or "").splitlines(True), new.splitlines(True),
-                                        f"{path} (node)", f"{path} (wanted)"))
+    return "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(True), new.splitlines(True), f"{path} (node)", f"{path} (wanted)"
+        )
+    )
 
 
 def FileContent(path: str, content: str, mode: int = 0o644, secrets=()) -> Step:
@@ -88,14 +94,24 @@ def FileContent(path: str, content: str, mode: int = 0o644, secrets=()) -> Step:
             return StepCheck(False, f"mode {f['mode']:o}, want {mode:o}")
         return StepCheck(True)
 
-    return Step(f"file.content {path}", [req], check, action=write_script(path, content, mode),
-                secrets=list(secrets), after=lambda facts: {req.key: _written(content, mode)},
-                scope=scope_of(path))
+    return Step(
+        f"file.content {path}",
+        [req],
+        check,
+        action=write_script(path, content, mode),
+        secrets=list(secrets),
+        after=lambda facts: {req.key: _written(content, mode)},
+        scope=scope_of(path),
+    )
 
 
 def _written(content: str, mode: int) -> dict:
-    return {"exists": True, "mode": mode, "size": len(content.encode("utf-8", "surrogateescape")),
-            "content": content}
+    return {
+        "exists": True,
+        "mode": mode,
+        "size": len(content.encode("utf-8", "surrogateescape")),
+        "content": content,
+    }
 
 
 def begin_marker(name: str, comment: str = "#") -> str:
@@ -118,7 +134,7 @@ def without_block(text: str | None, name: str, comment: str = "#") -> str:
     """TEXT with the managed block NAME removed; everything else untouched."""
     lines = (text or "").splitlines(True)
     span = _block_span(lines, name, comment)
-    return "".join(lines[:span[0]] + lines[span[1] + 1:]) if span else (text or "")
+    return "".join(lines[: span[0]] + lines[span[1] + 1 :]) if span else (text or "")
 
 
 def _leading(lines: list[str], comment: str) -> int:
@@ -133,16 +149,20 @@ def _leading(lines: list[str], comment: str) -> int:
             continue
         if not text.startswith(prefix):
             break
-        name = text[len(prefix):].removesuffix(" (managed: edits inside this block are replaced)")
-        end = next((j for j in range(i + 1, n) if lines[j].rstrip("\r\n") == end_marker(name, comment)), None)
+        name = text[len(prefix) :].removesuffix(" (managed: edits inside this block are replaced)")
+        end = next(
+            (j for j in range(i + 1, n) if lines[j].rstrip("\r\n") == end_marker(name, comment)),
+            None,
+        )
         if end is None:
             break
         i = end + 1
     return i
 
 
-def with_block(text: str | None, name: str, body: str, where: str = "bottom",
-               comment: str = "#") -> str:
+def with_block(
+    text: str | None, name: str, body: str, where: str = "bottom", comment: str = "#"
+) -> str:
     """TEXT with the managed block NAME set to BODY; content outside the block untouched.
     WHERE a new block goes: bottom, top, or first (before any line of the user's, moved there
     when it is found below one: for files where the first value wins, as ssh_config)."""
@@ -152,9 +172,9 @@ def with_block(text: str | None, name: str, body: str, where: str = "bottom",
     lines = text.splitlines(True)
     span = _block_span(lines, name, comment)
     if span and where == "first" and span[0] >= _leading(lines, comment):
-        text, span = "".join(lines[:span[0]] + lines[span[1] + 1:]), None
+        text, span = "".join(lines[: span[0]] + lines[span[1] + 1 :]), None
     if span:
-        return "".join(lines[:span[0]]) + block + "".join(lines[span[1] + 1:])
+        return "".join(lines[: span[0]]) + block + "".join(lines[span[1] + 1 :])
     if where in ("top", "first"):
         return block + text
     if text and not text.endswith("\n"):
@@ -162,8 +182,9 @@ def with_block(text: str | None, name: str, body: str, where: str = "bottom",
     return text + block
 
 
-def FileBlock(path: str, name: str, body: str, mode: int | None = None, where: str = "bottom",
-              secrets=()) -> Step:
+def FileBlock(
+    path: str, name: str, body: str, mode: int | None = None, where: str = "bottom", secrets=()
+) -> Step:
     """A managed block in PATH. MODE None keeps the file's mode (0644 for a new file)."""
     req = FILE(path)
 
@@ -191,8 +212,15 @@ def FileBlock(path: str, name: str, body: str, mode: int | None = None, where: s
         f = facts[req.key]
         return {req.key: _written(wanted(f), mode if mode is not None else (f["mode"] or 0o644))}
 
-    return Step(f"file.block {path} [{name}]", [req], check, action=action, secrets=list(secrets),
-                after=after, scope=scope_of(path))
+    return Step(
+        f"file.block {path} [{name}]",
+        [req],
+        check,
+        action=action,
+        secrets=list(secrets),
+        after=after,
+        scope=scope_of(path),
+    )
 
 
 def action_for(step: Step, facts: dict) -> str | None:

@@ -1,10 +1,11 @@
 """The TCP socket under every ssh connection nodeprep opens: Nagle off, the dead-peer rule kept
 by the kernel, and how the connection ended (silent, or closed by the node)."""
+
 from __future__ import annotations
 
 import socket
 
-_TCP_CLOSE = 7        # tcp_states.h: aborted (the dead-peer rule fired, or a reset)
+_TCP_CLOSE = 7  # tcp_states.h: aborted (the dead-peer rule fired, or a reset)
 
 
 class _Socket(socket.socket):
@@ -13,6 +14,7 @@ class _Socket(socket.socket):
     the kernel aborts a connection for TCP_USER_TIMEOUT, recv returns end-of-file (measured on
     the lab's kernel, 2026-11-25) with the socket in TCP_CLOSE; a peer's FIN leaves it in
     CLOSE_WAIT, a reset raises ECONNRESET."""
+
     error: OSError | None = None
     aborted: bool = False
 
@@ -28,7 +30,9 @@ class _Socket(socket.socket):
         data = self._seen(super().recv, *a)
         if not data and self.error is None:
             try:
-                self.aborted = self.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] == _TCP_CLOSE
+                self.aborted = (
+                    self.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] == _TCP_CLOSE
+                )
             except OSError:
                 pass
         return data
@@ -43,7 +47,9 @@ class _Socket(socket.socket):
 def _connected(address: str, port: int, timeout: float) -> _Socket:
     """socket.create_connection, with our socket class."""
     err = None
-    for family, kind, proto, _name, where in socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM):
+    for family, kind, proto, _name, where in socket.getaddrinfo(
+        address, port, 0, socket.SOCK_STREAM
+    ):
         sock = _Socket(family, kind, proto)
         try:
             sock.settimeout(timeout)
@@ -71,8 +77,12 @@ def connect(address: str, port: int, timeout: float, silent_after: float) -> soc
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     every = max(1, int(silent_after // 3))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for opt, value in (("TCP_KEEPIDLE", every), ("TCP_KEEPINTVL", every), ("TCP_KEEPCNT", 3),
-                       ("TCP_USER_TIMEOUT", int(silent_after * 1000))):
+    for opt, value in (
+        ("TCP_KEEPIDLE", every),
+        ("TCP_KEEPINTVL", every),
+        ("TCP_KEEPCNT", 3),
+        ("TCP_USER_TIMEOUT", int(silent_after * 1000)),
+    ):
         if hasattr(socket, opt):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
     return sock

@@ -13,6 +13,7 @@ expansion, re-implemented here from their documented behaviour):
   Several ranges in one name multiply; a key stands for at most MAX_NAMES names (beyond,
   RangeError: a typo like web[1:10000000] is refused, not expanded).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -84,8 +85,10 @@ def expand(pattern: str) -> list[str]:
         raise RangeError(f"'{pattern}': the range has no end")
     width = len(begin) if begin.startswith("0") and len(begin) > 1 else 0
     if width and len(end) != width:
-        raise RangeError(f"'{pattern}': begin and end of a zero-padded range must have "
-                         f"the same width ({begin} and {end})")
+        raise RangeError(
+            f"'{pattern}': begin and end of a zero-padded range must have "
+            f"the same width ({begin} and {end})"
+        )
     try:
         step = int(step_text)
         if step < 1:
@@ -97,7 +100,7 @@ def expand(pattern: str) -> list[str]:
         lo, hi = letters.index(begin), letters.index(end)
         if lo > hi:
             raise RangeError(f"'{pattern}': the range goes backwards")
-        items = list(letters[lo:hi + 1:step])
+        items = list(letters[lo : hi + 1 : step])
     else:
         try:
             numbers = range(int(begin), int(end) + 1, step)

@@ -1,14 +1,22 @@
 """Ansible's inventory semantics, shared by the YAML reader here and the INI reader (ini.py):
 groups as Ansible's yaml plugin walks them, host keys with ports and ranges
 (addresses.py), and the order in which group variables apply (group_order)."""
+
 from __future__ import annotations
 
 import shlex
 
 from nodeprep.errors import InputError
 from nodeprep.inventory import addresses
-from nodeprep.inventory.sources import (GROUP_KEYS, Schema, Source, Vars, read_vars,
-                                       split_origin, suggest)
+from nodeprep.inventory.sources import (
+    GROUP_KEYS,
+    Schema,
+    Source,
+    Vars,
+    read_vars,
+    split_origin,
+    suggest,
+)
 from nodeprep.inventory.yamlfile import LineDict
 
 
@@ -17,10 +25,14 @@ def read_ansible(src: Source, data: LineDict, schema: Schema):
     src.ansible, src.kind = True, "ansible-yaml"
     if "plugin" in data:
         name = shlex.quote(data.file)
-        raise InputError("this is the configuration of an Ansible inventory plugin, not an "
-                         "inventory", f"let Ansible run the plugin, then give nodeprep what it "
-                         f"found: `ansible-inventory -i {name} --list > hosts.json` and "
-                         "--inventory hosts.json", data.file, data.line_of("plugin"))
+        raise InputError(
+            "this is the configuration of an Ansible inventory plugin, not an inventory",
+            f"let Ansible run the plugin, then give nodeprep what it "
+            f"found: `ansible-inventory -i {name} --list > hosts.json` and "
+            "--inventory hosts.json",
+            data.file,
+            data.line_of("plugin"),
+        )
     for group, body in data.items():
         _walk_group(src, str(group), body, schema, data.file, data.line_of(group))
 
@@ -34,16 +46,22 @@ def _section(body: LineDict, key: str, group: str):
         one.lines[str(value)] = body.line_of(key)
         return one
     if value is not None and not isinstance(value, LineDict):
-        raise InputError(f"the {key} of group '{group}' must be a mapping",
-                         f"write `{key}: {{name: ...}}`", body.file, body.line_of(key))
+        raise InputError(
+            f"the {key} of group '{group}' must be a mapping",
+            f"write `{key}: {{name: ...}}`",
+            body.file,
+            body.line_of(key),
+        )
     return value
 
 
 def _walk_group(src: Source, group: str, body, schema: Schema, file: str, line: int):
     where = f"{file}:{line}"
     if body is not None and not isinstance(body, LineDict):
-        src.warn(f"{where}: '{group}' is not a group (a mapping of hosts:, children:, "
-                 f"vars:) and is skipped, as Ansible does")
+        src.warn(
+            f"{where}: '{group}' is not a group (a mapping of hosts:, children:, "
+            f"vars:) and is skipped, as Ansible does"
+        )
         return
     if group != "all":
         src.add_group(group, where)
@@ -53,12 +71,16 @@ def _walk_group(src: Source, group: str, body, schema: Schema, file: str, line: 
     for key in body:
         if key not in GROUP_KEYS:
             hint = suggest(key, GROUP_KEYS, "a group has hosts:, children: and vars:")
-            src.warn(f"{file}:{body.line_of(key)}: key '{key}' in group '{group}' is skipped, "
-                     f"as Ansible does ({hint})")
-    for section in body:                  # in file order, as Ansible adds them
+            src.warn(
+                f"{file}:{body.line_of(key)}: key '{key}' in group '{group}' is skipped, "
+                f"as Ansible does ({hint})"
+            )
+    for section in body:  # in file order, as Ansible adds them
         if section == "vars":
             group_vars = read_vars(sections["vars"], schema, file, body.line_of("vars"), src)
-            (src.wide if group == "all" else src.group_vars.setdefault(group, {})).update(group_vars)
+            (src.wide if group == "all" else src.group_vars.setdefault(group, {})).update(
+                group_vars
+            )
         elif section == "children":
             children = sections["children"] or {}
             for child, child_body in children.items():
@@ -72,11 +94,19 @@ def _group_hosts(src: Source, group: str, hosts: LineDict, schema: Schema, file:
     for key, host_body in hosts.items():
         at = hosts.line_of(key)
         if host_body is not None and not isinstance(host_body, LineDict):
-            raise InputError(f"host '{key}' in group '{group}': its variables must be a "
-                             "mapping", "write `name: {var: value}` or `name:` alone", file, at)
+            raise InputError(
+                f"host '{key}' in group '{group}': its variables must be a mapping",
+                "write `name: {var: value}` or `name:` alone",
+                file,
+                at,
+            )
         if not isinstance(key, str):
-            raise InputError(f"host name {key!r} in group '{group}' is not a string",
-                             f"quote it: \"{key}\":", file, at)
+            raise InputError(
+                f"host name {key!r} in group '{group}' is not a string",
+                f'quote it: "{key}":',
+                file,
+                at,
+            )
         add_hosts(src, key, read_vars(host_body, schema, file, at, src), group, (file, at))
 
 
@@ -88,8 +118,12 @@ def add_hosts(src: Source, key: str, entry: Vars, group: str, where: tuple[str, 
     try:
         names, port = addresses.host_pattern(key)
     except addresses.RangeError as exc:
-        raise InputError(f"bad host range {exc}", "Ansible ranges look like web[01:50], "
-                         "web[01:50:2] or db-[a:f]", file, line) from None
+        raise InputError(
+            f"bad host range {exc}",
+            "Ansible ranges look like web[01:50], web[01:50:2] or db-[a:f]",
+            file,
+            line,
+        ) from None
     if port is not None and not 1 <= port <= 65535:
         raise InputError(f"host '{key}': port {port} is not 1..65535", "fix the port", file, line)
     if not names:
@@ -111,9 +145,11 @@ def group_order(src: Source) -> dict[str, tuple]:
 
     def depth_of(group: str, path: tuple) -> int:
         if group in path:
-            raise InputError(f"group '{group}' is its own ancestor ({' -> '.join(path + (group,))})",
-                             "remove one of the children: entries",
-                             *split_origin(src.group_lines.get(group, "")))
+            raise InputError(
+                f"group '{group}' is its own ancestor ({' -> '.join(path + (group,))})",
+                "remove one of the children: entries",
+                *split_origin(src.group_lines.get(group, "")),
+            )
         if group not in depth:
             ups = [p for p in parents.get(group, []) if p != group]
             depth[group] = 1 + max([depth_of(p, path + (group,)) for p in ups] or [0])

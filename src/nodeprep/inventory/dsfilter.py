@@ -11,6 +11,7 @@ include of a bare name takes all its slots, an exclude of a bare name drops the 
 left without slots is dropped; nodes keep the inventory's order. Slots are checked against a
 node's slots when they are known (train: its GPUs or `slots`), as DeepSpeed checks them
 against the hostfile."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +21,10 @@ from nodeprep.errors import InputError
 NODE_SEP = "@"
 SLOT_START = ":"
 SLOT_SEP = ","
-HINT = "DeepSpeed's form: NAME[:SLOT[,SLOT...]][@NAME...], e.g. worker-0@worker-1:0,2 (! first excludes)"
+HINT = (
+    "DeepSpeed's form: NAME[:SLOT[,SLOT...]][@NAME...], "
+    "e.g. worker-0@worker-1:0,2 (! first excludes)"
+)
 
 
 def is_filter(limit: str | None) -> bool:
@@ -30,7 +34,7 @@ def is_filter(limit: str | None) -> bool:
 @dataclass(frozen=True)
 class Filter:
     exclude: bool
-    nodes: dict[str, list[int]]      # name -> its slots (sorted, unique); [] for the whole node
+    nodes: dict[str, list[int]]  # name -> its slots (sorted, unique); [] for the whole node
 
     def pick(self, order: list[str]) -> list[str]:
         """The nodes the filter keeps, in ORDER, before slots are known: an exclude keeps a node
@@ -57,7 +61,9 @@ def parse(limit: str) -> Filter:
                 try:
                     ids.append(int(s))
                 except ValueError:
-                    raise InputError(f"limit {limit!r}: slot {s!r} on {name!r} is not a number", HINT) from None
+                    raise InputError(
+                        f"limit {limit!r}: slot {s!r} on {name!r} is not a number", HINT
+                    ) from None
         nodes[name] = nodes.get(name, []) + ids
     return Filter(exclude, {n: sorted(set(ids)) for n, ids in nodes.items()})
 
@@ -69,12 +75,17 @@ def apply(f: Filter, slots: dict[str, int]) -> dict[str, list[int]]:
     kept: dict[str, list[int]] = {n: list(v) for n, v in pool.items()} if f.exclude else {}
     for name, ids in f.nodes.items():
         if name not in pool:
-            raise InputError(f"limit: node {name!r} is not among the selected nodes "
-                             f"({', '.join(pool) or 'none'})", HINT)
+            raise InputError(
+                f"limit: node {name!r} is not among the selected nodes "
+                f"({', '.join(pool) or 'none'})",
+                HINT,
+            )
         bad = [i for i in ids if i not in pool[name]]
         if bad:
-            raise InputError(f"limit: {name} has no slot {bad[0]} (its slots: 0..{len(pool[name]) - 1})",
-                             "slots are a node's GPU ids (or its processes on CPU)")
+            raise InputError(
+                f"limit: {name} has no slot {bad[0]} (its slots: 0..{len(pool[name]) - 1})",
+                "slots are a node's GPU ids (or its processes on CPU)",
+            )
         if f.exclude:
             kept[name] = [i for i in kept[name] if i not in ids] if ids else []
         else:

@@ -23,6 +23,7 @@ without `hostvars` is refused, as Ansible refuses it. Without `_meta` a script i
 script answering `{}`). `ungrouped` holds the hosts without a group; `all`'s vars are every
 host's.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,7 @@ from nodeprep.inventory.jsonfile import load_json
 from nodeprep.inventory.sources import GROUP_KEYS, Schema, Source, read_vars
 from nodeprep.inventory.yamlfile import LineDict, LineList, shown_path
 
-SCRIPT_TIMEOUT = 120       # seconds for one run of an inventory script (a cloud API call)
+SCRIPT_TIMEOUT = 120  # seconds for one run of an inventory script (a cloud API call)
 _SHAPE = 'print {"group": {"hosts": ["h1"], "vars": {...}}, "_meta": {"hostvars": {"h1": {...}}}}'
 
 
@@ -60,27 +61,45 @@ def is_list_json(data, path: Path) -> bool:
     if Path(path).suffix != ".json":
         return False
     return "_meta" in data or any(
-        isinstance(body, LineList) or isinstance(body, LineDict) and any(
-            isinstance(body.get(key), LineList) for key in ("hosts", "children"))
-        for body in data.values())
+        isinstance(body, LineList)
+        or isinstance(body, LineDict)
+        and any(isinstance(body.get(key), LineList) for key in ("hosts", "children"))
+        for body in data.values()
+    )
 
 
 def run_script(path: Path, args: list[str]) -> str:
     """SCRIPT ARGS' standard output, or an InputError naming the script and what it said."""
     shown = shown_path(path)
     try:
-        r = subprocess.run([os.path.abspath(path), *args], capture_output=True, text=True, timeout=SCRIPT_TIMEOUT,
-                           cwd=path.parent, stdin=subprocess.DEVNULL, errors="replace")
+        r = subprocess.run(
+            [os.path.abspath(path), *args],
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_TIMEOUT,
+            cwd=path.parent,
+            stdin=subprocess.DEVNULL,
+            errors="replace",
+        )
     except subprocess.TimeoutExpired:
-        raise InputError(f"inventory script `{' '.join(args)}` did not finish in {SCRIPT_TIMEOUT} s",
-                         "run it by hand to see where it waits", shown) from None
+        raise InputError(
+            f"inventory script `{' '.join(args)}` did not finish in {SCRIPT_TIMEOUT} s",
+            "run it by hand to see where it waits",
+            shown,
+        ) from None
     except OSError as e:
-        raise InputError(f"cannot run the inventory script: {e.strerror or e}",
-                         "check its shebang line and that it is executable", shown) from None
+        raise InputError(
+            f"cannot run the inventory script: {e.strerror or e}",
+            "check its shebang line and that it is executable",
+            shown,
+        ) from None
     if r.returncode != 0:
         said = " ".join((r.stderr or r.stdout).split())[-300:]
-        raise InputError(f"inventory script `{' '.join(args)}` exited {r.returncode}: {said or 'no output'}",
-                         "run it by hand; fix it, or save its output: SCRIPT --list > hosts.json", shown)
+        raise InputError(
+            f"inventory script `{' '.join(args)}` exited {r.returncode}: {said or 'no output'}",
+            "run it by hand; fix it, or save its output: SCRIPT --list > hosts.json",
+            shown,
+        )
     return r.stdout
 
 
@@ -89,8 +108,9 @@ def read_script(src: Source, path: Path, schema: Schema) -> None:
     data = load_json(run_script(path, ["--list"]), shown)
 
     def host_vars(name: str):
-        said = run_script(path, ["--host", name])     # nothing at all means no variables
+        said = run_script(path, ["--host", name])  # nothing at all means no variables
         return load_json(said, f"{shown_path(path)} --host {name}") if said.strip() else LineDict()
+
     read_list(src, data, schema, shown, host_vars)
     src.kind = "ansible-script"
 
@@ -100,10 +120,14 @@ def read_list(src: Source, data, schema: Schema, file: str, host_vars=None) -> N
     `_meta` (a script's `--host`); without it a host has none."""
     src.ansible, src.kind = True, "ansible-json"
     if not isinstance(data, LineDict):
-        raise InputError("an inventory script's output must be a JSON object, not "
-                         f"{_kind(data)}", _SHAPE, file, getattr(data, "line", 1))
+        raise InputError(
+            f"an inventory script's output must be a JSON object, not {_kind(data)}",
+            _SHAPE,
+            file,
+            getattr(data, "line", 1),
+        )
     hostvars = _hostvars(data, file)
-    listed: dict[str, None] = {}           # every host a group lists, in order
+    listed: dict[str, None] = {}  # every host a group lists, in order
     for group, body in data.items():
         if group != "_meta":
             _group(src, group, body, schema, (file, data.line_of(group)), listed)
@@ -113,13 +137,19 @@ def read_list(src: Source, data, schema: Schema, file: str, host_vars=None) -> N
         else:
             hv, at = (host_vars(name) if host_vars else LineDict()), 1
         if not isinstance(hv, LineDict):
-            raise InputError(f"the variables of host '{name}' must be a mapping, not {_kind(hv)}",
-                             'write "HOST": {"var": "value"}', getattr(hv, "file", file), at)
+            raise InputError(
+                f"the variables of host '{name}' must be a mapping, not {_kind(hv)}",
+                'write "HOST": {"var": "value"}',
+                getattr(hv, "file", file),
+                at,
+            )
         src.add_host(name, f"{file}:{at}", None, read_vars(hv, schema, file, at, src))
     if hostvars is None and host_vars is None and listed:
-        src.warn(f"{file}: no _meta.hostvars, and a file cannot be asked `--host NAME`: its hosts "
-                 "have their groups' variables only (save the script's output with _meta, or "
-                 "give nodeprep the script itself)")
+        src.warn(
+            f"{file}: no _meta.hostvars, and a file cannot be asked `--host NAME`: its hosts "
+            "have their groups' variables only (save the script's output with _meta, or "
+            "give nodeprep the script itself)"
+        )
     _say_unlisted(src, hostvars, listed, file)
 
 
@@ -132,15 +162,21 @@ def _hostvars(data: LineDict, file: str) -> LineDict | None:
         raise InputError(f"'_meta' must be a mapping, not {_kind(meta)}", _SHAPE, file, at)
     profile = meta.get("profile", "inventory_legacy")
     if profile != "inventory_legacy":
-        raise InputError(f"'_meta' names the profile {profile!r}, which Ansible does not read",
-                         'remove it, or write "profile": "inventory_legacy"', file,
-                         meta.line_of("profile"))
+        raise InputError(
+            f"'_meta' names the profile {profile!r}, which Ansible does not read",
+            'remove it, or write "profile": "inventory_legacy"',
+            file,
+            meta.line_of("profile"),
+        )
     hostvars = meta.get("hostvars")
     if not isinstance(hostvars, LineDict):
         has = _kind(hostvars) if "hostvars" in meta else "none"
-        raise InputError(f"'_meta' needs 'hostvars', a mapping of host: variables (it has {has})",
-                         'write "_meta": {"hostvars": {}} when no host has variables, as Ansible '
-                         "requires", file, meta.line_of("hostvars") if "hostvars" in meta else at)
+        raise InputError(
+            f"'_meta' needs 'hostvars', a mapping of host: variables (it has {has})",
+            'write "_meta": {"hostvars": {}} when no host has variables, as Ansible requires',
+            file,
+            meta.line_of("hostvars") if "hostvars" in meta else at,
+        )
     return hostvars
 
 
@@ -148,20 +184,32 @@ def _say_unlisted(src: Source, hostvars: LineDict | None, listed: dict, file: st
     """Warn of the hosts `_meta.hostvars` names and no group lists, and of no host at all."""
     unlisted = [name for name in hostvars or () if name not in listed]
     if unlisted:
-        names = ", ".join(map(str, unlisted[:3])) + (f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else "")
-        src.warn(f"{file}:{hostvars.line_of(unlisted[0])}: _meta.hostvars names {len(unlisted)} "
-                 f"host(s) that no group lists ({names}): they are not hosts, as for Ansible; "
-                 'list each under a group, or under "ungrouped"')
+        names = ", ".join(map(str, unlisted[:3])) + (
+            f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else ""
+        )
+        src.warn(
+            f"{file}:{hostvars.line_of(unlisted[0])}: _meta.hostvars names {len(unlisted)} "
+            f"host(s) that no group lists ({names}): they are not hosts, as for Ansible; "
+            'list each under a group, or under "ungrouped"'
+        )
     if not listed:
-        src.warn(f"{file}: no group lists a host, so the inventory has no hosts "
-                 '(list them: "ungrouped": {"hosts": ["h1"]})')
+        src.warn(
+            f"{file}: no group lists a host, so the inventory has no hosts "
+            '(list them: "ungrouped": {"hosts": ["h1"]})'
+        )
 
 
 def _kind(value) -> str:
     if value is None:
         return "null"
     return {bool: "a boolean", str: "a string", int: "a number", float: "a number"}.get(
-        type(value), "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else "a value")
+        type(value),
+        "a list"
+        if isinstance(value, list)
+        else "a mapping"
+        if isinstance(value, dict)
+        else "a value",
+    )
 
 
 def _body(src: Source, group: str, body, at: tuple[str, int]) -> LineDict:
@@ -170,13 +218,19 @@ def _body(src: Source, group: str, body, at: tuple[str, int]) -> LineDict:
     if isinstance(body, LineList):
         shaped = LineDict({"hosts": body})
     elif not isinstance(body, LineDict):
-        raise InputError(f"group '{group}' must be a list of hosts or a mapping of hosts, vars "
-                         f"and children, not {_kind(body)}",
-                         f'write "{group}": ["host1"] or "{group}": {{"hosts": ["host1"]}}', file, line)
+        raise InputError(
+            f"group '{group}' must be a list of hosts or a mapping of hosts, vars "
+            f"and children, not {_kind(body)}",
+            f'write "{group}": ["host1"] or "{group}": {{"hosts": ["host1"]}}',
+            file,
+            line,
+        )
     elif not any(key in body for key in GROUP_KEYS):
-        src.warn(f"{file}:{line}: '{group}' has no hosts, vars or children: read as Ansible reads "
-                 f"it, as one host '{group}' in a group of its own, with these as the group's "
-                 "variables")
+        src.warn(
+            f"{file}:{line}: '{group}' has no hosts, vars or children: read as Ansible reads "
+            f"it, as one host '{group}' in a group of its own, with these as the group's "
+            "variables"
+        )
         hosts = LineList([group])
         hosts.file = file
         hosts.line = line
@@ -198,19 +252,36 @@ def _group(src: Source, group, body, schema: Schema, at: tuple[str, int], listed
     if "hosts" in body:
         hosts = body["hosts"]
         if not isinstance(hosts, LineList):
-            raise InputError(f"the hosts of group '{group}' must be a list of names, not {_kind(hosts)}",
-                             'write "hosts": ["host1", "host2"]', file, body.line_of("hosts"))
+            raise InputError(
+                f"the hosts of group '{group}' must be a list of names, not {_kind(hosts)}",
+                'write "hosts": ["host1", "host2"]',
+                file,
+                body.line_of("hosts"),
+            )
         for index, name in enumerate(hosts):
             if not isinstance(name, str) or not name:
-                raise InputError(f"group '{group}' lists {_kind(name) if name != '' else 'an empty name'} "
-                                 "as a host", 'a host is a name in quotes: "host1"', file, hosts.line_of(index))
-            src.add_host(name, f"{file}:{hosts.line_of(index)}",
-                         None if group in ("all", "ungrouped") else group, {})
+                raise InputError(
+                    f"group '{group}' lists {_kind(name) if name != '' else 'an empty name'} "
+                    "as a host",
+                    'a host is a name in quotes: "host1"',
+                    file,
+                    hosts.line_of(index),
+                )
+            src.add_host(
+                name,
+                f"{file}:{hosts.line_of(index)}",
+                None if group in ("all", "ungrouped") else group,
+                {},
+            )
             listed[name] = None
     if "vars" in body:
         if not isinstance(body["vars"], LineDict):
-            raise InputError(f"the vars of group '{group}' must be a mapping, not {_kind(body['vars'])}",
-                             'write "vars": {"name": "value"}', file, body.line_of("vars"))
+            raise InputError(
+                f"the vars of group '{group}' must be a mapping, not {_kind(body['vars'])}",
+                'write "vars": {"name": "value"}',
+                file,
+                body.line_of("vars"),
+            )
         layer = read_vars(body["vars"], schema, file, body.line_of("vars"), src)
         (src.wide if group == "all" else src.group_vars.setdefault(group, {})).update(layer)
     if "children" in body:
@@ -220,18 +291,32 @@ def _group(src: Source, group, body, schema: Schema, at: tuple[str, int], listed
 def _children(src: Source, group: str, kids, at: tuple[str, int]) -> None:
     file, line = at
     if isinstance(kids, str):
-        src.warn(f"{file}:{line}: the children of group '{group}' are a string: each character "
-                 "is a group, as Ansible iterates it (write a list)")
+        src.warn(
+            f"{file}:{line}: the children of group '{group}' are a string: each character "
+            "is a group, as Ansible iterates it (write a list)"
+        )
         kids = list(kids)
     if not isinstance(kids, (list, dict)):
-        raise InputError(f"the children of group '{group}' must be a list of group names, not {_kind(kids)}",
-                         'write "children": ["group1"]', file, line)
+        raise InputError(
+            f"the children of group '{group}' must be a list of group names, not {_kind(kids)}",
+            'write "children": ["group1"]',
+            file,
+            line,
+        )
     for kid in kids:
         if not isinstance(kid, str) or not kid:
-            raise InputError(f"group '{group}' lists {_kind(kid) if kid != '' else 'an empty name'} "
-                             "as a child", 'a group is a name in quotes: "group1"', file, line)
+            raise InputError(
+                f"group '{group}' lists {_kind(kid) if kid != '' else 'an empty name'} as a child",
+                'a group is a name in quotes: "group1"',
+                file,
+                line,
+            )
         if kid in (group, "all"):
-            raise InputError(f"group '{group}' lists '{kid}' as its child: a loop, which Ansible "
-                             "refuses", "remove it from the children", file, line)
+            raise InputError(
+                f"group '{group}' lists '{kid}' as its child: a loop, which Ansible refuses",
+                "remove it from the children",
+                file,
+                line,
+            )
         if kid != "ungrouped":
             src.add_child(group, kid, f"{file}:{line}")

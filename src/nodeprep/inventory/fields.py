@@ -15,6 +15,7 @@ anything runs, never a traceback later or a command on a node:
            most MAX_TEXT characters. Per-consumer rules (what DeepSpeed's pdsh runner cannot carry,
            paths of the shell role) are the roles' `validate`.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -27,8 +28,10 @@ MAX_TEXT = 4096
 _LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,255}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-ALIAS_HINT = ("use letters, digits, '-', '_' and dots (a DNS name or an IP address); no spaces, "
-               "shell or ssh-config characters")
+ALIAS_HINT = (
+    "use letters, digits, '-', '_' and dots (a DNS name or an IP address); no spaces, "
+    "shell or ssh-config characters"
+)
 
 
 def _ip(text: str, zone: bool) -> bool:
@@ -43,9 +46,12 @@ def _ip(text: str, zone: bool) -> bool:
 
 
 def _hostname(text: str) -> bool:
-    name = text[:-1] if text.endswith(".") else text     # a rooted FQDN
-    return (0 < len(name) <= 253 and not name.startswith("-")
-            and all(_LABEL.fullmatch(label) for label in name.split(".")))
+    name = text[:-1] if text.endswith(".") else text  # a rooted FQDN
+    return (
+        0 < len(name) <= 253
+        and not name.startswith("-")
+        and all(_LABEL.fullmatch(label) for label in name.split("."))
+    )
 
 
 def show(text: str) -> str:
@@ -70,8 +76,10 @@ def user_problem(user: str) -> str | None:
         return None
     if user.startswith("-"):
         return f"user {show(user)} starts with '-', which ssh would read as an option"
-    return (f"user {show(user)} is not a user name (letters, digits, '.', '_', '-', '@'; at most "
-            f"256; not starting with '-')")
+    return (
+        f"user {show(user)} is not a user name (letters, digits, '.', '_', '-', '@'; at most "
+        f"256; not starting with '-')"
+    )
 
 
 def _why(text: str, what: str) -> str:
@@ -81,8 +89,10 @@ def _why(text: str, what: str) -> str:
     if len(text) > 253:
         return f"{what} {show(text)} is {len(text)} characters long (a hostname has at most 253)"
     if any(not c.isascii() for c in bad):
-        return (f"{what} {show(text)} has non-ASCII characters: write an internationalised "
-                f"name in its xn-- (punycode) form")
+        return (
+            f"{what} {show(text)} has non-ASCII characters: write an internationalised "
+            f"name in its xn-- (punycode) form"
+        )
     if set(bad) <= {":", "%"}:
         return f"{what} {show(text)} is not a valid IP address"
     if bad:
@@ -96,8 +106,10 @@ def text_problem(value) -> str | None:
     for text in _texts(value):
         m = _CONTROL.search(text)
         if m:
-            return (f"contains the control character {m.group()!r} at position {m.start() + 1}: "
-                    f"values are single-line text (no newline, NUL, tab or escape)")
+            return (
+                f"contains the control character {m.group()!r} at position {m.start() + 1}: "
+                f"values are single-line text (no newline, NUL, tab or escape)"
+            )
         if len(text) > MAX_TEXT:
             return f"is {len(text)} characters long; at most {MAX_TEXT}"
     return None
@@ -131,27 +143,50 @@ def check_host(host, where: str) -> None:
     if problem:
         raise InputError(problem, ALIAS_HINT, *split_where(where))
     if host.vars.get("address") == "":
-        raise InputError(f"host {host.name}: address is empty", "remove the line to use the "
-                         "host's name, or give an address", *split_where(host.origin["address"]))
-    for var, why in (("address", address_problem(host.address)),
-                     ("user", host.user is not None and user_problem(host.user)),
-                     ("port", _port_problem(host.port))):
+        raise InputError(
+            f"host {host.name}: address is empty",
+            "remove the line to use the host's name, or give an address",
+            *split_where(host.origin["address"]),
+        )
+    for var, why in (
+        ("address", address_problem(host.address)),
+        ("user", host.user is not None and user_problem(host.user)),
+        ("port", _port_problem(host.port)),
+    ):
         if why:
             origin = host.origin.get(var, where)
             raise InputError(f"host {host.name}: {why}", _hint(var, origin), *split_where(origin))
-    for hop in host.jump:                     # a hop reaches an ssh config: literally or not at all
+    for hop in host.jump:  # a hop reaches an ssh config: literally or not at all
         why = address_problem(hop.address) or (hop.user is not None and user_problem(hop.user))
         if why:
-            var = next((v for v in ("proxy_jump", "ansible_ssh_common_args", "ansible_ssh_extra_args",
-                                    "proxyjump", "proxycommand") if v in host.origin), "proxy_jump")
-            raise InputError(f"host {host.name}: jump host {hop}: {why}", "give [user@]host[:port]",
-                             *split_where(host.origin.get(var, where)))
+            var = next(
+                (
+                    v
+                    for v in (
+                        "proxy_jump",
+                        "ansible_ssh_common_args",
+                        "ansible_ssh_extra_args",
+                        "proxyjump",
+                        "proxycommand",
+                    )
+                    if v in host.origin
+                ),
+                "proxy_jump",
+            )
+            raise InputError(
+                f"host {host.name}: jump host {hop}: {why}",
+                "give [user@]host[:port]",
+                *split_where(host.origin.get(var, where)),
+            )
     for var, value in host.vars.items():
         why = text_problem(value)
         if why:
             origin = host.origin.get(var, where)
-            raise InputError(f"host {host.name}: {var} {why}", "fix the value" if origin != "cli"
-                             else "fix the --set value", *split_where(origin))
+            raise InputError(
+                f"host {host.name}: {var} {why}",
+                "fix the value" if origin != "cli" else "fix the --set value",
+                *split_where(origin),
+            )
 
 
 def _port_problem(port) -> str | None:
@@ -162,6 +197,8 @@ def _port_problem(port) -> str | None:
 
 def _hint(var: str, origin: str) -> str:
     flag = " (given with --set)" if origin == "cli" else ""
-    return {"address": f"give an IP address or DNS name{flag}",
-            "user": f"give the login name only{flag}",
-            "port": f"give a port number 1..65535{flag}"}[var]
+    return {
+        "address": f"give an IP address or DNS name{flag}",
+        "user": f"give the login name only{flag}",
+        "port": f"give a port number 1..65535{flag}",
+    }[var]

@@ -18,6 +18,7 @@ content, in this order (sniff):
      .ini file or `ini:PATH`);
   4. only bare names: a nodefile (PBS/Torque; Ansible INI would read the same hosts).
 """
+
 from __future__ import annotations
 
 import re
@@ -82,9 +83,12 @@ def read_hostfile(src: Source, path: Path, schema: Schema):
         for token in tokens:
             key, eq, value = token.partition("=")
             if not eq or key not in HOSTFILE_KEYS:
-                raise InputError(f"not a hostfile line: '{text}'",
-                                 "write `HOST slots=N` (DeepSpeed, Open MPI) or `HOST:N` (MPICH)",
-                                 file, number)
+                raise InputError(
+                    f"not a hostfile line: '{text}'",
+                    "write `HOST slots=N` (DeepSpeed, Open MPI) or `HOST:N` (MPICH)",
+                    file,
+                    number,
+                )
             if key in _SLOTS:
                 entry["slots"] = value
             elif key in _USER:
@@ -95,11 +99,14 @@ def read_hostfile(src: Source, path: Path, schema: Schema):
             entry.setdefault("user", head.split("@", 1)[0])
             head = head.split("@", 1)[1]
         if not _NAME.match(head):
-            raise InputError(f"not a host name: '{head}'", "write one host per line",
-                             file, number)
+            raise InputError(f"not a host name: '{head}'", "write one host per line", file, number)
         if head in src.hosts:
-            raise InputError(f"host '{head}' is listed twice (first at {src.hosts[head]})",
-                             "list each host once", file, number)
+            raise InputError(
+                f"host '{head}' is listed twice (first at {src.hosts[head]})",
+                "list each host once",
+                file,
+                number,
+            )
         src.hosts[head] = f"{file}:{number}"
         src.entry_vars[head] = {}
         for key, value in entry.items():
@@ -115,9 +122,12 @@ def read_nodefile(src: Source, path: Path, schema: Schema):
     file = shown_path(path)
     for number, text in _lines(path):
         if len(text.split()) != 1 or not _NAME.match(text):
-            raise InputError(f"not a nodefile line: '{text}'",
-                             "write one host name per line, repeated once per CPU slot",
-                             file, number)
+            raise InputError(
+                f"not a nodefile line: '{text}'",
+                "write one host name per line, repeated once per CPU slot",
+                file,
+                number,
+            )
         src.hosts.setdefault(text, f"{file}:{number}")
         count = src.entry_vars.setdefault(text, {}).get("cpu_slots", (0, ""))[0] + 1
         src.entry_vars[text]["cpu_slots"] = (count, src.hosts[text])
@@ -130,12 +140,15 @@ def read_slurm(src: Source, nodelist: str):
     try:
         names = nodeset.split_list(nodelist)
     except ValueError as exc:
-        raise InputError(f"bad Slurm node list '{nodelist}': {exc}",
-                         "it looks like gpu[01-04,07],cpu1") from None
+        raise InputError(
+            f"bad Slurm node list '{nodelist}': {exc}", "it looks like gpu[01-04,07],cpu1"
+        ) from None
     for name in names:
         if name in src.hosts:
-            raise InputError(f"host '{name}' is listed twice in the Slurm node list "
-                             f"'{nodelist}'", "list each host once")
+            raise InputError(
+                f"host '{name}' is listed twice in the Slurm node list '{nodelist}'",
+                "list each host once",
+            )
         src.hosts[name] = "slurm"
     if not src.hosts:
         raise InputError("the Slurm node list is empty", "is this a Slurm allocation?")

@@ -15,6 +15,7 @@ variable would vanish), and so are values nested more than MAX_NESTING deep. A m
 holding `__ansible_unsafe` is its string, as Ansible's JSON decoder reads it (how
 `ansible-inventory --list` writes a value it will not template).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -23,8 +24,14 @@ from json import decoder, scanner
 from pathlib import Path
 
 from nodeprep.errors import InputError
-from nodeprep.inventory.yamlfile import (MAX_NESTING, LineDict, LineList, load_text,
-                                         read_input, shown_path)
+from nodeprep.inventory.yamlfile import (
+    MAX_NESTING,
+    LineDict,
+    LineList,
+    load_text,
+    read_input,
+    shown_path,
+)
 
 
 class NotJson(InputError):
@@ -53,8 +60,11 @@ class _Context:
         self.strict = True
         self.object_hook = self.object_pairs_hook = None
         self.parse_float, self.parse_int = float, _int
-        self.parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
-                               "NaN": float("nan")}.__getitem__
+        self.parse_constant = {
+            "-Infinity": float("-inf"),
+            "Infinity": float("inf"),
+            "NaN": float("nan"),
+        }.__getitem__
         self.parse_string = decoder.scanstring
         self.memo: dict = {}
         self.parse_object, self.parse_array = self._object, self._array
@@ -65,8 +75,12 @@ class _Context:
     def _nest(self, index: int) -> None:
         self.depth += 1
         if self.depth > MAX_NESTING:
-            raise InputError(f"values nested more than {MAX_NESTING} deep",
-                             "flatten the structure", self.shown, self.line(index))
+            raise InputError(
+                f"values nested more than {MAX_NESTING} deep",
+                "flatten the structure",
+                self.shown,
+                self.line(index),
+            )
 
     def _object(self, s_and_end, strict, scan_once, *hooks_and_memo):
         s, end = s_and_end
@@ -77,6 +91,7 @@ class _Context:
         def scan(string, index):
             starts.append(index)
             return scan_once(string, index)
+
         pairs, end = decoder.JSONObject(s_and_end, strict, scan, None, list, memo)
         self.depth -= 1
         data = LineDict()
@@ -87,8 +102,12 @@ class _Context:
             # the key is the string before the ':' before its value
             line = self.line(s.rfind('"', 0, s.rfind(":", 0, start)))
             if key in data:
-                raise InputError(f"duplicate key '{key}' (first at line {data.lines[key]})",
-                                 "remove or merge one of them", self.shown, line)
+                raise InputError(
+                    f"duplicate key '{key}' (first at line {data.lines[key]})",
+                    "remove or merge one of them",
+                    self.shown,
+                    line,
+                )
             data[key] = value
             data.lines[key] = line
         return data, end
@@ -97,8 +116,9 @@ class _Context:
         """`{"__ansible_unsafe": TEXT}` is TEXT: how Ansible writes a string it will not
         template (its JSON decoder reads it back so, in any mapping)."""
         if not isinstance(value, str):
-            raise InputError("__ansible_unsafe holds no string", "write the text itself",
-                             self.shown, line)
+            raise InputError(
+                "__ansible_unsafe holds no string", "write the text itself", self.shown, line
+            )
         return value
 
     def _array(self, s_and_end, scan_once, *_):
@@ -108,11 +128,12 @@ class _Context:
         def scan(string, index):
             starts.append(index)
             return scan_once(string, index)
+
         values, end = decoder.JSONArray(s_and_end, scan)
         self.depth -= 1
         data = LineList(values)
         data.file, data.line = self.shown, self.line(s_and_end[1] - 1)
-        data.lines = [self.line(i) for i in starts[:len(values)]]
+        data.lines = [self.line(i) for i in starts[: len(values)]]
         return data, end
 
 
@@ -123,14 +144,20 @@ def load_json(text: str, shown: str):
     try:
         return _Decoder(ctx).decode(text)
     except json.JSONDecodeError as exc:
-        raise NotJson(f"invalid JSON: {exc.msg} (column {exc.colno})",
-                      "write JSON as json.dumps(...) does: double quotes, no trailing comma",
-                      shown, exc.lineno) from None
+        raise NotJson(
+            f"invalid JSON: {exc.msg} (column {exc.colno})",
+            "write JSON as json.dumps(...) does: double quotes, no trailing comma",
+            shown,
+            exc.lineno,
+        ) from None
     except _TooLong as exc:
         digits = str(exc)
-        raise InputError(f"a number {len(digits)} characters long", "write a shorter number, "
-                         "or quote it if it is text", shown,
-                         ctx.line(text.find(digits))) from None
+        raise InputError(
+            f"a number {len(digits)} characters long",
+            "write a shorter number, or quote it if it is text",
+            shown,
+            ctx.line(text.find(digits)),
+        ) from None
     except RecursionError:
         raise InputError("values nested too deeply", "flatten the structure", shown) from None
 

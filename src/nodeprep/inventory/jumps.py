@@ -10,14 +10,17 @@ A hop is OpenSSH's `[user@]host[:port]` or `ssh://[user@]host[:port]`. A ProxyCo
 honoured where it is a plain hop (`ssh -W %h:%p [-p PORT] [-l USER] [USER@]HOST`, `-q` and
 `-o`-less), else refused in one line naming the form nodeprep accepts. Pure: text in, hops
 out."""
+
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
 
 SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")
-ACCEPTED = ("ProxyJump [user@]host[:port][,...], or ProxyCommand 'ssh -W %h:%p [-p PORT] "
-            "[-l USER] [user@]host'")
+ACCEPTED = (
+    "ProxyJump [user@]host[:port][,...], or ProxyCommand 'ssh -W %h:%p [-p PORT] "
+    "[-l USER] [user@]host'"
+)
 
 
 class Unsupported(Exception):
@@ -35,19 +38,21 @@ class Hop:
     user: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.user + '@' if self.user else ''}{self.address}" + (f":{self.port}" if self.port != 22 else "")
+        return f"{self.user + '@' if self.user else ''}{self.address}" + (
+            f":{self.port}" if self.port != 22 else ""
+        )
 
 
 def parse_hop(text: str) -> Hop:
     """One OpenSSH ProxyJump destination; ValueError when it is not one."""
     t = text.strip()
     if t.startswith("ssh://"):
-        t = t[len("ssh://"):].rstrip("/")
+        t = t[len("ssh://") :].rstrip("/")
     user, at, rest = t.rpartition("@")
     if not at:
         user, rest = "", t
     port = 22
-    if rest.startswith("["):                       # [v6]:port
+    if rest.startswith("["):  # [v6]:port
         addr, _, tail = rest[1:].partition("]")
         if tail.startswith(":"):
             port = int(tail[1:])
@@ -141,8 +146,10 @@ def of_host(name: str, vars_: dict, extra: dict, origin: dict) -> tuple[Hop, ...
     the ssh config's ProxyJump / ProxyCommand. A form nodeprep cannot honour is an
     Unsupported naming the variable (the inventory still loads: the host is refused when a
     command selects it)."""
+
     def refuse(var: str, value, why: str):
         raise Unsupported(var, f"{var} {str(value)[:120]!r}: {why}; write {ACCEPTED}")
+
     found: list[tuple[str, str, object]] = []
     if vars_.get("proxy_jump") not in (None, "", []):
         found.append(("proxy_jump", "jump", vars_["proxy_jump"]))

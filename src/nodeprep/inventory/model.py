@@ -27,15 +27,15 @@ from the command line. Groups are ordered as written in a native inventory and a
 orders them in an Ansible one (parents before children, then ansible_group_priority, then
 name). explain() shows the chain for one variable.
 """
+
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
-from nodeprep.inventory import ansible, connvars, fields, jumps, reader, sources
-from nodeprep.inventory import dsfilter, nodeset
 from nodeprep.errors import InputError
+from nodeprep.inventory import ansible, connvars, dsfilter, fields, jumps, nodeset, reader, sources
 from nodeprep.inventory.schema import VarSpec, load_schema
 from nodeprep.settings import find_project
 
@@ -47,14 +47,14 @@ class Host:
     port: int
     _: KW_ONLY
     user: str | None
-    key: str | None                  # absolute path on the controller, or None
+    key: str | None  # absolute path on the controller, or None
     groups: tuple[str, ...]
-    vars: dict                       # merged; role defaults not included
-    origin: dict[str, str]           # variable -> "file:line" or "cli"
+    vars: dict  # merged; role defaults not included
+    origin: dict[str, str]  # variable -> "file:line" or "cli"
     slots: int | None
-    connection: str = "ssh"          # ssh, local, or what an Ansible inventory said
-    extra: dict = field(default_factory=dict)   # variables nodeprep does not use (Ansible's)
-    jump: tuple = ()                 # jumps.Hop chain in front of the node (a bastion)
+    connection: str = "ssh"  # ssh, local, or what an Ansible inventory said
+    extra: dict = field(default_factory=dict)  # variables nodeprep does not use (Ansible's)
+    jump: tuple = ()  # jumps.Hop chain in front of the node (a bastion)
     jump_problem: tuple | None = None  # (variable, why): a jump form nodeprep cannot honour
 
 
@@ -64,30 +64,33 @@ class Inventory:
     path: Path | None
     hosts: list[Host]
     _: KW_ONLY
-    groups: dict[str, list[str]]     # group -> host names; "all" included
+    groups: dict[str, list[str]]  # group -> host names; "all" included
     schema: dict[str, VarSpec] = field(default_factory=dict, repr=False)
     # host -> [(scope, {var: (value, origin)})], low to high precedence, for explain()
     layers: dict[str, list] = field(default_factory=dict, repr=False)
-    children: dict[str, list[str]] = field(default_factory=dict)   # group -> child groups
-    direct: dict[str, list[str]] = field(default_factory=dict)     # group -> its own hosts
+    children: dict[str, list[str]] = field(default_factory=dict)  # group -> child groups
+    direct: dict[str, list[str]] = field(default_factory=dict)  # group -> its own hosts
     warnings: list[str] = field(default_factory=list)
-    kind: str = "native"             # the format read: native, ansible-ini, hostfile, ...
+    kind: str = "native"  # the format read: native, ansible-ini, hostfile, ...
 
     def host(self, name: str) -> Host:
         for host in self.hosts:
             if host.name == name:
                 return host
-        raise InputError(f"no host '{name}' in inventory '{self.name}'",
-                         sources.suggest(name, [h.name for h in self.hosts],
-                                         "see the inventory's hosts"))
+        raise InputError(
+            f"no host '{name}' in inventory '{self.name}'",
+            sources.suggest(name, [h.name for h in self.hosts], "see the inventory's hosts"),
+        )
 
     def select(self, limit: str | None) -> list[Host]:
         """Hosts matching a comma list of node patterns, globs or groups; `!x` excludes. A
         limit with `@` or `:` is DeepSpeed's --include/--exclude form (dsfilter.py): its
         nodes here, its slots where a launch knows them."""
         if not self.hosts:
-            raise InputError(f"inventory '{self.name}' has no hosts",
-                             "`invoke inventory --graph` shows what was read")
+            raise InputError(
+                f"inventory '{self.name}' has no hosts",
+                "`invoke inventory --graph` shows what was read",
+            )
         if not limit or not limit.strip():
             return list(self.hosts)
         if dsfilter.is_filter(limit):
@@ -110,8 +113,10 @@ class Inventory:
         names = [h.name for h in self.hosts]
         for name in f.nodes:
             if name not in names:
-                raise InputError(f"limit {limit!r}: node {name!r} is not in inventory '{self.name}'",
-                                 sources.suggest(name, names, dsfilter.HINT))
+                raise InputError(
+                    f"limit {limit!r}: node {name!r} is not in inventory '{self.name}'",
+                    sources.suggest(name, names, dsfilter.HINT),
+                )
         keep = set(f.pick(names))
         chosen = [h for h in self.hosts if h.name in keep]
         if not chosen:
@@ -130,9 +135,10 @@ class Inventory:
             except ValueError as exc:
                 raise InputError(f"limit: {exc}", "ranges look like gpu[01-04,07]") from None
         if not found:
-            raise InputError(f"limit '{term}' matches no host or group in inventory "
-                             f"'{self.name}'", sources.suggest(
-                                 term, [*names, *self.groups], "check the spelling"))
+            raise InputError(
+                f"limit '{term}' matches no host or group in inventory '{self.name}'",
+                sources.suggest(term, [*names, *self.groups], "check the spelling"),
+            )
         return found
 
     def var(self, host: Host | str, name: str, schema: dict[str, VarSpec] | None = None):
@@ -142,8 +148,10 @@ class Inventory:
             return host.vars[name]
         schema = schema if schema is not None else self.schema
         if name not in schema:
-            raise KeyError(f"variable '{name}' is not in the schema: add it, documented, "
-                           f"to the role's defaults.yml")
+            raise KeyError(
+                f"variable '{name}' is not in the schema: add it, documented, "
+                f"to the role's defaults.yml"
+            )
         return schema[name].default
 
     def explain(self, host_name: str, var: str) -> list[tuple[str, object, str]]:
@@ -151,8 +159,10 @@ class Inventory:
         the last entry is the value in effect."""
         self.host(host_name)
         if var not in self.schema:
-            raise InputError(f"unknown variable '{var}'",
-                             sources.suggest(var, self.schema, "see the defaults files"))
+            raise InputError(
+                f"unknown variable '{var}'",
+                sources.suggest(var, self.schema, "see the defaults files"),
+            )
         spec = self.schema[var]
         chain = [("default", spec.default, spec.source)]
         for scope, layer in self.layers[host_name]:
@@ -161,9 +171,14 @@ class Inventory:
         return chain
 
 
-def load(spec: str | None, extra_vars: dict | None = None, default: str = "local",
-         schema: dict[str, VarSpec] | None = None, root: Path | None = None,
-         check_fields: bool = True) -> Inventory:
+def load(
+    spec: str | None,
+    extra_vars: dict | None = None,
+    default: str = "local",
+    schema: dict[str, VarSpec] | None = None,
+    root: Path | None = None,
+    check_fields: bool = True,
+) -> Inventory:
     """Read and validate an inventory (see the module docstring for `spec`).
 
     extra_vars are command-line values; give them already parsed as YAML scalars, so
@@ -196,16 +211,16 @@ def _build(src: sources.Source, cli: dict, schema, check_fields: bool = True) ->
     for name in src.hosts:
         member = [g for g in members if name in members[g] and g != "ungrouped"]
         if src.ansible:
-            member = sorted(member + (["ungrouped"] if name in ungrouped else []),
-                            key=lambda g: order[g])
+            member = sorted(
+                member + (["ungrouped"] if name in ungrouped else []), key=lambda g: order[g]
+            )
         chain = [("inventory", src.wide)]
         chain += [(f"group {g}", src.group_vars.get(g, {})) for g in member]
         chain += [(f"group_vars {g}", src.group_files.get(g, {})) for g in ["all", *member]]
         entry = src.entry_vars.get(name, {})
-        if name in src.key_ports:              # `host:PORT`: under the entry's own port
+        if name in src.key_ports:  # `host:PORT`: under the entry's own port
             entry = {"port": src.key_ports[name], **entry}
-        chain += [("host", entry),
-                  ("host_vars", src.host_files.get(name, {})), ("cli", cli)]
+        chain += [("host", entry), ("host_vars", src.host_files.get(name, {})), ("cli", cli)]
         layers[name] = [(scope, layer) for scope, layer in chain if layer]
         hosts.append(_host(name, layers[name], member, src, schema))
         if check_fields:
@@ -213,11 +228,24 @@ def _build(src: sources.Source, cli: dict, schema, check_fields: bool = True) ->
     groups = {**members, "all": list(src.hosts)}
     children = {g: list(src.children.get(g, [])) for g in groups}
     tops = [g for g in groups if g != "all" and not any(g in k for k in src.children.values())]
-    children["all"] = [g for g in [*src.children.get("all", []), *tops]
-                       if g != "all" and (g != "ungrouped" or ungrouped or "ungrouped" in src.groups)]
+    children["all"] = [
+        g
+        for g in [*src.children.get("all", []), *tops]
+        if g != "all" and (g != "ungrouped" or ungrouped or "ungrouped" in src.groups)
+    ]
     children["all"] = list(dict.fromkeys(children["all"]))
-    return Inventory(src.name, src.path, hosts, groups=groups, schema=schema, layers=layers, children=children,
-                     direct=direct, warnings=list(src.warnings), kind=src.kind)
+    return Inventory(
+        src.name,
+        src.path,
+        hosts,
+        groups=groups,
+        schema=schema,
+        layers=layers,
+        children=children,
+        direct=direct,
+        warnings=list(src.warnings),
+        kind=src.kind,
+    )
 
 
 def _host(name: str, layers: list, member: list[str], src: sources.Source, schema) -> Host:
@@ -225,7 +253,7 @@ def _host(name: str, layers: list, member: list[str], src: sources.Source, schem
     for _, layer in layers:
         for var, (value, where) in layer.items():
             merged[var], origin[var] = value, where
-    for strong, target in connvars.STRONG.items():     # Ansible: this spelling wins at any level
+    for strong, target in connvars.STRONG.items():  # Ansible: this spelling wins at any level
         if strong in merged:
             merged[target], origin[target] = merged.pop(strong), origin[strong]
     known = {k: v for k, v in merged.items() if k in schema}
@@ -233,22 +261,31 @@ def _host(name: str, layers: list, member: list[str], src: sources.Source, schem
     key, user = known.get("key"), known.get("user")
     try:
         key = str((src.base / Path(key).expanduser()).absolute()) if key else None
-    except RuntimeError:                # ~someone/ for a user this machine does not know
-        raise InputError(f"host {name}: key {str(key)[:60]!r}: no such user's home directory",
-                         "give the key file's full path",
-                         *fields.split_where(origin.get("key", ""))) from None
+    except RuntimeError:  # ~someone/ for a user this machine does not know
+        raise InputError(
+            f"host {name}: key {str(key)[:60]!r}: no such user's home directory",
+            "give the key file's full path",
+            *fields.split_where(origin.get("key", "")),
+        ) from None
     try:
         jump, jump_problem = jumps.of_host(name, known, extra, origin), None
-    except jumps.Unsupported as e:       # refused when a command selects the host
+    except jumps.Unsupported as e:  # refused when a command selects the host
         jump, jump_problem = (), (e.variable, e.why)
     return Host(
-        name=name, address=str(known.get("address") or name),
+        name=name,
+        address=str(known.get("address") or name),
         port=known.get("port", schema["port"].default),
         user=None if user is None else str(user),
         key=key,
-        groups=tuple(g for g in member if g != "ungrouped"), vars=known, origin=origin,
-        slots=known.get("slots"), connection=str(known.get("connection") or "ssh"),
-        extra=extra, jump=jump, jump_problem=jump_problem)
+        groups=tuple(g for g in member if g != "ungrouped"),
+        vars=known,
+        origin=origin,
+        slots=known.get("slots"),
+        connection=str(known.get("connection") or "ssh"),
+        extra=extra,
+        jump=jump,
+        jump_problem=jump_problem,
+    )
 
 
 def _members(src: sources.Source, group: str, seen: set) -> list[str]:

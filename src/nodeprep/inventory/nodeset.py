@@ -7,6 +7,7 @@ SLURM_JOB_NODELIST, fold() turns names back into the shortest pattern for report
 A pattern stands for at most MAX_NAMES names (a typo like gpu[1-10000000] is refused, not
 expanded), a range's numbers have at most 9 digits.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -34,12 +35,12 @@ def expand(pattern: str) -> list[str]:
             break
         if close_at < open_at:
             raise ValueError(f"bad node range '{pattern}': unclosed '[' or stray ']'")
-        inner = rest[open_at + 1:close_at]
+        inner = rest[open_at + 1 : close_at]
         if "[" in inner:
             raise ValueError(f"bad node range '{pattern}': unclosed '['")
         parts.append([rest[:open_at]])
         parts.append(_expand_ranges(inner, pattern))
-        rest = rest[close_at + 1:]
+        rest = rest[close_at + 1 :]
     if math.prod(len(p) for p in parts) > MAX_NAMES:
         raise ValueError(f"bad node range '{pattern}': more than {MAX_NAMES} names")
     return ["".join(combo) for combo in itertools.product(*parts)]
@@ -50,14 +51,18 @@ def _expand_ranges(inner: str, pattern: str) -> list[str]:
     for item in inner.split(","):
         match = _RANGE.fullmatch(item.strip())
         if not match:
-            raise ValueError(f"bad node range '{pattern}': '{item}' is not a number "
-                             f"(of at most 9 digits) or a range like 1-4 or 01-04")
+            raise ValueError(
+                f"bad node range '{pattern}': '{item}' is not a number "
+                f"(of at most 9 digits) or a range like 1-4 or 01-04"
+            )
         lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
         lo, hi = int(lo_text), int(hi_text)
         if lo > hi:
             separator = item.strip()[len(lo_text)]
-            raise ValueError(f"bad node range '{pattern}': {item} goes backwards, "
-                             f"write {hi_text}{separator}{lo_text}")
+            raise ValueError(
+                f"bad node range '{pattern}': {item} goes backwards, "
+                f"write {hi_text}{separator}{lo_text}"
+            )
         width = len(lo_text) if lo_text.startswith("0") and len(lo_text) > 1 else 0
         if len(out) + hi - lo >= MAX_NAMES:
             raise ValueError(f"bad node range '{pattern}': more than {MAX_NAMES} names")

@@ -6,6 +6,7 @@ and the `#` lines right above a key are its documentation, which is required: a 
 nobody explained is one nobody can set correctly. Two roles defining one name is an
 error, because a single value would then silently configure both.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,8 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from nodeprep.errors import InputError
+from nodeprep.inventory.yamlfile import LineDict, load_yaml, shown_path
 from nodeprep.settings import find_project
-from nodeprep.inventory.yamlfile import LineDict, shown_path, load_yaml
 
 CORE = Path(__file__).with_name("defaults.yml")
 
@@ -22,8 +23,14 @@ CORE = Path(__file__).with_name("defaults.yml")
 # that a null default cannot express.
 _NULL_KINDS = {"address": "str", "user": "str", "key": "str", "slots": "int", "cpu_slots": "int"}
 _BOUNDS = {"port": (1, 65535), "slots": (1, None), "cpu_slots": (1, None)}
-_WORDS = {"bool": "true or false", "int": "a whole number", "float": "a number",
-          "str": "a string", "list": "a list", "dict": "a mapping"}
+_WORDS = {
+    "bool": "true or false",
+    "int": "a whole number",
+    "float": "a number",
+    "str": "a string",
+    "list": "a list",
+    "dict": "a mapping",
+}
 _BOOL_WORDS = {"yes", "no", "true", "false", "on", "off", "y", "n"}
 
 
@@ -31,10 +38,10 @@ _BOOL_WORDS = {"yes", "no", "true", "false", "on", "off", "y", "n"}
 class VarSpec:
     name: str
     default: object
-    kind: str      # bool, int, float, str, list, dict, or any
+    kind: str  # bool, int, float, str, list, dict, or any
     _: KW_ONLY
     doc: str
-    source: str    # "file:line" of the definition
+    source: str  # "file:line" of the definition
 
 
 def load_schema(roots: list[Path] | None = None) -> dict[str, VarSpec]:
@@ -48,10 +55,13 @@ def load_schema(roots: list[Path] | None = None) -> dict[str, VarSpec]:
         for spec in _read(path, core=path == CORE):
             if spec.name in schema:
                 file, line = spec.source.rsplit(":", 1)
-                raise InputError(f"variable '{spec.name}' is already defined at "
-                                 f"{schema[spec.name].source}",
-                                 "variables are shared by all roles: rename one, "
-                                 "e.g. with the role name as prefix", file, int(line))
+                raise InputError(
+                    f"variable '{spec.name}' is already defined at {schema[spec.name].source}",
+                    "variables are shared by all roles: rename one, "
+                    "e.g. with the role name as prefix",
+                    file,
+                    int(line),
+                )
             schema[spec.name] = spec
     return schema
 
@@ -62,18 +72,24 @@ def _read(path: Path, core: bool) -> list[VarSpec]:
         return []
     shown = shown_path(path)
     if not isinstance(data, LineDict):
-        raise InputError("a defaults file must be a mapping of variable: default",
-                         "write one `name: default` per variable", shown,
-                         getattr(data, "line", 1))
+        raise InputError(
+            "a defaults file must be a mapping of variable: default",
+            "write one `name: default` per variable",
+            shown,
+            getattr(data, "line", 1),
+        )
     lines = path.read_text(encoding="utf-8").splitlines()
     specs = []
     for name, default in data.items():
         line = data.line_of(name)
         doc = _comment_above(lines, line)
         if not doc:
-            raise InputError(f"variable '{name}' has no documentation",
-                             "add a `# what it does` comment line directly above it",
-                             shown, line)
+            raise InputError(
+                f"variable '{name}' has no documentation",
+                "add a `# what it does` comment line directly above it",
+                shown,
+                line,
+            )
         kind = _NULL_KINDS.get(name, "any") if core and default is None else _kind(default)
         specs.append(VarSpec(str(name), default, kind, doc=doc, source=f"{shown}:{line}"))
     return specs
@@ -89,8 +105,14 @@ def _comment_above(lines: list[str], line: int) -> str:
 
 
 def _kind(default) -> str:
-    for kind, types in (("bool", bool), ("int", int), ("float", float), ("str", str),
-                        ("list", list), ("dict", dict)):
+    for kind, types in (
+        ("bool", bool),
+        ("int", int),
+        ("float", float),
+        ("str", str),
+        ("list", list),
+        ("dict", dict),
+    ):
         if isinstance(default, types):
             return kind
     return "any"
@@ -112,8 +134,10 @@ def check_value(spec: VarSpec, value) -> str | None:
     if kind == "any" or (value is None and spec.default is None):
         return None
     if value is None:
-        return (f"expected {_WORDS[kind]}, got null "
-                f"(remove the line to use the default {spec.default!r})")
+        return (
+            f"expected {_WORDS[kind]}, got null "
+            f"(remove the line to use the default {spec.default!r})"
+        )
     got = f"expected {_WORDS[kind]}, got {_show(value)}"
     if kind == "bool":
         if isinstance(value, bool):

@@ -4,6 +4,7 @@ Variables are checked against the schema as they are read, while their file and 
 are at hand, so every error can point at the line to fix. Precedence is applied later,
 by inventory.py, from the layers kept apart here.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -11,12 +12,11 @@ import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodeprep.inventory import nodeset
 from nodeprep.errors import InputError
-from nodeprep.inventory import connvars
+from nodeprep.inventory import connvars, nodeset
+from nodeprep.inventory.jsonfile import load_file
 from nodeprep.inventory.schema import VarSpec, check_value, normalize
 from nodeprep.inventory.yamlfile import LineDict, LineList, shown_path
-from nodeprep.inventory.jsonfile import load_file
 
 Vars = dict  # variable -> (value, origin "file:line" or "cli")
 Schema = dict[str, VarSpec]
@@ -31,27 +31,32 @@ GROUP_KEYS = ("hosts", "children", "vars")
 ANSIBLE_NAMES = connvars.WEAK
 # ansible_connection values: the ones that mean ssh, and local. Others are kept as written
 # and refused when a command selects the host (commands.common).
-_CONNECTIONS = {"ssh": "ssh", "smart": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh",
-                "local": "local"}
+_CONNECTIONS = {
+    "ssh": "ssh",
+    "smart": "ssh",
+    "paramiko": "ssh",
+    "paramiko_ssh": "ssh",
+    "local": "local",
+}
 
 
 @dataclass
 class Source:
     name: str
     path: Path | None
-    base: Path                                                   # where relative keys start
-    ansible: bool = False                                        # Ansible semantics apply
-    kind: str = "native"                                         # what was read, for the user
-    hosts: dict[str, str] = field(default_factory=dict)          # host -> "file:line", in order
-    entry_vars: dict[str, Vars] = field(default_factory=dict)    # vars on the host's entry
-    groups: dict[str, list[str]] = field(default_factory=dict)   # direct hosts, in order
+    base: Path  # where relative keys start
+    ansible: bool = False  # Ansible semantics apply
+    kind: str = "native"  # what was read, for the user
+    hosts: dict[str, str] = field(default_factory=dict)  # host -> "file:line", in order
+    entry_vars: dict[str, Vars] = field(default_factory=dict)  # vars on the host's entry
+    groups: dict[str, list[str]] = field(default_factory=dict)  # direct hosts, in order
     children: dict[str, list[str]] = field(default_factory=dict)
-    wide: Vars = field(default_factory=dict)                     # `vars:` and group `all`
+    wide: Vars = field(default_factory=dict)  # `vars:` and group `all`
     group_vars: dict[str, Vars] = field(default_factory=dict)
     group_files: dict[str, Vars] = field(default_factory=dict)
     host_files: dict[str, Vars] = field(default_factory=dict)
-    group_lines: dict[str, str] = field(default_factory=dict)    # group -> where defined
-    key_ports: dict[str, tuple] = field(default_factory=dict)    # host -> port of `host:PORT`
+    group_lines: dict[str, str] = field(default_factory=dict)  # group -> where defined
+    key_ports: dict[str, tuple] = field(default_factory=dict)  # host -> port of `host:PORT`
     warnings: list[str] = field(default_factory=list)
     # what earlier files of the same directory defined (one Ansible inventory, read in turns)
     outer_groups: set = field(default_factory=set)
@@ -115,53 +120,73 @@ def suggest(word, choices, fallback: str) -> str:
     return f"did you mean '{close[0]}'?" if close else fallback
 
 
-def check_var(key, value, schema: Schema, file: str | None, line: int | None,
-              src: Source | None = None):
+def check_var(
+    key, value, schema: Schema, file: str | None, line: int | None, src: Source | None = None
+):
     """(name, value) with Ansible names mapped and digit strings made numbers, or None for
     a variable that is ignored. With an Ansible-format SRC a variable nodeprep does not know
     is kept as written (a near-miss of a nodeprep variable gets a warning); otherwise it is
     an error. Without FILE the value came from the command line (an "extra variable")."""
     key, label = str(key), "variable" if file else "extra variable"
-    if key in connvars.STRONG:            # validated as what it means, kept under its own name
+    if key in connvars.STRONG:  # validated as what it means, kept under its own name
         spec = schema[connvars.STRONG[key]]
         reason = check_value(spec, value)
         if reason:
-            raise InputError(f"{label} '{key}': {reason}", f"{spec.name} is documented at {spec.source}", file, line)
+            raise InputError(
+                f"{label} '{key}': {reason}",
+                f"{spec.name} is documented at {spec.source}",
+                file,
+                line,
+            )
         return key, normalize(spec, value)
     name = ANSIBLE_NAMES.get(key, key)
     if name == "connection" and key.startswith("ansible_") and isinstance(value, str):
         value = _CONNECTIONS.get(value.strip(), value.strip())
     ansible = src is not None and src.ansible
     if name.startswith("ansible_") and not ansible:
-        return (key, value) if key in connvars.TABLE else None     # refused or listed as ignored
+        return (key, value) if key in connvars.TABLE else None  # refused or listed as ignored
     spec = schema.get(name)
     if spec is None:
         if not ansible:
-            raise InputError(f"unknown {label} '{key}'",
-                             suggest(key, schema, "variables are defined in "
-                                     "src/nodeprep/inventory/defaults.yml and roles/*/defaults.yml"),
-                             file, line)
+            raise InputError(
+                f"unknown {label} '{key}'",
+                suggest(
+                    key,
+                    schema,
+                    "variables are defined in "
+                    "src/nodeprep/inventory/defaults.yml and roles/*/defaults.yml",
+                ),
+                file,
+                line,
+            )
         close = difflib.get_close_matches(key, list(schema), n=1, cutoff=0.8)
         if close and not key.startswith("ansible_"):
             where = f"{file}:{line}: " if line else (f"{file}: " if file else "")
-            src.warn(f"{where}variable '{key}' is not a nodeprep variable and is ignored; "
-                     f"did you mean '{close[0]}'?")
+            src.warn(
+                f"{where}variable '{key}' is not a nodeprep variable and is ignored; "
+                f"did you mean '{close[0]}'?"
+            )
         return key, value
     reason = check_value(spec, value)
     if reason:
-        raise InputError(f"{label} '{key}': {reason}", f"{name} is documented at "
-                         f"{spec.source}", file, line)
+        raise InputError(
+            f"{label} '{key}': {reason}", f"{name} is documented at {spec.source}", file, line
+        )
     return name, normalize(spec, value)
 
 
-def read_vars(data, schema: Schema, file: str, line: int | None = None,
-              src: Source | None = None) -> Vars:
+def read_vars(
+    data, schema: Schema, file: str, line: int | None = None, src: Source | None = None
+) -> Vars:
     if data is None:
         return {}
     if not isinstance(data, LineDict):
-        raise InputError("variables must be a mapping of name: value",
-                         "write one `name: value` per line", file,
-                         getattr(data, "line", line))
+        raise InputError(
+            "variables must be a mapping of name: value",
+            "write one `name: value` per line",
+            file,
+            getattr(data, "line", line),
+        )
     out: Vars = {}
     for key, value in data.items():
         checked = check_var(key, value, schema, data.file, data.line_of(key), src=src)
@@ -174,8 +199,9 @@ def _mapping(data, what: str, example: str, file: str, line: int) -> LineDict:
     if data is None:
         return LineDict()
     if not isinstance(data, LineDict):
-        raise InputError(f"{what} must be a mapping", f"write it as {example}", file,
-                         getattr(data, "line", line))
+        raise InputError(
+            f"{what} must be a mapping", f"write it as {example}", file, getattr(data, "line", line)
+        )
     return data
 
 
@@ -183,27 +209,34 @@ def _expand(pattern, file: str, line: int) -> list[str]:
     try:
         return nodeset.expand(str(pattern))
     except ValueError as exc:
-        raise InputError(str(exc), "ranges look like node[1-4], node[01-04,07] or "
-                         "node[01:04]", file, line) from None
+        raise InputError(
+            str(exc), "ranges look like node[1-4], node[01-04,07] or node[01:04]", file, line
+        ) from None
 
 
 def _add_hosts(src: Source, hosts, schema: Schema, file: str, line: int):
     """Hosts of one native `hosts:` mapping: each defined once, its vars in one place."""
     added: list[str] = []
-    hosts = _mapping(hosts, "hosts", "`hosts: {node1: {port: 22}, node[2-4]: null}`",
-                     file, line)
+    hosts = _mapping(hosts, "hosts", "`hosts: {node1: {port: 22}, node[2-4]: null}`", file, line)
     for pattern, body in hosts.items():
         at = hosts.line_of(pattern)
         entry_vars = read_vars(body, schema, file, at)
         for name in _expand(pattern, file, at):
             if name in added or name in src.hosts:
                 first = src.hosts[name].rsplit(":", 1)[1]
-                raise InputError(f"host '{name}' is defined twice (first at line {first})",
-                                 "define each host once; check overlapping ranges", file, at)
+                raise InputError(
+                    f"host '{name}' is defined twice (first at line {first})",
+                    "define each host once; check overlapping ranges",
+                    file,
+                    at,
+                )
             if entry_vars and src.entry_vars.get(name):
-                raise InputError(f"host '{name}' has variables in two places (first at "
-                                 f"{src.hosts[name]})", f"keep them in one place, or in "
-                                 f"host_vars/{name}.yml", file, at)
+                raise InputError(
+                    f"host '{name}' has variables in two places (first at {src.hosts[name]})",
+                    f"keep them in one place, or in host_vars/{name}.yml",
+                    file,
+                    at,
+                )
             src.hosts.setdefault(name, f"{file}:{at}")
             if entry_vars:
                 src.entry_vars[name] = entry_vars
@@ -215,35 +248,53 @@ def read_native(src: Source, data: LineDict, schema: Schema):
     file = data.file
     for key in data:
         if key not in NATIVE_KEYS:
-            raise InputError(f"unknown top-level key '{key}'",
-                             suggest(key, NATIVE_KEYS, "the top-level keys are hosts:, "
-                                     "groups: and vars:"), file, data.line_of(key))
+            raise InputError(
+                f"unknown top-level key '{key}'",
+                suggest(key, NATIVE_KEYS, "the top-level keys are hosts:, groups: and vars:"),
+                file,
+                data.line_of(key),
+            )
     src.wide.update(read_vars(data.get("vars"), schema, file, data.line_of("vars")))
     _add_hosts(src, data.get("hosts"), schema, file, data.line_of("hosts"))
-    groups = _mapping(data.get("groups"), "groups", "`groups: {gpus: {hosts: [gpu01]}}`",
-                      file, data.line_of("groups"))
+    groups = _mapping(
+        data.get("groups"),
+        "groups",
+        "`groups: {gpus: {hosts: [gpu01]}}`",
+        file,
+        data.line_of("groups"),
+    )
     for group, body in groups.items():
-        body = _mapping(body, f"group '{group}'", "`{hosts: [node1], vars: {...}}`", file,
-                        groups.line_of(group))
+        body = _mapping(
+            body, f"group '{group}'", "`{hosts: [node1], vars: {...}}`", file, groups.line_of(group)
+        )
         for key in body:
             if key not in ("hosts", "vars"):
-                raise InputError(f"unknown key '{key}' in group '{group}'",
-                                 suggest(key, ("hosts", "vars"), "a group has hosts: and vars:"),
-                                 file, body.line_of(key))
+                raise InputError(
+                    f"unknown key '{key}' in group '{group}'",
+                    suggest(key, ("hosts", "vars"), "a group has hosts: and vars:"),
+                    file,
+                    body.line_of(key),
+                )
         group_vars = read_vars(body.get("vars"), schema, file, body.line_of("vars"))
         members = body.get("hosts") or LineList()
         if not isinstance(members, list):
-            raise InputError(f"hosts of group '{group}' must be a list",
-                             "write it as `hosts: [node1, \"node[2-4]\"]`", file,
-                             body.line_of("hosts"))
+            raise InputError(
+                f"hosts of group '{group}' must be a list",
+                'write it as `hosts: [node1, "node[2-4]"]`',
+                file,
+                body.line_of("hosts"),
+            )
         names = []
         for index, pattern in enumerate(members):
             at = members.line_of(index)
             for name in _expand(pattern, file, at):
                 if name not in src.hosts:
-                    raise InputError(f"group '{group}' lists unknown host '{name}'",
-                                     suggest(name, src.hosts, "define it under hosts: first"),
-                                     file, at)
+                    raise InputError(
+                        f"group '{group}' lists unknown host '{name}'",
+                        suggest(name, src.hosts, "define it under hosts: first"),
+                        file,
+                        at,
+                    )
                 names.append(name)
         if group == "all":
             src.wide.update(group_vars)
@@ -289,8 +340,9 @@ def vars_files(folder: Path, name: str) -> list[Path]:
         except OSError as exc:
             if exc.errno == errno.ENAMETOOLONG:
                 return []
-            raise InputError(f"cannot read: {exc.strerror}", "check the permissions",
-                             shown_path(path)) from None
+            raise InputError(
+                f"cannot read: {exc.strerror}", "check the permissions", shown_path(path)
+            ) from None
     return []
 
 
@@ -298,26 +350,41 @@ def read_side_files(src: Source, directory: Path, schema: Schema):
     """group_vars/<group> and host_vars/<host> beside the inventory (see vars_files). An
     entry for a name the inventory does not have is an error in a native inventory and a
     warning in an Ansible one (Ansible never looks at it)."""
-    for folder, known, target in (("group_vars", ["all", *src.groups, "ungrouped"], src.group_files),
-                                  ("host_vars", list(src.hosts), src.host_files)):
+    for folder, known, target in (
+        ("group_vars", ["all", *src.groups, "ungrouped"], src.group_files),
+        ("host_vars", list(src.hosts), src.host_files),
+    ):
         where = directory / folder
         if not where.is_dir():
             continue
         for name in known:
             for path in vars_files(where, name):
                 target.setdefault(name, {}).update(
-                    read_vars(load_file(path), schema, shown_path(path), 1, src))
+                    read_vars(load_file(path), schema, shown_path(path), 1, src)
+                )
         names = set(known)
         for entry in sorted(where.iterdir()):
-            stem = entry.name[:len(entry.name) - len(entry.suffix)] if entry.suffix in VARS_EXTENSIONS else None
-            if entry.name in names or stem in names or entry.name.startswith(".") or not (
-                    entry.is_dir() or stem is not None):
+            stem = (
+                entry.name[: len(entry.name) - len(entry.suffix)]
+                if entry.suffix in VARS_EXTENSIONS
+                else None
+            )
+            if (
+                entry.name in names
+                or stem in names
+                or entry.name.startswith(".")
+                or not (entry.is_dir() or stem is not None)
+            ):
                 continue
             what = "group" if folder == "group_vars" else "host"
             if src.ansible:
-                src.warn(f"{shown_path(entry)}: no {what} '{stem or entry.name}' in the "
-                         "inventory; ignored, as Ansible does")
+                src.warn(
+                    f"{shown_path(entry)}: no {what} '{stem or entry.name}' in the "
+                    "inventory; ignored, as Ansible does"
+                )
                 continue
-            raise InputError(f"no {what} '{stem or entry.name}' in the inventory",
-                             suggest(stem or entry.name, known, "rename the file or remove it"),
-                             shown_path(entry))
+            raise InputError(
+                f"no {what} '{stem or entry.name}' in the inventory",
+                suggest(stem or entry.name, known, "rename the file or remove it"),
+                shown_path(entry),
+            )

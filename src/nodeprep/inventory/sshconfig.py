@@ -12,6 +12,7 @@ cannot carry a jump yet), never dropped.
 
 OpenSSH finds ~/.ssh/config and relative includes through the passwd home, not $HOME: so does
 this reader. A config ssh rejects is one error naming file:line and the fix."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -39,7 +40,11 @@ def aliases(numbered) -> list[tuple[str, int]]:
             names = sshconfig_files.arguments(kw[1])
         except ValueError:
             continue
-        out += [(n, number) for n in names if sshconfig_files.is_alias(n) and n not in [x for x, _ in out]]
+        out += [
+            (n, number)
+            for n in names
+            if sshconfig_files.is_alias(n) and n not in [x for x, _ in out]
+        ]
     return out
 
 
@@ -49,7 +54,9 @@ def config_files(path: Path | None) -> tuple[Path, sshconfig_files.ConfigFiles, 
     home = sshconfig_files.passwd_home()
     user = path or home / ".ssh" / "config"
     if not user.exists():
-        raise InputError("no ssh config", "write Host entries in ~/.ssh/config first", shown_path(user))
+        raise InputError(
+            "no ssh config", "write Host entries in ~/.ssh/config first", shown_path(user)
+        )
     found = sshconfig_files.read(user, home)
     depends = list(found.files)
     if path is None and SYSTEM_CONFIG.exists():
@@ -63,16 +70,20 @@ def resolved(path: Path | None, names: list[str]) -> dict[str, openssh.Resolved]
     return openssh.resolve(names, path, depends)
 
 
-def read_sshconfig(src: Source, pattern: str | None, schema: Schema,
-                   path: Path | None = None) -> None:
+def read_sshconfig(
+    src: Source, pattern: str | None, schema: Schema, path: Path | None = None
+) -> None:
     src.kind = "sshconfig"
     user_config, found, depends = config_files(path)
     chosen = [a for a in found.aliases if not pattern or fnmatch.fnmatchcase(a.name, pattern)]
     if not chosen:
-        raise InputError(f"no Host entry{' matches ' + repr(pattern) if pattern else ''} in the "
-                         "ssh config or the files it includes",
-                         "sshconfig:PATTERN takes a glob such as 'gpu*'", shown_path(user_config))
-    for alias in chosen:         # before ssh sees it: a name the inventory could not carry
+        raise InputError(
+            f"no Host entry{' matches ' + repr(pattern) if pattern else ''} in the "
+            "ssh config or the files it includes",
+            "sshconfig:PATTERN takes a glob such as 'gpu*'",
+            shown_path(user_config),
+        )
+    for alias in chosen:  # before ssh sees it: a name the inventory could not carry
         problem = fields.name_problem(alias.name)
         if problem:
             raise InputError(problem, fields.ALIAS_HINT, alias.file, alias.line)
@@ -88,7 +99,11 @@ def _entry(alias: sshconfig_files.Alias, r: openssh.Resolved, schema: Schema, id
     """The inventory variables of one alias from ssh's answer R, each with the alias's origin."""
     defaults, home, me = ids
     where, entry = alias.origin, {}
-    values = {"address": r.hostname if r.hostname != alias.name else None, "port": r.port, "user": r.user}
+    values = {
+        "address": r.hostname if r.hostname != alias.name else None,
+        "port": r.port,
+        "user": r.user,
+    }
     for var, value in values.items():
         if value is not None:
             name, checked = check_var(var, value, schema, alias.file, alias.line)

@@ -17,6 +17,7 @@ The rules, from OpenSSH 9.2's readconf.c and misc.c (argv_split, strdelim):
 - `Host` arguments are patterns: a name with `*` or `?`, or starting with `!`, is no alias.
 The user's own config is found through the PASSWD home, as ssh finds it (not $HOME); the
 includes inside it through $HOME, as ssh's glob finds them (OpenSSH 9.2 on glibc, measured)."""
+
 from __future__ import annotations
 
 import glob
@@ -29,7 +30,7 @@ from nodeprep.errors import InputError
 from nodeprep.inventory.ini import read_text
 from nodeprep.inventory.yamlfile import shown_path
 
-MAX_DEPTH = 16          # READCONF_MAX_DEPTH
+MAX_DEPTH = 16  # READCONF_MAX_DEPTH
 _SPACE = " \t"
 
 
@@ -37,7 +38,7 @@ def passwd_home() -> Path:
     """The home OpenSSH uses for ~/.ssh: the passwd entry's, not $HOME."""
     try:
         return Path(pwd.getpwuid(os.getuid()).pw_dir)
-    except KeyError:            # no passwd entry (a container's odd uid): what ssh cannot do either
+    except KeyError:  # no passwd entry (a container's odd uid): what ssh cannot do either
         return Path.home()
 
 
@@ -49,9 +50,9 @@ def split_keyword(line: str) -> tuple[str, str] | None:
         return None
     end = next((i for i, c in enumerate(text) if c in _SPACE + "="), len(text))
     keyword = text[:end]
-    delim = text[end:end + 1]
-    rest = text[end + 1:].lstrip(_SPACE)
-    if delim != "=" and rest.startswith("="):          # `Keyword = value`
+    delim = text[end : end + 1]
+    rest = text[end + 1 :].lstrip(_SPACE)
+    if delim != "=" and rest.startswith("="):  # `Keyword = value`
         rest = rest[1:].lstrip(_SPACE)
     return keyword.lower(), rest
 
@@ -69,7 +70,11 @@ def arguments(rest: str) -> list[str]:
         quote, word = "", []
         while i < n:
             c = rest[i]
-            if c == "\\" and i + 1 < n and (rest[i + 1] in "'\"\\" or (not quote and rest[i + 1] == " ")):
+            if (
+                c == "\\"
+                and i + 1 < n
+                and (rest[i + 1] in "'\"\\" or (not quote and rest[i + 1] == " "))
+            ):
                 word.append(rest[i + 1])
                 i += 2
                 continue
@@ -96,7 +101,7 @@ def is_alias(name: str) -> bool:
 @dataclass(frozen=True)
 class Alias:
     name: str
-    file: str           # as messages show it
+    file: str  # as messages show it
     line: int
 
     @property
@@ -107,10 +112,13 @@ class Alias:
 @dataclass
 class ConfigFiles:
     """What reading a config (and its includes) found."""
-    files: list[Path] = field(default_factory=list)        # every file read, in order
-    aliases: list[Alias] = field(default_factory=list)     # first definition of each name
-    options: set[str] = field(default_factory=set)         # every keyword used (lowercased)
-    match_lines: list[tuple[str, int, list[str]]] = field(default_factory=list)  # (file, line, criteria)
+
+    files: list[Path] = field(default_factory=list)  # every file read, in order
+    aliases: list[Alias] = field(default_factory=list)  # first definition of each name
+    options: set[str] = field(default_factory=set)  # every keyword used (lowercased)
+    match_lines: list[tuple[str, int, list[str]]] = field(
+        default_factory=list
+    )  # (file, line, criteria)
 
     def alias(self, name: str) -> Alias | None:
         return next((a for a in self.aliases if a.name == name), None)
@@ -126,11 +134,14 @@ def read(path: Path, home: Path | None = None, system: bool = False) -> ConfigFi
 
 def _read(path: Path, home: Path, system: bool, out: ConfigFiles, depth: int) -> None:
     if depth > MAX_DEPTH:
-        raise InputError("too many nested Include levels (OpenSSH stops at 16)",
-                         "an Include probably includes itself", shown_path(path))
+        raise InputError(
+            "too many nested Include levels (OpenSSH stops at 16)",
+            "an Include probably includes itself",
+            shown_path(path),
+        )
     if depth and not os.access(path, os.R_OK):
-        return                       # ssh skips an include it cannot open, too
-    lines = read_text(path)          # UTF-8, no control characters: file:line errors
+        return  # ssh skips an include it cannot open, too
+    lines = read_text(path)  # UTF-8, no control characters: file:line errors
     out.files.append(path)
     file = shown_path(path)
     known = {a.name for a in out.aliases}
@@ -142,8 +153,12 @@ def _read(path: Path, home: Path, system: bool, out: ConfigFiles, depth: int) ->
         try:
             args = arguments(rest)
         except ValueError:
-            raise InputError("invalid quotes (an unclosed \" or ')", "close the quote, as ssh "
-                             "requires", file, number) from None
+            raise InputError(
+                "invalid quotes (an unclosed \" or ')",
+                "close the quote, as ssh requires",
+                file,
+                number,
+            ) from None
         out.options.add(keyword)
         if keyword == "host":
             for name in args:
@@ -174,7 +189,7 @@ def _include_paths(args: list[str], home: Path, system: bool) -> list[Path]:
             try:
                 base = glob_home(home) if not user else Path(pwd.getpwnam(user).pw_dir)
             except KeyError:
-                continue             # glob leaves `~nosuchuser` as it is: it matches no file
+                continue  # glob leaves `~nosuchuser` as it is: it matches no file
             arg = str(base / rest) if rest else str(base)
         out += [Path(p) for p in sorted(glob.glob(arg)) if Path(p).is_file()]
     return out

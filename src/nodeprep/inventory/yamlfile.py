@@ -13,6 +13,7 @@ exception.
 read_input() is how every reader of a file the user gives gets its text: undecodable bytes
 and unreadable files are one InputError naming the file (and the line).
 """
+
 from __future__ import annotations
 
 import codecs
@@ -22,8 +23,8 @@ import yaml
 
 from nodeprep.errors import InputError
 
-MAX_VALUES = 1_000_000          # values a document may expand to, aliases followed
-MAX_NESTING = 100               # lists and mappings inside one another
+MAX_VALUES = 1_000_000  # values a document may expand to, aliases followed
+MAX_NESTING = 100  # lists and mappings inside one another
 
 
 def shown_path(path: Path | str) -> str:
@@ -31,7 +32,7 @@ def shown_path(path: Path | str) -> str:
     path = Path(path)
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, RuntimeError, OSError):     # RuntimeError: a symlink loop
+    except (ValueError, RuntimeError, OSError):  # RuntimeError: a symlink loop
         return str(path)
 
 
@@ -68,8 +69,12 @@ class _Loader(yaml.SafeLoader):
         """`[` and `{` nest at most MAX_NESTING deep, refused as they are read: PyYAML's
         scanner slows down with the cube of their depth (2000 on one line take seconds)."""
         if self.flow_level >= MAX_NESTING:
-            raise InputError(f"more than {MAX_NESTING} nested '[' or '{{'",
-                             "flatten the structure", self.display_name, self.line + 1)
+            raise InputError(
+                f"more than {MAX_NESTING} nested '[' or '{{'",
+                "flatten the structure",
+                self.display_name,
+                self.line + 1,
+            )
         super().fetch_flow_collection_start(TokenClass)
 
     def construct_object(self, node, deep=False):
@@ -86,13 +91,25 @@ def _unfit(node: yaml.Node, exc: Exception, shown: str) -> InputError:
     kind = node.tag.rpartition(":")[2] or node.tag
     scalar = isinstance(node, yaml.ScalarNode)
     if scalar and "Exceeds the limit" in str(exc):
-        return InputError(f"a number {len(node.value)} characters long",
-                          "write a shorter number, or quote it if it is text", shown,
-                          node.start_mark.line + 1)
-    value = repr(node.value[:40]) if scalar else "a mapping" if isinstance(
-        node, yaml.MappingNode) else "a list"
-    return InputError(f"{value} is not a valid {kind}", "fix it, or quote it if it is text",
-                      shown, node.start_mark.line + 1)
+        return InputError(
+            f"a number {len(node.value)} characters long",
+            "write a shorter number, or quote it if it is text",
+            shown,
+            node.start_mark.line + 1,
+        )
+    value = (
+        repr(node.value[:40])
+        if scalar
+        else "a mapping"
+        if isinstance(node, yaml.MappingNode)
+        else "a list"
+    )
+    return InputError(
+        f"{value} is not a valid {kind}",
+        "fix it, or quote it if it is text",
+        shown,
+        node.start_mark.line + 1,
+    )
 
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode):
@@ -106,9 +123,12 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode):
             continue
         key = loader.construct_object(key_node)
         if key in seen:
-            raise InputError(f"duplicate key '{key}' (first at line {seen[key]})",
-                             "remove or merge one of them", loader.display_name,
-                             key_node.start_mark.line + 1)
+            raise InputError(
+                f"duplicate key '{key}' (first at line {seen[key]})",
+                "remove or merge one of them",
+                loader.display_name,
+                key_node.start_mark.line + 1,
+            )
         seen[key] = key_node.start_mark.line + 1
     loader.flatten_mapping(node)
     for key_node, value_node in node.value:
@@ -116,9 +136,12 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode):
         try:
             data[key] = loader.construct_object(value_node, deep=True)
         except TypeError:
-            raise InputError("a key must be a plain name, not a list or mapping",
-                             "write `name: value`", loader.display_name,
-                             key_node.start_mark.line + 1) from None
+            raise InputError(
+                "a key must be a plain name, not a list or mapping",
+                "write `name: value`",
+                loader.display_name,
+                key_node.start_mark.line + 1,
+            ) from None
         data.lines[key] = key_node.start_mark.line + 1
 
 
@@ -144,8 +167,13 @@ def _check_graph(root: yaml.Node, shown: str) -> None:
     stack, open_ = [(root, False)], set()
     while stack:
         node, done = stack.pop()
-        kids = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) \
-            else node.value if isinstance(node, yaml.SequenceNode) else []
+        kids = (
+            [n for pair in node.value for n in pair]
+            if isinstance(node, yaml.MappingNode)
+            else node.value
+            if isinstance(node, yaml.SequenceNode)
+            else []
+        )
         if done:
             open_.discard(id(node))
             size[id(node)] = min(1 + sum(size[id(k)] for k in kids), MAX_VALUES + 1)
@@ -155,8 +183,12 @@ def _check_graph(root: yaml.Node, shown: str) -> None:
         if id(node) in size:
             continue
         if id(node) in open_:
-            raise InputError("an alias inside the value it names (a loop)",
-                             "remove the alias", shown, node.start_mark.line + 1)
+            raise InputError(
+                "an alias inside the value it names (a loop)",
+                "remove the alias",
+                shown,
+                node.start_mark.line + 1,
+            )
         open_.add(id(node))
         stack.append((node, True))
         stack.extend((k, False) for k in kids if id(k) not in size)
@@ -164,12 +196,19 @@ def _check_graph(root: yaml.Node, shown: str) -> None:
 
 def _check_node(node: yaml.Node, size: int, depth: int, shown: str) -> None:
     if size > MAX_VALUES:
-        raise InputError(f"the aliases here expand to more than {MAX_VALUES} values",
-                         "write the values out, or use fewer aliases", shown,
-                         node.start_mark.line + 1)
+        raise InputError(
+            f"the aliases here expand to more than {MAX_VALUES} values",
+            "write the values out, or use fewer aliases",
+            shown,
+            node.start_mark.line + 1,
+        )
     if depth > MAX_NESTING:
-        raise InputError(f"values nested more than {MAX_NESTING} deep", "flatten the structure",
-                         shown, node.start_mark.line + 1)
+        raise InputError(
+            f"values nested more than {MAX_NESTING} deep",
+            "flatten the structure",
+            shown,
+            node.start_mark.line + 1,
+        )
 
 
 def _document(loader: _Loader, shown: str):
@@ -180,11 +219,12 @@ def _document(loader: _Loader, shown: str):
         _check_graph(node, shown)
         try:
             return loader.construct_document(node)
-        except _UNFIT as exc:          # in what PyYAML constructs last: the top's own tag
+        except _UNFIT as exc:  # in what PyYAML constructs last: the top's own tag
             raise _unfit(node, exc, shown) from None
     except RecursionError:
-        raise InputError("values nested too deeply", "flatten the structure", shown,
-                         loader.line + 1) from None
+        raise InputError(
+            "values nested too deeply", "flatten the structure", shown, loader.line + 1
+        ) from None
 
 
 def read_input(path: Path | str, shown: str | None = None) -> str:
@@ -197,18 +237,24 @@ def read_input(path: Path | str, shown: str | None = None) -> str:
         data = path.read_bytes()
     except FileNotFoundError:
         raise InputError("file not found", "check the path", shown) from None
-    except (OSError, ValueError) as exc:      # ValueError: a NUL in the path
-        raise InputError(f"cannot read: {getattr(exc, 'strerror', None) or exc}",
-                         "check the path and the file's permissions", shown) from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise InputError(
+            f"cannot read: {getattr(exc, 'strerror', None) or exc}",
+            "check the path and the file's permissions",
+            shown,
+        ) from None
     data = data[3:] if data.startswith(codecs.BOM_UTF8) else data
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         start = data.rfind(b"\n", 0, exc.start) + 1
-        column = len(data[start:exc.start].decode("utf-8", "replace")) + 1
-        raise InputError(f"byte 0x{data[exc.start]:02x} at column {column} is not UTF-8 text",
-                         "save the file as UTF-8", shown,
-                         data.count(b"\n", 0, exc.start) + 1) from None
+        column = len(data[start : exc.start].decode("utf-8", "replace")) + 1
+        raise InputError(
+            f"byte 0x{data[exc.start]:02x} at column {column} is not UTF-8 text",
+            "save the file as UTF-8",
+            shown,
+            data.count(b"\n", 0, exc.start) + 1,
+        ) from None
 
 
 def load_yaml(path: Path | str):
@@ -222,7 +268,7 @@ def load_text(text: str, shown: str):
     """The document in TEXT (a program's output: an inventory script's JSON), SHOWN in errors."""
     loader = None
     try:
-        loader = _Loader(text)           # the reader refuses control characters here already
+        loader = _Loader(text)  # the reader refuses control characters here already
         loader.display_name = shown
         return _document(loader, shown)
     except yaml.MarkedYAMLError as exc:
@@ -231,17 +277,25 @@ def load_text(text: str, shown: str):
         if exc.context_mark and mark and exc.context_mark.line != mark.line:
             context += f" (started at line {exc.context_mark.line + 1})"
         problem = ": ".join(p for p in (context, exc.problem) if p)
-        raise InputError(f"invalid YAML: {problem}",
-                         "check indentation, a missing ':' or quotes around values "
-                         "with ':', '#', '[' or '{'",
-                         shown, mark.line + 1 if mark else None) from None
+        raise InputError(
+            f"invalid YAML: {problem}",
+            "check indentation, a missing ':' or quotes around values with ':', '#', '[' or '{'",
+            shown,
+            mark.line + 1 if mark else None,
+        ) from None
     except yaml.reader.ReaderError as exc:
-        line = text[:exc.position].count("\n") + 1
+        line = text[: exc.position].count("\n") + 1
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
-        raise InputError(f"control character #x{char:02x} in the file",
-                         "remove it (a YAML file holds printable text only)", shown, line) from None
+        raise InputError(
+            f"control character #x{char:02x} in the file",
+            "remove it (a YAML file holds printable text only)",
+            shown,
+            line,
+        ) from None
     except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}".splitlines()[0], "check the file's syntax", shown) from None
+        raise InputError(
+            f"invalid YAML: {exc}".splitlines()[0], "check the file's syntax", shown
+        ) from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -7,6 +7,7 @@ does; the lab's own banner checks still see them), and the inventory says `proxy
 nodeprep@10.X.0.5`. Its host key is pinned like the nodes'. A lab with a bastion runs without
 Slurm (kept simple: its slurmd would log in from nowhere, but srun's head is reached through
 the bastion too, untested)."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,15 @@ def address(octet: int) -> str:
 
 
 def node(name: str, lab, octet: int) -> LabNode:
-    return LabNode("bastion", -1, address(octet), port=22, netns=netns(name), home=lab / "bastion" / "home",
-                   sshd_pid=None)
+    return LabNode(
+        "bastion",
+        -1,
+        address(octet),
+        port=22,
+        netns=netns(name),
+        home=lab / "bastion" / "home",
+        sshd_pid=None,
+    )
 
 
 def exists(name: str) -> bool:
@@ -47,15 +55,24 @@ def up(name: str, lab, octet: int, ids: tuple[int, int], pub: str, changes: list
     if not exists(name):
         if net.link_exists(b.netns):
             net.ip_batch([f"link del {b.netns}"])
-        net.ip_batch([f"netns add {b.netns}", f"link add {b.netns} type veth peer name eth0 address "
-                      f"{node_mac(b.address)} netns {b.netns}",
-                      f"link set {b.netns} master {bridge_name(name)} up"])
-        net.ip_batch_each({b.netns: ["link set lo up", f"addr add {b.address}/24 dev eth0", "link set eth0 up"]})
+        net.ip_batch(
+            [
+                f"netns add {b.netns}",
+                f"link add {b.netns} type veth peer name eth0 address "
+                f"{node_mac(b.address)} netns {b.netns}",
+                f"link set {b.netns} master {bridge_name(name)} up",
+            ]
+        )
+        net.ip_batch_each(
+            {b.netns: ["link set lo up", f"addr add {b.address}/24 dev eth0", "link set eth0 up"]}
+        )
         changes.append("made the bastion's namespace")
     if etc.make([nd]):
         changes.append("copied /etc for the bastion")
-    host.prepare_node(b, f"127.0.0.1\tlocalhost\n{b.address}\tbastion\n", pub, ids, changes, sudo=False)
-    (nd / BIN).mkdir(exist_ok=True)          # its /usr/local/bin: empty (no GPU stand-in)
+    host.prepare_node(
+        b, f"127.0.0.1\tlocalhost\n{b.address}\tbastion\n", pub, ids, changes, sudo=False
+    )
+    (nd / BIN).mkdir(exist_ok=True)  # its /usr/local/bin: empty (no GPU stand-in)
     if not (nd / HOST_KEY).exists():
         net.keygen([nd / HOST_KEY])
     if net.sshd_pid(nd / "sshd.pid", nd / "sshd_config") is None:
@@ -86,7 +103,7 @@ def wall_off(nodes: list[LabNode], octet: int, on: bool) -> None:
 
 
 def converge(state, ids: tuple[int, int], pub: str, store) -> LabNode | None:
-    """STATE (cluster._Up) with its bastion when state.bastion, without it otherwise; the
+    """STATE (state._Up) with its bastion when state.bastion, without it otherwise; the
     nodes walled off from the controller accordingly; the bastion's host key pinned."""
     if state.bastion:
         b = up(state.name, state.lab, state.octet, ids, pub, state.changes)
@@ -103,6 +120,8 @@ def converge(state, ids: tuple[int, int], pub: str, store) -> LabNode | None:
 
 def check(slurm: bool, bastion: bool) -> None:
     if slurm and bastion:
-        raise InputError("--bastion and --slurm together: the nodes' slurmd reach slurmctld on the "
-                         "controller's bridge address, which a bastion lab walls off",
-                         hint="run the lab's Slurm without a bastion (lab.up --no-bastion)")
+        raise InputError(
+            "--bastion and --slurm together: the nodes' slurmd reach slurmctld on the "
+            "controller's bridge address, which a bastion lab walls off",
+            hint="run the lab's Slurm without a bastion (lab.up --no-bastion)",
+        )

@@ -1,6 +1,7 @@
 """The lab as a whole: up (the nodes, the network, each node's files and sshd, Slurm,
 pinned host keys, the inventory), down and status. The parts it puts together are the
 package's other modules (see __init__.py)."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import re
 import shutil
 import time
 from collections import Counter
-from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
@@ -17,83 +17,36 @@ from nodeprep.errors import InputError, NodeprepError
 from nodeprep.settings import Settings
 
 from . import bastion, etc, foreign, gpu, host, local, net, slurm
-from .config import (LAB_HOME, LAB_USER, LabInfo, LabNode, UpOptions, bridge_address,
-                     bridge_name, hosts_text, inventory_path, inventory_text, netns_name, node_address, node_mac,
-                     node_name, pubkey, subnet_for, link_rates, validate_count, validate_name)
+from .config import (
+    LAB_HOME,
+    LAB_USER,
+    LabInfo,
+    UpOptions,
+    bridge_address,
+    bridge_name,
+    hosts_text,
+    netns_name,
+    node_address,
+    node_mac,
+    node_name,
+    pubkey,
+    validate_count,
+    validate_name,
+)
+from .lab_inventory import inventory_path, inventory_text
 from .nodes import HOST_KEY
-
-STATE = "lab.json"
-
-
-def _lab_dir(settings: Settings, name: str) -> Path:
-    return Path(settings.lab_root) / name
-
-
-def _read_state(lab: Path) -> dict | None:
-    try:
-        return json.loads((lab / STATE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _ours(name: str) -> dict[int, str]:
-    """This lab's namespaces that exist now, by node index."""
-    pat = re.compile(rf"np-{re.escape(name)}-(\d+)")
-    return {int(m.group(1)): ns for ns in net.netns_list() if (m := pat.fullmatch(ns))}
-
-
-def _node(name: str, lab: Path, octet: int, i: int, arch: str | None = None) -> LabNode:
-    """Node I of lab NAME (directory LAB, subnet 10.OCTET.0.0/24), sshd_pid not looked up."""
-    return LabNode(node_name(i), i, node_address(octet, i), port=22, netns=netns_name(name, i),
-                   home=lab / node_name(i) / "home", sshd_pid=None, arch=arch)
-
-
-def _sshd_pid(node: LabNode) -> int | None:
-    """The pid of NODE's sshd, None when it does not run."""
-    nd = node.home.parent
-    return net.sshd_pid(nd / "sshd.pid", nd / "sshd_config")
-
+from .state import STATE, _lab_dir, _node, _ours, _read_state, _sshd_pid, _Up, _up_state
 
 # -- up ------------------------------------------------------------------------------------
 
-@dataclass
-class _Up:
-    """One up() of the rootful lab: what it works on, and what it changed so far (for the
-    one line it logs at the end)."""
-    name: str
-    count: int                 # nodes wanted
-    lab: Path                  # <lab_root>/NAME
-    _: KW_ONLY
-    octet: int                 # X of 10.X.0.0/24
-    running: bool              # the bridge was up already
-    slurm: bool                # Slurm over the nodes after this up()
-    shared_home: bool = False  # every node binds <lab>/shared-home as its home
-    aliases: int = 0           # inventory nodes worker-(count+k) on node k's machine
-    nics: tuple[str, ...] = ()  # interface names the nodes get in turn (() = eth0)
-    no_sudo: tuple[int, ...] = ()  # nodes whose user may not sudo
-    link_rate: str = ""        # each node's link limit both ways ("" none), tc on its veth
-    had_rate: str = ""         # the limit its veths have now
-    gpu_records: dict[int, str] = field(default_factory=dict)   # node index -> recording (lab/gpu.py)
-    bastion: bool = False      # a jump host in front (lab/bastion.py)
-    arches: dict[int, str] = field(default_factory=dict)   # node index -> foreign arch (lab/foreign.py)
-    changes: list[str] = field(default_factory=list)
 
-    @property
-    def key(self) -> Path:
-        return self.lab / "id_ed25519"
-
-    def node(self, i: int) -> LabNode:
-        return _node(self.name, self.lab, self.octet, i, self.arches.get(i))
-
-    def nodes(self) -> list[LabNode]:
-        return [self.node(i) for i in range(self.count)]
-
-    def nic(self, i: int) -> str:
-        return self.nics[i % len(self.nics)] if self.nics else "eth0"
-
-
-def up(nodes: int, name: str = "local", settings: Settings = Settings(),
-       options: UpOptions = UpOptions(), log=print) -> LabInfo:
+def up(
+    nodes: int,
+    name: str = "local",
+    settings: Settings = Settings(),
+    options: UpOptions = UpOptions(),
+    log=print,
+) -> LabInfo:
     """Bring lab NAME to exactly NODES running nodes (adding, removing or restarting only
     what differs) and write its inventory. OPTIONS: where the inventory goes, the subnet,
     and whether a real Slurm runs over the nodes (slurm.py; None keeps what the lab had)."""
@@ -101,8 +54,10 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     validate_count(nodes)
     if os.geteuid() != 0:
         if options.slurm or options.arch:
-            raise InputError(f"lab --{'slurm' if options.slurm else 'arch'} needs root (slurmd and "
-                             "foreign roots run inside each node's namespaces)")
+            raise InputError(
+                f"lab --{'slurm' if options.slurm else 'arch'} needs root (slurmd and "
+                "foreign roots run inside each node's namespaces)"
+            )
         return local.up(nodes, name, settings, options.inventory_dir, log)
     net.require_tools()
     t0 = time.monotonic()
@@ -117,61 +72,33 @@ def up(nodes: int, name: str = "local", settings: Settings = Settings(),
     _pin_host_keys(state, settings)
     bastion.converge(state, ids, pub, PinnedHostKeys(settings.known_hosts))
     inventory = _write_inventory(state, options.inventory_dir, settings.project)
-    net.write_if_changed(state.lab / STATE, json.dumps(
-        {"subnet": state.octet, "nodes": state.count, "inventory": str(inventory),
-         "slurm": state.slurm, "shared_home": state.shared_home, "aliases": state.aliases,
-         "nic_names": list(state.nics), "link_rate": state.link_rate,
-         "gpu_records": {str(k): v for k, v in state.gpu_records.items()},
-         "bastion": state.bastion, "arch": {str(k): v for k, v in state.arches.items()}}) + "\n")
+    net.write_if_changed(
+        state.lab / STATE,
+        json.dumps(
+            {
+                "subnet": state.octet,
+                "nodes": state.count,
+                "inventory": str(inventory),
+                "slurm": state.slurm,
+                "shared_home": state.shared_home,
+                "aliases": state.aliases,
+                "nic_names": list(state.nics),
+                "link_rate": state.link_rate,
+                "gpu_records": {str(k): v for k, v in state.gpu_records.items()},
+                "bastion": state.bastion,
+                "arch": {str(k): v for k, v in state.arches.items()},
+            }
+        )
+        + "\n",
+    )
     if state.changes:
-        log(f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
-            f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})")
+        log(
+            f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
+            f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})"
+        )
     else:
         log(f"lab {name}: {nodes} nodes already up")
     return status(name, settings)
-
-
-def _up_state(nodes: int, name: str, settings: Settings, options: UpOptions) -> _Up:
-    """What this up() works on. A running lab keeps its subnet (moving it is refused) and
-    its bridge must be this lab's; Slurm runs when asked, or (None) as the lab had it."""
-    lab, bridge = _lab_dir(settings, name), bridge_name(name)
-    state, running = _read_state(lab), net.link_exists(bridge)
-    with_slurm = options.slurm
-    if with_slurm is None:
-        with_slurm = bool(state and state.get("slurm"))
-    if with_slurm:
-        slurm.require()
-    octet = subnet_for(name, options.subnet)
-    if running and state and state["subnet"] != octet:
-        if options.subnet is not None:
-            raise InputError(f"lab {name} is up on 10.{state['subnet']}.0.0/24",
-                             hint="run `invoke lab.down` first to move it")
-        octet = state["subnet"]
-    if running:
-        host.check_bridge(bridge, octet)
-    shared = bool(state and state.get("shared_home")) if options.shared_home is None else options.shared_home
-    if running and state and bool(state.get("shared_home")) != shared:
-        raise InputError(f"lab {name} is up with {'one shared' if not shared else 'private'} "
-                         f"home{'s' if shared else ''}", hint="run `invoke lab.down` first to change it")
-    if not 0 <= options.aliases <= nodes:
-        raise InputError(f"--aliases {options.aliases}: expected 0..{nodes} (one per node at most)")
-    nics = tuple((state or {}).get("nic_names") or ()) if options.nic_names is None else tuple(options.nic_names)
-    bad = [n for n in nics if not re.fullmatch(r"[a-z][a-z0-9]{0,9}", n) or n == "lo"]
-    if bad:
-        raise InputError(f"--nic-names: {bad[0]!r} is not an interface name (a-z0-9, at most 10)")
-    if running and state and tuple(state.get("nic_names") or ()) != nics:
-        raise InputError(f"lab {name} is up with other interface names",
-                         hint="run `invoke lab.down` first to change them")
-    up = _Up(name, nodes, lab, octet=octet, running=running, slurm=with_slurm, shared_home=shared, aliases=options.aliases)
-    up.nics, up.no_sudo = nics, tuple(options.no_sudo)
-    up.had_rate, up.link_rate = link_rates(state, running, options.link_rate)
-    up.gpu_records = gpu.records(options.gpu_records, (state or {}).get("gpu_records"), nodes,
-                                 [node_name(i) for i in range(nodes)])
-    up.arches = foreign.node_arches(name, options.arch, state, running, nodes, [node_name(i) for i in range(nodes)])
-    foreign.mountable(name, lab, up.arches)
-    up.bastion = bool((state or {}).get("bastion")) if options.bastion is None else options.bastion
-    bastion.check(with_slurm, up.bastion)
-    return up
 
 
 def _controller_key(state: _Up) -> str:
@@ -199,24 +126,40 @@ def _network(state: _Up) -> list[int]:
         ns = netns_name(state.name, i)
         if i in present and net.link_exists(ns):
             continue
-        if i in present:                     # half-made by an interrupted up: redo it
+        if i in present:  # half-made by an interrupted up: redo it
             host.remove([ns])
         elif net.link_exists(ns):
             batch.append(f"link del {ns}")
-        batch += [f"netns add {ns}", f"link add {ns} type veth peer name {state.nic(i)} address "
-                  f"{node_mac(node_address(state.octet, i))} netns {ns}",
-                  f"link set {ns} master {bridge_name(state.name)} up"]
+        batch += [
+            f"netns add {ns}",
+            f"link add {ns} type veth peer name {state.nic(i)} address "
+            f"{node_mac(node_address(state.octet, i))} netns {ns}",
+            f"link set {ns} master {bridge_name(state.name)} up",
+        ]
         fresh.append(i)
     net.ip_batch(batch)
     # No `route add default`: the lab's /24 is all a node can reach.
-    net.ip_batch_each({netns_name(state.name, i): [
-        "link set lo up", f"addr add {node_address(state.octet, i)}/24 dev {state.nic(i)}",
-        f"link set {state.nic(i)} up"] for i in fresh})
+    net.ip_batch_each(
+        {
+            netns_name(state.name, i): [
+                "link set lo up",
+                f"addr add {node_address(state.octet, i)}/24 dev {state.nic(i)}",
+                f"link set {state.nic(i)} up",
+            ]
+            for i in fresh
+        }
+    )
     if fresh:
         state.changes.append(f"made {len(fresh)} node namespaces")
-    state.changes += filter(None, [net.raise_neigh_table(net.lab_namespaces())])   # one ARP table for all
-    todo = range(state.count) if state.link_rate != state.had_rate else (fresh if state.link_rate else [])
-    if todo:      # each node's link limited both ways (a new rate replaces the old)
+    state.changes += filter(
+        None, [net.raise_neigh_table(net.lab_namespaces())]
+    )  # one ARP table for all
+    todo = (
+        range(state.count)
+        if state.link_rate != state.had_rate
+        else (fresh if state.link_rate else [])
+    )
+    if todo:  # each node's link limited both ways (a new rate replaces the old)
         net.limit_links([(netns_name(state.name, i), state.nic(i)) for i in todo], state.link_rate)
         state.changes.append(f"link rate {state.link_rate or 'unlimited'} on {len(todo)} nodes")
     return fresh
@@ -226,8 +169,11 @@ def _bridge_batch(state: _Up) -> list[str]:
     """The `ip` lines that make the lab's bridge, once its subnet is known to be free."""
     bridge = bridge_name(state.name)
     host.check_subnet_free(state.octet, bridge)
-    return [f"link add {bridge} type bridge",
-            f"addr add {bridge_address(state.octet)}/24 dev {bridge}", f"link set {bridge} up"]
+    return [
+        f"link add {bridge} type bridge",
+        f"addr add {bridge_address(state.octet)}/24 dev {bridge}",
+        f"link set {bridge} up",
+    ]
 
 
 def _node_files(state: _Up, pub: str, ids: tuple[int, int]) -> None:
@@ -238,19 +184,24 @@ def _node_files(state: _Up, pub: str, ids: tuple[int, int]) -> None:
     for nd in dirs:
         nd.mkdir(exist_ok=True)
     host.home_shape(state.nodes(), state.lab / "shared-home", state.shared_home, state.changes)
-    roots = {i: foreign.root(a) for i, a in state.arches.items()}    # built by converge()
+    roots = {i: foreign.root(a) for i, a in state.arches.items()}  # built by converge()
     sources = {dirs[i]: r / "etc" for i, r in roots.items()}
     made = etc.make(dirs, sources)
     if made:
         state.changes.append(f"copied /etc for {len(made)} nodes")
     if etc.refresh([nd for nd in dirs if nd not in made], sources):
         state.changes.append("refreshed node /etc from the host")
-    state.changes += [f"{node_name(i)}: lab user added to its {state.arches[i]} /etc"
-                      for i in roots if etc.add_user(dirs[i], LAB_USER)]
+    state.changes += [
+        f"{node_name(i)}: lab user added to its {state.arches[i]} /etc"
+        for i in roots
+        if etc.add_user(dirs[i], LAB_USER)
+    ]
     for node in state.nodes():
         host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo)
         if gpu.install(node.home.parent, state.gpu_records.get(node.index)):
-            state.changes.append(f"{node.name}: GPU recording {state.gpu_records.get(node.index) or 'removed'}")
+            state.changes.append(
+                f"{node.name}: GPU recording {state.gpu_records.get(node.index) or 'removed'}"
+            )
     missing = [nd / HOST_KEY for nd in dirs]
     net.keygen([p for p in missing if not p.exists()])
 
@@ -269,10 +220,10 @@ def _sshd_keeps_running(state: _Up, i: int, fresh: list[int]) -> bool:
     pid = _sshd_pid(node)
     if pid is None:
         return False
-    if i in fresh:                           # an sshd left in a namespace that is gone
+    if i in fresh:  # an sshd left in a namespace that is gone
         net.kill_wait([pid])
         return False
-    if not foreign.runs_as(pid, node.arch):   # started as the other architecture
+    if not foreign.runs_as(pid, node.arch):  # started as the other architecture
         net.kill_wait(sorted({pid, *net.netns_pids([node.netns])[node.netns]}))
         return False
     if not etc.mounted(pid, node.home.parent) or not gpu.bound(pid, node.home.parent):
@@ -287,9 +238,16 @@ def _sshd_keeps_running(state: _Up, i: int, fresh: list[int]) -> bool:
 def _slurm(state: _Up) -> None:
     """Slurm over the nodes (slurm.up converges it), or stopped when the lab goes without."""
     if state.slurm:
-        slurm.up(state.name, state.lab, state.octet,
-                 [(node.name, node.address, _sshd_pid(node), node.home.parent)
-                  for node in state.nodes()], state.changes)
+        slurm.up(
+            state.name,
+            state.lab,
+            state.octet,
+            [
+                (node.name, node.address, _sshd_pid(node), node.home.parent)
+                for node in state.nodes()
+            ],
+            state.changes,
+        )
     elif slurm.stop(state.name, state.lab):
         state.changes.append("stopped Slurm")
 
@@ -298,8 +256,7 @@ def _pin_host_keys(state: _Up, settings: Settings) -> None:
     """Pin every node's host key in the project's known_hosts: the lab made those keys."""
     store = PinnedHostKeys(settings.known_hosts)
     for node in state.nodes():
-        if store.pin(host_entry(node.address, 22),
-                     pubkey(node.home.parent / f"{HOST_KEY}.pub")):
+        if store.pin(host_entry(node.address, 22), pubkey(node.home.parent / f"{HOST_KEY}.pub")):
             state.changes.append(f"pinned {node.name}")
 
 
@@ -307,13 +264,23 @@ def _write_inventory(state: _Up, inventory_dir: Path | None, root: Path) -> Path
     """The lab's hosts.yml (in INVENTORY_DIR, or the project's inventory/NAME/)."""
     inventory = inventory_path(state.name, inventory_dir, root)
     inventory.parent.mkdir(parents=True, exist_ok=True)
-    hostlist = [(node.name, node.address, 22, *([node.arch] if node.arch else [])) for node in state.nodes()]
-    hostlist += [(node_name(state.count + k), state.node(k).address, 22,
-                  *([state.arches[k]] if k in state.arches else [])) for k in range(state.aliases)]
+    hostlist = [
+        (node.name, node.address, 22, *([node.arch] if node.arch else [])) for node in state.nodes()
+    ]
+    hostlist += [
+        (
+            node_name(state.count + k),
+            state.node(k).address,
+            22,
+            *([state.arches[k]] if k in state.arches else []),
+        )
+        for k in range(state.aliases)
+    ]
     jump = f"{LAB_USER}@{bastion.address(state.octet)}" if state.bastion else None
     prefix = "" if state.name == "local" else f"{state.name}-"
-    if net.write_if_changed(inventory, inventory_text(LAB_USER, state.key, hostlist, jump=jump,
-                                                      alias_prefix=prefix)):
+    if net.write_if_changed(
+        inventory, inventory_text(LAB_USER, state.key, hostlist, jump=jump, alias_prefix=prefix)
+    ):
         state.changes.append(f"wrote {inventory}")
     return inventory
 
@@ -323,8 +290,9 @@ def _fold(changes: list[str]) -> list[str]:
     return [f"{c} x{n}" if n > 1 else c for c, n in counts.items()]
 
 
-def down(name: str = "local", settings: Settings = Settings(), log=print,
-         purge: bool = False) -> None:
+def down(
+    name: str = "local", settings: Settings = Settings(), log=print, purge: bool = False
+) -> None:
     """Stop every node of lab NAME and remove its network; homes, node /etc copies (login
     shells, passwords) and host keys are kept unless PURGE (then the lab directory, its
     inventory and its pins go too)."""
@@ -362,8 +330,12 @@ def down(name: str = "local", settings: Settings = Settings(), log=print,
 
 def _others_run(arch: str, name: str, settings: Settings) -> bool:
     """Whether a lab other than NAME is up with nodes of ARCH."""
-    return any(arch in (_read_state(o) or {}).get("arch", {}).values()
-               and net.link_exists(bridge_name(o.name)) for o in Path(settings.lab_root).glob("*") if o.name != name)
+    return any(
+        arch in (_read_state(o) or {}).get("arch", {}).values()
+        and net.link_exists(bridge_name(o.name))
+        for o in Path(settings.lab_root).glob("*")
+        if o.name != name
+    )
 
 
 def _purge(name: str, lab: Path, settings: Settings, log) -> None:
@@ -392,9 +364,19 @@ def status(name: str = "local", settings: Settings = Settings()) -> LabInfo | No
     found = [_node(name, lab, state["subnet"], i, arches.get(i)) for i in range(state["nodes"])]
     for node in found:
         node.sshd_pid = _sshd_pid(node) if node.index in present else None
-    b = bastion.node(name, lab, state["subnet"]) if state.get("bastion") and bastion.exists(name) else None
+    b = (
+        bastion.node(name, lab, state["subnet"])
+        if state.get("bastion") and bastion.exists(name)
+        else None
+    )
     if b is not None:
         b.sshd_pid = _sshd_pid(b)
-    return LabInfo(name, found, LAB_USER, key=lab / "id_ed25519", inventory=Path(state["inventory"]), rootful=True,
-                   bastion=b)
-
+    return LabInfo(
+        name,
+        found,
+        LAB_USER,
+        key=lab / "id_ed25519",
+        inventory=Path(state["inventory"]),
+        rootful=True,
+        bastion=b,
+    )

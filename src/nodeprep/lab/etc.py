@@ -15,6 +15,7 @@ care, since the node's /etc is that node's state like its home:
   - the lab's own files (hosts, resolv.conf, hostname, shells, sudoers.d/nodeprep-lab) are
     written by the lab, never copied from the host.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,17 +28,32 @@ from pathlib import Path
 from nodeprep.errors import NodeprepError
 
 from . import net
-from .config import (LAB_USER, LOGIN_SHELLS, SUDOERS_NAME, SUDOERS_SLURM_NAME, shells_text,
-                     sudoers_slurm_text, sudoers_text)
+from .config import (
+    LAB_USER,
+    LOGIN_SHELLS,
+    SUDOERS_NAME,
+    SUDOERS_SLURM_NAME,
+    shells_text,
+    sudoers_slurm_text,
+    sudoers_text,
+)
 
 HOST_ETC = Path("/etc")
-STAMP = "etc.synced"         # in the node directory: its mtime is the last refresh
+STAMP = "etc.synced"  # in the node directory: its mtime is the last refresh
 ACCOUNTS = ("passwd", "group", "shadow", "gshadow")
 # Never copied from the host: the node's account state (with shadow's backups and the
 # subordinate id ranges) and what the lab writes itself.
 NODE_OWNED = {f"{a}{s}" for a in ACCOUNTS + ("subuid", "subgid") for s in ("", "-")} | {
-    ".pwd.lock", "hosts", "resolv.conf", "hostname", "shells", f"sudoers.d/{SUDOERS_NAME}",
-    f"sudoers.d/{SUDOERS_SLURM_NAME}", "slurm/slurm.conf", "slurm/cgroup.conf"}     # lab --slurm writes these (slurm.py)
+    ".pwd.lock",
+    "hosts",
+    "resolv.conf",
+    "hostname",
+    "shells",
+    f"sudoers.d/{SUDOERS_NAME}",
+    f"sudoers.d/{SUDOERS_SLURM_NAME}",
+    "slurm/slurm.conf",
+    "slurm/cgroup.conf",
+}  # lab --slurm writes these (slurm.py)
 
 
 def _clock(lab: Path) -> int:
@@ -74,9 +90,18 @@ def make(node_dirs: list[Path], sources: dict[Path, Path] | None = None) -> list
     procs = []
     for nd in todo:
         shutil.rmtree(nd / "etc.new", ignore_errors=True)
-        procs.append((nd, subprocess.Popen(["cp", "-a", "--", str(sources.get(nd, HOST_ETC)), str(nd / "etc.new")],
-                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, text=True)))
+        procs.append(
+            (
+                nd,
+                subprocess.Popen(
+                    ["cp", "-a", "--", str(sources.get(nd, HOST_ETC)), str(nd / "etc.new")],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                ),
+            )
+        )
     for nd, proc in procs:
         out, _ = proc.communicate()
         if proc.returncode:
@@ -98,7 +123,7 @@ def _host_entries(source: Path) -> list[tuple[int, str, os.stat_result]]:
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
-                        continue        # removed meanwhile
+                        continue  # removed meanwhile
                     found.append((max(st.st_mtime_ns, st.st_ctime_ns), sub, st))
                     if stat.S_ISDIR(st.st_mode):
                         todo.append(sub)
@@ -121,7 +146,7 @@ def _refresh(node_dirs: list[Path], source: Path) -> list[Path]:
     """One walk of SOURCE for all NODE_DIRS."""
     if not node_dirs:
         return []
-    now = _clock(node_dirs[0].parent)      # before the walk: later changes count next time
+    now = _clock(node_dirs[0].parent)  # before the walk: later changes count next time
     entries = _host_entries(source)
     touched = []
     for nd in node_dirs:
@@ -130,7 +155,7 @@ def _refresh(node_dirs: list[Path], source: Path) -> list[Path]:
         since = _stamp(nd)
         newer = [e for e in entries if e[0] >= since]
         if not newer:
-            continue            # nothing changed on the host since: the usual case
+            continue  # nothing changed on the host since: the usual case
         etc, did = nd / "etc", False
         # Shallow paths first: a directory the host gained exists before its entries.
         for _, rel, st in sorted(newer, key=lambda e: e[1].count("/")):
@@ -146,14 +171,18 @@ def _refresh(node_dirs: list[Path], source: Path) -> list[Path]:
 
 def _copy(src: Path, dst: Path, st: os.stat_result) -> bool:
     if not dst.parent.is_dir():
-        return False            # its directory is the node's business (removed there)
+        return False  # its directory is the node's business (removed there)
     if stat.S_ISDIR(st.st_mode):
         if os.path.lexists(dst):
-            return False        # its time moved with its entries; or the node's own thing
+            return False  # its time moved with its entries; or the node's own thing
         dst.mkdir()
     elif stat.S_ISLNK(st.st_mode):
-        if dst.is_dir() and not dst.is_symlink() or \
-                dst.is_symlink() and os.readlink(dst) == os.readlink(src):
+        if (
+            dst.is_dir()
+            and not dst.is_symlink()
+            or dst.is_symlink()
+            and os.readlink(dst) == os.readlink(src)
+        ):
             return False
         dst.unlink(missing_ok=True)
         os.symlink(os.readlink(src), dst)
@@ -163,14 +192,17 @@ def _copy(src: Path, dst: Path, st: os.stat_result) -> bool:
         except FileNotFoundError:
             have = None
         # Already copied (a file changed in a stamp's tick is seen twice): copy2 kept its mtime.
-        if have and (stat.S_ISDIR(have.st_mode) or stat.S_ISREG(have.st_mode) and
-                     (have.st_mtime_ns, have.st_size) == (st.st_mtime_ns, st.st_size)):
+        if have and (
+            stat.S_ISDIR(have.st_mode)
+            or stat.S_ISREG(have.st_mode)
+            and (have.st_mtime_ns, have.st_size) == (st.st_mtime_ns, st.st_size)
+        ):
             return False
         tmp = dst.with_name(f".{dst.name}.nodeprep")
         shutil.copy2(src, tmp, follow_symlinks=False)
-        os.replace(tmp, dst)    # never write through: dst may be a link the node made
+        os.replace(tmp, dst)  # never write through: dst may be a link the node made
     else:
-        return False            # sockets, fifos, devices: none belong in a node's /etc
+        return False  # sockets, fifos, devices: none belong in a node's /etc
     os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
     if not stat.S_ISLNK(st.st_mode):
         shutil.copystat(src, dst, follow_symlinks=False)
@@ -191,8 +223,11 @@ def _merge_accounts(host: Path, node: Path, only: set[str] | None = None) -> boo
     except OSError:
         return False
     names = {ln.split(":", 1)[0] for ln in have.splitlines()}
-    extra = [ln for ln in theirs.splitlines() if ln and ln.split(":", 1)[0] not in names
-             and (only is None or ln.split(":", 1)[0] in only)]
+    extra = [
+        ln
+        for ln in theirs.splitlines()
+        if ln and ln.split(":", 1)[0] not in names and (only is None or ln.split(":", 1)[0] in only)
+    ]
     if not extra:
         return False
     sep = "" if not have or have.endswith("\n") else "\n"
@@ -201,7 +236,7 @@ def _merge_accounts(host: Path, node: Path, only: set[str] | None = None) -> boo
     tmp.write_text(have + sep + "".join(f"{ln}\n" for ln in extra))
     os.chown(tmp, st.st_uid, st.st_gid)
     os.chmod(tmp, stat.S_IMODE(st.st_mode))
-    os.replace(tmp, node)       # as usermod does: a reader sees the old or the new file
+    os.replace(tmp, node)  # as usermod does: a reader sees the old or the new file
     return True
 
 
@@ -229,7 +264,9 @@ def machine_id(nd: Path) -> str:
     return hashlib.sha256(str(nd).encode()).hexdigest()[:32] + "\n"
 
 
-def write_files(nd: Path, hostname: str, hosts: str, sudo: bool = True, root: Path = Path("/")) -> bool:
+def write_files(
+    nd: Path, hostname: str, hosts: str, sudo: bool = True, root: Path = Path("/")
+) -> bool:
     """The lab's own files in the node's /etc; True when one changed. Writes in place, so
     a running node sees them at once (its /etc is a bind of this very directory). ROOT: the
     node's root (a foreign node's), where the shells it offers are looked for."""
@@ -241,21 +278,28 @@ def write_files(nd: Path, hostname: str, hosts: str, sudo: bool = True, root: Pa
     except OSError:
         shells = ""
     offered = [s for s in LOGIN_SHELLS if os.access(_inside(root, s), os.X_OK)]
-    wrote = [net.write_if_changed(etc / "hosts", hosts),
-             # its own machine id, as separate machines have (the copy of the host's would
-             # make every node one machine to nodeprep's identity fact)
-             net.write_if_changed(etc / "machine-id", machine_id(nd)),
-             # empty on purpose: a name server that never answers stalls reverse lookups
-             net.write_if_changed(etc / "resolv.conf", ""),
-             net.write_if_changed(etc / "hostname", f"{hostname}\n"),
-             net.write_if_changed(etc / "shells", shells_text(shells, offered)),
-             *([_write_sudoers(etc, SUDOERS_NAME, sudoers_text(LAB_USER, offered)),
-                _write_sudoers(etc, SUDOERS_SLURM_NAME, sudoers_slurm_text(LAB_USER))] if sudo
-               else [_no_sudoers(etc, SUDOERS_NAME), _no_sudoers(etc, SUDOERS_SLURM_NAME)])]
+    wrote = [
+        net.write_if_changed(etc / "hosts", hosts),
+        # its own machine id, as separate machines have (the copy of the host's would
+        # make every node one machine to nodeprep's identity fact)
+        net.write_if_changed(etc / "machine-id", machine_id(nd)),
+        # empty on purpose: a name server that never answers stalls reverse lookups
+        net.write_if_changed(etc / "resolv.conf", ""),
+        net.write_if_changed(etc / "hostname", f"{hostname}\n"),
+        net.write_if_changed(etc / "shells", shells_text(shells, offered)),
+        *(
+            [
+                _write_sudoers(etc, SUDOERS_NAME, sudoers_text(LAB_USER, offered)),
+                _write_sudoers(etc, SUDOERS_SLURM_NAME, sudoers_slurm_text(LAB_USER)),
+            ]
+            if sudo
+            else [_no_sudoers(etc, SUDOERS_NAME), _no_sudoers(etc, SUDOERS_SLURM_NAME)]
+        ),
+    ]
     return any(wrote)
 
 
-_VALID: set[str] = set()     # sudoers texts visudo accepted: one check per up, not per node
+_VALID: set[str] = set()  # sudoers texts visudo accepted: one check per up, not per node
 
 
 def _no_sudoers(etc: Path, name: str) -> bool:

@@ -18,6 +18,7 @@ mounts go with the node's processes. The binfmt registration is the one host-wid
 up() adds it when missing and records that in the lab directory; down() removes it when this
 lab added it and no other lab still runs foreign nodes.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -27,38 +28,46 @@ import platform
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from nodeprep.errors import InputError, NodeprepError
 
+from .binfmt import (
+    ARCHES,
+    ensure_binfmt,
+    mount_binfmt,
+    registered,
+    unmount_binfmt,
+    unregister,
+)
 from .config import BIN, LabNode
 
 NATIVE = platform.machine()
-SUITE = "bookworm"                         # the host's Debian release: the same Python minor (3.11)
+SUITE = "bookworm"  # the host's Debian release: the same Python minor (3.11)
 ROOTS = Path("/var/cache/nodeprep/roots")
-BINFMT = Path("/proc/sys/fs/binfmt_misc")
-ADDED = "binfmt-added"                     # in the lab directory: what this lab registered (and mounted)
-MOUNTED = "binfmt_misc"                    # ... its line when this lab mounted binfmt_misc itself
+ADDED = "binfmt-added"  # in the lab directory: what this lab registered (and mounted)
+MOUNTED = "binfmt_misc"  # ... its line when this lab mounted binfmt_misc itself
 # What a lab node needs: its sshd and client (the mesh, pdsh's hops), the interpreter nodeprep
 # builds the venv from, pdsh for DeepSpeed's launcher, Open MPI for mpirun, sudo and the shells
 # for the shell role, ps/ip for the facts.
-PACKAGES = ("openssh-server", "openssh-client", "python3", "python3-venv", "pdsh", "openmpi-bin", "sudo",
-            "procps", "iproute2", "zsh", "ca-certificates")
+PACKAGES = (
+    "openssh-server",
+    "openssh-client",
+    "python3",
+    "python3-venv",
+    "pdsh",
+    "openmpi-bin",
+    "sudo",
+    "procps",
+    "iproute2",
+    "zsh",
+    "ca-certificates",
+)
 
 
-@dataclass(frozen=True)
-class Arch:
-    name: str           # what `uname -m` says: aarch64
-    debian: str         # Debian's name for it: arm64
-    qemu: str           # the binfmt_misc entry Debian's qemu-user-static ships: qemu-aarch64
-
-
-ARCHES = {"aarch64": Arch("aarch64", "arm64", "qemu-aarch64")}
-
-
-def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
-          names: list[str]) -> dict[int, str]:
+def parse(
+    values: tuple[str, ...] | None, previous: dict | None, count: int, names: list[str]
+) -> dict[int, str]:
     """`--arch` values -> {node index: arch} of the nodes that are not native. None keeps
     what the lab had; ARCH sets every node, NODE=ARCH one node (later values win); the native
     architecture (x86_64 here) or `native` sets it back."""
@@ -69,12 +78,16 @@ def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
         node, _, arch = str(value).rpartition("=")
         arch = NATIVE if arch == "native" else arch
         if arch != NATIVE and arch not in ARCHES:
-            raise InputError(f"--arch {value!r}: unknown architecture {arch!r}",
-                             hint=f"one of {', '.join([NATIVE, *ARCHES])}, or NODE=ARCH for one node")
+            raise InputError(
+                f"--arch {value!r}: unknown architecture {arch!r}",
+                hint=f"one of {', '.join([NATIVE, *ARCHES])}, or NODE=ARCH for one node",
+            )
         if node and node not in names:
-            raise InputError(f"--arch {value!r}: no node {node!r} in this lab",
-                             hint=f"the nodes are {names[0]} .. {names[-1]}")
-        for i in ([names.index(node)] if node else range(count)):
+            raise InputError(
+                f"--arch {value!r}: no node {node!r} in this lab",
+                hint=f"the nodes are {names[0]} .. {names[-1]}",
+            )
+        for i in [names.index(node)] if node else range(count):
             if arch == NATIVE:
                 out.pop(i, None)
             else:
@@ -82,18 +95,28 @@ def parse(values: tuple[str, ...] | None, previous: dict | None, count: int,
     return out
 
 
-def node_arches(lab: str, values: tuple[str, ...] | None, state: dict | None, running: bool, count: int,
-         names: list[str]) -> dict[int, str]:
+def node_arches(
+    lab: str,
+    values: tuple[str, ...] | None,
+    state: dict | None,
+    running: bool,
+    count: int,
+    names: list[str],
+) -> dict[int, str]:
     """The lab's foreign nodes after this up(): --arch VALUES over what the lab had (STATE;
     while it is RUNNING its nodes may not change architecture), with the host tools they
     need checked."""
     state = state or {}
     arches = parse(values, state.get("arch"), count, names)
     was = {int(k): v for k, v in (state.get("arch") or {}).items()}
-    moved = [names[i] for i in range(min(count, state.get("nodes", 0))) if was.get(i) != arches.get(i)]
+    moved = [
+        names[i] for i in range(min(count, state.get("nodes", 0))) if was.get(i) != arches.get(i)
+    ]
     if running and moved:
-        raise InputError(f"lab {lab}: {moved[0]} runs another architecture now",
-                         hint="run `invoke lab.down` first to change a node's architecture")
+        raise InputError(
+            f"lab {lab}: {moved[0]} runs another architecture now",
+            hint="run `invoke lab.down` first to change a node's architecture",
+        )
     require(set(arches.values()))
     return arches
 
@@ -102,9 +125,11 @@ def mountable(lab: str, lab_dir: Path, arches: dict[int, str]) -> None:
     """Foreign nodes' roots are overlays under LAB_DIR: a path their mount options can name."""
     odd = sorted(set(str(lab_dir)) & set(",:\\"))
     if arches and odd:
-        raise InputError(f"lab {lab}: its directory {lab_dir} holds {' '.join(repr(c) for c in odd)}, which an "
-                         "overlay mount's options cannot name (the aarch64 nodes' roots are overlays)",
-                         hint="set nodeprep.lab_root (invoke.yaml) to a path without ',' ':' or '\\'")
+        raise InputError(
+            f"lab {lab}: its directory {lab_dir} holds {' '.join(repr(c) for c in odd)}, which an "
+            "overlay mount's options cannot name (the aarch64 nodes' roots are overlays)",
+            hint="set nodeprep.lab_root (invoke.yaml) to a path without ',' ':' or '\\'",
+        )
 
 
 def require(arches: set[str]) -> None:
@@ -113,11 +138,15 @@ def require(arches: set[str]) -> None:
         return
     # arch-test: mmdebstrap runs it for a root of another architecture and stops without it
     # (it is only a Recommends of mmdebstrap)
-    missing = [t for t in ("mmdebstrap", "arch-test", "qemu-aarch64-static") if shutil.which(t) is None]
+    missing = [
+        t for t in ("mmdebstrap", "arch-test", "qemu-aarch64-static") if shutil.which(t) is None
+    ]
     if missing:
-        raise InputError(f"lab --arch needs {', '.join(missing)}",
-                         hint="run `sh requirements/bootstrap.sh` "
-                              "(apt-get install mmdebstrap arch-test qemu-user-static)")
+        raise InputError(
+            f"lab --arch needs {', '.join(missing)}",
+            hint="run `sh requirements/bootstrap.sh` "
+            "(apt-get install mmdebstrap arch-test qemu-user-static)",
+        )
 
 
 def _root_path(arch: str) -> Path:
@@ -150,13 +179,25 @@ def _build(arch: str, log) -> Path:
     ROOTS.mkdir(parents=True, exist_ok=True)
     new = path.with_name(path.name + ".new")
     shutil.rmtree(new, ignore_errors=True)
-    log(f"lab: building the {a.debian} root once ({SUITE}, mmdebstrap; a few minutes under emulation)")
+    log(
+        f"lab: building the {a.debian} root once "
+        f"({SUITE}, mmdebstrap; a few minutes under emulation)"
+    )
     t0 = time.monotonic()
-    proc = subprocess.run(["mmdebstrap", "--variant=apt", f"--architectures={a.debian}",
-                           f"--include={','.join(PACKAGES)}",
-                           # the root's own host keys are never used (each node has its own)
-                           "--customize-hook=rm -f \"$1\"/etc/ssh/ssh_host_*",
-                           SUITE, str(new)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "mmdebstrap",
+            "--variant=apt",
+            f"--architectures={a.debian}",
+            f"--include={','.join(PACKAGES)}",
+            # the root's own host keys are never used (each node has its own)
+            '--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*',
+            SUITE,
+            str(new),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         shutil.rmtree(new, ignore_errors=True)
@@ -167,15 +208,25 @@ def _build(arch: str, log) -> Path:
 
 
 # mmdebstrap's (apt's) words when Debian's mirror could not be reached or read
-_MIRROR = ("Failed to fetch", "Temporary failure resolving", "Could not resolve", "Could not connect",
-           "Unable to connect", "Connection timed out", "Network is unreachable", "Hash Sum mismatch")
+_MIRROR = (
+    "Failed to fetch",
+    "Temporary failure resolving",
+    "Could not resolve",
+    "Could not connect",
+    "Unable to connect",
+    "Connection timed out",
+    "Network is unreachable",
+    "Hash Sum mismatch",
+)
 
 
 def build_hint(tail: str) -> str:
     """What to do after mmdebstrap failed with TAIL (its last lines): the cause it names."""
     if "install arch-test" in tail:  # "E: install arch-test for foreign architecture support"
-        return ("install Debian's arch-test package (apt-get install arch-test, or rerun "
-                "`sh requirements/bootstrap.sh`), then rerun lab.up")
+        return (
+            "install Debian's arch-test package (apt-get install arch-test, or rerun "
+            "`sh requirements/bootstrap.sh`), then rerun lab.up"
+        )
     if any(m in tail for m in _MIRROR):
         return "Debian's package mirror must be reachable; rerun lab.up"
     return "mmdebstrap's last lines above say why; rerun lab.up once that is fixed"
@@ -205,61 +256,6 @@ def runs_as(pid: int, arch: str | None) -> bool:
     return chrooted == bool(arch)
 
 
-def registered(arch: str) -> bool:
-    return (BINFMT / ARCHES[arch].qemu).exists()
-
-
-def ensure_binfmt(arch: str) -> bool:
-    """Register qemu-user for ARCH with binfmt_misc (mounting binfmt_misc first when needed),
-    with Debian's own line (/usr/lib/binfmt.d/qemu-aarch64.conf, flags OCF or POF: F is what
-    makes it work in a chroot). True when this call registered it."""
-    a = ARCHES[arch]
-    mount_binfmt()
-    if registered(arch):
-        return False
-    conf = Path(f"/usr/lib/binfmt.d/{a.qemu}.conf")
-    try:
-        line = next(ln for ln in conf.read_text().splitlines() if ln.startswith(":"))
-    except (OSError, StopIteration):
-        raise InputError(f"{conf} is missing", hint="apt-get install qemu-user-static "
-                         "(or run `sh requirements/bootstrap.sh`)") from None
-    if "F" not in line.rsplit(":", 1)[1]:
-        line += "F"
-    (BINFMT / "register").write_text(line)
-    return True
-
-
-def mount_binfmt() -> bool:
-    """binfmt_misc mounted at BINFMT (systemd mounts it; a bare machine may not); True when
-    this call mounted it."""
-    if (BINFMT / "register").exists():
-        return False
-    proc = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
-                          capture_output=True, text=True)
-    if proc.returncode:
-        raise NodeprepError(f"cannot mount binfmt_misc: {proc.stderr.strip()}",
-                            hint="the kernel needs binfmt_misc (modprobe binfmt_misc)")
-    return True
-
-
-def unmount_binfmt() -> bool:
-    """Unmount binfmt_misc when no registration is left in it (it was mounted for ours)."""
-    try:
-        left = [p.name for p in BINFMT.iterdir() if p.name not in ("register", "status")]
-    except OSError:
-        return False
-    if left or not (BINFMT / "register").exists():
-        return False
-    return subprocess.run(["umount", str(BINFMT)], capture_output=True).returncode == 0
-
-
-def unregister(arch: str) -> bool:
-    if not registered(arch):
-        return False
-    (BINFMT / ARCHES[arch].qemu).write_text("-1")
-    return True
-
-
 def converge(lab: Path, arches: set[str], log=print) -> list[str]:
     """Binfmt for every architecture the lab's nodes use; the ones this lab registered are
     recorded in LAB/ADDED. Returns the changes."""
@@ -269,7 +265,7 @@ def converge(lab: Path, arches: set[str], log=print) -> list[str]:
         mine.add(MOUNTED)
         changes.append("mounted binfmt_misc")
     for arch in sorted(arches):
-        if ensure_binfmt(arch):          # first: building the root needs it, and must not hide who added it
+        if ensure_binfmt(arch):  # first: building the root needs it, and must not hide who added it
             mine.add(arch)
             changes.append(f"registered qemu-user for {arch}")
         root(arch, log)
@@ -310,15 +306,36 @@ NODE_INIT = (
     'mount --bind "$3" "$R$4" && mount --bind "$3" "$4" && mount --bind "$8" "$R$8" && '
     'mount --bind "$6" "$R/usr/local/bin" && mount -t proc proc "$R/proc" && '
     'mount --rbind /sys "$R/sys" && mount --rbind /dev "$R/dev" && '
-    'mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm" && mount -t tmpfs -o mode=755 tmpfs "$R/run" && '
+    'mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm" && '
+    'mount -t tmpfs -o mode=755 tmpfs "$R/run" && '
     'mkdir -p "$R/run/sshd" && { umount -l /run/netns 2>/dev/null; '
-    'exec chroot "$R" /usr/sbin/sshd -D -e -f "$5"; }')
+    'exec chroot "$R" /usr/sbin/sshd -D -e -f "$5"; }'
+)
 
 
 def node_argv(node: LabNode, home: Path) -> list[str]:
     """How NODE (its directory: the parent of its home source) starts, HOME its home's path."""
     nd = node.home.parent
-    return ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--uts", "--propagation",
-            "private", "/bin/sh", "-c", NODE_INIT, "sh", node.name, str(nd / "etc"),
-            str(node.home), str(home), str(nd / "sshd_config"), str(nd / BIN),
-            str(root(node.arch)), str(nd)]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        node.netns,
+        "unshare",
+        "--mount",
+        "--uts",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        NODE_INIT,
+        "sh",
+        node.name,
+        str(nd / "etc"),
+        str(node.home),
+        str(home),
+        str(nd / "sshd_config"),
+        str(nd / BIN),
+        str(root(node.arch)),
+        str(nd),
+    ]

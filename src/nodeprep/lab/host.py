@@ -1,6 +1,7 @@
 """Host-side work of the rootful lab: the lab user, node directories and files, starting
 node sshds inside their namespaces and removing nodes. The package's up() and down()
 (__init__.py) decide what to do."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -15,8 +16,18 @@ from nodeprep.engine.steps import without_block
 from nodeprep.errors import InputError, NodeprepError
 
 from . import etc, foreign, net
-from .config import (DENY_FLAG, LAB_HOME, LAB_USER, PASSWORD_FLAG, LabNode, SshdAccess, authorized_keys_text,
-                     bridge_address, node_argv, sshd_config)
+from .config import (
+    DENY_FLAG,
+    LAB_HOME,
+    LAB_USER,
+    PASSWORD_FLAG,
+    LabNode,
+    SshdAccess,
+    authorized_keys_text,
+    bridge_address,
+    node_argv,
+    sshd_config,
+)
 
 
 def run(argv: list[str]) -> None:
@@ -29,8 +40,17 @@ def ensure_user(changes: list[str]) -> tuple[int, int]:
     try:
         pw = pwd.getpwnam(LAB_USER)
     except KeyError:
-        run(["useradd", "--home-dir", str(LAB_HOME), "--no-create-home", "--shell",
-             "/bin/bash", LAB_USER])
+        run(
+            [
+                "useradd",
+                "--home-dir",
+                str(LAB_HOME),
+                "--no-create-home",
+                "--shell",
+                "/bin/bash",
+                LAB_USER,
+            ]
+        )
         changes.append(f"added user {LAB_USER}")
         pw = pwd.getpwnam(LAB_USER)
     if pw.pw_shell != "/bin/bash":
@@ -39,7 +59,7 @@ def ensure_user(changes: list[str]) -> tuple[int, int]:
     if any(f[0] == LAB_USER and f[1].startswith("!") for f in shadow if len(f) > 1):
         # useradd leaves `!`; with UsePAM no, sshd then refuses the account as locked.
         run(["usermod", "-p", "*", LAB_USER])
-    LAB_HOME.mkdir(parents=True, exist_ok=True)   # the mount point on every node
+    LAB_HOME.mkdir(parents=True, exist_ok=True)  # the mount point on every node
     os.chown(LAB_HOME, pw.pw_uid, pw.pw_gid)
     return pw.pw_uid, pw.pw_gid
 
@@ -50,22 +70,28 @@ def check_subnet_free(octet: int, bridge: str) -> None:
     for line in out.splitlines():
         f = line.split()
         if len(f) > 3 and f[1] != bridge and ipaddress.ip_interface(f[3]).network.overlaps(ours):
-            raise InputError(f"subnet {ours} overlaps {f[3]} on {f[1]}",
-                             hint="pick another with --subnet X (10.X.0.0/24)")
+            raise InputError(
+                f"subnet {ours} overlaps {f[3]} on {f[1]}",
+                hint="pick another with --subnet X (10.X.0.0/24)",
+            )
 
 
 def check_bridge(bridge: str, octet: int) -> None:
     """A running bridge must be this lab's (a lab left up under another lab_root or
     subnet would otherwise get nodes on the wrong network)."""
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", bridge],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show", "dev", bridge], capture_output=True, text=True
+    ).stdout
     if f" {bridge_address(octet)}/24 " not in out:
-        raise InputError(f"bridge {bridge} is up without {bridge_address(octet)}/24",
-                         hint="run `invoke lab.down` for this lab name first")
+        raise InputError(
+            f"bridge {bridge} is up without {bridge_address(octet)}/24",
+            hint="run `invoke lab.down` for this lab name first",
+        )
 
 
-def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
-                 changes: list[str], sudo: bool = True) -> None:
+def prepare_node(
+    node: LabNode, hosts: str, pub: str, ids: tuple[int, int], changes: list[str], sudo: bool = True
+) -> None:
     """Home, ~/.ssh, the lab's files in the node's /etc and its sshd_config (the node's
     /etc copy itself is made by etc.make before)."""
     home = node.home
@@ -76,7 +102,7 @@ def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
         changes.append(f"made {node.name} home")
     os.chown(home, *ids)
     for skel in Path("/etc/skel").glob(".*"):
-        if skel.is_file() and not os.path.lexists(home / skel.name):   # no writing via links
+        if skel.is_file() and not os.path.lexists(home / skel.name):  # no writing via links
             shutil.copy2(skel, home / skel.name)
             os.chown(home / skel.name, *ids)
     ssh = home / ".ssh"
@@ -87,11 +113,15 @@ def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
     ssh.mkdir(exist_ok=True)
     os.chmod(ssh, 0o700)
     os.chown(ssh, *ids)
-    for old in ("hosts", "resolv.conf"):     # bound over /etc/* before nodes had an /etc
+    for old in ("hosts", "resolv.conf"):  # bound over /etc/* before nodes had an /etc
         (nd / old).unlink(missing_ok=True)
-    wrote = [ensure_authorized_key(ssh / "authorized_keys", pub, ids),
-             etc.write_files(nd, node.name, hosts, sudo, foreign.root(node.arch) if node.arch else Path("/")),
-             net.write_if_changed(nd / "sshd_config", node_sshd_config(node))]
+    wrote = [
+        ensure_authorized_key(ssh / "authorized_keys", pub, ids),
+        etc.write_files(
+            nd, node.name, hosts, sudo, foreign.root(node.arch) if node.arch else Path("/")
+        ),
+        net.write_if_changed(nd / "sshd_config", node_sshd_config(node)),
+    ]
     if any(wrote):
         changes.append(f"wrote {node.name} files")
 
@@ -99,8 +129,13 @@ def prepare_node(node: LabNode, hosts: str, pub: str, ids: tuple[int, int],
 def node_sshd_config(node: LabNode) -> str:
     nd = node.home.parent
     deny = (nd / DENY_FLAG).read_text().strip() if (nd / DENY_FLAG).exists() else None
-    return sshd_config(nd, node.address, node=node.name, password=(nd / PASSWORD_FLAG).exists(),
-                       login=SshdAccess(deny_from=deny))
+    return sshd_config(
+        nd,
+        node.address,
+        node=node.name,
+        password=(nd / PASSWORD_FLAG).exists(),
+        login=SshdAccess(deny_from=deny),
+    )
 
 
 def home_shape(nodes: list[LabNode], shared: Path, on: bool, changes: list[str]) -> None:
@@ -138,16 +173,20 @@ def ensure_authorized_key(path: Path, pub: str, ids: tuple[int, int]) -> bool:
 def start(lab_name: str, nodes: list[LabNode]) -> list:
     """Start the sshd of each of NODES inside its namespace; returns what net.wait_banners
     waits for."""
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)   # root sshd's privsep dir
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # root sshd's privsep dir
     targets = []
     for node in nodes:
         nd = node.home.parent
         (nd / "sshd.pid").unlink(missing_ok=True)
-        argv = foreign.node_argv(node, LAB_HOME) if node.arch else \
-            node_argv(node.netns, node.name, nd, node.home, LAB_HOME)
+        argv = (
+            foreign.node_argv(node, LAB_HOME)
+            if node.arch
+            else node_argv(node.netns, node.name, nd, node.home, LAB_HOME)
+        )
         proc = net.spawn(argv, nd / "sshd.log")
-        targets.append((f"lab {lab_name} {node.name}", node.address, node.port, proc,
-                        nd / "sshd.log"))
+        targets.append(
+            (f"lab {lab_name} {node.name}", node.address, node.port, proc, nd / "sshd.log")
+        )
     return targets
 
 
@@ -161,7 +200,7 @@ def remove(nss: list[str], timeout: float = 3.0) -> None:
     # a caller never sees a half-removed node. A veth still there after TIMEOUT means
     # something else holds its namespace: delete it by hand.
     deadline = time.monotonic() + timeout
-    while (left := [ns for ns in nss if net.link_exists(ns)]):
+    while left := [ns for ns in nss if net.link_exists(ns)]:
         if time.monotonic() > deadline:
             net.ip_batch([f"link del {ns}" for ns in left], force=True)
             break

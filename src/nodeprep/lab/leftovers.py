@@ -1,4 +1,5 @@
 """What a lab left behind, for `invoke doctor`'s labs check."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,8 @@ from pathlib import Path
 from nodeprep.settings import Settings
 
 from . import net
-from .cluster import STATE, _node, _ours, _read_state, _sshd_pid
 from .config import bridge_name
+from .state import STATE, _node, _ours, _read_state, _sshd_pid
 
 
 def leftovers(settings: Settings = Settings()) -> list[tuple[str, str, str]]:
@@ -30,17 +31,33 @@ def leftovers(settings: Settings = Settings()) -> list[tuple[str, str, str]]:
         state, present = _read_state(root / name), _ours(name)
         if state is None:
             if present and not any(net.netns_pids(list(present.values())).values()):
-                out.append((name, f"{len(present)} namespace(s) np-{name}-* with no lab directory "
-                            f"in {root}", " && ".join(f"ip netns del {ns}" for ns in present.values())))
+                out.append(
+                    (
+                        name,
+                        f"{len(present)} namespace(s) np-{name}-* with no lab directory in {root}",
+                        " && ".join(f"ip netns del {ns}" for ns in present.values()),
+                    )
+                )
             continue
         bridge = net.link_exists(bridge_name(name))
         if not bridge and present:
-            out.append((name, f"{len(present)} node namespace(s) left without the lab's bridge",
-                        f"invoke lab.down --name {name}"))
+            out.append(
+                (
+                    name,
+                    f"{len(present)} node namespace(s) left without the lab's bridge",
+                    f"invoke lab.down --name {name}",
+                )
+            )
         elif bridge:
             dead = [_node(name, root / name, state["subnet"], i) for i in range(state["nodes"])]
             dead = [n.name for n in dead if n.index not in present or _sshd_pid(n) is None]
             if dead:
-                out.append((name, f"{', '.join(dead)} down while the lab is up",
-                            f"invoke lab.up --name {name} --nodes {state['nodes']}  (or invoke lab.down --name {name})"))
+                out.append(
+                    (
+                        name,
+                        f"{', '.join(dead)} down while the lab is up",
+                        f"invoke lab.up --name {name} --nodes {state['nodes']}  "
+                        f"(or invoke lab.down --name {name})",
+                    )
+                )
     return out

@@ -8,6 +8,7 @@ a parity check cannot catch one either; enable_password and remove_authorized_ke
 State is kept under ~/.nodeprep-lab/NAME; the user's own ~/.ssh is left alone
 (AuthorizedKeysFile points into the lab directory).
 """
+
 from __future__ import annotations
 
 import getpass
@@ -20,15 +21,25 @@ from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.settings import Settings
 
 from . import net
-from .config import (LabInfo, LabNode, SshdAccess, inventory_path, inventory_text, local_port_base,
-                     node_name, pubkey, sshd_config)
+from .config import (
+    LabInfo,
+    LabNode,
+    SshdAccess,
+    local_port_base,
+    node_name,
+    pubkey,
+    sshd_config,
+)
+from .lab_inventory import inventory_path, inventory_text
 
 ADDRESS = "127.0.0.1"
 HOST_KEY = "ssh_host_ed25519_key"
-WARNING = ("warning: not root, so lab {name} is {n} sshds on 127.0.0.1 sharing your user, "
-           "home, /etc and hostname: lower fidelity than the namespace lab (no per-node "
-           "login shell, sudo rule or password login; run as root for per-node homes, "
-           "/etc, IPs and hostnames)")
+WARNING = (
+    "warning: not root, so lab {name} is {n} sshds on 127.0.0.1 sharing your user, "
+    "home, /etc and hostname: lower fidelity than the namespace lab (no per-node "
+    "login shell, sudo rule or password login; run as root for per-node homes, "
+    "/etc, IPs and hostnames)"
+)
 
 
 def lab_dir(name: str) -> Path:
@@ -40,8 +51,13 @@ def node_dir(info: LabInfo, index: int) -> Path:
 
 
 def local_sshd_config(lab: Path, index: int, port: int, user: str) -> str:
-    return sshd_config(lab / node_name(index), ADDRESS, port, node=node_name(index),
-                       login=SshdAccess(user, lab / "authorized_keys"))
+    return sshd_config(
+        lab / node_name(index),
+        ADDRESS,
+        port,
+        node=node_name(index),
+        login=SshdAccess(user, lab / "authorized_keys"),
+    )
 
 
 def _spawn(name: str, lab: Path, index: int, port: int) -> tuple:
@@ -72,8 +88,9 @@ def up(nodes: int, name: str, settings: Settings, inventory_dir, log) -> LabInfo
             net.kill_wait([pid])
     for i in range(nodes):
         (lab / node_name(i)).mkdir(exist_ok=True)
-        net.write_if_changed(lab / node_name(i) / "sshd_config",
-                             local_sshd_config(lab, i, base + i, user))
+        net.write_if_changed(
+            lab / node_name(i) / "sshd_config", local_sshd_config(lab, i, base + i, user)
+        )
     net.keygen([lab / node_name(i) / HOST_KEY for i in range(nodes)])
     starts = [i for i in range(nodes) if _pid(lab / node_name(i)) is None]
     net.wait_banners([_spawn(name, lab, i, base + i) for i in starts])
@@ -82,13 +99,18 @@ def up(nodes: int, name: str, settings: Settings, inventory_dir, log) -> LabInfo
         store.pin(host_entry(ADDRESS, base + i), pubkey(lab / node_name(i) / f"{HOST_KEY}.pub"))
     inventory = inventory_path(name, inventory_dir, settings.project)
     inventory.parent.mkdir(parents=True, exist_ok=True)
-    net.write_if_changed(inventory, inventory_text(
-        user, key, [(node_name(i), ADDRESS, base + i) for i in range(nodes)]))
-    net.write_if_changed(lab / "lab.json", json.dumps(
-        {"nodes": nodes, "inventory": str(inventory)}) + "\n")
+    net.write_if_changed(
+        inventory,
+        inventory_text(user, key, [(node_name(i), ADDRESS, base + i) for i in range(nodes)]),
+    )
+    net.write_if_changed(
+        lab / "lab.json", json.dumps({"nodes": nodes, "inventory": str(inventory)}) + "\n"
+    )
     if starts:
-        log(f"lab {name}: {nodes} nodes up on {ADDRESS}:{base}-{base + nodes - 1} "
-            f"(started {len(starts)}) in {time.monotonic() - t0:.2f} s")
+        log(
+            f"lab {name}: {nodes} nodes up on {ADDRESS}:{base}-{base + nodes - 1} "
+            f"(started {len(starts)}) in {time.monotonic() - t0:.2f} s"
+        )
     else:
         log(f"lab {name}: {nodes} nodes already up")
     return status(name, settings)
@@ -116,12 +138,28 @@ def status(name: str, settings: Settings) -> LabInfo | None:
     except (OSError, ValueError):
         return None
     base = local_port_base(name)
-    nodes = [LabNode(node_name(i), i, ADDRESS, port=base + i, netns=None, home=Path.home(),
-                     sshd_pid=_pid(lab / node_name(i))) for i in range(state["nodes"])]
+    nodes = [
+        LabNode(
+            node_name(i),
+            i,
+            ADDRESS,
+            port=base + i,
+            netns=None,
+            home=Path.home(),
+            sshd_pid=_pid(lab / node_name(i)),
+        )
+        for i in range(state["nodes"])
+    ]
     if not any(n.sshd_pid for n in nodes):
         return None
-    return LabInfo(name, nodes, getpass.getuser(), key=lab / "id_ed25519",
-                   inventory=Path(state["inventory"]), rootful=False)
+    return LabInfo(
+        name,
+        nodes,
+        getpass.getuser(),
+        key=lab / "id_ed25519",
+        inventory=Path(state["inventory"]),
+        rootful=False,
+    )
 
 
 def stop_node(node: LabNode) -> None:

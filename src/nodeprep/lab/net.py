@@ -1,6 +1,7 @@
 """Host-side plumbing of the lab: `ip` batches, network namespaces, the processes that
 live in them, node sshds, keys and files. Nothing here knows what a lab is for.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,14 @@ def require_tools(ip: bool = True) -> None:
         raise NodeprepError("ip not found: run requirements/bootstrap.sh")
 
 
-
 def _ip(args: list[str], lines: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(["ip", *args, "-batch", "-"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        ["ip", *args, "-batch", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen, lines: list[str], what: str) -> None:
@@ -76,8 +81,16 @@ def tc_batch(per_netns: dict[str | None, list[str]]) -> None:
     for ns, lines in per_netns.items():
         if lines:
             argv = ["tc", "-force"] + (["-n", ns] if ns else []) + ["-batch", "-"]
-            procs[ns] = (subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True), lines)
+            procs[ns] = (
+                subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
+                lines,
+            )
     for ns, (proc, lines) in procs.items():
         _, err = proc.communicate("\n".join(lines) + "\n")
         if proc.returncode and not all("del" in ln for ln in lines):
@@ -119,8 +132,11 @@ def raise_neigh_table(namespaces: int, root: Path = NEIGH) -> str | None:
                 f.write_text(f"{want}\n")
                 changed.append(f"{key} {have} -> {want}")
         except (OSError, ValueError, IndexError) as e:
-            return (f"warning: cannot raise net.ipv4.neigh.default.{key} to {want} ({e.strerror or e}): "
-                    f"past ~30 nodes the shared ARP table may overflow and drop packets")
+            return (
+                f"warning: cannot raise net.ipv4.neigh.default.{key} to {want} "
+                f"({e.strerror or e}): "
+                f"past ~30 nodes the shared ARP table may overflow and drop packets"
+            )
     return f"neighbour table for {namespaces} nodes: {', '.join(changed)}" if changed else None
 
 
@@ -152,7 +168,7 @@ def netns_pids(names: list[str]) -> dict[str, list[int]]:
             try:
                 st = os.stat(f"/proc/{entry}/ns/net")
             except OSError:
-                continue    # gone meanwhile, or a zombie
+                continue  # gone meanwhile, or a zombie
             ns = wanted.get((st.st_dev, st.st_ino))
             if ns:
                 found[ns].append(int(entry))
@@ -180,12 +196,14 @@ def alive(pid: int) -> bool:
 
 def kill_wait(pids: list[int], grace: float = 2.0, timeout: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after `grace` s; raise if anything still runs after `timeout`."""
+
     def send(sig, targets):
         for pid in targets:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+
     send(signal.SIGTERM, pids)
     start = time.monotonic()
     left, killed = list(pids), False
@@ -211,8 +229,7 @@ def leaked_mounts(lab: Path, targets: tuple[str, ...]) -> list[str]:
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         f = line.split()
         root, point = f[3], f[4]
-        if point in targets or (root + "/").startswith(under) or \
-                (point + "/").startswith(under):
+        if point in targets or (root + "/").startswith(under) or (point + "/").startswith(under):
             found.append(f"{root} on {point}")
     return found
 
@@ -238,8 +255,9 @@ def sshd_pid(pidfile: Path, config: Path) -> int | None:
 def spawn(argv: list[str], log: Path) -> subprocess.Popen:
     """Start a node sshd in the background; it outlives this process (own session)."""
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                cwd="/", start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/", start_new_session=True
+        )
     _children[proc.pid] = proc
     return proc
 
@@ -261,8 +279,9 @@ def log_tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:]) or "(empty log)"
 
 
-def wait_banners(targets: list[tuple[str, str, int, subprocess.Popen, Path]],
-                 timeout: float = 10.0) -> None:
+def wait_banners(
+    targets: list[tuple[str, str, int, subprocess.Popen, Path]], timeout: float = 10.0
+) -> None:
     """Wait until every (label, address, port, proc, log) answers with an SSH banner."""
     pending = list(targets)
     deadline = time.monotonic() + timeout
@@ -271,14 +290,17 @@ def wait_banners(targets: list[tuple[str, str, int, subprocess.Popen, Path]],
             label, address, port, proc, log = t
             if proc.poll() is not None:
                 _children.pop(proc.pid, None)
-                raise NodeprepError(f"{label}: sshd exited with {proc.returncode}; "
-                                    f"log {log}: {log_tail(log)}")
+                raise NodeprepError(
+                    f"{label}: sshd exited with {proc.returncode}; log {log}: {log_tail(log)}"
+                )
             if _banner(address, port):
                 pending.remove(t)
         if pending and time.monotonic() > deadline:
             label, address, port, _, log = pending[0]
-            raise NodeprepError(f"{label}: sshd on {address}:{port} did not answer within "
-                                f"{timeout:.0f} s; log {log}: {log_tail(log)}")
+            raise NodeprepError(
+                f"{label}: sshd on {address}:{port} did not answer within "
+                f"{timeout:.0f} s; log {log}: {log_tail(log)}"
+            )
         if pending:
             time.sleep(0.01)
 
@@ -289,10 +311,29 @@ def keygen(paths: list[Path], comment: str = "") -> None:
     for path in paths:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            procs.append((path, subprocess.Popen(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment or path.parent.name,
-                 "-f", str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True)))
+            procs.append(
+                (
+                    path,
+                    subprocess.Popen(
+                        [
+                            "ssh-keygen",
+                            "-q",
+                            "-t",
+                            "ed25519",
+                            "-N",
+                            "",
+                            "-C",
+                            comment or path.parent.name,
+                            "-f",
+                            str(path),
+                        ],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    ),
+                )
+            )
     for path, proc in procs:
         out, _ = proc.communicate()
         if proc.returncode:

@@ -2,6 +2,7 @@
 command inside it, stop or restart it, give it a new host key, let it take a password,
 take the lab key out of its authorized_keys. The package (__init__.py) exports them all.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -24,10 +25,16 @@ def node_shell(info: LabInfo, index: int, command: str) -> subprocess.CompletedP
         return subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True)
     pid = _live_pid(node)
     if pid is None:
-        raise NodeprepError(f"lab {info.name} {node.name}: sshd is not running",
-                            hint="restart_node() or `invoke lab.up` brings it back")
-    return subprocess.run(["nsenter", "-t", str(pid), "-m", "-u", "-n", "--", "/bin/sh", "-c",
-                           command], capture_output=True, text=True, cwd="/")
+        raise NodeprepError(
+            f"lab {info.name} {node.name}: sshd is not running",
+            hint="restart_node() or `invoke lab.up` brings it back",
+        )
+    return subprocess.run(
+        ["nsenter", "-t", str(pid), "-m", "-u", "-n", "--", "/bin/sh", "-c", command],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
 
 
 def _live_pid(node: LabNode) -> int | None:
@@ -35,8 +42,12 @@ def _live_pid(node: LabNode) -> int | None:
     # remembered pid covers the moment after a start before sshd has written the file.
     nd = node.home.parent
     pid = net.sshd_pid(nd / "sshd.pid", nd / "sshd_config")
-    if pid is None and node.sshd_pid and net.alive(node.sshd_pid) and \
-            str(nd / "sshd_config") in " ".join(net.cmdline(node.sshd_pid)):
+    if (
+        pid is None
+        and node.sshd_pid
+        and net.alive(node.sshd_pid)
+        and str(nd / "sshd_config") in " ".join(net.cmdline(node.sshd_pid))
+    ):
         pid = node.sshd_pid
     return pid
 
@@ -60,7 +71,7 @@ def restart_node(info: LabInfo, index: int) -> None:
         return local.start_node(info, node)
     targets = host.start(info.name, [node])
     net.wait_banners(targets)
-    node.sshd_pid = targets[0][3].pid     # ip netns exec/unshare/sh all exec: same pid
+    node.sshd_pid = targets[0][3].pid  # ip netns exec/unshare/sh all exec: same pid
 
 
 def regenerate_host_key(info: LabInfo, index: int) -> None:
@@ -75,8 +86,10 @@ def regenerate_host_key(info: LabInfo, index: int) -> None:
 
 def _rootful_dir(info: LabInfo, index: int, what: str) -> Path:
     if not info.rootful:
-        raise NodeprepError(f"lab {info.name}: {what} needs the namespace lab (run as root)",
-                            hint="the non-root lab's nodes share your user, home and /etc")
+        raise NodeprepError(
+            f"lab {info.name}: {what} needs the namespace lab (run as root)",
+            hint="the non-root lab's nodes share your user, home and /etc",
+        )
     return info.nodes[index].home.parent
 
 
@@ -88,12 +101,29 @@ _WITH_ETC = 'mount --bind "$1" /etc && shift && exec "$@"'
 
 
 def _accounts(nd: Path, argv: list[str], stdin: str | None = None) -> None:
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh",
-                           "-c", _WITH_ETC, "sh", str(nd / "etc"), *argv], input=stdin,
-                          capture_output=True, text=True, cwd="/")
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            _WITH_ETC,
+            "sh",
+            str(nd / "etc"),
+            *argv,
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     if proc.returncode:
-        raise NodeprepError(f"{argv[0]} for {nd.name} failed: "
-                            f"{(proc.stderr or proc.stdout).strip()}")
+        raise NodeprepError(
+            f"{argv[0]} for {nd.name} failed: {(proc.stderr or proc.stdout).strip()}"
+        )
 
 
 def _sshd_config(info: LabInfo, index: int) -> bool:
@@ -133,7 +163,7 @@ def remove_authorized_key(info: LabInfo, index: int) -> None:
     that was never given the lab key: only a password gets in. up() appends the key again."""
     nd = _rootful_dir(info, index, "removing the lab key")
     path = nd / "home" / ".ssh" / "authorized_keys"
-    if path.is_symlink():                   # root must not truncate what a link points to
+    if path.is_symlink():  # root must not truncate what a link points to
         path.unlink()
     elif path.exists():
         with open(path, "r+") as fh:
@@ -163,22 +193,31 @@ def silence_node(info: LabInfo, index: int, silent: bool = True) -> None:
 def _mount(info: LabInfo, index: int, command: str, what: str) -> None:
     proc = node_shell(info, index, command)
     if proc.returncode:
-        raise NodeprepError(f"lab {info.nodes[index].name}: {what} failed: {(proc.stderr or proc.stdout).strip()}")
+        raise NodeprepError(
+            f"lab {info.nodes[index].name}: {what} failed: {(proc.stderr or proc.stdout).strip()}"
+        )
 
 
-def limit_space(info: LabInfo, index: int, rel: str = ".nodeprep", size: str | None = "16m") -> None:
+def limit_space(
+    info: LabInfo, index: int, rel: str = ".nodeprep", size: str | None = "16m"
+) -> None:
     """A small file system (a tmpfs of SIZE, owned by the lab user) over ~/REL of node INDEX,
-    in the node's mount namespace (what its sshd and sessions see), as a nearly full home looks; SIZE None takes it away again
-    (what was below it comes back)."""
+    in the node's mount namespace (what its sshd and sessions see), as a nearly full home looks;
+    SIZE None takes it away again (what was below it comes back)."""
     _rootful_dir(info, index, "a small file system")
     path = shlex.quote(f"{LAB_HOME}/{rel}")
     if size is None:
         _mount(info, index, f"umount {path}", "unmounting the small file system")
         return
     user = shlex.quote(info.user)
-    _mount(info, index, f"runuser -u {user} -- mkdir -p {path} && "
-                        f"mount -t tmpfs -o size={shlex.quote(size)},mode=0700 tmpfs {path} && chown {user}: {path}",
-           "mounting a small file system")
+    _mount(
+        info,
+        index,
+        f"runuser -u {user} -- mkdir -p {path} && "
+        f"mount -t tmpfs -o size={shlex.quote(size)},mode=0700 tmpfs {path} && "
+        f"chown {user}: {path}",
+        "mounting a small file system",
+    )
 
 
 def readonly_home(info: LabInfo, index: int, readonly: bool = True) -> None:
@@ -186,7 +225,12 @@ def readonly_home(info: LabInfo, index: int, readonly: bool = True) -> None:
     file server's error or a full quota enforcement turned read-only."""
     _rootful_dir(info, index, "a read-only home")
     path = shlex.quote(str(LAB_HOME))
-    _mount(info, index, f"mount -o remount,bind,{'ro' if readonly else 'rw'} {path}", "remounting the home")
+    _mount(
+        info,
+        index,
+        f"mount -o remount,bind,{'ro' if readonly else 'rw'} {path}",
+        "remounting the home",
+    )
 
 
 def limit_shm(info: LabInfo, index: int, size: str | None = "64m") -> None:
@@ -196,8 +240,12 @@ def limit_shm(info: LabInfo, index: int, size: str | None = "64m") -> None:
     if size is None:
         _mount(info, index, "umount /dev/shm", "unmounting the small /dev/shm")
         return
-    _mount(info, index, f"mount -t tmpfs -o size={shlex.quote(size)},mode=1777 tmpfs /dev/shm",
-           "mounting a small /dev/shm")
+    _mount(
+        info,
+        index,
+        f"mount -t tmpfs -o size={shlex.quote(size)},mode=1777 tmpfs /dev/shm",
+        "mounting a small /dev/shm",
+    )
 
 
 def limit_memlock(info: LabInfo, index: int, kib: int | None = 64) -> None:
@@ -210,12 +258,20 @@ def limit_memlock(info: LabInfo, index: int, kib: int | None = 64) -> None:
     if pid is None:
         raise NodeprepError(f"lab {node.name}: its sshd does not run")
     if kib is None:
-        hard = subprocess.run(["prlimit", "--pid", str(pid), "--memlock", "--raw", "--noheadings", "-o", "HARD"],
-                              capture_output=True, text=True).stdout.strip() or "unlimited"
+        hard = (
+            subprocess.run(
+                ["prlimit", "--pid", str(pid), "--memlock", "--raw", "--noheadings", "-o", "HARD"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            or "unlimited"
+        )
         value = hard
     else:
         value = str(int(kib) * 1024)
-    proc = subprocess.run(["prlimit", "--pid", str(pid), f"--memlock={value}:"], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["prlimit", "--pid", str(pid), f"--memlock={value}:"], capture_output=True, text=True
+    )
     if proc.returncode:
         raise NodeprepError(f"lab {node.name}: prlimit failed: {proc.stderr.strip()}")
 
@@ -226,8 +282,14 @@ def limit_link(info: LabInfo, index: int, rate: str | None = "20mbit") -> None:
     restored: lab.up restores it)."""
     node = info.nodes[index]
     _rootful_dir(info, index, "a limited link")
-    out = subprocess.run(["ip", "-n", node.netns, "-o", "link", "show"], capture_output=True, text=True).stdout
-    nics = [ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines() if ln.split(":")[1].strip() != "lo"]
+    out = subprocess.run(
+        ["ip", "-n", node.netns, "-o", "link", "show"], capture_output=True, text=True
+    ).stdout
+    nics = [
+        ln.split(":")[1].strip().split("@")[0]
+        for ln in out.splitlines()
+        if ln.split(":")[1].strip() != "lo"
+    ]
     if not nics:
         raise NodeprepError(f"lab {node.name}: no interface in {node.netns}")
     net.limit_links([(node.netns, nics[0])], rate or "")

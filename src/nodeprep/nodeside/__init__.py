@@ -17,6 +17,7 @@ by the paths below. tests/unit/test_architecture.py enforces both rules.
                  recording (lab.up --gpu-record)
   payloads/      the builtin training payloads: health, ddp, allreduce
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,8 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 
 BUILTIN: dict[str, Path] = {
-    "health": _HERE / "payloads" / "health.py",      # init + all_reduce + barrier, one line per rank
-    "ddp": _HERE / "payloads" / "ddp.py",            # tiny DDP trainer with snapshot/resume and failure knobs
+    "health": _HERE / "payloads" / "health.py",  # init + all_reduce + barrier, one line per rank
+    "ddp": _HERE / "payloads" / "ddp.py",  # tiny DDP trainer with snapshot/resume and failure knobs
     "allreduce": _HERE / "payloads" / "allreduce.py",  # all_reduce bus bandwidth per message size
 }
 

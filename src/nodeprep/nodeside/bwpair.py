@@ -5,6 +5,7 @@ so every node is busy both ways in every round. Before the bulk send it times 20
 round trips (the latency). It prints one JSON line: {"sent_bytes", "seconds", "rtt_ms",
 "received_bytes", "error"}. PEER "-" only listens. Standard library only; no single quote in
 this text (it travels as the argument of `python3 -c`), runs on any python3 from 3.6 on."""
+
 import json
 import socket
 import sys

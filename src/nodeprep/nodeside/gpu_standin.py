@@ -16,6 +16,7 @@ the node's own mount namespace; the recording sits beside it in .gpu-record/:
 Answers: -q, -q -x, --query-gpu=F,... and --query-compute-apps=F,... with
 --format=csv[,noheader][,nounits], nvlink -s, topo -m; anything else exits 2 with nvidia-smi's
 own kind of message. Standard library only."""
+
 import json
 import os
 import sys
@@ -45,6 +46,7 @@ def _text_q(xml_text):
                 walk(child, depth + 1)
             else:
                 out.append("    " * depth + f"{name:<40}: {(child.text or '').strip()}")
+
     walk(ET.fromstring(xml_text), 0)
     return "\n".join(out) + "\n"
 
@@ -70,7 +72,10 @@ def nvidia_smi(argv):
             time.sleep(3600)
     xml_text = _read("nvidia-smi-q.xml")
     if xml_text is None:
-        print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", file=sys.stderr)
+        print(
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+            file=sys.stderr,
+        )
         return 9
     query = next((a for a in argv if a.startswith(("--query-gpu=", "--query-compute-apps="))), None)
     fmt = next((a.split("=", 1)[1] for a in argv if a.startswith("--format=")), "")
@@ -79,7 +84,9 @@ def nvidia_smi(argv):
         if not fmt.startswith("csv"):
             print("Option --format is required with --query-* options", file=sys.stderr)
             return 2
-        return _csv("gpus" if kind == "query-gpu" else "apps", [f.strip() for f in fields.split(",")], fmt)
+        return _csv(
+            "gpus" if kind == "query-gpu" else "apps", [f.strip() for f in fields.split(",")], fmt
+        )
     if argv[:1] == ["nvlink"]:
         sys.stdout.write(_read("nvlink-s.txt") or "")
         return 0
@@ -108,8 +115,10 @@ def dmesg(argv):
         uptime = float(f.read().split()[0])
     lines = [ln for ln in log.splitlines() if ln.strip()]
     for i, line in enumerate(lines):
-        msg = line.split(" kernel: ", 1)[1] if " kernel: " in line else line   # a syslog/journal line
-        if msg.startswith("[") and "]" in msg:                                  # dmesg's own stamp
+        msg = (
+            line.split(" kernel: ", 1)[1] if " kernel: " in line else line
+        )  # a syslog/journal line
+        if msg.startswith("[") and "]" in msg:  # dmesg's own stamp
             msg = msg.split("]", 1)[1].strip()
         stamp = max(0.0, uptime - 60 + i * 0.001)
         print(f"[{stamp:12.6f}] {msg}")

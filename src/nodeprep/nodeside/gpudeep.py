@@ -13,6 +13,7 @@ no GPU; its figures say nothing of a GPU. Prints one JSON line: {"torch", "cuda"
 "gpus": [{"index", "name", "tflops", "iters", "self_mismatch", "max_diff"}], "allreduce":
 {"world", "bytes", "busbw_gbps", "algbw_gbps", "correct", "error"}, "error"}.
 Standard library and torch only."""
+
 import argparse
 import json
 import os
@@ -49,16 +50,22 @@ def _burn_one(torch, dev, n, seconds, box):
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         dt = time.perf_counter() - t0
-        box.update(tflops=round(2.0 * n ** 3 * iters / dt / 1e12, 4), iters=iters, self_mismatch=bad,
-                   first=first.float().cpu())
-    except Exception as e:          # one GPU failing is that GPU's finding, not the program's
+        box.update(
+            tflops=round(2.0 * n**3 * iters / dt / 1e12, 4),
+            iters=iters,
+            self_mismatch=bad,
+            first=first.float().cpu(),
+        )
+    except Exception as e:  # one GPU failing is that GPU's finding, not the program's
         box.update(error=f"{type(e).__name__}: {e}"[:300])
 
 
 def burn(torch, devices, n, seconds):
     boxes = [dict(index=i) for i in range(len(devices))]
-    threads = [threading.Thread(target=_burn_one, args=(torch, d, n, seconds, box))
-               for d, box in zip(devices, boxes)]
+    threads = [
+        threading.Thread(target=_burn_one, args=(torch, d, n, seconds, box))
+        for d, box in zip(devices, boxes)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -75,12 +82,17 @@ def burn(torch, devices, n, seconds):
 def _rank(rank, world, port, nbytes, cuda, queue):
     import torch
     import torch.distributed as dist
+
     try:
         if cuda:
             torch.cuda.set_device(rank)
         dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                rank=rank, world_size=world)
+        dist.init_process_group(
+            "nccl" if cuda else "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+        )
         buf = torch.empty(nbytes // 4, dtype=torch.float32, device=dev)
         for i in range(2 + 5):
             if i == 2:
@@ -96,18 +108,29 @@ def _rank(rank, world, port, nbytes, cuda, queue):
         correct = bool(torch.all(buf == world * (world + 1) / 2).item())
         dist.destroy_process_group()
         algbw = nbytes / dt / 1e9
-        queue.put({"rank": rank, "world": world, "bytes": nbytes, "algbw_gbps": round(algbw, 3),
-                   "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3), "correct": correct})
+        queue.put(
+            {
+                "rank": rank,
+                "world": world,
+                "bytes": nbytes,
+                "algbw_gbps": round(algbw, 3),
+                "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3),
+                "correct": correct,
+            }
+        )
     except Exception as e:
         queue.put({"rank": rank, "error": f"{type(e).__name__}: {e}"[:300]})
 
 
 def allreduce(world, nbytes, cuda, timeout):
     import torch.multiprocessing as mp
+
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, nbytes, cuda, queue)) for r in range(world)]
+    procs = [
+        ctx.Process(target=_rank, args=(r, world, port, nbytes, cuda, queue)) for r in range(world)
+    ]
     for p in procs:
         p.start()
     got, deadline = [], time.monotonic() + timeout
@@ -122,8 +145,13 @@ def allreduce(world, nbytes, cuda, timeout):
             p.kill()
     errors = [g["error"] for g in got if "error" in g]
     if errors or len(got) < world:
-        return {"world": world, "bytes": nbytes, "error": errors[0] if errors else
-                f"{world - len(got)} of {world} ranks gave no answer within {timeout:.0f} s"}
+        return {
+            "world": world,
+            "bytes": nbytes,
+            "error": errors[0]
+            if errors
+            else f"{world - len(got)} of {world} ranks gave no answer within {timeout:.0f} s",
+        }
     r0 = next(g for g in got if g["rank"] == 0)
     res = {k: r0[k] for k in ("world", "bytes", "algbw_gbps", "busbw_gbps")}
     res.update(correct=all(g["correct"] for g in got), error=None)
@@ -134,10 +162,19 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--bytes", type=int, default=1 << 30)
-    p.add_argument("--size", type=int, default=0, help="matrix side (default 8192 on GPU, 256 emulated)")
+    p.add_argument(
+        "--size", type=int, default=0, help="matrix side (default 8192 on GPU, 256 emulated)"
+    )
     p.add_argument("--emulate", type=int, default=0)
     a = p.parse_args()
-    out = {"torch": None, "cuda": False, "device": None, "gpus": [], "allreduce": None, "error": None}
+    out = {
+        "torch": None,
+        "cuda": False,
+        "device": None,
+        "gpus": [],
+        "allreduce": None,
+        "error": None,
+    }
     try:
         import torch
     except Exception as e:

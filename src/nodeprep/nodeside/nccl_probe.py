@@ -4,10 +4,11 @@ as it is, so: stdlib only, no nodeprep import, Python 3.6 syntax. `torch.cuda.nc
 is the NCCL torch was BUILT with; a node's LD_LIBRARY_PATH or LD_PRELOAD can make it load
 another (pytorch#72768). The health payload imports this module too: `train` ships it beside
 the payload, so there is one copy of this code."""
+
 import os
 import re
 
-_NCCL = re.compile(r"libnccl\.so(\.\d+)*$")     # libnccl.so, .so.2, .so.2.21.5; not libnccl-net*
+_NCCL = re.compile(r"libnccl\.so(\.\d+)*$")  # libnccl.so, .so.2, .so.2.21.5; not libnccl-net*
 
 
 def mapped(maps):
@@ -22,7 +23,7 @@ def mapped(maps):
             continue
         path = parts[5]
         if path.endswith(" (deleted)"):
-            path = path[:-len(" (deleted)")]
+            path = path[: -len(" (deleted)")]
         base = path.rpartition("/")[2]
         if base.startswith("libtorch_cuda"):
             out["torch_cuda"] = out["torch_cuda"] or path
@@ -44,6 +45,7 @@ def version_name(code):
 def lib_version(path):
     """ncclGetVersion() of the copy of PATH already mapped (RTLD_NOLOAD: never a second one)."""
     import ctypes
+
     lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD)
     code = ctypes.c_int(0)
     rc = lib.ncclGetVersion(ctypes.byref(code))
@@ -66,7 +68,7 @@ def describe(found, version_of):
         return out
     if found["torch_cuda"]:
         out = _one(found["torch_cuda"], version_of)
-        out.pop("version_error", None)        # static, no exported symbol: nothing to tell
+        out.pop("version_error", None)  # static, no exported symbol: nothing to tell
         out.update(path="static (in %s)" % found["torch_cuda"].rpartition("/")[2], static=True)
         return out
     return {"path": "none mapped"}

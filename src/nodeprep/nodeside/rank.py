@@ -34,6 +34,7 @@ and srun. And one argument contract (local_rank_args): a script that declares --
 --local-rank) in argparse always gets it, one that does not never does (DeepSpeed's launcher
 passes it to every script, torchrun to none).
 """
+
 import atexit
 import faulthandler
 import json
@@ -46,15 +47,19 @@ import sys
 import time
 
 JOB_VAR = "PYTHON_NODEPREP_JOB"
-RUNS = ".nodeprep/runs"                # under the home: a job's run directory is RUNS/<job>
-STACK_SIGNAL = signal.SIGRTMIN + 4      # rarely used; SIGUSR1/2 belong to the user (Slurm, ...)
+RUNS = ".nodeprep/runs"  # under the home: a job's run directory is RUNS/<job>
+STACK_SIGNAL = signal.SIGRTMIN + 4  # rarely used; SIGUSR1/2 belong to the user (Slurm, ...)
 FORWARD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def rank_env():
     """(rank, local rank) from whichever launcher started us; (None, None) if none says."""
-    for names in (("RANK", "LOCAL_RANK"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
-                  ("SLURM_PROCID", "SLURM_LOCALID"), ("PMI_RANK", "MPI_LOCALRANKID")):
+    for names in (
+        ("RANK", "LOCAL_RANK"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ("SLURM_PROCID", "SLURM_LOCALID"),
+        ("PMI_RANK", "MPI_LOCALRANKID"),
+    ):
         if names[0] in os.environ:
             return int(os.environ[names[0]]), int(os.environ.get(names[1], "0") or 0)
     return None, None
@@ -65,7 +70,10 @@ CONTRACT = (
     ("RANK", ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")),
     ("WORLD_SIZE", ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "SLURM_NPROCS")),
     ("LOCAL_RANK", ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")),
-    ("LOCAL_WORLD_SIZE", ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_SIZE")),   # DeepSpeed's
+    (
+        "LOCAL_WORLD_SIZE",
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_SIZE"),
+    ),  # DeepSpeed's
 )
 
 
@@ -98,7 +106,11 @@ def contract_env(env):
             got = next((env[s] for s in sources if env.get(s, "") != ""), None)
             if got is not None:
                 add[var] = got
-    if "LOCAL_WORLD_SIZE" not in env and "LOCAL_WORLD_SIZE" not in add and "SLURM_TASKS_PER_NODE" in env:
+    if (
+        "LOCAL_WORLD_SIZE" not in env
+        and "LOCAL_WORLD_SIZE" not in add
+        and "SLURM_TASKS_PER_NODE" in env
+    ):
         n = slurm_tasks_here(env["SLURM_TASKS_PER_NODE"], env.get("SLURM_NODEID", "0"))
         if n is not None:
             add["LOCAL_WORLD_SIZE"] = str(n)
@@ -107,7 +119,7 @@ def contract_env(env):
         if host:
             add["MASTER_ADDR"] = host
     if "SLURM_PROCID" in env and "MASTER_PORT" not in env:
-        add["MASTER_PORT"] = "29500"          # torch's own default port
+        add["MASTER_PORT"] = "29500"  # torch's own default port
     return add
 
 
@@ -134,7 +146,7 @@ def local_rank_args(argv, local_rank):
         a = argv[i]
         if a.startswith("--local_rank") or a.startswith("--local-rank"):
             take = 1 if "=" in a else 2
-            found += argv[i:i + take]
+            found += argv[i : i + take]
             i += take
             continue
         rest.append(a)
@@ -194,15 +206,21 @@ def oom_in_kernel_log(pid):
         return None
     if out.returncode != 0:
         return None
-    return any(f"Killed process {pid} " in ln or f"Killed process {pid}," in ln
-               for ln in out.stdout.splitlines()[-200:])
+    return any(
+        f"Killed process {pid} " in ln or f"Killed process {pid}," in ln
+        for ln in out.stdout.splitlines()[-200:]
+    )
 
 
 def child_env(d, rank, base):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", NODEPREP_FAIL_FILE=base + ".fail",
-               NODEPREP_DONE_FILE=base + ".done",
-               NODEPREP_STACK_FILE=os.path.join(d, f"rank-{rank}.stack"),
-               NODEPREP_HEARTBEAT=os.path.join(d, f"rank-{rank}.beat"))
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        NODEPREP_FAIL_FILE=base + ".fail",
+        NODEPREP_DONE_FILE=base + ".done",
+        NODEPREP_STACK_FILE=os.path.join(d, f"rank-{rank}.stack"),
+        NODEPREP_HEARTBEAT=os.path.join(d, f"rank-{rank}.beat"),
+    )
     if os.path.exists("/dev/nvidiactl"):
         # PyTorch's NCCL flight recorder: on a collective timeout each rank dumps its last
         # collectives next to the stacks (both names: TORCH_FR_* from 2.7 on)
@@ -229,42 +247,15 @@ def script_first(argv):
     return argv + lead
 
 
-def wrap(argv):
-    os.environ.update(contract_env(os.environ))
-    job = os.environ.get(JOB_VAR)
-    rank, local = rank_env()
-    argv = local_rank_args(script_first(argv), local)
-    if not job or rank is None:          # not under nodeprep: just be the script
-        os.execv(sys.executable, [sys.executable, "-u", *argv])
-    d = run_dir(job)
-    ranks = os.path.join(d, "ranks")
-    os.makedirs(ranks, exist_ok=True)
-    attempt = attempt_of(ranks, rank)
-    base = os.path.join(ranks, f"{rank}.{attempt}")
-    oom0 = oom_kills()
-    with open(os.path.join(d, f"rank-{rank}.out"), "ab") as out, \
-            open(os.path.join(d, f"rank-{rank}.err"), "ab") as err:
-        child = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), "--exec", *argv],
-                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                 env=child_env(d, rank, base))
-    for sig in FORWARD:
-        signal.signal(sig, lambda s, _f: child.send_signal(s))
-    write_json(base + ".start", {"rank": rank, "local_rank": local, "attempt": attempt,
-                                 "pid": os.getpid(), "child": child.pid, "machine": machine_key(),
-                                 "node": os.environ.get("NODEPREP_NODE"),
-                                 "host": os.uname().nodename, "start": time.time()})
-    while True:
-        try:
-            _, status = os.waitpid(child.pid, 0)
-            break
-        except InterruptedError:
-            continue
-    ended = time.time()                  # before the OOM lookup (dmesg may take seconds)
+def exit_record(base: str, pid: int, status: int, oom0, rank: int, attempt: int):
+    """(exit record, exit status) of the script's process PID, ended with STATUS: OOM by the
+    kernel's count (OOM0 at the start) or log, its failure stamp, a teardown-only crash."""
+    ended = time.time()  # before the OOM lookup (dmesg may take seconds)
     rc = os.waitstatus_to_exitcode(status)
     oom = None
     if rc == -signal.SIGKILL:
         oom1 = oom_kills()
-        oom = (oom1 > oom0) if oom0 is not None and oom1 is not None else oom_in_kernel_log(child.pid)
+        oom = (oom1 > oom0) if oom0 is not None and oom1 is not None else oom_in_kernel_log(pid)
     record = {"rank": rank, "attempt": attempt, "rc": rc, "oom": oom, "end": ended}
     failed = read_stamp(base + ".fail", float, int)
     if failed:
@@ -274,9 +265,59 @@ def wrap(argv):
         # the script and its exit handlers had ended: only the interpreter's teardown crashed
         record.update(rc=0, teardown_rc=rc, done_at=done_at)
         rc = 0
+    return record, rc
+
+
+def wrap(argv):
+    os.environ.update(contract_env(os.environ))
+    job = os.environ.get(JOB_VAR)
+    rank, local = rank_env()
+    argv = local_rank_args(script_first(argv), local)
+    if not job or rank is None:  # not under nodeprep: just be the script
+        os.execv(sys.executable, [sys.executable, "-u", *argv])
+    d = run_dir(job)
+    ranks = os.path.join(d, "ranks")
+    os.makedirs(ranks, exist_ok=True)
+    attempt = attempt_of(ranks, rank)
+    base = os.path.join(ranks, f"{rank}.{attempt}")
+    oom0 = oom_kills()
+    with (
+        open(os.path.join(d, f"rank-{rank}.out"), "ab") as out,
+        open(os.path.join(d, f"rank-{rank}.err"), "ab") as err,
+    ):
+        child = subprocess.Popen(
+            [sys.executable, "-u", os.path.abspath(__file__), "--exec", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=child_env(d, rank, base),
+        )
+    for sig in FORWARD:
+        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    write_json(
+        base + ".start",
+        {
+            "rank": rank,
+            "local_rank": local,
+            "attempt": attempt,
+            "pid": os.getpid(),
+            "child": child.pid,
+            "machine": machine_key(),
+            "node": os.environ.get("NODEPREP_NODE"),
+            "host": os.uname().nodename,
+            "start": time.time(),
+        },
+    )
+    while True:
+        try:
+            _, status = os.waitpid(child.pid, 0)
+            break
+        except InterruptedError:
+            continue
+    record, rc = exit_record(base, child.pid, status, oom0, rank, attempt)
     write_json(base + ".exit", record)
-    if rc < 0:                           # end the way the child ended: the same signal
-        if -rc != signal.SIGKILL:        # SIGKILL's disposition cannot be set (EINVAL): it is the default
+    if rc < 0:  # end the way the child ended: the same signal
+        if -rc != signal.SIGKILL:  # SIGKILL's disposition cannot be set (EINVAL): it is the default
             signal.signal(-rc, signal.SIG_DFL)
         os.kill(os.getpid(), -rc)
         time.sleep(1)
@@ -290,7 +331,7 @@ def run_script(argv):
     if stack:
         dump = open(stack, "a")
         faulthandler.register(STACK_SIGNAL, file=dump, all_threads=True, chain=False)
-        faulthandler.enable(file=dump, all_threads=True)    # a fatal signal: where every thread was
+        faulthandler.enable(file=dump, all_threads=True)  # a fatal signal: where every thread was
     atexit.register(mark_done, os.getpid())  # registered first, so it runs after the script's own
     script = argv[0]
     sys.argv = list(argv)

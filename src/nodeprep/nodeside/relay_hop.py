@@ -1,8 +1,8 @@
-"""The relay hop as one program (ops/pystack/relay.py runs it on a node as `python3 -I -S -c TEXT STAGE
-[NEXT]`, with the stream on stdin): it passes every byte it reads on to NEXT (a fifo into the
-ssh to the next node) as it arrives, stores the tar stream's files in STAGE, hashes each file
-while it writes it, and leaves STAGE/.sha256 ("SHA NAME" per complete file) for the arrival
-check, which then need not read the files back.
+"""The relay hop as one program (ops/pystack/relay.py runs it on a node as `python3 -I -S -c TEXT
+STAGE [NEXT]`, with the stream on stdin): it passes every byte it reads on to NEXT (a fifo into the
+ssh to the next node) as it arrives, stores the tar stream's files in STAGE, hashes each file while
+it writes it, and leaves STAGE/.sha256 ("SHA NAME" per complete file) for the arrival check, which
+then need not read the files back.
 
 Why not `tee | tar -x` (the fallback where a node has no python3): tee copies each byte three
 times in 8 KiB pieces, tar twice more, and the arrival check reads every file again to hash
@@ -16,6 +16,7 @@ stored completely is still listed, a file cut short is removed.
 
 This text is sent as the argument of `python3 -c`: it holds no single quote and runs on any
 python3 from 3.6 on (no f-strings, no walrus), with no module beyond the standard library."""
+
 import hashlib
 import os
 import sys
@@ -41,7 +42,7 @@ def number(field):
 
 def write_all(fd, data):
     while len(data):
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 class Untar:
@@ -69,7 +70,7 @@ class Untar:
         while i < n and not self.done:
             if self.mode == "head":
                 take = min(BLOCK - len(self.head), n - i)
-                self.head += mv[i:i + take]
+                self.head += mv[i : i + take]
                 i += take
                 if len(self.head) == BLOCK:
                     h, self.head = bytes(self.head), bytearray()
@@ -82,7 +83,7 @@ class Untar:
                     self.mode = "head"
             else:
                 take = min(self.left, n - i)
-                part = mv[i:i + take]
+                part = mv[i : i + take]
                 if self.mode == "data":
                     write_all(self.fd, part)
                     self.sha.update(part)
@@ -95,7 +96,7 @@ class Untar:
 
     def header(self, h):
         if not any(h):
-            self.done = True            # the end of the archive: the rest is padding
+            self.done = True  # the end of the archive: the rest is padding
             return
         if number(h[148:156]) != sum(h[:148]) + 256 + sum(h[156:]):
             raise ValueError("not a tar stream (a header fails its checksum)")
@@ -122,8 +123,11 @@ class Untar:
         if not text or text.startswith(".") or "/" in text or "\n" in text or "\0" in text:
             raise ValueError("refused a tar member named %r (wheels only)" % text)
         self.name = text
-        self.fd = os.open(os.path.join(self.stage, text),
-                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        self.fd = os.open(
+            os.path.join(self.stage, text),
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
+            0o600,
+        )
         self.sha = hashlib.sha256()
         self.begin("data", size)
 
@@ -180,7 +184,7 @@ def pax(data):
             length = 0
         if length <= sp - pos:
             raise ValueError("not a tar stream (a pax header is malformed)")
-        key, _, value = data[sp + 1:pos + length - 1].partition(b"=")
+        key, _, value = data[sp + 1 : pos + length - 1].partition(b"=")
         out[key] = value
         pos += length
     return out
@@ -190,6 +194,7 @@ def grow_pipe(fd):
     """A pipe of 1 MiB where Linux allows it: fewer, larger reads and writes."""
     try:
         import fcntl
+
         fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), CHUNK)
     except (OSError, ImportError, ValueError):
         pass
@@ -212,7 +217,7 @@ def main(argv):
         if out >= 0:
             try:
                 write_all(out, piece)
-            except OSError:             # the next node stopped reading: this one goes on
+            except OSError:  # the next node stopped reading: this one goes on
                 os.close(out)
                 out = -1
         if untar.error is None:

@@ -14,6 +14,7 @@ records rank.py writes carry a machine key; a shared home holds other machines' 
 It exits when the run directory holds `watch.stop`, or when the controller's ssh session
 goes away (its parent changes).
 """
+
 import json
 import os
 import sys
@@ -22,9 +23,9 @@ import time
 # rank.py lies beside this file (~/.nodeprep/agent): the same key the rank records carry
 from rank import machine_key, run_dir
 
-STOP = "watch.stop"        # in the run directory: the controller says end
-MAX_LINES = 400            # per file per tick: a chatty rank cannot starve the heartbeat
-MAX_LINE = 4000            # characters kept of one line
+STOP = "watch.stop"  # in the run directory: the controller says end
+MAX_LINES = 400  # per file per tick: a chatty rank cannot starve the heartbeat
+MAX_LINE = 4000  # characters kept of one line
 
 
 def read_json(path):
@@ -78,9 +79,9 @@ class Watch:
         self.ranks_dir = os.path.join(self.dir, "ranks")
         self.key = machine_key()
         self.launchers = launchers
-        self.seen = {}          # record file -> True once reported (or not ours)
-        self.running = {}       # (rank, attempt) -> start record
-        self.gone = {}          # (rank, attempt) -> monotonic time its wrapper was seen gone
+        self.seen = {}  # record file -> True once reported (or not ours)
+        self.running = {}  # (rank, attempt) -> start record
+        self.gone = {}  # (rank, attempt) -> monotonic time its wrapper was seen gone
         self.tails = {}
         self.beats = {}
         self.ended = set()
@@ -95,7 +96,7 @@ class Watch:
                 continue
             rec = read_json(os.path.join(self.ranks_dir, name))
             if rec is None:
-                continue                      # being written: next tick
+                continue  # being written: next tick
             key = (rec.get("rank"), rec.get("attempt"))
             if name.endswith(".start"):
                 self.seen[name] = True
@@ -104,7 +105,9 @@ class Watch:
                 self.running[key] = rec
                 r = rec["rank"]
                 for ext in ("out", "err", "stack"):
-                    self.tails.setdefault(f"r{r}.{ext}", Tail(os.path.join(self.dir, f"rank-{r}.{ext}")))
+                    self.tails.setdefault(
+                        f"r{r}.{ext}", Tail(os.path.join(self.dir, f"rank-{r}.{ext}"))
+                    )
                 ev.append(dict(rec, k="start"))
             elif key in self.running:
                 self.seen[name] = True
@@ -118,14 +121,23 @@ class Watch:
             if alive(rec["pid"]):
                 continue
             first = self.gone.setdefault(key, now)
-            if now - first > 1.0:             # its .exit record did not follow: killed
+            if now - first > 1.0:  # its .exit record did not follow: killed
                 del self.running[key]
-                ev.append({"k": "vanished", "rank": key[0], "attempt": key[1], "end": time.time(),
-                           "child_alive": alive(rec.get("child", 0))})
+                ev.append(
+                    {
+                        "k": "vanished",
+                        "rank": key[0],
+                        "attempt": key[1],
+                        "end": time.time(),
+                        "child_alive": alive(rec.get("child", 0)),
+                    }
+                )
 
     def _outputs(self, ev, final=False):
         for label in self.launchers:
-            self.tails.setdefault(f"L:{label}", Tail(os.path.join(self.dir, f"launcher-{label}.out")))
+            self.tails.setdefault(
+                f"L:{label}", Tail(os.path.join(self.dir, f"launcher-{label}.out"))
+            )
         for src, tail in self.tails.items():
             for text in tail.lines(final):
                 ev.append({"k": "line", "src": src, "text": text})

@@ -2,6 +2,7 @@
 `dist.init_process_group()` with the env:// rendezvous (RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT from the environment), a few steps of a tiny model under DDP, a barrier. Nothing
 in it knows about nodeprep, MPI or Slurm; no --local_rank argument."""
+
 import argparse
 import os
 import sys
@@ -36,8 +37,11 @@ def main():
         opt.step()
         time.sleep(args.sleep)
     dist.barrier()
-    print(f"plain: done rank {rank}/{world} local {local}/{os.environ.get('LOCAL_WORLD_SIZE')} "
-          f"steps {args.steps}", flush=True)
+    print(
+        f"plain: done rank {rank}/{world} local {local}/{os.environ.get('LOCAL_WORLD_SIZE')} "
+        f"steps {args.steps}",
+        flush=True,
+    )
     dist.destroy_process_group()
 
 

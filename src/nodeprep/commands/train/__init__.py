@@ -1,14 +1,16 @@
 """`invoke train` and the tasks that follow a run.
 
-  run.py        train(): prepare, the RunSpec from the plan, the run under the supervisor
-  prepare.py    the probe, the LaunchPlan (ops/train/launchplan.py), preflight, the job sync
-  gate.py       the health gate: the passive health checks on the same probe, CRITICAL refused
-                (or the node left out with --exclude-unhealthy)
-  preflight.py  what blocks a launch, one line each with the node and the fix
-  supervise.py  the run and its watch: launchers under setsid, the rank watch, stop everything
-                on the first failure, hang or timeout, the run directory written on the way
-  control.py    train.status / train.logs / train.stop over a run's directory and its nodes
+run.py        train(): prepare, the RunSpec from the plan, the run under the supervisor
+prepare.py    the probe, the LaunchPlan (ops/train/launchplan.py), preflight, the job sync
+gate.py       the health gate: the passive health checks on the same probe, CRITICAL refused
+              (or the node left out with --exclude-unhealthy)
+preflight.py  what blocks a launch, one line each with the node and the fix
+runspec.py    the RunSpec (the run's job.json) and the Outcome of a run
+supervise.py  the run and its watch: launchers under setsid, the rank watch, stop everything
+              on the first failure, hang or timeout, the run directory written on the way
+control.py    train.status / train.logs / train.stop over a run's directory and its nodes
 """
+
 from nodeprep.commands.train.run import TrainResult, train
 
 __all__ = ["TrainResult", "train"]

@@ -1,5 +1,6 @@
 """`train.status`, `train.logs`, `train.stop`: training runs as the controller's run directory
 records them (ops/train/rundir.py), checked against the nodes (the job's processes on each)."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,7 @@ from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import InputError
-from nodeprep.ops.train import rundir
-from nodeprep.ops.train import processes
+from nodeprep.ops.train import processes, rundir
 from nodeprep.settings import Settings
 
 
@@ -35,12 +35,12 @@ def supervisor_alive(state: dict) -> bool:
 class RunStatus:
     job_id: str
     path: str
-    state: str                                   # running | finished | failed | stopped | orphaned
+    state: str  # running | finished | failed | stopped | orphaned
     _: KW_ONLY
     launcher: str = ""
     where: str = ""
     elapsed: float = 0.0
-    nodes: dict = field(default_factory=dict)    # node -> {alive, ranks, last}
+    nodes: dict = field(default_factory=dict)  # node -> {alive, ranks, last}
     processes: dict = field(default_factory=dict)  # node -> processes of the job now (checked)
     unreachable: dict = field(default_factory=dict)
     failure: str | None = None
@@ -61,18 +61,30 @@ def _processes(spec: dict, path: Path, settings: Settings, events: Events) -> tu
     with Fleet(hosts, settings, "train-status", events, runlog=RunLog(path / "status")) as fleet:
         got = fleet.map(lambda s: factmod.gather(s, [factmod.JOB_PROCESSES]), "check")
         bad = fleet.unusable()
-    return ({n: [p for p in v[factmod.JOB_PROCESSES] if p["job"] == spec["job_id"]] for n, v in got.items()}, bad)
+    return (
+        {
+            n: [p for p in v[factmod.JOB_PROCESSES] if p["job"] == spec["job_id"]]
+            for n, v in got.items()
+        },
+        bad,
+    )
 
 
 def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
     path = rundir.find(settings.runs, opts.run)
     spec = rundir.read_json(path / "job.json")
     state = rundir.read_json(path / "state.json")
-    st = RunStatus(spec.get("job_id", path.name), str(path), state.get("state", "starting"),
-                   launcher=spec.get("launcher", ""), where=spec.get("where", ""))
+    st = RunStatus(
+        spec.get("job_id", path.name),
+        str(path),
+        state.get("state", "starting"),
+        launcher=spec.get("launcher", ""),
+        where=spec.get("where", ""),
+    )
     st.supervisor = supervisor_alive(state)
-    st.elapsed = (state.get("updated", time.time()) if not st.supervisor else time.time()) - \
-        state.get("started", time.time())
+    st.elapsed = (
+        state.get("updated", time.time()) if not st.supervisor else time.time()
+    ) - state.get("started", time.time())
     st.nodes = state.get("nodes", {})
     st.failure = (state.get("outcome") or {}).get("failure")
     st.processes, st.unreachable = _processes(spec, path, settings, events)
@@ -85,7 +97,7 @@ def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
 @dataclass
 class StopResult:
     job_id: str
-    how: str                      # "asked the supervisor", "stopped on the nodes"
+    how: str  # "asked the supervisor", "stopped on the nodes"
     stopped: dict = field(default_factory=dict)
     state: str = ""
 
@@ -96,27 +108,35 @@ class StopResult:
 
 def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60.0) -> StopResult:
     if not opts.run:
-        raise InputError("train.stop needs the run id", hint="`invoke train.status` lists the newest run")
+        raise InputError(
+            "train.stop needs the run id", hint="`invoke train.status` lists the newest run"
+        )
     path = rundir.find(settings.runs, opts.run)
     spec = rundir.read_json(path / "job.json")
     state = rundir.read_json(path / "state.json")
     if supervisor_alive(state):
-        os.kill(int(state["pid"]), signal.SIGTERM)   # it stops every rank, then writes its result
+        os.kill(int(state["pid"]), signal.SIGTERM)  # it stops every rank, then writes its result
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             now = rundir.read_json(path / "state.json")
             if now.get("state") in rundir.FINAL:
-                return StopResult(spec["job_id"], "the supervisor stopped the job", state=now["state"])
+                return StopResult(
+                    spec["job_id"], "the supervisor stopped the job", state=now["state"]
+                )
             time.sleep(0.3)
     hosts = _job_hosts(spec, settings, events)
     script = processes.cleanup_script(spec["job_id"])
     with Fleet(hosts, settings, "train-stop", events, runlog=RunLog(path / "stop")) as fleet:
-        out = fleet.map(lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop")
+        out = fleet.map(
+            lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop"
+        )
         out.update({n: "unreachable: " + why for n, why in fleet.unusable().items()})
     return StopResult(spec["job_id"], "stopped on the nodes", out, state.get("state", ""))
 
 
-def log_lines(path: Path, node: str | None, rank: int | None, offsets: dict) -> list[tuple[str, str]]:
+def log_lines(
+    path: Path, node: str | None, rank: int | None, offsets: dict
+) -> list[tuple[str, str]]:
     """New lines of the run's logs since OFFSETS (updated): (file label, line)."""
     out = []
     for f in rundir.log_files(path, node, rank):
@@ -127,7 +147,7 @@ def log_lines(path: Path, node: str | None, rank: int | None, offsets: dict) -> 
                 data = fh.read()
         except OSError:
             continue
-        complete = data[:data.rfind(b"\n") + 1]
+        complete = data[: data.rfind(b"\n") + 1]
         offsets[key] = offsets.get(key, 0) + len(complete)
         label = f"{f.parent.name} {f.stem}" if f.stem.startswith("r") else f.parent.name
         out += [(label, ln) for ln in complete.decode("utf-8", "replace").splitlines()]

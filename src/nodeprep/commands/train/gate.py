@@ -3,6 +3,7 @@ the same probe that prepares the job (no round trip of its own), then the launch
 CRITICAL finding, naming node and code, or, with --exclude-unhealthy, planned on the healthy
 nodes only (the launchers then get a hostfile / node list without them). `gpu_busy` is left to
 preflight, which names an earlier job's processes and stops them under --kill-stale."""
+
 from __future__ import annotations
 
 from nodeprep.commands import health
@@ -39,9 +40,14 @@ def apply(opts: TrainOptions, hosts, facts: dict, windows: dict, events: Events)
     if opts.exclude_unhealthy:
         kept = [h for h in hosts if h.name not in unhealthy]
         if kept:
-            events.note(kept[0].name, f"health gate: left out {', '.join(unhealthy)} "
-                                      f"({'; '.join(f'{f.node} {f.code}' for f in bad)})")
+            events.note(
+                kept[0].name,
+                f"health gate: left out {', '.join(unhealthy)} "
+                f"({'; '.join(f'{f.node} {f.code}' for f in bad)})",
+            )
             return kept
-    raise NodeprepError("health gate: not launching on unhealthy nodes:\n  " + "\n  ".join(lines),
-                        hint="fix them (`invoke health` gives each fix), --exclude-unhealthy to launch "
-                             "on the others, --health-ignore CODE, or --no-health-gate")
+    raise NodeprepError(
+        "health gate: not launching on unhealthy nodes:\n  " + "\n  ".join(lines),
+        hint="fix them (`invoke health` gives each fix), --exclude-unhealthy to launch "
+        "on the others, --health-ignore CODE, or --no-health-gate",
+    )

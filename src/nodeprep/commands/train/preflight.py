@@ -4,6 +4,7 @@ master port free on the head, the launch contract (ops/train/contract.py: progra
 non-interactive PATH, ~/.deepspeed_env as DeepSpeed reads it), the master port reachable from
 every machine, the ssh mesh from the head, and processes of earlier jobs still running
 (refused, or stopped with --kill-stale)."""
+
 from __future__ import annotations
 
 from nodeprep.commands.options import TrainOptions
@@ -41,20 +42,32 @@ def contract_problems(prep: Prepared) -> list[str]:
     """ops/train/contract.py: programs on the non-interactive PATH, ~/.deepspeed_env."""
     plan, got = prep.plan, prep.facts
     head = plan.head.name
-    out = contract.missing_programs(plan.launcher, plan.ds_launcher,
-                                    {n.name: got[n.name][factmod.PROGRAMS] for n in plan.nodes}, head)
+    out = contract.missing_programs(
+        plan.launcher,
+        plan.ds_launcher,
+        {n.name: got[n.name][factmod.PROGRAMS] for n in plan.nodes},
+        head,
+    )
     if plan.launcher != "deepspeed":
         return out
     out += contract.deepspeed_env_problems(
-        head, got[head].get(factmod.FILE("~/.deepspeed_env")),
-        got[head].get(factmod.FILE(prep.vars[head]["env_file"])), plan.ds_launcher,
-        got[head][factmod.GPUS]["count"])
+        head,
+        got[head].get(factmod.FILE("~/.deepspeed_env")),
+        got[head].get(factmod.FILE(prep.vars[head]["env_file"])),
+        plan.ds_launcher,
+        got[head][factmod.GPUS]["count"],
+    )
     if plan.ds_launcher == "pdsh":
-        for what, word in (("the venv's python", plan.head.python), ("the job directory", plan.head.job_dir)):
+        for what, word in (
+            ("the venv's python", plan.head.python),
+            ("the job directory", plan.head.job_dir),
+        ):
             if not dsenv.pdsh_plain(word):
-                out.append(f"{head}: {what} {word!r} has characters DeepSpeed's pdsh launcher "
-                           f"cannot carry ({dsenv.PDSH_COMMAND}); use a venv_path and a "
-                           f"payload directory named with letters, digits and _@+=:,./- only")
+                out.append(
+                    f"{head}: {what} {word!r} has characters DeepSpeed's pdsh launcher "
+                    f"cannot carry ({dsenv.PDSH_COMMAND}); use a venv_path and a "
+                    f"payload directory named with letters, digits and _@+=:,./- only"
+                )
     return out
 
 
@@ -64,19 +77,33 @@ def port_problems(plan: LaunchPlan, fleet) -> list[str]:
     others = [m for m in plan.machines() if plan.node(m).machine != head.machine]
     if not others or plan.emu or plan.launcher == "srun":
         return []
-    r = fleet.sessions[head.name].run(contract.listen_script(head.python, plan.port), timeout=30,
-                                      label="listen on the master port")
+    r = fleet.sessions[head.name].run(
+        contract.listen_script(head.python, plan.port),
+        timeout=30,
+        label="listen on the master port",
+    )
     if "ready" not in r.stdout:
         return [f"{head.name}: cannot listen on port {plan.port}: {r.stdout.strip()[-200:]}"]
-    got = fleet.map(lambda s: s.run(contract.connect_script(plan.node(s.name).python, plan.master_addr,
-                                                             plan.port), timeout=30,
-                                    label="reach the master port").stdout.strip(), "port", only=others)
+    got = fleet.map(
+        lambda s: s.run(
+            contract.connect_script(plan.node(s.name).python, plan.master_addr, plan.port),
+            timeout=30,
+            label="reach the master port",
+        ).stdout.strip(),
+        "port",
+        only=others,
+    )
     pid = next((ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("pid ")), "")
-    if pid.isdigit():   # free the port for the launch
-        fleet.sessions[head.name].run(f"kill {pid} 2>/dev/null; true", timeout=10, label="stop listening")
-    return [f"{n}: cannot reach {plan.master_addr}:{plan.port} on {head.name} "
-            f"({v.removeprefix('fail ')}): open the port between the nodes (firewall), or --port"
-            for n, v in sorted(got.items()) if not v.startswith("ok")]
+    if pid.isdigit():  # free the port for the launch
+        fleet.sessions[head.name].run(
+            f"kill {pid} 2>/dev/null; true", timeout=10, label="stop listening"
+        )
+    return [
+        f"{n}: cannot reach {plan.master_addr}:{plan.port} on {head.name} "
+        f"({v.removeprefix('fail ')}): open the port between the nodes (firewall), or --port"
+        for n, v in sorted(got.items())
+        if not v.startswith("ok")
+    ]
 
 
 def mesh_problems(plan: LaunchPlan, fleet) -> list[str]:
@@ -84,8 +111,11 @@ def mesh_problems(plan: LaunchPlan, fleet) -> list[str]:
     head = fleet.sessions[plan.head.name]
     peers = plan.emu.names if plan.emu else [n.name for n in plan.nodes]
     mesh = parse_mesh(head.run(mesh_script(peers), timeout=60, label="preflight mesh").stdout)
-    return [f"{plan.head.name} -> {p}: ssh fails (exit {rc}) {err}".rstrip()
-            for p, (rc, err) in sorted(mesh.items()) if rc != 0]
+    return [
+        f"{plan.head.name} -> {p}: ssh fails (exit {rc}) {err}".rstrip()
+        for p, (rc, err) in sorted(mesh.items())
+        if rc != 0
+    ]
 
 
 def stale(prep: Prepared, fleet, kill: bool, events: Events) -> None:
@@ -96,19 +126,32 @@ def stale(prep: Prepared, fleet, kill: bool, events: Events) -> None:
         got = prep.facts[machine]
         for old, procs in processes.stale(got[factmod.JOB_PROCESSES], prep.job_id).items():
             found.setdefault(old, {})[machine] = procs
-        gpu += [f"{machine}: pid {p['pid']} {p['name']} holds {p['memory']} of GPU memory"
-                for p in got[factmod.GPU_APPS]]
+        gpu += [
+            f"{machine}: pid {p['pid']} {p['name']} holds {p['memory']} of GPU memory"
+            for p in got[factmod.GPU_APPS]
+        ]
     if found and kill:
         for old, where in found.items():
-            fleet.map(lambda s, old=old: s.run(processes.cleanup_script(old), timeout=30, label="kill stale"),
-                      "kill stale", only=list(where))
+            fleet.map(
+                lambda s, old=old: s.run(
+                    processes.cleanup_script(old), timeout=30, label="kill stale"
+                ),
+                "kill stale",
+                only=list(where),
+            )
             events.note(prep.plan.head.name, f"stopped earlier job {old} on {fold(list(where))}")
         return
-    lines = [f"{n}: job {old} still runs pid {p['pid']}: {p['args'][:120]}"
-             for old, where in found.items() for n, procs in where.items() for p in procs[:3]]
+    lines = [
+        f"{n}: job {old} still runs pid {p['pid']}: {p['args'][:120]}"
+        for old, where in found.items()
+        for n, procs in where.items()
+        for p in procs[:3]
+    ]
     if found or gpu:
-        raise NodeprepError("processes of an earlier job are still running:\n  " +
-                            "\n  ".join(lines + gpu),
-                            hint="stop them with `invoke train.stop RUN`, or pass --kill-stale to "
-                                 "stop earlier nodeprep jobs before this launch" if found else
-                                 "stop the processes holding the GPUs")
+        raise NodeprepError(
+            "processes of an earlier job are still running:\n  " + "\n  ".join(lines + gpu),
+            hint="stop them with `invoke train.stop RUN`, or pass --kill-stale to "
+            "stop earlier nodeprep jobs before this launch"
+            if found
+            else "stop the processes holding the GPUs",
+        )

@@ -1,6 +1,7 @@
 """A training job made ready to run: one probe per node, the LaunchPlan built once from what it
 found (ops/train/launchplan.py), preflight (preflight.py), and the job directory and agent
 synced to the same absolute path on every node (once per shared home)."""
+
 from __future__ import annotations
 
 import secrets
@@ -26,9 +27,17 @@ def _probe(s, v: dict, hosts, opts: TrainOptions):
     """One probe per node; a node that may become the head (the first, or any under
     --exclude-unhealthy) also reads the head's files and port."""
     venv = v["venv_path"]
-    reqs = [factmod.USER, factmod.GPUS, factmod.INTERFACES, factmod.IDENTITY, factmod.VENV(venv),
-            factmod.TORCH_BUILD(factmod.TorchIn(venv)), factmod.JOB_PROCESSES, factmod.GPU_APPS,
-            factmod.PROGRAMS]
+    reqs = [
+        factmod.USER,
+        factmod.GPUS,
+        factmod.INTERFACES,
+        factmod.IDENTITY,
+        factmod.VENV(venv),
+        factmod.TORCH_BUILD(factmod.TorchIn(venv)),
+        factmod.JOB_PROCESSES,
+        factmod.GPU_APPS,
+        factmod.PROGRAMS,
+    ]
     if opts.health_gate:
         have = {factmod.key_of(r) for r in reqs}
         reqs += [r for r in gate.requests(hosts) if factmod.key_of(r) not in have]
@@ -42,37 +51,58 @@ def _probe(s, v: dict, hosts, opts: TrainOptions):
 def fail_if_nodes_failed(fleet) -> None:
     bad = fleet.unusable()
     if bad:
-        raise NodeprepError("cannot start the job: " + "; ".join(f"{n}: {m}" for n, m in bad.items()))
+        raise NodeprepError(
+            "cannot start the job: " + "; ".join(f"{n}: {m}" for n, m in bad.items())
+        )
 
 
 def _emulation(opts: TrainOptions, fleet, head, facts: dict, events: Events):
     """--emulate M: the one machine's ssh aliases written, the split planned."""
     if not opts.emulate:
         return None
-    emu = emulate.emulation_of(head, opts.emulate, facts[head.name][factmod.GPUS]["count"],
-                                 opts.launcher, opts.emulate_network)
+    emu = emulate.emulation_of(
+        head,
+        opts.emulate,
+        facts[head.name][factmod.GPUS]["count"],
+        opts.launcher,
+        opts.emulate_network,
+    )
     fleet.map(lambda s: emulate.write_aliases(s, emu, head), "emulate")
     fail_if_nodes_failed(fleet)
     events.note(head.name, emu.describe())
     return emu
 
 
-def plan_of(opts: TrainOptions, job_id: str, hosts, facts: dict, vars_of: dict, emu=None) -> tuple[LaunchPlan, Topology]:
+def plan_of(
+    opts: TrainOptions, job_id: str, hosts, facts: dict, vars_of: dict, emu=None
+) -> tuple[LaunchPlan, Topology]:
     """The LaunchPlan from the probe's FACTS (pure: the unit tests build plans this way)."""
     root, script = payload.resolve_payload(opts.payload)
     names = [h.name for h in hosts]
     topo = Topology.of(facts, names)
-    shares = gpusplit.machine_shares(topo.by_machine_id, names, {n: facts[n][factmod.GPUS]["count"] for n in names})
+    shares = gpusplit.machine_shares(
+        topo.by_machine_id, names, {n: facts[n][factmod.GPUS]["count"] for n in names}
+    )
     rel = script.name if script.parent == root else str(script.relative_to(root))
-    chosen = dsfilter.parse(opts.limit) if dsfilter.is_filter(opts.limit) else None   # NAME:SLOTS
-    plan = LaunchPlan(job_id, opts.launcher, rel,
-                      node_runs(hosts, facts, vars_of, root.name, Split(topo.by_machine_id, shares, chosen)),
-                      args=tuple(opts.args), ds_launcher=opts.ds_launcher, port=opts.port,
-                      max_restarts=opts.max_restarts, shares=shares, emu=emu)
+    chosen = dsfilter.parse(opts.limit) if dsfilter.is_filter(opts.limit) else None  # NAME:SLOTS
+    plan = LaunchPlan(
+        job_id,
+        opts.launcher,
+        rel,
+        node_runs(hosts, facts, vars_of, root.name, Split(topo.by_machine_id, shares, chosen)),
+        args=tuple(opts.args),
+        ds_launcher=opts.ds_launcher,
+        port=opts.port,
+        max_restarts=opts.max_restarts,
+        shares=shares,
+        emu=emu,
+    )
     return plan, topo
 
 
-def prepare(opts: TrainOptions, inv, hosts, fleet, events: Events, job_id: str | None = None) -> Prepared:
+def prepare(
+    opts: TrainOptions, inv, hosts, fleet, events: Events, job_id: str | None = None
+) -> Prepared:
     """Facts, the plan, preflight and the job directory's sync; raises NodeprepError listing
     what blocks the launch (unless --no-preflight)."""
     if opts.emulate:
@@ -85,8 +115,9 @@ def prepare(opts: TrainOptions, inv, hosts, fleet, events: Events, job_id: str |
     def probe(s):
         t0 = time.time()
         got = _probe(s, vars_of[s.name], hosts, opts)
-        windows[s.name] = (t0, time.time())          # the controller's clock around it
+        windows[s.name] = (t0, time.time())  # the controller's clock around it
         return got
+
     facts = fleet.map(probe, "facts")
     fail_if_nodes_failed(fleet)
     hosts = gate.apply(opts, hosts, facts, windows, events)
@@ -96,8 +127,10 @@ def prepare(opts: TrainOptions, inv, hosts, fleet, events: Events, job_id: str |
     prep = Prepared(plan, facts, vars_of, files=files, topo=topo)
     problems = preflight.problems(prep, opts, fleet)
     if problems and opts.preflight:
-        raise NodeprepError("preflight failed:\n  " + "\n  ".join(problems),
-                            hint="fix these, or --no-preflight to launch anyway")
+        raise NodeprepError(
+            "preflight failed:\n  " + "\n  ".join(problems),
+            hint="fix these, or --no-preflight to launch anyway",
+        )
     preflight.stale(prep, fleet, opts.kill_stale, events)
     _sync(prep, fleet, events)
     return prep
@@ -107,10 +140,18 @@ def _sync(prep: Prepared, fleet, events: Events) -> None:
     """The job directory and the agent, once per home: nodes sharing one (NFS) see the same."""
     plan = prep.plan
     homes = [ns[0] for ns in prep.topo.homes.values()]
-    pushed = fleet.map(lambda s: payload.sync(s, prep.files, plan.node(s.name).job_dir) +
-                       payload.sync(s, payload.agent_files(), payload.agent_dir(plan.node(s.name).home)),
-                       "sync", only=homes)
+    pushed = fleet.map(
+        lambda s: (
+            payload.sync(s, prep.files, plan.node(s.name).job_dir)
+            + payload.sync(s, payload.agent_files(), payload.agent_dir(plan.node(s.name).home))
+        ),
+        "sync",
+        only=homes,
+    )
     fail_if_nodes_failed(fleet)
-    events.note(plan.head.name, f"job {plan.job_id}: {sum(pushed.values())} file(s) pushed to "
-                                f"{plan.head.job_dir} on {len(plan.nodes)} node(s)" +
-                (f" ({len(homes)} home(s))" if len(homes) < len(plan.nodes) else ""))
+    events.note(
+        plan.head.name,
+        f"job {plan.job_id}: {sum(pushed.values())} file(s) pushed to "
+        f"{plan.head.job_dir} on {len(plan.nodes)} node(s)"
+        + (f" ({len(homes)} home(s))" if len(homes) < len(plan.nodes) else ""),
+    )

@@ -1,6 +1,7 @@
 """`invoke train`: prepare the job (prepare.py: the probe, the LaunchPlan, preflight, the sync),
 turn the plan into the supervisor's RunSpec, and run it to its end under the supervisor
 (supervise.py), attached or detached; --dry-run shows the commands instead."""
+
 from __future__ import annotations
 
 import shlex
@@ -9,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
 from nodeprep.commands.train.prepare import new_job_id, prepare
-from nodeprep.commands.train.supervise import Outcome, RunSpec, Supervisor, redacted_env
+from nodeprep.commands.train.runspec import Outcome, RunSpec, redacted_env
+from nodeprep.commands.train.supervise import Supervisor
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
@@ -24,12 +26,12 @@ from nodeprep.settings import Settings
 @dataclass
 class TrainResult:
     job_id: str
-    where: str                                   # "2 node(s)", "2 emulated node(s) on worker-0"
+    where: str  # "2 node(s)", "2 emulated node(s) on worker-0"
     outcome: Outcome = field(default_factory=Outcome)
     commands: dict = field(default_factory=dict)  # --dry-run and srun: node -> its command
     launched: bool = True
     run_dir: str = ""
-    detached: bool = False                       # the supervisor runs on in the background
+    detached: bool = False  # the supervisor runs on in the background
 
     @property
     def failure(self) -> str | None:
@@ -39,8 +41,12 @@ class TrainResult:
     def exit_code(self) -> int:
         if self.outcome.failure is None and not self.outcome.leftovers:
             return 0
-        return 130 if self.outcome.state == "stopped" and (self.outcome.root or {}).get("kind") == \
-            "interrupted" else 1
+        return (
+            130
+            if self.outcome.state == "stopped"
+            and (self.outcome.root or {}).get("kind") == "interrupted"
+            else 1
+        )
 
 
 def run_spec(prep: Prepared, opts: TrainOptions) -> RunSpec:
@@ -48,34 +54,66 @@ def run_spec(prep: Prepared, opts: TrainOptions) -> RunSpec:
     watcher per machine, the rank layout, the versions and environment (secrets redacted)."""
     plan = prep.plan
     cmds = plan.commands()
-    if plan.launcher == "torchrun":      # torchrun's ranks say their node themselves
-        cmds = {label: f"export NODEPREP_NODE={shlex.quote(label)}; " + cmd for label, cmd in cmds.items()}
+    if plan.launcher == "torchrun":  # torchrun's ranks say their node themselves
+        cmds = {
+            label: f"export NODEPREP_NODE={shlex.quote(label)}; " + cmd
+            for label, cmd in cmds.items()
+        }
     names = [n.name for n in plan.nodes]
-    versions = {n.name: {k: (prep.facts[n.name].get(factmod.TORCH_BUILD(factmod.TorchIn(prep.vars[n.name]["venv_path"])))
-                             or {}).get(k) for k in ("version", "cuda", "nccl")} for n in plan.nodes}
+    versions = {
+        n.name: {
+            k: (
+                prep.facts[n.name].get(
+                    factmod.TORCH_BUILD(factmod.TorchIn(prep.vars[n.name]["venv_path"]))
+                )
+                or {}
+            ).get(k)
+            for k in ("version", "cuda", "nccl")
+        }
+        for n in plan.nodes
+    }
     head_vars = prep.vars[plan.head.name]
-    env = {**plan.env(), "MASTER_PORT": plan.port, **(head_vars.get("deepspeed_env") or {}),
-           **(head_vars.get("nccl_env") or {})}
-    return RunSpec(plan.job_id, plan.launcher, plan.where(), inventory=opts.inventory, limit=opts.limit, nodes=names,
-                   commands={label: [plan.session_of(label), cmd] for label, cmd in cmds.items()},
-                   watchers={m: [plan.node(m).python, agent_dir(plan.node(m).home)] for m in plan.machines()},
-                   layout=plan.layout(), names=sorted(set(names) | set(plan.emu.names if plan.emu else [])),
-                   restarts=plan.launcher == "torchrun" and plan.max_restarts > 0,
-                   hang_timeout=opts.hang_timeout, timeout=opts.timeout,
-                   ranks_shown=list(opts.ranks) if opts.ranks is not None else None,
-                   machine_of={n.name: n.machine for n in plan.nodes}, versions=versions,
-                   env=redacted_env(env))
+    env = {
+        **plan.env(),
+        "MASTER_PORT": plan.port,
+        **(head_vars.get("deepspeed_env") or {}),
+        **(head_vars.get("nccl_env") or {}),
+    }
+    return RunSpec(
+        plan.job_id,
+        plan.launcher,
+        plan.where(),
+        inventory=opts.inventory,
+        limit=opts.limit,
+        nodes=names,
+        commands={label: [plan.session_of(label), cmd] for label, cmd in cmds.items()},
+        watchers={m: [plan.node(m).python, agent_dir(plan.node(m).home)] for m in plan.machines()},
+        layout=plan.layout(),
+        names=sorted(set(names) | set(plan.emu.names if plan.emu else [])),
+        restarts=plan.launcher == "torchrun" and plan.max_restarts > 0,
+        hang_timeout=opts.hang_timeout,
+        timeout=opts.timeout,
+        ranks_shown=list(opts.ranks) if opts.ranks is not None else None,
+        machine_of={n.name: n.machine for n in plan.nodes},
+        versions=versions,
+        env=redacted_env(env),
+    )
 
 
 def _check_slurm(fleet, head: str) -> None:
-    r = fleet.sessions[head].run("command -v srun >/dev/null 2>&1 || exit 3; sinfo -h -o %D", label="srun?")
+    r = fleet.sessions[head].run(
+        "command -v srun >/dev/null 2>&1 || exit 3; sinfo -h -o %D", label="srun?"
+    )
     if r.rc == 3:
-        raise NodeprepError(f"srun not found on {head}: no Slurm here; the "
-                            "command above is what would run inside an allocation")
+        raise NodeprepError(
+            f"srun not found on {head}: no Slurm here; the "
+            "command above is what would run inside an allocation"
+        )
     if r.rc != 0:
-        raise NodeprepError(f"Slurm is not usable from {head}: {r.tail(1) or 'sinfo failed'}",
-                            hint="the command above is what would run; on the lab: "
-                                 "`invoke lab.up --slurm`")
+        raise NodeprepError(
+            f"Slurm is not usable from {head}: {r.tail(1) or 'sinfo failed'}",
+            hint="the command above is what would run; on the lab: `invoke lab.up --slurm`",
+        )
 
 
 def supervise(spec: RunSpec, fleet, events: Events, path) -> Outcome:
@@ -99,7 +137,9 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
         prep = prepare(opts, inv, hosts, fleet, events, job_id)
         where = prep.plan.where()
         if opts.dry_run:
-            return TrainResult(job_id, where, commands=prep.plan.commands(), launched=False, run_dir=str(path))
+            return TrainResult(
+                job_id, where, commands=prep.plan.commands(), launched=False, run_dir=str(path)
+            )
         spec = run_spec(prep, opts)
         cmds = {label: cmd for label, (_node, cmd) in spec.commands.items()}
         if opts.launcher == "srun":
@@ -110,4 +150,6 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
             rundir.RunDir(path).write_json("job.json", asdict(spec))
             return TrainResult(job_id, where, commands=cmds, run_dir=str(path), detached=True)
         outcome = supervise(spec, fleet, events, path)
-        return TrainResult(job_id, where, outcome, cmds if opts.launcher == "srun" else {}, run_dir=str(path))
+        return TrainResult(
+            job_id, where, outcome, cmds if opts.launcher == "srun" else {}, run_dir=str(path)
+        )

@@ -9,6 +9,7 @@ to the terminal or as a detached supervisor (`train --detach`, cli/detached.py):
    (TERM, KILL after 5 s), collect the last exits, stop the watchers.
 4. Check every node for processes of the job left behind, write the bundle (ops/train/rundir.py).
 """
+
 from __future__ import annotations
 
 import base64
@@ -17,78 +18,22 @@ import os
 import shlex
 import threading
 import time
-from dataclasses import KW_ONLY, asdict, dataclass, field
+from dataclasses import asdict
 
+from nodeprep.commands.train.runspec import Outcome, RunSpec
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
+from nodeprep.engine.facts.jobs import JOB_VAR
 from nodeprep.engine.remote import stop_tagged_script
 from nodeprep.errors import NodeprepError
-from nodeprep.ops.train import rundir
-from nodeprep.ops.train import processes
+from nodeprep.ops.train import processes, rundir
 from nodeprep.ops.train.payload import NODE_RUNS
-from nodeprep.engine.facts.jobs import JOB_VAR
 from nodeprep.ops.train.rankwatch import RankWatch, describe_rc
-from nodeprep.redact import MASK, is_secret
 
 WATCH_VAR = "NODEPREP_WATCH"
-WATCH_STOP = "watch.stop"       # in the run directory: the watchers end (nodeside/watch.py STOP)
-STACK_SIGNAL = "RTMIN+4"        # kill -s: the ranks dump their stacks (nodeside/rank.py STACK_SIGNAL)
+WATCH_STOP = "watch.stop"  # in the run directory: the watchers end (nodeside/watch.py STOP)
+STACK_SIGNAL = "RTMIN+4"  # kill -s: the ranks dump their stacks (nodeside/rank.py STACK_SIGNAL)
 STACK_WAIT = 3.0
-
-
-@dataclass
-class RunSpec:
-    """Everything the supervisor needs, saved as job.json: a detached supervisor reads it."""
-    job_id: str
-    launcher: str
-    where: str
-    _: KW_ONLY
-    inventory: str | None
-    limit: str | None
-    nodes: list[str]                              # inventory nodes of the job
-    commands: dict[str, list[str]]                # launcher label -> [node it runs on, command]
-    watchers: dict[str, list[str]]                # machine's node -> [python, agent dir]
-    layout: list[list] | None                     # [[label, ranks], ...] in rank order; None: torchrun
-    names: list[str] = field(default_factory=list)  # labels (emulated names included)
-    restarts: bool = False
-    hang_timeout: float | None = None
-    timeout: float | None = None
-    ranks_shown: list[int] | None = None
-    machine_of: dict = field(default_factory=dict)  # node -> the node whose watcher covers its machine
-    versions: dict = field(default_factory=dict)  # node -> torch / NCCL versions
-    env: dict = field(default_factory=dict)       # what the launchers export (redacted)
-
-    def label_of(self, rank: int, rec: dict) -> str:
-        if rec.get("node"):
-            return rec["node"]
-        if self.layout:
-            n = 0
-            for label, count in self.layout:
-                n += int(count)
-                if rank < n:
-                    return label
-        return rec.get("host") or "?"
-
-    @classmethod
-    def load(cls, data: dict) -> "RunSpec":
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-@dataclass
-class Outcome:
-    failure: str | None = None                    # the root cause, one line
-    root: dict | None = None
-    others: list[str] = field(default_factory=list)    # later failures (consequences)
-    stopped: list[str] = field(default_factory=list)   # ranks nodeprep stopped
-    tails: dict = field(default_factory=dict)          # who -> last lines
-    leftovers: dict = field(default_factory=dict)      # node -> processes of the job left
-    checked: int = 0                                   # nodes checked for leftovers
-    stop_seconds: float | None = None
-    ranks: dict = field(default_factory=dict)          # "worker-1 r3" -> how it ended
-    warnings: list[str] = field(default_factory=list)  # e.g. a finished rank's teardown crash
-    pace: dict = field(default_factory=dict)           # node -> its watcher's tick interval (s)
-    state: str = "finished"
 
 
 def launch_script(job_id: str, index: int, command: str) -> str:
@@ -96,19 +41,23 @@ def launch_script(job_id: str, index: int, command: str) -> str:
     with the job id, its exit status written when it ends."""
     blob = base64.b64encode(command.encode()).decode()
     base = f'"$d/launcher-{index}"'
-    return (f'd="$HOME/{NODE_RUNS}/{job_id}"; mkdir -p "$d/ranks" || exit 1\n'
-            f"printf %s {blob} | base64 -d > {base}.sh || exit 1\n"
-            f"rm -f {base}.rc; cd \"$HOME\"\n"
-            f"env -u NODEPREP_RUN {JOB_VAR}={job_id} setsid /bin/sh -c "
-            "'/bin/sh \"$1.sh\" > \"$1.out\" 2>&1 < /dev/null; echo $? > \"$1.rc.part\"; "
-            "mv -f \"$1.rc.part\" \"$1.rc\"' sh " + base + " < /dev/null > /dev/null 2>&1 &\n"
-            "echo started\n")
+    return (
+        f'd="$HOME/{NODE_RUNS}/{job_id}"; mkdir -p "$d/ranks" || exit 1\n'
+        f"printf %s {blob} | base64 -d > {base}.sh || exit 1\n"
+        f'rm -f {base}.rc; cd "$HOME"\n'
+        f"env -u NODEPREP_RUN {JOB_VAR}={job_id} setsid /bin/sh -c "
+        '\'/bin/sh "$1.sh" > "$1.out" 2>&1 < /dev/null; echo $? > "$1.rc.part"; '
+        'mv -f "$1.rc.part" "$1.rc"\' sh ' + base + " < /dev/null > /dev/null 2>&1 &\n"
+        "echo started\n"
+    )
 
 
 def watch_script(job_id: str, python: str, agent: str, launchers: list[int]) -> str:
     args = " ".join(f"--launcher {i}" for i in launchers)
-    return (f'mkdir -p "$HOME/{NODE_RUNS}/{job_id}/ranks"; export {WATCH_VAR}={job_id}; '
-            f"exec {shlex.quote(python)} -u {shlex.quote(agent + '/watch.py')} {job_id} {args}")
+    return (
+        f'mkdir -p "$HOME/{NODE_RUNS}/{job_id}/ranks"; export {WATCH_VAR}={job_id}; '
+        f"exec {shlex.quote(python)} -u {shlex.quote(agent + '/watch.py')} {job_id} {args}"
+    )
 
 
 class Supervisor:
@@ -118,19 +67,27 @@ class Supervisor:
         self.events = events
         self.run_dir = run_dir
         self.lock = threading.Lock()
-        self.stop_requested: str | None = None      # set by train.stop (SIGTERM) or Ctrl-C
-        self.ended: set[str] = set()                # machines whose watcher said goodbye
+        self.stop_requested: str | None = None  # set by train.stop (SIGTERM) or Ctrl-C
+        self.ended: set[str] = set()  # machines whose watcher said goodbye
         self.started = time.time()
-        self.watch = RankWatch(list(spec.watchers), list(spec.commands),
-                               spec.label_of, names=spec.names,
-                               restarts=spec.restarts, hang_timeout=spec.hang_timeout,
-                               task_labels=spec.launcher == "srun")
+        self.watch = RankWatch(
+            list(spec.watchers),
+            list(spec.commands),
+            spec.label_of,
+            names=spec.names,
+            restarts=spec.restarts,
+            hang_timeout=spec.hang_timeout,
+            task_labels=spec.launcher == "srun",
+        )
 
     # -- watchers ----------------------------------------------------------------------------
     def _launchers_on(self, machine: str) -> list[int]:
         """Launchers on MACHINE's watcher's machine (two inventory nodes can be one machine)."""
-        return [i for i, (node, _cmd) in enumerate(self.spec.commands.values())
-                if self.spec.machine_of.get(node, node) == machine]
+        return [
+            i
+            for i, (node, _cmd) in enumerate(self.spec.commands.values())
+            if self.spec.machine_of.get(node, node) == machine
+        ]
 
     def _on_tick(self, machine: str, line: str) -> None:
         try:
@@ -159,14 +116,20 @@ class Supervisor:
 
             def one(s=s, machine=machine, script=script):
                 try:
-                    r = s.run(script, timeout=(self.spec.timeout or 7 * 86400) + 600, label="rank watch",
-                              log_output=False, on_line=lambda ln: self._on_tick(machine, ln))
+                    r = s.run(
+                        script,
+                        timeout=(self.spec.timeout or 7 * 86400) + 600,
+                        label="rank watch",
+                        log_output=False,
+                        on_line=lambda ln: self._on_tick(machine, ln),
+                    )
                     why = f"its ssh session ended, exit {r.rc}"
-                except NodeprepError as e:        # silent (the dead-peer rule), or unreachable
+                except NodeprepError as e:  # silent (the dead-peer rule), or unreachable
                     why = str(e).split(":")[0]
                 if machine not in self.ended:
                     with self.lock:
                         self.watch.lost(machine, why)
+
             t = threading.Thread(target=one, daemon=True)
             t.start()
             threads.append(t)
@@ -175,19 +138,25 @@ class Supervisor:
     # -- launch, stop ------------------------------------------------------------------------
     def _launch(self) -> None:
         for i, (label, (node, cmd)) in enumerate(self.spec.commands.items()):
-            r = self.fleet.sessions[node].run(launch_script(self.spec.job_id, i, cmd), timeout=60,
-                                              label=f"start {label}")
+            r = self.fleet.sessions[node].run(
+                launch_script(self.spec.job_id, i, cmd), timeout=60, label=f"start {label}"
+            )
             if r.rc != 0:
                 with self.lock:
                     self.watch.launcher_rc[label] = r.rc
-                    self.watch.fail("launcher", f"{label}: could not start the launcher: {r.tail(3)}")
+                    self.watch.fail(
+                        "launcher", f"{label}: could not start the launcher: {r.tail(3)}"
+                    )
 
     def _stop_all(self) -> dict[str, str]:
         with self.lock:
             self.watch.stopping()
         script = processes.cleanup_script(self.spec.job_id)
-        out = self.fleet.map(lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(), "stop",
-                             only=[n for n in self.spec.nodes if n not in self.watch.lost_nodes])
+        out = self.fleet.map(
+            lambda s: s.run(script, timeout=30, label="stop job").stdout.strip(),
+            "stop",
+            only=[n for n in self.spec.nodes if n not in self.watch.lost_nodes],
+        )
         return out
 
     def _dump_stacks(self) -> None:
@@ -195,18 +164,26 @@ class Supervisor:
         through the watchers as r<R>.stack lines."""
         with self.lock:
             any_alive = bool(self.watch.alive())
-        script = (f"for p in $(cat \"$HOME/{NODE_RUNS}/{self.spec.job_id}\"/ranks/*.start 2>/dev/null "
-                  "| sed -n 's/.*\"child\": \\([0-9]*\\).*/\\1/p'); do "
-                  f"/bin/kill -s {STACK_SIGNAL} $p 2>/dev/null; done; true")
-        self.fleet.map(lambda s: s.run(script, timeout=20, label="dump stacks"), "stacks",
-                       only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes])
+        script = (
+            f'for p in $(cat "$HOME/{NODE_RUNS}/{self.spec.job_id}"/ranks/*.start 2>/dev/null '
+            "| sed -n 's/.*\"child\": \\([0-9]*\\).*/\\1/p'); do "
+            f"/bin/kill -s {STACK_SIGNAL} $p 2>/dev/null; done; true"
+        )
+        self.fleet.map(
+            lambda s: s.run(script, timeout=20, label="dump stacks"),
+            "stacks",
+            only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes],
+        )
         if any_alive:
             time.sleep(STACK_WAIT)
 
     def _culprit(self) -> tuple[list[int], str]:
         from nodeprep.ops.train import tracebacks
+
         with self.lock:
-            texts = {r.rank: "\n".join(self.watch.stacks.get(r.rank, [])) for r in self.watch.alive()}
+            texts = {
+                r.rank: "\n".join(self.watch.stacks.get(r.rank, [])) for r in self.watch.alive()
+            }
         frames = {}
         for rank, text in texts.items():
             dumps = tracebacks.parse(text)
@@ -256,16 +233,23 @@ class Supervisor:
             ranks, why = self._culprit()
             with self.lock:
                 who = ", ".join(self.watch.rank_name(r, "?") for r in ranks) or "job"
-                self.watch.fail("hang", f"hung: no rank wrote output or a heartbeat for "
-                                        f"{self.spec.hang_timeout:g}s; stacks: {why}")
+                self.watch.fail(
+                    "hang",
+                    f"hung: no rank wrote output or a heartbeat for "
+                    f"{self.spec.hang_timeout:g}s; stacks: {why}",
+                )
                 self.watch.failures[-1].who = who
                 # the clock of a hang starts at the last sign of progress
                 self.watch.failures[-1].t = time.time() - (time.monotonic() - self.watch.progress)
         elif verdict == "timeout":
             self.watch.fail("timeout", f"--timeout {self.spec.timeout:g}s reached")
         elif verdict in ("interrupted", "stopped"):
-            self.watch.fail(verdict, "interrupted (Ctrl-C)" if verdict == "interrupted"
-                            else "stopped by `invoke train.stop`")
+            self.watch.fail(
+                verdict,
+                "interrupted (Ctrl-C)"
+                if verdict == "interrupted"
+                else "stopped by `invoke train.stop`",
+            )
         if verdict != "finished":
             self._stop_all()
             self._drain(3.0)
@@ -282,39 +266,64 @@ class Supervisor:
             time.sleep(0.1)
 
     def _end_watchers(self, threads) -> None:
-        self.fleet.map(lambda s: s.run(f'touch "$HOME/{NODE_RUNS}/{self.spec.job_id}/{WATCH_STOP}"',
-                                       timeout=20, label="end watch"), "end watch",
-                       only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes])
+        self.fleet.map(
+            lambda s: s.run(
+                f'touch "$HOME/{NODE_RUNS}/{self.spec.job_id}/{WATCH_STOP}"',
+                timeout=20,
+                label="end watch",
+            ),
+            "end watch",
+            only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes],
+        )
         for t in threads:
             t.join(timeout=5)
         if any(t.is_alive() for t in threads):
             script = stop_tagged_script(WATCH_VAR, self.spec.job_id)
-            self.fleet.map(lambda s: s.run(script, timeout=30, label="stop watch"), "stop watch",
-                           only=list(self.spec.watchers))
+            self.fleet.map(
+                lambda s: s.run(script, timeout=30, label="stop watch"),
+                "stop watch",
+                only=list(self.spec.watchers),
+            )
 
     def _leftovers(self) -> tuple[dict, int]:
         nodes = [n for n in self.spec.nodes if n not in self.watch.lost_nodes]
-        got = self.fleet.map(lambda s: factmod.gather(s, [factmod.JOB_PROCESSES]), "leftovers", only=nodes)
-        left = {n: [p for p in v[factmod.JOB_PROCESSES] if p["job"] == self.spec.job_id]
-                for n, v in got.items()}
+        got = self.fleet.map(
+            lambda s: factmod.gather(s, [factmod.JOB_PROCESSES]), "leftovers", only=nodes
+        )
+        left = {
+            n: [p for p in v[factmod.JOB_PROCESSES] if p["job"] == self.spec.job_id]
+            for n, v in got.items()
+        }
         return {n: ps for n, ps in left.items() if ps}, len(got)
 
     def _finish(self, verdict: str) -> Outcome:
         w = self.watch
-        out = Outcome(state="finished" if verdict == "finished" else
-                      ("stopped" if verdict in ("stopped", "interrupted") else "failed"))
+        out = Outcome(
+            state="finished"
+            if verdict == "finished"
+            else ("stopped" if verdict in ("stopped", "interrupted") else "failed")
+        )
         out.leftovers, out.checked = self._leftovers()
         with self.lock:
-            out.ranks = {r.name + (f" (attempt {r.attempt})" if r.attempt > 1 else ""):
-                         {"how": r.how, "rc": r.rc, "oom": r.oom, "start": r.start, "end": r.end,
-                          "status": describe_rc(r.rc, r.oom) if r.rc is not None else r.how}
-                         for r in sorted(w.ranks.values(), key=lambda r: (r.rank, r.attempt))}
+            out.ranks = {
+                r.name + (f" (attempt {r.attempt})" if r.attempt > 1 else ""): {
+                    "how": r.how,
+                    "rc": r.rc,
+                    "oom": r.oom,
+                    "start": r.start,
+                    "end": r.end,
+                    "status": describe_rc(r.rc, r.oom) if r.rc is not None else r.how,
+                }
+                for r in sorted(w.ranks.values(), key=lambda r: (r.rank, r.attempt))
+            }
             out.warnings = list(w.warnings)
             out.pace = {m: round(p, 3) for m, p in w.pace.items()}
             root = w.root_cause()
             if root is not None:
                 out.failure, out.root = w.described(root), asdict(root)
-                out.others = [w.described(f) for f in sorted(w.failures, key=lambda f: f.t) if f is not root]
+                out.others = [
+                    w.described(f) for f in sorted(w.failures, key=lambda f: f.t) if f is not root
+                ]
                 out.stopped = [r.name for r in w.ranks.values() if r.how == "stopped"]
                 for who in [root.who] + [f.who for f in w.failures if f is not root]:
                     if who in w.tails and who not in out.tails:
@@ -335,13 +344,15 @@ class Supervisor:
                 if tail:
                     d["last"] = tail[-1]
             lost = sorted(self.watch.lost_nodes)
-        data = {"job_id": self.spec.job_id, "state": state, "started": self.started,
-                "updated": time.time(), "nodes": per_node, "lost": lost,
-                "pid": os.getpid()}
+        data = {
+            "job_id": self.spec.job_id,
+            "state": state,
+            "started": self.started,
+            "updated": time.time(),
+            "nodes": per_node,
+            "lost": lost,
+            "pid": os.getpid(),
+        }
         if outcome is not None:
             data["outcome"] = asdict(outcome)
         self.run_dir.write_json("state.json", data)
-
-
-def redacted_env(env: dict) -> dict:
-    return {k: MASK if is_secret(k) else str(v) for k, v in env.items()}

@@ -8,6 +8,7 @@ Diagnostic", lower-case names, one result per entity: "entity_group", "entity_id
 is a {"warning", "error_id"} object (3.x's deployment tests: {"warnings", ...}); a warn is
 printed as "Fail". Both are read by walking the document for objects with a test name and a
 list of results, `null` entries and text before the JSON skipped (tests/recordings/dcgm/)."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from nodeprep import nodeside
 from nodeprep.engine.facts.probe import Fact, json_document
 from nodeprep.engine.remote import rpath
 
-DCGM_TIMEOUT = 900      # seconds: level 2 takes about 2 minutes, level 3 about 15 (DCGM docs)
+DCGM_TIMEOUT = 900  # seconds: level 2 takes about 2 minutes, level 3 about 15 (DCGM docs)
 _HUNG = (124, 137)
 
 
@@ -31,15 +32,23 @@ class DcgmIn:
 
 
 def _dcgm_script(arg: DcgmIn) -> str:
-    return ("command -v dcgmi >/dev/null 2>&1 || { echo @@absent; exit 0; }\n"
-            f"timeout -k 10 {DCGM_TIMEOUT} dcgmi diag -r {int(arg.level)} -j 2>&1\n"
-            "echo \"@@rc $?\"")
+    return (
+        "command -v dcgmi >/dev/null 2>&1 || { echo @@absent; exit 0; }\n"
+        f"timeout -k 10 {DCGM_TIMEOUT} dcgmi diag -r {int(arg.level)} -j 2>&1\n"
+        'echo "@@rc $?"'
+    )
 
 
 def _status(text) -> str:
     t = str(text or "").strip().lower()
-    return {"passed": "pass", "failed": "fail", "warning": "warn", "skipped": "skip",
-            "not run": "skip", "notrun": "skip"}.get(t, t)
+    return {
+        "passed": "pass",
+        "failed": "fail",
+        "warning": "warn",
+        "skipped": "skip",
+        "not run": "skip",
+        "notrun": "skip",
+    }.get(t, t)
 
 
 def _gpu_of(res: dict):
@@ -56,8 +65,13 @@ def _texts(res: dict) -> list[str]:
         v = res.get(k)
         for item in v if isinstance(v, list) else [v] if v else []:
             if isinstance(item, dict):
-                t = (item.get("warning") or item.get("warnings") or item.get("message") or item.get("msg")
-                     or item.get("error"))
+                t = (
+                    item.get("warning")
+                    or item.get("warnings")
+                    or item.get("message")
+                    or item.get("msg")
+                    or item.get("error")
+                )
                 code = item.get("error_id", item.get("error_code"))
                 out.append(f"{t} (DCGM error {code})" if t and code is not None else str(t or item))
             else:
@@ -84,9 +98,16 @@ def _tests(doc, category=None) -> list[dict]:
         if isinstance(doc.get("name"), str) and isinstance(doc.get("results"), list):
             for res in doc["results"]:
                 if isinstance(res, dict) and res.get("entity_group", "GPU") == "GPU":
-                    out.append({"name": doc["name"], "category": cat, "gpu": _gpu_of(res),
-                                "status": _status(res.get("status")), "messages": _texts(res),
-                                "severity": _severity(res)})
+                    out.append(
+                        {
+                            "name": doc["name"],
+                            "category": cat,
+                            "gpu": _gpu_of(res),
+                            "status": _status(res.get("status")),
+                            "messages": _texts(res),
+                            "severity": _severity(res),
+                        }
+                    )
         else:
             for v in doc.values():
                 out += _tests(v, cat)
@@ -126,13 +147,14 @@ def parse_dcgm(text: str, rc: int) -> dict:
     return {"state": "ok", "version": version, "tests": tests}
 
 
-DCGM_DIAG = Fact("dcgm_diag", _dcgm_script, parse_dcgm)       # DCGM_DIAG(DcgmIn(level))
+DCGM_DIAG = Fact("dcgm_diag", _dcgm_script, parse_dcgm)  # DCGM_DIAG(DcgmIn(level))
 
 
 @dataclass(frozen=True)
 class DeepIn:
     """GPU_DEEP's argument: the venv whose torch runs the work, the burn's seconds, the
     all_reduce's message size, and EMULATE (N CPU devices, 0: the real GPUs)."""
+
     venv: str
     seconds: float = 10.0
     nbytes: int = 1 << 30
@@ -151,13 +173,15 @@ def deep_limit(arg: DeepIn) -> int:
 def _deep_script(arg: DeepIn) -> str:
     text = nodeside.GPUDEEP.read_text()
     py = f"{rpath(arg.venv)}/bin/python"
-    return (f"[ -x {py} ] || {{ echo @@novenv; exit 0; }}\n"
-            "d=$(mktemp -d) || exit 1\n"
-            "trap 'rm -rf \"$d\"' EXIT\n"
-            "trap 'exit 143' HUP INT TERM\n"
-            f"printf '%s' {shlex.quote(text)} > \"$d/gpudeep.py\" &&\n"
-            f"  timeout -k 10 {deep_limit(arg)} {py} -I \"$d/gpudeep.py\" "
-            f"--seconds {float(arg.seconds):g} --bytes {int(arg.nbytes)} --emulate {int(arg.emulate)}")
+    return (
+        f"[ -x {py} ] || {{ echo @@novenv; exit 0; }}\n"
+        "d=$(mktemp -d) || exit 1\n"
+        "trap 'rm -rf \"$d\"' EXIT\n"
+        "trap 'exit 143' HUP INT TERM\n"
+        f"printf '%s' {shlex.quote(text)} > \"$d/gpudeep.py\" &&\n"
+        f'  timeout -k 10 {deep_limit(arg)} {py} -I "$d/gpudeep.py" '
+        f"--seconds {float(arg.seconds):g} --bytes {int(arg.nbytes)} --emulate {int(arg.emulate)}"
+    )
 
 
 def parse_deep(text: str, rc: int) -> dict:
@@ -175,4 +199,4 @@ def parse_deep(text: str, rc: int) -> dict:
     return {"state": "error", "error": tail or f"exit {rc}", "hung": rc in _HUNG}
 
 
-GPU_DEEP = Fact("gpu_deep", _deep_script, parse_deep)         # GPU_DEEP(DeepIn(venv, ...))
+GPU_DEEP = Fact("gpu_deep", _deep_script, parse_deep)  # GPU_DEEP(DeepIn(venv, ...))

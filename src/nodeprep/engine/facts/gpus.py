@@ -3,6 +3,7 @@
 No nvidia-smi means a CPU node. Drivers of the R470 branch reject the `compute_cap` field,
 so the probe retries without it and the capability comes from a name table (data file).
 """
+
 from __future__ import annotations
 
 import re
@@ -24,11 +25,23 @@ PROBE = (
 
 @lru_cache(maxsize=1)
 def _name_table() -> list[tuple[re.Pattern, str]]:
-    data = yaml.load((Path(__file__).with_name("gpu_capabilities.yml")).read_text(),   # our own file
-                     Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data = yaml.load(
+        (Path(__file__).with_name("gpu_capabilities.yml")).read_text(),  # our own file
+        Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader),
+    )
     pats = sorted(data.items(), key=lambda kv: -len(kv[0]))
-    return [(re.compile(r"(?<![\w-])" + re.escape(k).replace(r"\ ", r"\s*").replace("xx", r"\d\d") + r"(?!\w)", re.I), v)
-            for k, v in pats]
+    return [
+        (
+            re.compile(
+                r"(?<![\w-])"
+                + re.escape(k).replace(r"\ ", r"\s*").replace("xx", r"\d\d")
+                + r"(?!\w)",
+                re.I,
+            ),
+            v,
+        )
+        for k, v in pats
+    ]
 
 
 def capability_from_name(name: str) -> str | None:
@@ -50,7 +63,7 @@ def parse(text: str) -> dict:
         return {"present": False, "driver": None, "count": 0, "devices": [], "error": None}
     fallback = "@@FALLBACK@@" in lines
     if fallback:
-        lines = lines[lines.index("@@FALLBACK@@") + 1:]
+        lines = lines[lines.index("@@FALLBACK@@") + 1 :]
     devices = []
     driver = None
     errors = []
@@ -70,8 +83,13 @@ def parse(text: str) -> dict:
     error = None
     if not devices:
         error = " ".join(errors) or "nvidia-smi printed nothing"
-    return {"present": True, "driver": driver, "count": len(devices), "devices": devices,
-            "error": error}
+    return {
+        "present": True,
+        "driver": driver,
+        "count": len(devices),
+        "devices": devices,
+        "error": error,
+    }
 
 
 def summary(g: dict) -> str:

@@ -1,10 +1,11 @@
 """What a launch needs to know of a node's processes and programs:
 
-  JOB_PROCESSES  processes of nodeprep jobs (every one carries JOB_VAR=<job id> in its
-                 environment): stale ones before a launch, leftovers after a run
-  GPU_APPS       processes holding a GPU (nvidia-smi --query-compute-apps)
-  PROGRAMS       the launchers' programs on the PATH a non-interactive ssh login gets
+JOB_PROCESSES  processes of nodeprep jobs (every one carries JOB_VAR=<job id> in its
+               environment): stale ones before a launch, leftovers after a run
+GPU_APPS       processes holding a GPU (nvidia-smi --query-compute-apps)
+PROGRAMS       the launchers' programs on the PATH a non-interactive ssh login gets
 """
+
 from __future__ import annotations
 
 from nodeprep.engine.facts.probe import Fact
@@ -16,7 +17,7 @@ JOB_VAR = "PYTHON_NODEPREP_JOB"
 # Every process of a job carries JOB_VAR in its environment: before a launch, those of EARLIER
 # jobs are stale (a half-dead job still holding GPUs); after a run, those of THIS job are left
 # over. One /proc scan lists them all: pid, job id, state, command line.
-_PROCS = r'''
+_PROCS = r"""
 myns=$(readlink /proc/self/ns/net 2>/dev/null)
 # one grep over every environ (a fork per process cost 0.4 s on a busy machine)
 for f in $(grep -lz '^PYTHON_NODEPREP_JOB=' /proc/[0-9]*/environ 2>/dev/null); do
@@ -30,7 +31,7 @@ for f in $(grep -lz '^PYTHON_NODEPREP_JOB=' /proc/[0-9]*/environ 2>/dev/null); d
   args=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null | cut -c1-200)
   printf '%s\t%s\t%s\n' "$pid" "$job" "$args"
 done
-'''
+"""
 
 
 def _procs(text: str, rc: int) -> list[dict]:
@@ -57,10 +58,16 @@ def _gpu_apps(text: str, rc: int) -> list[dict]:
 
 
 # processes holding a GPU (none where there is no nvidia-smi)
-GPU_APPS = Fact("gpu_apps", lambda _v: (
-    "command -v nvidia-smi >/dev/null 2>&1 &&\n"
-    "  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null\n"
-    "true"), _gpu_apps)
+GPU_APPS = Fact(
+    "gpu_apps",
+    lambda _v: (
+        "command -v nvidia-smi >/dev/null 2>&1 &&\n"
+        "  nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+        "--format=csv,noheader 2>/dev/null\n"
+        "true"
+    ),
+    _gpu_apps,
+)
 
 
 PROGRAM_NAMES = ("pdsh", "mpirun", "orted", "srun")
@@ -70,8 +77,13 @@ def _programs(text: str, rc: int) -> set[str]:
     return {ln.split(" ", 1)[1] for ln in text.splitlines() if ln.startswith("have ")}
 
 
-PROGRAMS = Fact("programs", lambda _v: (
-    "for p in " + " ".join(PROGRAM_NAMES) + "; do\n"
-    "  command -v $p >/dev/null 2>&1 && echo \"have $p\"\n"
-    "done\n"
-    "true"), _programs)
+PROGRAMS = Fact(
+    "programs",
+    lambda _v: (
+        "for p in " + " ".join(PROGRAM_NAMES) + "; do\n"
+        '  command -v $p >/dev/null 2>&1 && echo "have $p"\n'
+        "done\n"
+        "true"
+    ),
+    _programs,
+)

@@ -1,5 +1,6 @@
 """The node's network: IPv4 addresses per interface, the route to an address, and whether a TCP
 port is taken."""
+
 from __future__ import annotations
 
 import shlex
@@ -20,11 +21,11 @@ def _interfaces(text, rc):
     return ifs
 
 
-INTERFACES = Fact("interfaces", lambda _v: (
-    "ip -o -4 addr show 2>/dev/null || {\n"
-    "  echo NO_IP\n"
-    "  hostname -I\n"
-    "}"), _interfaces)
+INTERFACES = Fact(
+    "interfaces",
+    lambda _v: "ip -o -4 addr show 2>/dev/null || {\n  echo NO_IP\n  hostname -I\n}",
+    _interfaces,
+)
 
 
 def primary_address(ifs: dict[str, list[str]]) -> str | None:
@@ -39,15 +40,19 @@ def _port(text: str, rc: int) -> bool:
 
 
 # PORT_LISTENING(29500): is something listening on that TCP port?
-PORT_LISTENING = Fact("port_listening", lambda port: f"ss -Hltn 'sport = :{int(port)}' 2>/dev/null", _port)
+PORT_LISTENING = Fact(
+    "port_listening", lambda port: f"ss -Hltn 'sport = :{int(port)}' 2>/dev/null", _port
+)
 
 
 def _route_script(addr) -> str:
     """`ip route get` to ADDR (a name is resolved on the node first, as NCCL would)."""
     q = shlex.quote(str(addr))
-    return (f"a={q}\n"
-            "case $a in *[!0-9.]*) a=$(getent ahostsv4 \"$a\" | awk 'NR==1 {print $1}');; esac\n"
-            "[ -n \"$a\" ] && ip -o route get \"$a\" 2>/dev/null || echo NOROUTE")
+    return (
+        f"a={q}\n"
+        "case $a in *[!0-9.]*) a=$(getent ahostsv4 \"$a\" | awk 'NR==1 {print $1}');; esac\n"
+        '[ -n "$a" ] && ip -o route get "$a" 2>/dev/null || echo NOROUTE'
+    )
 
 
 def _route(text: str, rc: int) -> dict | None:

@@ -7,6 +7,7 @@ section), runs as one remote command, and `parse_sections` hands each parser onl
 and exit status. The answers come back as `FactValues`, a dict that takes a request object (or
 its string key, "user", "file:~/.ssh/config") as the key.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ class Fact:
     """NAME is only for keys and messages. COMMAND: the sh snippet, a function of the request's
     argument (a parametrized fact) or of the host vars (a plain fact); values are quoted by
     the fact. PARSE: (section text, exit status) -> value."""
+
     name: str
     command: Callable[[Any], str]
     parse: Callable[[str, int], Any]
@@ -30,7 +32,7 @@ class Fact:
     # of CPU; reading 6 files one by one cost 25 of them.
     batch: Callable[[list], str] | None = None
     split: Callable[[str, int, list], list] | None = None
-    private: bool = False   # its output may carry secrets (file contents): never quoted in errors
+    private: bool = False  # its output may carry secrets (file contents): never quoted in errors
 
     def __call__(self, arg) -> "Request":
         return Request(self, arg)
@@ -46,6 +48,7 @@ class Fact:
 @dataclass(frozen=True)
 class Request:
     """A parametrized fact with its argument, e.g. FILE("~/.ssh/config"). str(arg) names it."""
+
     fact: Fact
     arg: Any
 
@@ -78,7 +81,9 @@ def _sections(requests: list, host_vars: dict) -> list[tuple[str, Fact, list[tup
     shared: dict[str, list] = {}
     for i, req in enumerate(requests):
         if not isinstance(req, (Fact, Request)):
-            raise TypeError(f"fact request {req!r}: give a Fact or a Request (nodeprep.engine.facts)")
+            raise TypeError(
+                f"fact request {req!r}: give a Fact or a Request (nodeprep.engine.facts)"
+            )
         fact, arg = (req, host_vars) if isinstance(req, Fact) else (req.fact, req.arg)
         if fact.batch and isinstance(req, Request):
             if fact.name not in shared:
@@ -100,10 +105,15 @@ def probe_script(requests: list, host_vars: dict, token: str) -> str:
     FILE("~/.ssh/config")."""
     parts = []
     for tag, fact, items in _sections(requests, host_vars):
-        snippet = fact.batch([a for _i, a in items]) if tag.startswith("b.") else fact.command(items[0][1])
+        snippet = (
+            fact.batch([a for _i, a in items])
+            if tag.startswith("b.")
+            else fact.command(items[0][1])
+        )
         # Each section runs in a subshell so one fact's `exit` or `cd` cannot leak into the next.
-        parts.append(f"echo '@@{token}:{tag}@@'\n( {snippet}\n) 2>&1 </dev/null\n"
-                     f"echo \"@@{token}:rc=$?@@\"")
+        parts.append(
+            f"echo '@@{token}:{tag}@@'\n( {snippet}\n) 2>&1 </dev/null\necho \"@@{token}:rc=$?@@\""
+        )
     return "\n".join(parts) + "\n"
 
 
@@ -112,7 +122,7 @@ def split_sections(output: str, token: str) -> dict[str, tuple[str, int]]:
     name, buf = None, []
     for line in output.splitlines():
         if line.startswith(f"@@{token}:") and line.endswith("@@"):
-            tag = line[len(token) + 3:-2]
+            tag = line[len(token) + 3 : -2]
             if tag.startswith("rc="):
                 if name is not None:
                     out[name] = ("\n".join(buf), int(tag[3:]))
@@ -124,16 +134,18 @@ def split_sections(output: str, token: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def parse_sections(node: str, requests: list, output: str, token: str, rc: int,
-                   tail: str = "") -> FactValues:
+def parse_sections(
+    node: str, requests: list, output: str, token: str, rc: int, tail: str = ""
+) -> FactValues:
     sections = split_sections(output, token)
     values = FactValues()
     for tag, fact, items in _sections(requests, {}):
         keys = [key_of(requests[i]) for i, _a in items]
         key = ", ".join(keys) if len(keys) < 3 else f"{fact.name} ({len(keys)} of them)"
         if tag not in sections:
-            raise NodeprepError(f"fact probe on {node} ended before '{key}' "
-                                f"(exit {rc}): {tail or 'no output'}")
+            raise NodeprepError(
+                f"fact probe on {node} ended before '{key}' (exit {rc}): {tail or 'no output'}"
+            )
         text, frc = sections[tag]
         try:
             if tag.startswith("b."):
@@ -149,14 +161,19 @@ def parse_sections(node: str, requests: list, output: str, token: str, rc: int,
     return values
 
 
-def gather(session, requests: list, host_vars: dict | None = None, timeout: float | None = None) -> FactValues:
+def gather(
+    session, requests: list, host_vars: dict | None = None, timeout: float | None = None
+) -> FactValues:
     """One round trip to the node for all REQUESTS; returns their values. TIMEOUT: the
     probe's limit (default: the settings' probe_timeout)."""
     token = secrets.token_hex(6)
     label = "probe " + ",".join(key_of(r) for r in requests)
-    r = session.run(probe_script(requests, host_vars or {}, token), label=label[:300],
-                    timeout=timeout or session.settings.probe_timeout,
-                    log_output=False)
+    r = session.run(
+        probe_script(requests, host_vars or {}, token),
+        label=label[:300],
+        timeout=timeout or session.settings.probe_timeout,
+        log_output=False,
+    )
     return parse_sections(session.name, requests, r.stdout, token, r.rc, r.tail(3))
 
 

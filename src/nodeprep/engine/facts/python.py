@@ -1,5 +1,6 @@
 """The Python environment on a node: a venv (its Python and installed packages) and the torch
 build inside it (version, CUDA, NCCL, arch list, and the libnccl it really loads)."""
+
 from __future__ import annotations
 
 import ast
@@ -22,37 +23,41 @@ def _venv_script(path: str) -> str:
     is kept in the venv itself, per machine (<venv>/.nodeprep-runs.<machine-id>); a dangling
     bin/python has no stat, so it always runs (and fails)."""
     p = rpath(path)
-    return (f"[ -x {p}/bin/python ] || {{ echo MISSING; exit 0; }}\n"
-            # the version line of pyvenv.cfg with sh builtins (was sed | head: two execs)
-            "v=\n"
-            "while IFS= read -r l || [ -n \"$l\" ]; do\n"
-            "  case $l in version_info*=*|'version '*=*|version=*) v=${l#*=}; break;; esac\n"
-            f"done < {p}/pyvenv.cfg\n"
-            "printf '%s\\n' \"${v:-?}\"\n"
-            "m=\n"
-            "IFS= read -r m 2>/dev/null < /etc/machine-id\n"
-            "k=\n"
-            "c=\n"
-            "ok=\n"
-            "[ -n \"$m\" ] &&\n"
-            f"  k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache 2>/dev/null) &&\n"
-            f"  c={p}/.nodeprep-runs.$m && [ -f \"$c\" ] && IFS= read -r ok < \"$c\"\n"
-            "if [ -n \"$k\" ] && [ \"$ok\" = \"$k\" ]; then :\n"
-            f"elif {p}/bin/python -I -S -c ''; then\n"
-            "  [ -n \"$c\" ] && { printf '%s\\n' \"$k\" > \"$c.$$\" && mv -f -- \"$c.$$\" \"$c\"; } 2>/dev/null\n"
-            "else echo @@BROKEN@@; fi\n"
-            # parameter expansion, not basename: one fork per package cost ~25 ms a node; the
-            # wheel's platform tags (WHEEL's Tag lines but `-any`) read with sh's read builtin
-            f"for d in {p}/lib/python*/site-packages/*.dist-info; do\n"
-            "  [ -d \"$d\" ] || continue\n"
-            "  w=$d/WHEEL\n"
-            "  d=${d%.dist-info}\n"
-            "  printf '%s\\n' \"${d##*/}\"\n"
-            "  [ -f \"$w\" ] && while IFS= read -r l || [ -n \"$l\" ]; do\n"
-            "    case $l in 'Tag: '*-any) ;; 'Tag: '*) printf '@T %s\\n' \"${l#Tag: }\";; esac\n"
-            "  done < \"$w\"\n"
-            "done\n"
-            "true")
+    return (
+        f"[ -x {p}/bin/python ] || {{ echo MISSING; exit 0; }}\n"
+        # the version line of pyvenv.cfg with sh builtins (was sed | head: two execs)
+        "v=\n"
+        'while IFS= read -r l || [ -n "$l" ]; do\n'
+        "  case $l in version_info*=*|'version '*=*|version=*) v=${l#*=}; break;; esac\n"
+        f"done < {p}/pyvenv.cfg\n"
+        "printf '%s\\n' \"${v:-?}\"\n"
+        "m=\n"
+        "IFS= read -r m 2>/dev/null < /etc/machine-id\n"
+        "k=\n"
+        "c=\n"
+        "ok=\n"
+        '[ -n "$m" ] &&\n'
+        f"  k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache "
+        "2>/dev/null) &&\n"
+        f'  c={p}/.nodeprep-runs.$m && [ -f "$c" ] && IFS= read -r ok < "$c"\n'
+        'if [ -n "$k" ] && [ "$ok" = "$k" ]; then :\n'
+        f"elif {p}/bin/python -I -S -c ''; then\n"
+        '  [ -n "$c" ] && { printf \'%s\\n\' "$k" > "$c.$$" && '
+        'mv -f -- "$c.$$" "$c"; } 2>/dev/null\n'
+        "else echo @@BROKEN@@; fi\n"
+        # parameter expansion, not basename: one fork per package cost ~25 ms a node; the
+        # wheel's platform tags (WHEEL's Tag lines but `-any`) read with sh's read builtin
+        f"for d in {p}/lib/python*/site-packages/*.dist-info; do\n"
+        '  [ -d "$d" ] || continue\n'
+        "  w=$d/WHEEL\n"
+        "  d=${d%.dist-info}\n"
+        "  printf '%s\\n' \"${d##*/}\"\n"
+        '  [ -f "$w" ] && while IFS= read -r l || [ -n "$l" ]; do\n'
+        "    case $l in 'Tag: '*-any) ;; 'Tag: '*) printf '@T %s\\n' \"${l#Tag: }\";; esac\n"
+        '  done < "$w"\n'
+        "done\n"
+        "true"
+    )
 
 
 def parse_venv(text: str, rc: int) -> dict:
@@ -60,19 +65,25 @@ def parse_venv(text: str, rc: int) -> dict:
     {canonical name: [the wheel's platform tags, e.g. manylinux_2_17_x86_64]} for the packages
     whose wheel is not for any platform}."""
     from packaging.utils import canonicalize_name
+
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines or lines[0] == "MISSING":
         return {"exists": False, "python": None, "packages": {}, "platforms": {}}
     if "@@BROKEN@@" in lines:
-        return {"exists": True, "python": None, "packages": {}, "platforms": {},
-                "error": "its python does not run"}
+        return {
+            "exists": True,
+            "python": None,
+            "packages": {},
+            "platforms": {},
+            "error": "its python does not run",
+        }
     pkgs = {}
     plats = {}
     last = None
     for ln in lines[1:]:
         if ln.startswith("@T "):
             tag = ln[3:].split("-")
-            if last and len(tag) == 3:      # python-abi-platform; a compressed set a.b is two
+            if last and len(tag) == 3:  # python-abi-platform; a compressed set a.b is two
                 plats.setdefault(last, [])
                 plats[last] += [t for t in tag[2].split(".") if t not in plats[last]]
             continue
@@ -81,11 +92,15 @@ def parse_venv(text: str, rc: int) -> dict:
         if last:
             pkgs[last] = version
     # virtualenv writes version_info = 3.8.10.final.0; venv writes version = 3.11.2
-    return {"exists": True, "python": ".".join(lines[0].split(".")[:3]), "packages": pkgs,
-            "platforms": plats}
+    return {
+        "exists": True,
+        "python": ".".join(lines[0].split(".")[:3]),
+        "packages": pkgs,
+        "platforms": plats,
+    }
 
 
-VENV = Fact("venv", _venv_script, parse_venv)     # VENV(path): the venv at that path
+VENV = Fact("venv", _venv_script, parse_venv)  # VENV(path): the venv at that path
 
 
 def _bare_source(path: Path) -> str:
@@ -94,8 +109,13 @@ def _bare_source(path: Path) -> str:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
-                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return ast.unparse(tree) + "\n"
 
@@ -106,7 +126,9 @@ def _bare_source(path: Path) -> str:
 # only when one of them changed (or with deep=True).
 # After the import, on CUDA builds only, the libnccl torch really mapped (nccl_probe.py, sent as
 # its code: the node has no nodeprep): path and version, beside the NCCL torch was built with.
-TORCH_PY = _bare_source(nodeside.NCCL_PROBE) + r'''
+TORCH_PY = (
+    _bare_source(nodeside.NCCL_PROBE)
+    + r"""
 import json, sys
 import torch
 cuda = torch.version.cuda
@@ -125,18 +147,49 @@ if cuda:
     except Exception as e:
         out["nccl_lib"] = {"error": "%s: %s" % (type(e).__name__, e)}
 print(json.dumps(out))
-'''
+"""
+)
 
 
 @dataclass(frozen=True)
 class TorchIn:
     """TORCH_BUILD's argument: the venv, and whether to skip the node's cached answer. Its
     str is the venv alone, so the answer's key does not depend on `deep`."""
+
     venv: str
     deep: bool = False
 
     def __str__(self) -> str:
         return self.venv
+
+
+def _torch_key(v: str) -> str:
+    """sh: torch's directory in the venv V (MISSING, and the section ends, where there is
+    none), then k, the cache's key: the stat of torch's version.py, of the dynamic linker's
+    cache and of every libnccl.so.2 torch could load, the driver's line, LD_LIBRARY_PATH and
+    LD_PRELOAD."""
+    # sh builtins where they do (glob, read, set): this runs on every node at every verify
+    return (
+        "t=\n"
+        f"for x in {v}/lib/python*/site-packages/torch; do\n"
+        '  [ -d "$x" ] && { t=$x; break; }\n'
+        "done\n"
+        '[ -n "$t" ] || { echo MISSING; exit 0; }\n'
+        "set -f\n"
+        'set -- "$t/version.py" /etc/ld.so.cache "${t%/torch}/nvidia/nccl/lib/libnccl.so.2"\n'
+        "o=$IFS\n"
+        "IFS=:\n"
+        'for x in $LD_LIBRARY_PATH; do set -- "$@" "$x/libnccl.so.2"; done\n'
+        "IFS=': '\n"
+        'for x in $LD_PRELOAD; do set -- "$@" "$x"; done\n'
+        "IFS=$o\n"
+        's=$(stat -L -c %n:%Y:%s "$@" 2>/dev/null)\n'
+        "set -- $s\n"
+        "set +f\n"
+        "d=\n"
+        "[ -r /proc/driver/nvidia/version ] && IFS= read -r d < /proc/driver/nvidia/version\n"
+        'k="$* | $d | $LD_LIBRARY_PATH | $LD_PRELOAD"\n'
+    )
 
 
 def _torch_script(arg: TorchIn) -> str:
@@ -156,47 +209,30 @@ def _torch_script(arg: TorchIn) -> str:
     v = rpath(arg.venv)
     cache = '"$HOME/.nodeprep/torch_probe.${mid:-x}.json"'
     # Line 1 of the cache is its key, line 2 the answer.
-    return ("mid=\n"
-            "[ -s /etc/machine-id ] && IFS= read -r mid < /etc/machine-id\n" +
-            (f"rm -f {cache}\n" if arg.deep else "") +
-            # sh builtins where they do (glob, read, set): this runs on every node at every verify
-            "t=\n"
-            f"for x in {v}/lib/python*/site-packages/torch; do\n"
-            "  [ -d \"$x\" ] && { t=$x; break; }\n"
-            "done\n"
-            "[ -n \"$t\" ] || { echo MISSING; exit 0; }\n"
-            "set -f\n"
-            "set -- \"$t/version.py\" /etc/ld.so.cache \"${t%/torch}/nvidia/nccl/lib/libnccl.so.2\"\n"
-            "o=$IFS\n"
-            "IFS=:\n"
-            "for x in $LD_LIBRARY_PATH; do set -- \"$@\" \"$x/libnccl.so.2\"; done\n"
-            "IFS=': '\n"
-            "for x in $LD_PRELOAD; do set -- \"$@\" \"$x\"; done\n"
-            "IFS=$o\n"
-            "s=$(stat -L -c %n:%Y:%s \"$@\" 2>/dev/null)\n"
-            "set -- $s\n"
-            "set +f\n"
-            "d=\n"
-            "[ -r /proc/driver/nvidia/version ] && IFS= read -r d < /proc/driver/nvidia/version\n"
-            "k=\"$* | $d | $LD_LIBRARY_PATH | $LD_PRELOAD\"\n"
-            "c=\n"
-            "a=\n"
-            f"[ -f {cache} ] && {{\n"
-            "  IFS= read -r c\n"
-            "  while IFS= read -r l || [ -n \"$l\" ]; do a=$l; done\n"
-            f"}} < {cache}\n"
-            "if [ -n \"$c\" ] && [ \"$c\" = \"$k\" ]; then printf '%s\\n' \"$a\"\n"
-            "else\n"
-            # the temp file goes however the probe ends: torch failing to import, or the probe
-            # stopped (TERM to its process group, from `timeout` or a Ctrl-C on the controller)
-            f"  tmp={cache[:-1]}.$$.tmp\"\n"
-            "  trap 'rm -f -- \"$tmp\"' EXIT\n"
-            "  trap 'exit 143' HUP INT TERM\n"
-            "  mkdir -p \"$HOME/.nodeprep\" && {\n"
-            "    printf '%s\\n' \"$k\"\n"
-            f"    {v}/bin/python -I -c {shlex.quote(TORCH_PY)}\n"
-            "  } > \"$tmp\" && tail -n 1 \"$tmp\" && mv -f \"$tmp\" " + cache + "\n"
-            "fi")
+    return (
+        "mid=\n"
+        "[ -s /etc/machine-id ] && IFS= read -r mid < /etc/machine-id\n"
+        + (f"rm -f {cache}\n" if arg.deep else "")
+        + _torch_key(v)
+        + "c=\n"
+        "a=\n"
+        f"[ -f {cache} ] && {{\n"
+        "  IFS= read -r c\n"
+        '  while IFS= read -r l || [ -n "$l" ]; do a=$l; done\n'
+        f"}} < {cache}\n"
+        'if [ -n "$c" ] && [ "$c" = "$k" ]; then printf \'%s\\n\' "$a"\n'
+        "else\n"
+        # the temp file goes however the probe ends: torch failing to import, or the probe
+        # stopped (TERM to its process group, from `timeout` or a Ctrl-C on the controller)
+        f'  tmp={cache[:-1]}.$$.tmp"\n'
+        "  trap 'rm -f -- \"$tmp\"' EXIT\n"
+        "  trap 'exit 143' HUP INT TERM\n"
+        '  mkdir -p "$HOME/.nodeprep" && {\n'
+        "    printf '%s\\n' \"$k\"\n"
+        f"    {v}/bin/python -I -c {shlex.quote(TORCH_PY)}\n"
+        '  } > "$tmp" && tail -n 1 "$tmp" && mv -f "$tmp" ' + cache + "\n"
+        "fi"
+    )
 
 
 def _torch_build(text: str, rc: int):
@@ -204,10 +240,10 @@ def _torch_build(text: str, rc: int):
     lines = text.strip().splitlines()
     if not lines or lines[-1] == "MISSING":
         return None
-    for line in reversed(lines):      # import warnings may precede the JSON line
+    for line in reversed(lines):  # import warnings may precede the JSON line
         if line.startswith("{"):
             return json.loads(line)
     return {"error": lines[-1][:200]}
 
 
-TORCH_BUILD = Fact("torch_build", _torch_script, _torch_build)   # TORCH_BUILD(TorchIn(venv, deep))
+TORCH_BUILD = Fact("torch_build", _torch_script, _torch_build)  # TORCH_BUILD(TorchIn(venv, deep))

@@ -1,5 +1,6 @@
 """What a node is: host name, OS, the user and its login shell, the inventory's Python, the
 `python` a launcher's ssh shell finds, free disk, and which machine and home it is (IDENTITY)."""
+
 from __future__ import annotations
 
 import re
@@ -14,9 +15,14 @@ def _hostname(text, rc):
 
 
 # /proc's copy with a builtin read: the `hostname` exec cost ~0.5 ms of the node's CPU a probe
-HOSTNAME = Fact("hostname", lambda _v: (
-    "IFS= read -r h 2>/dev/null < /proc/sys/kernel/hostname &&\n"
-    "[ -n \"$h\" ] && printf '%s\\n' \"$h\" || hostname"), _hostname)
+HOSTNAME = Fact(
+    "hostname",
+    lambda _v: (
+        "IFS= read -r h 2>/dev/null < /proc/sys/kernel/hostname &&\n"
+        '[ -n "$h" ] && printf \'%s\\n\' "$h" || hostname'
+    ),
+    _hostname,
+)
 
 
 def _os(text, rc):
@@ -31,21 +37,28 @@ def _os(text, rc):
 # os-release(5): /etc/os-release, else /usr/lib/os-release. Tested before `.` reads it: a `.`
 # of a missing file ends a POSIX sh (dash), and the section with it (no output at all).
 # PRETTY_NAME is emptied first: one in the login's environment is not the node's.
-OS = Fact("os", lambda _v: (
-    "PRETTY_NAME=\n"
-    "for np_f in /etc/os-release /usr/lib/os-release; do\n"
-    "  [ -r \"$np_f\" ] && { . \"$np_f\" 2>/dev/null; break; }\n"
-    "done\n"
-    "printf '%s\\n' \"$PRETTY_NAME\"\n"
-    "uname -srm"), _os)
+OS = Fact(
+    "os",
+    lambda _v: (
+        "PRETTY_NAME=\n"
+        "for np_f in /etc/os-release /usr/lib/os-release; do\n"
+        '  [ -r "$np_f" ] && { . "$np_f" 2>/dev/null; break; }\n'
+        "done\n"
+        "printf '%s\\n' \"$PRETTY_NAME\"\n"
+        "uname -srm"
+    ),
+    _os,
+)
 
 
-PY_CODE = ("import os, sys; print(sys.executable); print(\"%d.%d.%d\" % sys.version_info[:3]); "
-           "print(os.confstr(\"CS_GNU_LIBC_VERSION\") or \"-\")")
+PY_CODE = (
+    'import os, sys; print(sys.executable); print("%d.%d.%d" % sys.version_info[:3]); '
+    'print(os.confstr("CS_GNU_LIBC_VERSION") or "-")'
+)
 
 
-_RECORD = "IFS= read -r a && IFS= read -r x && IFS= read -r y && IFS= read -r z"   # one cache entry
-_ENTRIES = 4     # interpreters remembered per machine (facts and a venv'd PATH may ask for two)
+_RECORD = "IFS= read -r a && IFS= read -r x && IFS= read -r y && IFS= read -r z"  # one cache entry
+_ENTRIES = 4  # interpreters remembered per machine (facts and a venv'd PATH may ask for two)
 
 
 def _python_script(v: dict) -> str:
@@ -60,31 +73,34 @@ def _python_script(v: dict) -> str:
     (`head -c 2`) runs only before writing an entry, since a file that becomes a script
     later has another stat than the one its entry was written under."""
     name = shlex.quote(str(v.get("python") or "python3"))
-    return (f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}\n"
-            "k=\n"
-            "c=\n"
-            'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && [ -n "$m" ]; then\n'
-            '  k=$(stat -L --printf \'%d:%i:%s:%Y \' -- "$p" /etc/ld.so.cache 2>/dev/null) || k=\n'
-            '  c="$HOME/.nodeprep/python_probe.$m"\n'
-            "fi\n"
-            'if [ -n "$k" ] && [ -f "$c" ]; then\n'
-            f"  while {_RECORD}; do\n"
-            '    [ "$a" = "$p $k" ] && [ -n "$z" ] && { printf \'%s\\n\' "$x" "$y" "$z"; exit 0; }\n'
-            '  done < "$c"\n'
-            "fi\n"
-            f"o=$(\"$p\" -I -S -c {shlex.quote(PY_CODE)}) || exit $?\n"
-            "printf '%s\\n' \"$o\"\n"
-            '[ -n "$k" ] && case $(head -c 2 -- "$p" 2>/dev/null) in "#!"|"") ;; *)\n'
-            '  { { printf \'%s\\n\' "$p $k" "$o"\n'
-            "      n=1\n"
-            f'      [ ! -f "$c" ] || while {_RECORD}; do\n'
-            '        case $a in "$p "*) continue;; esac\n'
-            f"        [ $n -lt {_ENTRIES} ] || break\n"
-            "        n=$((n+1))\n"
-            '        printf \'%s\\n\' "$a" "$x" "$y" "$z"\n'
-            '      done < "$c"; } > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null;;\n'
-            "esac\n"
-            "exit 0")
+    return (
+        f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}\n"
+        "k=\n"
+        "c=\n"
+        'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && '
+        '[ -n "$m" ]; then\n'
+        "  k=$(stat -L --printf '%d:%i:%s:%Y ' -- \"$p\" /etc/ld.so.cache 2>/dev/null) || k=\n"
+        '  c="$HOME/.nodeprep/python_probe.$m"\n'
+        "fi\n"
+        'if [ -n "$k" ] && [ -f "$c" ]; then\n'
+        f"  while {_RECORD}; do\n"
+        '    [ "$a" = "$p $k" ] && [ -n "$z" ] && { printf \'%s\\n\' "$x" "$y" "$z"; exit 0; }\n'
+        '  done < "$c"\n'
+        "fi\n"
+        f'o=$("$p" -I -S -c {shlex.quote(PY_CODE)}) || exit $?\n'
+        "printf '%s\\n' \"$o\"\n"
+        '[ -n "$k" ] && case $(head -c 2 -- "$p" 2>/dev/null) in "#!"|"") ;; *)\n'
+        '  { { printf \'%s\\n\' "$p $k" "$o"\n'
+        "      n=1\n"
+        f'      [ ! -f "$c" ] || while {_RECORD}; do\n'
+        '        case $a in "$p "*) continue;; esac\n'
+        f"        [ $n -lt {_ENTRIES} ] || break\n"
+        "        n=$((n+1))\n"
+        '        printf \'%s\\n\' "$a" "$x" "$y" "$z"\n'
+        '      done < "$c"; } > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null;;\n'
+        "esac\n"
+        "exit 0"
+    )
 
 
 def _python(text, rc):
@@ -93,11 +109,14 @@ def _python(text, rc):
     if not lines or lines[0] == "MISSING" or rc != 0:
         return None
     path, version, libc = lines[-3:]
-    return {"path": path, "version": version,
-            "glibc": libc.split()[-1] if libc.startswith("glibc") else None}
+    return {
+        "path": path,
+        "version": version,
+        "glibc": libc.split()[-1] if libc.startswith("glibc") else None,
+    }
 
 
-PYTHON = Fact("python", _python_script, _python)   # the host var `python` names the interpreter
+PYTHON = Fact("python", _python_script, _python)  # the host var `python` names the interpreter
 
 
 def _login_shell(text, rc):
@@ -107,13 +126,17 @@ def _login_shell(text, rc):
 
 
 # The effective uid from /proc/self/status (a read loop: no `id` exec), `id -un` without it.
-LOGIN_SHELL = Fact("login_shell", lambda _v: (
-    "u=\n"
-    "{ while read -r np_k np_r np_e np_x; do [ \"$np_k\" = Uid: ] && { u=$np_e; break; }\n"
-    "  done < /proc/self/status; } 2>/dev/null\n"
-    "case $u in ''|*[!0-9]*) u=$(id -un);; esac\n"
-    "getent passwd \"$u\""),
-    _login_shell)
+LOGIN_SHELL = Fact(
+    "login_shell",
+    lambda _v: (
+        "u=\n"
+        '{ while read -r np_k np_r np_e np_x; do [ "$np_k" = Uid: ] && { u=$np_e; break; }\n'
+        "  done < /proc/self/status; } 2>/dev/null\n"
+        "case $u in ''|*[!0-9]*) u=$(id -un);; esac\n"
+        'getent passwd "$u"'
+    ),
+    _login_shell,
+)
 
 
 def _python_on_path(text, rc):
@@ -134,25 +157,27 @@ def _disk_free(text, rc):
     return int(fields[-3]) * 1024
 
 
-DISK_FREE = Fact("disk_free", lambda _v: "df -Pk \"$HOME\"", _disk_free)
+DISK_FREE = Fact("disk_free", lambda _v: 'df -Pk "$HOME"', _disk_free)
 
 
 def _room_script(path: str) -> str:
     """The file system a path is (or would be) on: its nearest existing directory, `df -Pk`
     and `df -Pi` there (space and inodes), whether that directory is writable, and the mount
     options of its file system (ro). Two execs (the df's): the rest is shell builtins."""
-    last = "{ read -r _h; read -r np_x; printf '%s\\n' \"$np_x\"; }"      # df's line after its header
-    return (f"p={rpath(path)}\n"
-            "while [ ! -d \"$p\" ] && [ \"$p\" != / ]; do p=${p%/*}; p=${p:-/}; done\n"
-            "echo \"dir $p\"\n"
-            "[ -w \"$p\" ] && echo writable\n"
-            f"k=$(LC_ALL=C df -Pk \"$p\" | {last})\n"
-            "printf '%s\\n' \"$k\"\n"
-            f"LC_ALL=C df -Pi \"$p\" | {last}\n"
-            "m=${k##* }\n"
-            "while read -r _d mp _t opts _r; do [ \"$mp\" = \"$m\" ] && o=$opts; done < /proc/mounts\n"
-            "echo \"opts ${o:-?}\"\n"
-            "true")
+    last = "{ read -r _h; read -r np_x; printf '%s\\n' \"$np_x\"; }"  # df's line after its header
+    return (
+        f"p={rpath(path)}\n"
+        'while [ ! -d "$p" ] && [ "$p" != / ]; do p=${p%/*}; p=${p:-/}; done\n'
+        'echo "dir $p"\n'
+        '[ -w "$p" ] && echo writable\n'
+        f'k=$(LC_ALL=C df -Pk "$p" | {last})\n'
+        "printf '%s\\n' \"$k\"\n"
+        f'LC_ALL=C df -Pi "$p" | {last}\n'
+        "m=${k##* }\n"
+        'while read -r _d mp _t opts _r; do [ "$mp" = "$m" ] && o=$opts; done < /proc/mounts\n'
+        'echo "opts ${o:-?}"\n'
+        "true"
+    )
 
 
 def _room(text: str, rc: int) -> dict:
@@ -161,12 +186,20 @@ def _room(text: str, rc: int) -> dict:
     lines = text.strip().splitlines()
     d = next(ln[4:] for ln in lines if ln.startswith("dir "))
     opts = next((ln[5:] for ln in lines if ln.startswith("opts ")), "?")
-    dfk, dfi = [ln.split() for ln in lines if not ln.startswith(("dir ", "opts ")) and ln != "writable"][:2]
+    dfk, dfi = [
+        ln.split() for ln in lines if not ln.startswith(("dir ", "opts ")) and ln != "writable"
+    ][:2]
     # df's fields counted from the right: a device name may hold spaces
     inodes = int(dfi[-3]) if dfi[-3].isdigit() and dfi[-5] != "0" else None
-    return {"dir": d, "mount": dfk[-1], "free": int(dfk[-3]) * 1024, "size": int(dfk[-5]) * 1024,
-            "inodes_free": inodes, "writable": "writable" in lines,
-            "readonly": "ro" in opts.split(",")}
+    return {
+        "dir": d,
+        "mount": dfk[-1],
+        "free": int(dfk[-3]) * 1024,
+        "size": int(dfk[-5]) * 1024,
+        "inodes_free": inodes,
+        "writable": "writable" in lines,
+        "readonly": "ro" in opts.split(","),
+    }
 
 
 # ROOM(path): space, inodes and writability where PATH is or would be (a push, a venv)
@@ -178,11 +211,16 @@ def _etc_shells(text, rc):
     return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("/")]
 
 
-ETC_SHELLS = Fact("etc_shells", lambda _v: (                                   # builtins: no exec
-    "{ while IFS= read -r l || [ -n \"$l\" ]; do\n"
-    "    printf '%s\\n' \"$l\"\n"
-    "  done < /etc/shells; } 2>/dev/null\n"
-    "true"), _etc_shells)
+ETC_SHELLS = Fact(
+    "etc_shells",
+    lambda _v: (  # builtins: no exec
+        '{ while IFS= read -r l || [ -n "$l" ]; do\n'
+        "    printf '%s\\n' \"$l\"\n"
+        "  done < /etc/shells; } 2>/dev/null\n"
+        "true"
+    ),
+    _etc_shells,
+)
 
 
 def _user(text, rc):
@@ -206,27 +244,31 @@ def _identity_script(_v) -> str:
     missing): the script is the same text for every node, so the head's fan-out sends one
     probe for all (a token drawn here made every probe differ: 8 KB a node, and past a dozen
     nodes the fan-out script was too big and verify fell back to direct probes)."""
-    return ("m=\n"
-            "for f in /etc/machine-id /var/lib/dbus/machine-id; do\n"
-            "  [ -s \"$f\" ] && { IFS= read -r m < \"$f\"; break; }\n"
-            "done\n"
-            "b=\n"
-            "[ -r /proc/sys/kernel/random/boot_id ] && IFS= read -r b < /proc/sys/kernel/random/boot_id\n"
-            "printf 'machine %s %s\\n' \"${m:--}\" \"${b:--}\"\n"
-            "f=\"$HOME/.nodeprep/home-id\"\n"
-            "if [ ! -s \"$f\" ]; then\n"
-            "  mkdir -p \"$HOME/.nodeprep\" && {\n"
-            "    r=\n"
-            "    IFS= read -r r 2>/dev/null < /proc/sys/kernel/random/uuid\n"
-            "    [ -n \"$r\" ] || r=$(od -An -N16 -tx1 /dev/urandom)\n"
-            "    r=$(printf %s \"$r\" | tr -dc 0-9a-f)\n"
-            "    [ ${#r} -ge 16 ] && t=\"$HOME/.nodeprep/.home-id.$r\" && printf '%s\\n' \"$r\" > \"$t\" &&\n"
-            "      { ln \"$t\" \"$f\" 2>/dev/null; rm -f \"$t\"; }\n"
-            "  }\n"
-            "fi\n"
-            "h=\n"
-            "[ -s \"$f\" ] && IFS= read -r h < \"$f\"\n"
-            "printf 'home %s\\n' \"${h:--}\"")
+    return (
+        "m=\n"
+        "for f in /etc/machine-id /var/lib/dbus/machine-id; do\n"
+        '  [ -s "$f" ] && { IFS= read -r m < "$f"; break; }\n'
+        "done\n"
+        "b=\n"
+        "[ -r /proc/sys/kernel/random/boot_id ] && "
+        "IFS= read -r b < /proc/sys/kernel/random/boot_id\n"
+        'printf \'machine %s %s\\n\' "${m:--}" "${b:--}"\n'
+        'f="$HOME/.nodeprep/home-id"\n'
+        'if [ ! -s "$f" ]; then\n'
+        '  mkdir -p "$HOME/.nodeprep" && {\n'
+        "    r=\n"
+        "    IFS= read -r r 2>/dev/null < /proc/sys/kernel/random/uuid\n"
+        '    [ -n "$r" ] || r=$(od -An -N16 -tx1 /dev/urandom)\n'
+        '    r=$(printf %s "$r" | tr -dc 0-9a-f)\n'
+        '    [ ${#r} -ge 16 ] && t="$HOME/.nodeprep/.home-id.$r" && '
+        'printf \'%s\\n\' "$r" > "$t" &&\n'
+        '      { ln "$t" "$f" 2>/dev/null; rm -f "$t"; }\n'
+        "  }\n"
+        "fi\n"
+        "h=\n"
+        '[ -s "$f" ] && IFS= read -r h < "$f"\n'
+        "printf 'home %s\\n' \"${h:--}\""
+    )
 
 
 def _identity(text, rc):
@@ -235,7 +277,9 @@ def _identity(text, rc):
     out = {"machine": None, "home": None}
     for line in text.splitlines():
         f = line.split()
-        if len(f) == 3 and f[0] == "machine" and "-" not in (f[1], f[2]):   # cloned images share an id
+        if (
+            len(f) == 3 and f[0] == "machine" and "-" not in (f[1], f[2])
+        ):  # cloned images share an id
             out["machine"] = f"{f[1]}:{f[2]}"
         elif len(f) == 2 and f[0] == "home" and f[1] != "-":
             out["home"] = f[1]

@@ -2,6 +2,7 @@
 itself, reached without ssh. Commands run here through Invoke with the same arguments a
 Fabric connection takes, as the controller's user in its home; files are copied, not sent
 over sftp. No host key is involved."""
+
 from __future__ import annotations
 
 import os

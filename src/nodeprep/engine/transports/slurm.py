@@ -18,6 +18,7 @@ A node's task that never printed its last marker (died, killed, node down) is th
 failure, with srun's last words; it never hangs the others (each task's script is bounded by
 `timeout` on its node, the whole step by the head's own limit).
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,13 +33,14 @@ from nodeprep.errors import InputError
 # `@@<hex>:`; the same script with other tokens is the same script
 _TOKEN = re.compile(r"@@([0-9a-f]{8,64}):")
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
-SINFO = "sinfo -h -N -o '%N|%o|%n'"          # NodeName | NodeAddr | NodeHostname
+SINFO = "sinfo -h -N -o '%N|%o|%n'"  # NodeName | NodeAddr | NodeHostname
 TOOLS = ("srun", "sbcast", "salloc", "sinfo")
 
 
 @dataclass
 class Answer:
     """One node's result, as Session.run returns it (engine.session.CmdResult's fields)."""
+
     rc: int
     stdout: str
     stderr: str
@@ -72,11 +74,19 @@ def bundle(items: list[tuple[str, str, int]], token: str, prev: str | None = Non
         subst = ";".join(f"s/__NPK{i}__/{t}/g" for i, t in enumerate(tokens)) or "p;d"
         table.append(f"{shlex.quote(node)}) s={k}; x='{subst}'; l={int(limit)};;")
     end = f"NP_{token}"
-    parts = [f"rm -f {step_file(prev)} 2>/dev/null" if prev else ":", "umask 077", f"T={token}", 'n="$SLURMD_NODENAME"']
+    parts = [
+        f"rm -f {step_file(prev)} 2>/dev/null" if prev else ":",
+        "umask 077",
+        f"T={token}",
+        'n="$SLURMD_NODENAME"',
+    ]
     for body, k in funcs.items():
         parts.append(f"p{k}() {{ cat <<'{end}_{k}'\n{body.rstrip(chr(10))}\n{end}_{k}\n}}")
-    parts.append('case "$n" in\n' + "\n".join(table) +
-                 '\n*) echo "@@$T:node=$n@@"; echo "@@$T:rc=253:0@@"; exit 0;;\nesac')
+    parts.append(
+        'case "$n" in\n'
+        + "\n".join(table)
+        + '\n*) echo "@@$T:node=$n@@"; echo "@@$T:rc=253:0@@"; exit 0;;\nesac'
+    )
     # the work in a subshell: whatever kills it, the task itself ends normally (a task killed
     # by a signal makes srun end the whole step, the other nodes' answers with it) and still
     # removes the task's temp directory
@@ -87,11 +97,14 @@ def bundle(items: list[tuple[str, str, int]], token: str, prev: str | None = Non
         '(p$s | sed "$x" > "$d/s"\nt0=$(date +%s)\n'
         'timeout -k 5 "$l" /bin/sh "$d/s" </dev/null >"$d/o" 2>"$d/e"; r=$?\n'
         'echo "@@$T:node=$n@@"; base64 < "$d/o"; echo "@@$T:e@@"; base64 < "$d/e"\n'
-        'echo "@@$T:rc=$r:$(( $(date +%s) - t0 ))@@")\nexit 0')
+        'echo "@@$T:rc=$r:$(( $(date +%s) - t0 ))@@")\nexit 0'
+    )
     return "\n".join(parts) + "\n"
 
 
-def head_script(nodes: list[str], token: str, limit: int, jobid: str | None, bundle_path: str) -> str:
+def head_script(
+    nodes: list[str], token: str, limit: int, jobid: str | None, bundle_path: str
+) -> str:
     """sh for the head: the step over NODES (Slurm names) running the bundle at BUNDLE_PATH
     (already on the head); inside job JOBID, else in an allocation of its own for this step
     (salloc: released when the step ends, at the latest after LIMIT); --overlap: a step
@@ -100,22 +113,38 @@ def head_script(nodes: list[str], token: str, limit: int, jobid: str | None, bun
     q = shlex.quote
     dest = step_file(token)
     listing = "\n".join(nodes)
-    step = (f"sbcast -f {q(bundle_path)} {dest} 2>>\"$h/err\" || exit 3\n"
-            f"srun -N {len(nodes)} --nodelist=\"$h/nodes\" --ntasks-per-node=1 --label --input=none "
-            f"--overlap --kill-on-bad-exit=0 --job-name=nodeprep /bin/sh {dest} 2>>\"$h/err\"\n")
+    step = (
+        f'sbcast -f {q(bundle_path)} {dest} 2>>"$h/err" || exit 3\n'
+        f'srun -N {len(nodes)} --nodelist="$h/nodes" --ntasks-per-node=1 --label --input=none '
+        f'--overlap --kill-on-bad-exit=0 --job-name=nodeprep /bin/sh {dest} 2>>"$h/err"\n'
+    )
     if jobid:
-        run = f"SLURM_JOB_ID={q(jobid)} SLURM_JOBID={q(jobid)} /bin/sh \"$h/job\""
+        run = f'SLURM_JOB_ID={q(jobid)} SLURM_JOBID={q(jobid)} /bin/sh "$h/job"'
     else:
         minutes = max(1, -(-int(limit) // 60) + 1)
-        run = (f"salloc -N {len(nodes)} --nodelist=\"$h/nodes\" --immediate=30 --quiet -t {minutes} "
-               f"--job-name=nodeprep /bin/sh \"$h/job\" 2>>\"$h/err\"")
-    return "\n".join([
-        "umask 077", 'h=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-slurm.XXXXXX") || exit 1',
-        f"trap 'rm -rf \"$h\" {q(bundle_path)}' EXIT", "trap 'exit 143' HUP INT TERM", "export h",
-        f"cat > \"$h/nodes\" <<'NP_{token}_nodes'\n{listing}\nNP_{token}_nodes",
-        f"cat > \"$h/job\" <<'NP_{token}_job'\n{step.rstrip()}\nNP_{token}_job",
-        run, "r=$?", f'echo "@@{token}:head=$r@@"',
-        f'tail -n 20 "$h/err" 2>/dev/null | sed "s/^/@@{token}:err@@ /"', "exit 0"]) + "\n"
+        run = (
+            f'salloc -N {len(nodes)} --nodelist="$h/nodes" --immediate=30 --quiet -t {minutes} '
+            f'--job-name=nodeprep /bin/sh "$h/job" 2>>"$h/err"'
+        )
+    return (
+        "\n".join(
+            [
+                "umask 077",
+                'h=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-slurm.XXXXXX") || exit 1',
+                f"trap 'rm -rf \"$h\" {q(bundle_path)}' EXIT",
+                "trap 'exit 143' HUP INT TERM",
+                "export h",
+                f"cat > \"$h/nodes\" <<'NP_{token}_nodes'\n{listing}\nNP_{token}_nodes",
+                f"cat > \"$h/job\" <<'NP_{token}_job'\n{step.rstrip()}\nNP_{token}_job",
+                run,
+                "r=$?",
+                f'echo "@@{token}:head=$r@@"',
+                f'tail -n 20 "$h/err" 2>/dev/null | sed "s/^/@@{token}:err@@ /"',
+                "exit 0",
+            ]
+        )
+        + "\n"
+    )
 
 
 def cleanup_script(nodes: list[str], token: str, jobid: str | None) -> str:
@@ -124,12 +153,22 @@ def cleanup_script(nodes: list[str], token: str, jobid: str | None) -> str:
     q = shlex.quote
     env = f"SLURM_JOB_ID={q(jobid)} SLURM_JOBID={q(jobid)} " if jobid else ""
     listing = "\n".join(nodes)
-    return "\n".join([
-        "umask 077", 'f=$(mktemp "${TMPDIR:-/tmp}/nodeprep-clean.XXXXXX") || exit 1',
-        f"cat > \"$f\" <<'NP_{token}_nodes'\n{listing}\nNP_{token}_nodes",
-        f"{env}setsid sh -c 'srun -N {len(nodes)} --nodelist=\"$1\" --ntasks-per-node=1 --input=none --overlap "
-        f"--immediate=30 --time=1 --job-name=nodeprep rm -f {step_file(token)}; rm -f \"$1\"' sh \"$f\" "
-        ">/dev/null 2>&1 </dev/null &", "exit 0"]) + "\n"
+    return (
+        "\n".join(
+            [
+                "umask 077",
+                'f=$(mktemp "${TMPDIR:-/tmp}/nodeprep-clean.XXXXXX") || exit 1',
+                f"cat > \"$f\" <<'NP_{token}_nodes'\n{listing}\nNP_{token}_nodes",
+                f"{env}setsid sh -c 'srun -N {len(nodes)} "
+                '--nodelist="$1" --ntasks-per-node=1 --input=none --overlap '
+                "--immediate=30 --time=1 --job-name=nodeprep "
+                f'rm -f {step_file(token)}; rm -f "$1"\' sh "$f" '
+                ">/dev/null 2>&1 </dev/null &",
+                "exit 0",
+            ]
+        )
+        + "\n"
+    )
 
 
 def _decode(lines: list[str]) -> str:
@@ -140,14 +179,16 @@ def _task(lines: list[str], token: str) -> tuple[str, Answer] | None:
     """One task's labelled lines -> (its Slurm node, its answer); None if it did not finish."""
     if not lines or not (lines[0].startswith(f"@@{token}:node=") and lines[0].endswith("@@")):
         return None
-    node = lines[0][len(token) + 8:-2]
+    node = lines[0][len(token) + 8 : -2]
     last = lines[-1]
     m = re.fullmatch(rf"@@{token}:rc=(\d+):(\d+)@@", last)
     if m is None or f"@@{token}:e@@" not in lines:
         return None
     e = lines.index(f"@@{token}:e@@")
     rc = int(m.group(1))
-    return node, Answer(rc, _decode(lines[1:e]), _decode(lines[e + 1:-1]), timed_out=rc in (124, 137))
+    return node, Answer(
+        rc, _decode(lines[1:e]), _decode(lines[e + 1 : -1]), timed_out=rc in (124, 137)
+    )
 
 
 def parse(output: str, token: str, nodes: list[str], limits: dict[str, int]) -> dict[str, Answer]:
@@ -157,9 +198,9 @@ def parse(output: str, token: str, nodes: list[str], limits: dict[str, int]) -> 
     head_rc, errs = None, []
     for line in output.splitlines():
         if line.startswith(f"@@{token}:head=") and line.endswith("@@"):
-            head_rc = int(line[len(token) + 8:-2] or -1)
+            head_rc = int(line[len(token) + 8 : -2] or -1)
         elif line.startswith(f"@@{token}:err@@ "):
-            errs.append(line[len(token) + 8:])
+            errs.append(line[len(token) + 8 :])
         else:
             m = _LABEL.match(line)
             if m:
@@ -176,8 +217,9 @@ def parse(output: str, token: str, nodes: list[str], limits: dict[str, int]) -> 
         if n not in out:
             said = [e for e in errs if n in e] or errs[-3:]
             why = "; ".join(said) or ("the step did not start" if head_rc else "no answer")
-            out[n] = Answer(255, "", f"slurm task on {n} ended without a result "
-                                     f"(srun exit {head_rc}): {why}")
+            out[n] = Answer(
+                255, "", f"slurm task on {n} ended without a result (srun exit {head_rc}): {why}"
+            )
     return out
 
 
@@ -198,21 +240,38 @@ def node_map(hosts, sinfo: str, head: str, allocation: list[str] | None = None) 
     out, missing = {}, []
     for h in hosts:
         short = h.name.split(".")[0]
-        got = next((x for x in (h.name if h.name in names else None, by_addr.get(h.address or ""),
-                                by_host.get(h.name), short if short in names else None,
-                                by_host.get(short)) if x), None)
+        got = next(
+            (
+                x
+                for x in (
+                    h.name if h.name in names else None,
+                    by_addr.get(h.address or ""),
+                    by_host.get(h.name),
+                    short if short in names else None,
+                    by_host.get(short),
+                )
+                if x
+            ),
+            None,
+        )
         if got is None or (allocation is not None and got not in allocation):
             missing.append(h.name)
         else:
             out[h.name] = got
     if missing:
-        where = "this job's allocation" if allocation is not None else f"the Slurm cluster {head} sees"
-        raise InputError(f"--via slurm: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
-                         f"not in {where} ({len(missing)} of {len(out) + len(missing)} nodes)",
-                         hint=f"check `sinfo -N` on {head}; a node's Slurm NodeName, NodeAddr or "
-                              "NodeHostname must be its inventory name or address; or use --via ssh")
+        where = (
+            "this job's allocation" if allocation is not None else f"the Slurm cluster {head} sees"
+        )
+        raise InputError(
+            f"--via slurm: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
+            f"not in {where} ({len(missing)} of {len(out) + len(missing)} nodes)",
+            hint=f"check `sinfo -N` on {head}; a node's Slurm NodeName, NodeAddr or "
+            "NodeHostname must be its inventory name or address; or use --via ssh",
+        )
     dup = [s for s, k in Counter(out.values()).items() if k > 1]
     if dup:
-        raise InputError(f"--via slurm: two inventory nodes are the same Slurm node {sorted(dup)[0]}",
-                         hint="one inventory entry per machine, or use --via ssh")
+        raise InputError(
+            f"--via slurm: two inventory nodes are the same Slurm node {sorted(dup)[0]}",
+            hint="one inventory entry per machine, or use --via ssh",
+        )
     return out

@@ -16,6 +16,7 @@ The allocation: inside one (SLURM_JOB_ID in the controller's environment) every 
 it; otherwise each step makes its own (salloc on the head, --immediate, a time limit just
 above the step's), so nothing is left allocated when a step ends, fails or is interrupted.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,9 +27,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nodeprep.engine.transports import slurm
 from nodeprep.engine.remote import SHA256_SH
 from nodeprep.engine.session import CmdResult
+from nodeprep.engine.transports import slurm
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.inventory import nodeset
 
@@ -43,7 +44,11 @@ def allocation(env=None) -> tuple[str | None, list[str] | None]:
     if not job or not job.isdigit():
         return None, None
     try:
-        nodes = [n for p in nodeset.split_list(env.get("SLURM_JOB_NODELIST", "")) for n in nodeset.expand(p)]
+        nodes = [
+            n
+            for p in nodeset.split_list(env.get("SLURM_JOB_NODELIST", ""))
+            for n in nodeset.expand(p)
+        ]
     except ValueError:
         nodes = []
     return job, nodes
@@ -113,7 +118,7 @@ class _Round:
             try:
                 self.t.batch(batch)
             finally:
-                with self.cv:     # the batch's callers work again (counted before they wake)
+                with self.cv:  # the batch's callers work again (counted before they wake)
                     self.working += len(batch)
                     self.flushing = False
                     self.cv.notify_all()
@@ -126,20 +131,23 @@ class Transport:
         self.fleet = fleet
         self.head = next(iter(fleet.sessions.values()))
         self.jobid, self.job_nodes = allocation()
-        self.slurm: dict[str, str] = {}          # inventory node -> Slurm node
+        self.slurm: dict[str, str] = {}  # inventory node -> Slurm node
         self._reached: set[str] = set()
         self._lock = threading.Lock()
-        self._prev: str | None = None            # the last step's token (its file to remove)
-        self.steps: list[dict] = []              # per step: nodes, bytes sent, seconds
+        self._prev: str | None = None  # the last step's token (its file to remove)
+        self.steps: list[dict] = []  # per step: nodes, bytes sent, seconds
 
     def close(self) -> None:
         """The last step's bundle off every node, by a step the head runs in the background
         (the run does not wait for it; best effort: at worst a 0600 file is left in /tmp)."""
         if self._prev:
             try:
-                self.head.run_ssh(slurm.cleanup_script(list(self.slurm.values()), self._prev, self.jobid),
-                                  30, "slurm: the last step's file off the nodes (background)")
-            except Exception:      # noqa: BLE001
+                self.head.run_ssh(
+                    slurm.cleanup_script(list(self.slurm.values()), self._prev, self.jobid),
+                    30,
+                    "slurm: the last step's file off the nodes (background)",
+                )
+            except Exception:  # noqa: BLE001
                 pass
 
     def is_head(self, session) -> bool:
@@ -151,18 +159,27 @@ class Transport:
     def start(self) -> None:
         head = self.head
         head.stage = "connect"
-        checks = "; ".join(f"command -v {t} >/dev/null || echo '@@missing {t}'" for t in slurm.TOOLS)
+        checks = "; ".join(
+            f"command -v {t} >/dev/null || echo '@@missing {t}'" for t in slurm.TOOLS
+        )
         r = head.run_ssh(f"{checks}; {slurm.SINFO}", 60, "slurm: tools and nodes (sinfo)")
         missing = [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("@@missing ")]
         if missing:
-            raise InputError(f"--via slurm: {', '.join(missing)} not found on {head.name} (the head "
-                             "runs the Slurm steps)", hint="run from a cluster whose first selected "
-                                                           "node is a Slurm login node, or use --via ssh")
+            raise InputError(
+                f"--via slurm: {', '.join(missing)} not found on {head.name} (the head "
+                "runs the Slurm steps)",
+                hint="run from a cluster whose first selected "
+                "node is a Slurm login node, or use --via ssh",
+            )
         if r.rc != 0:
-            raise NodeprepError(f"--via slurm: sinfo on {head.name} failed: {r.tail(2)}",
-                                hint="is slurmctld up? or use --via ssh")
+            raise NodeprepError(
+                f"--via slurm: sinfo on {head.name} failed: {r.tail(2)}",
+                hint="is slurmctld up? or use --via ssh",
+            )
         hosts = [s.host for s in self.fleet.sessions.values()]
-        self.slurm = slurm.node_map(hosts, r.stdout, head.name, self.job_nodes if self.jobid else None)
+        self.slurm = slurm.node_map(
+            hosts, r.stdout, head.name, self.job_nodes if self.jobid else None
+        )
 
     # -- stages and runs ------------------------------------------------------------------
     def each(self, fn, sessions) -> None:
@@ -182,10 +199,14 @@ class Transport:
     def batch(self, items: list[list]) -> None:
         """ONE srun step for ITEMS ([session, script, limit, result]); fills in each result."""
         try:
-            answers = self._step([(self.slurm[s.name], script, limit) for s, script, limit, _ in items])
-        except Exception as e:     # noqa: BLE001 -- every caller gets the failure as its own
-            answers = {self.slurm[s.name]: slurm.Answer(255, "", f"slurm step failed: {e}")
-                       for s, *_ in items}
+            answers = self._step(
+                [(self.slurm[s.name], script, limit) for s, script, limit, _ in items]
+            )
+        except Exception as e:  # noqa: BLE001 -- every caller gets the failure as its own
+            answers = {
+                self.slurm[s.name]: slurm.Answer(255, "", f"slurm step failed: {e}")
+                for s, *_ in items
+            }
         for item in items:
             a = answers[self.slurm[item[0].name]]
             if a.rc != 255:
@@ -197,11 +218,14 @@ class Transport:
         text = slurm.bundle(items, token, self._prev)
         limit = max(lim for _n, _s, lim in items)
         nodes = [n for n, _s, _l in items]
-        with self._lock:           # one step at a time: the head's connection and its sftp
+        with self._lock:  # one step at a time: the head's connection and its sftp
             path = self._upload(text.encode(), token)
             head = slurm.head_script(nodes, token, limit, self.jobid, path)
-            r = self.head.run_ssh(head, limit + 90, f"srun step over {len(nodes)} node(s) "
-                                                    f"({len(text)} bytes of scripts)")
+            r = self.head.run_ssh(
+                head,
+                limit + 90,
+                f"srun step over {len(nodes)} node(s) ({len(text)} bytes of scripts)",
+            )
         self._prev = token
         self.steps.append({"nodes": len(nodes), "bytes": len(text) + len(head)})
         return slurm.parse(r.stdout, token, nodes, {n: lim for n, _s, lim in items})
@@ -219,19 +243,34 @@ class Transport:
     def broadcast(self, local_path, remote_path: str, nodes: list[str]) -> dict[str, str]:
         """The file at LOCAL_PATH to REMOTE_PATH on NODES (inventory names) via the head's
         sbcast; {node: error} for those whose copy is not there whole."""
-        return broadcast(self.head, local_path, remote_path, [self.slurm[n] for n in nodes],
-                         jobid=self.jobid, names={self.slurm[n]: n for n in nodes})
+        return broadcast(
+            self.head,
+            local_path,
+            remote_path,
+            [self.slurm[n] for n in nodes],
+            jobid=self.jobid,
+            names={self.slurm[n]: n for n in nodes},
+        )
 
 
-def broadcast(head, local_path, remote_path: str, nodes: list[str], *, jobid: str | None = None,
-              names: dict | None = None) -> dict[str, str]:
+def broadcast(
+    head,
+    local_path,
+    remote_path: str,
+    nodes: list[str],
+    *,
+    jobid: str | None = None,
+    names: dict | None = None,
+) -> dict[str, str]:
     """Push LOCAL_PATH once to HEAD (a Session on a Slurm login node), then `sbcast` it to
     REMOTE_PATH (absolute) on NODES (Slurm node names), inside JOBID or an allocation of its
     own; every node's copy is then checked against the sha256 in the same step. Returns
     {node: error} for the nodes whose copy is missing or wrong (NAMES: Slurm -> inventory
     name, for the keys); {} when every copy is right."""
     if not remote_path.startswith("/"):
-        raise InputError(f"broadcast to {remote_path!r}: give an absolute path (sbcast does not expand ~)")
+        raise InputError(
+            f"broadcast to {remote_path!r}: give an absolute path (sbcast does not expand ~)"
+        )
     token = secrets.token_hex(8)
     sha = hashlib.sha256()
     size = 0
@@ -247,19 +286,29 @@ def broadcast(head, local_path, remote_path: str, nodes: list[str], *, jobid: st
             size += len(chunk)
     digest = sha.hexdigest()
     q = shlex.quote(remote_path)
-    check = f"{SHA256_SH}; [ \"$(np_sha256 < {q})\" = {digest} ]"
+    check = f'{SHA256_SH}; [ "$(np_sha256 < {q})" = {digest} ]'
     bundle_path = f"/tmp/nodeprep-bundle-{token}.sh"
     with head.conn.sftp().open(bundle_path, "wx") as f:
         f.chmod(0o600)
         f.write(slurm.bundle([(n, check, 60) for n in nodes], token).encode())
     script = slurm.head_script(nodes, token, 600, jobid, bundle_path)
     # the file goes out before the step: sbcast of the data, in the same job as the check
-    script = script.replace('sbcast -f ', f'sbcast -f {shlex.quote(src)} {q} 2>>"$h/err" || exit 4\nsbcast -f ', 1)
-    script = script.replace("trap 'rm -rf \"$h\"", f"trap 'rm -rf \"$h\" {shlex.quote(src)}", 1)
-    r = head.run_ssh(script, 700, f"sbcast {Path(local_path).name} ({size} bytes) to "
-                                  f"{len(nodes)} node(s)")
+    script = script.replace(
+        "sbcast -f ", f'sbcast -f {shlex.quote(src)} {q} 2>>"$h/err" || exit 4\nsbcast -f ', 1
+    )
+    script = script.replace('trap \'rm -rf "$h"', f'trap \'rm -rf "$h" {shlex.quote(src)}', 1)
+    r = head.run_ssh(
+        script, 700, f"sbcast {Path(local_path).name} ({size} bytes) to {len(nodes)} node(s)"
+    )
     answers = slurm.parse(r.stdout, token, nodes, {})
-    head.run_ssh(slurm.cleanup_script(nodes, token, jobid), 30, "slurm: the check's file off the nodes (background)")
+    head.run_ssh(
+        slurm.cleanup_script(nodes, token, jobid),
+        30,
+        "slurm: the check's file off the nodes (background)",
+    )
     names = names or {}
-    return {names.get(n, n): (a.stderr.strip() or f"copy differs (exit {a.rc})")
-            for n, a in answers.items() if a.rc != 0}
+    return {
+        names.get(n, n): (a.stderr.strip() or f"copy differs (exit {a.rc})")
+        for n, a in answers.items()
+        if a.rc != 0
+    }

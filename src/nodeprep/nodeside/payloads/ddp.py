@@ -6,6 +6,7 @@ reads the snapshot and broadcasts it, so all ranks resume identically even when 
 not share a filesystem. --fail-at-step / --sleep-per-step exist for failure and kill tests.
 Standalone on purpose: stdlib + torch only, nodeprep is not installed on the nodes.
 """
+
 import argparse
 import contextlib
 import datetime
@@ -29,13 +30,17 @@ def say(line):
 
 def rank_env():
     """(rank, world_size, local_rank) from whichever launcher started us."""
-    for names in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),            # torchrun, deepspeed launch.py
-                  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-                  ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")):
+    for names in (
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun, deepspeed launch.py
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ):
         if all(n in os.environ for n in names):
             return tuple(int(os.environ[n]) for n in names)
-    sys.exit("ddp: no rank environment (RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_* or "
-             "SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID): start this under a launcher")
+    sys.exit(
+        "ddp: no rank environment (RANK/WORLD_SIZE/LOCAL_RANK, OMPI_COMM_WORLD_* or "
+        "SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID): start this under a launcher"
+    )
 
 
 def parse_args():
@@ -47,12 +52,23 @@ def parse_args():
     p.add_argument("--snapshot", default="snapshot.pt")
     p.add_argument("--fail-at-step", type=int, default=0, help="global step (1-based) to crash at")
     p.add_argument("--fail-rank", type=int, default=0)
-    p.add_argument("--fail-signal", type=int, default=0,
-                   help="at --fail-at-step, kill yourself with this signal (9: SIGKILL) instead of exit 1")
-    p.add_argument("--hang-at-step", type=int, default=0,
-                   help="global step at which --fail-rank blocks forever (the others wait in a collective)")
-    p.add_argument("--no-sync", action="store_true",
-                   help="no gradient all-reduce per step (ranks compute alone until the epoch's end)")
+    p.add_argument(
+        "--fail-signal",
+        type=int,
+        default=0,
+        help="at --fail-at-step, kill yourself with this signal (9: SIGKILL) instead of exit 1",
+    )
+    p.add_argument(
+        "--hang-at-step",
+        type=int,
+        default=0,
+        help="global step at which --fail-rank blocks forever (the others wait in a collective)",
+    )
+    p.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="no gradient all-reduce per step (ranks compute alone until the epoch's end)",
+    )
     p.add_argument("--sleep-per-step", type=float, default=0.0)
     p.add_argument("--log-every", type=int, default=0, help="0: first and last step of an epoch")
     return p.parse_args()
@@ -64,7 +80,7 @@ def inject_fault(args, rank, step):
         say(f"rank {rank} failing on purpose at step {step}")
         if args.fail_signal:
             os.kill(os.getpid(), args.fail_signal)
-        os._exit(1)               # like a crash: no cleanup, peers must notice
+        os._exit(1)  # like a crash: no cleanup, peers must notice
     if step == args.hang_at_step:
         say(f"rank {rank} hanging on purpose at step {step}")
         while True:
@@ -104,17 +120,24 @@ def init_group(rank: int, world: int, cuda: bool) -> int:
         # started is the round number everywhere. TORCHELASTIC_RESTART_COUNT is not: an agent
         # restarting for a membership change does not count it, one that saw its own rank
         # fail does (a race that left the ranks waiting on different keys).
-        agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                              world, is_master=False, timeout=timeout)
+        agent = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world,
+            is_master=False,
+            timeout=timeout,
+        )
         round_no = agent.add(f"nodeprep/starts/rank_{rank}", 1)
         store = dist.PrefixStore(f"nodeprep/round_{round_no}", agent)
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
-                            timeout=timeout, store=store)
+    dist.init_process_group(
+        "nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timeout, store=store
+    )
     return round_no
 
 
 def resume(rank: int, path: str, model, opt) -> tuple[int, int, float]:
-    """(epoch, step, loss) from the snapshot rank 0 reads, model and optimizer loaded on every rank."""
+    """(epoch, step, loss) from the snapshot rank 0 reads, model and optimizer loaded on every
+    rank."""
     # only rank 0 reads: worker nodes may not have the file (no shared filesystem)
     box = [None]
     if rank == 0 and os.path.exists(path):
@@ -133,6 +156,27 @@ def resume(rank: int, path: str, model, opt) -> tuple[int, int, float]:
     return start_epoch, step, loss_value
 
 
+def _data(args, rank: int, world: int):
+    """(sampler, loader) of the synthetic regression data, the same on every rank (seeded:
+    the model's initial weights, made next, come from the same seed)."""
+    torch.manual_seed(0)  # same data and init everywhere; DDP broadcasts anyway
+    x = torch.randn(args.steps_per_epoch * BATCH * world, FEATURES)
+    y = x @ torch.linspace(-1, 1, FEATURES).unsqueeze(1) + 0.01 * torch.randn(len(x), 1)
+    data = TensorDataset(x, y)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=BATCH, sampler=sampler)
+    return sampler, loader
+
+
+def _model(device):
+    """(model, optimizer): a small MLP on DEVICE and its SGD."""
+    model = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return model, opt
+
+
 def main():
     args = parse_args()
     rank, world, local_rank = rank_env()
@@ -142,15 +186,8 @@ def main():
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     round_no = init_group(rank, world, cuda)
 
-    torch.manual_seed(0)                 # same data and init everywhere; DDP broadcasts anyway
-    x = torch.randn(args.steps_per_epoch * BATCH * world, FEATURES)
-    y = x @ torch.linspace(-1, 1, FEATURES).unsqueeze(1) + 0.01 * torch.randn(len(x), 1)
-    data = TensorDataset(x, y)
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=BATCH, sampler=sampler)
-    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(),
-                                torch.nn.Linear(32, 1)).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sampler, loader = _data(args, rank, world)
+    model, opt = _model(device)
 
     start_epoch, step, loss_value = resume(rank, args.snapshot, model, opt)
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
@@ -159,7 +196,7 @@ def main():
     first_attempt = round_no == 1
 
     for epoch in range(start_epoch, args.epochs):
-        sampler.set_epoch(epoch)         # a different shuffle per epoch, same on every rank
+        sampler.set_epoch(epoch)  # a different shuffle per epoch, same on every rank
         for i, (xb, yb) in enumerate(loader):
             step += 1
             if rank == args.fail_rank and first_attempt:
@@ -171,17 +208,26 @@ def main():
                 loss.backward()
             opt.step()
             last = i == len(loader) - 1
-            if (args.log_every and step % args.log_every == 0) or \
-                    (not args.log_every and (i == 0 or last)):
+            if (args.log_every and step % args.log_every == 0) or (
+                not args.log_every and (i == 0 or last)
+            ):
                 say(f"rank {rank} epoch {epoch} step {step} loss {loss.item():.6f}")
             if args.sleep_per_step:
                 time.sleep(args.sleep_per_step)
         mean = loss.detach().clone()
-        dist.all_reduce(mean)            # the reported loss is the mean over ranks
+        dist.all_reduce(mean)  # the reported loss is the mean over ranks
         loss_value = mean.item() / world
         if rank == 0:
-            save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                         "epoch": epoch + 1, "step": step, "loss": loss_value}, args.snapshot)
+            save_atomic(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "epoch": epoch + 1,
+                    "step": step,
+                    "loss": loss_value,
+                },
+                args.snapshot,
+            )
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:

@@ -2,11 +2,11 @@
 node's `Contact` (how the connection went, the facts one probe gathered) and returns
 (node, code, verdict, reason, fix) tuples, the fix being the command that removes the
 finding. A node that was not reached is UNKNOWN to every check but `reach`, `auth` and
-`host_key`, which say why."""
+`host_key` (connection.py), which say why."""
+
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from dataclasses import KW_ONLY, dataclass, field
 
@@ -15,18 +15,20 @@ from nodeprep.ops.health.findings import Verdict
 from nodeprep.ops.provision.room import human
 from nodeprep.ops.provision.shells import want_shell
 
-MIN_PYTHON = (3, 10)     # torch 2.13's wheels on PyPI: Requires-Python >=3.10
+MIN_PYTHON = (3, 10)  # torch 2.13's wheels on PyPI: Requires-Python >=3.10
 # What a first provision writes (wheels + venv), when no venv is there yet: the lab's CPU stack
 # measured 219 MB of wheels and a 1007 MB venv (ops/provision/room.py, 2026-11-25); a CUDA torch
 # with its nvidia-* wheels is about 3 GB of wheels (PyPI's file sizes for torch 2.x cu12), a
 # venv of about 7 GB: 10 GiB asked of a GPU node.
 NEED_CPU = int(1.5 * 2**30)
 NEED_GPU = 10 * 2**30
-NEED_UPDATE = 512 * 2**20      # a venv is there: a later provision replaces a few wheels
-LAUNCH_PROGRAMS = {"pdsh": "deepspeed (the default launcher) starts every rank with pdsh from the "
-                           "run's first node, and any node can be first",
-                   "mpirun": "--launcher mpirun starts from the first node", "orted": "mpirun starts "
-                   "Open MPI's orted on every node over ssh, with the non-interactive PATH"}
+NEED_UPDATE = 512 * 2**20  # a venv is there: a later provision replaces a few wheels
+LAUNCH_PROGRAMS = {
+    "pdsh": "deepspeed (the default launcher) starts every rank with pdsh from the "
+    "run's first node, and any node can be first",
+    "mpirun": "--launcher mpirun starts from the first node",
+    "orted": "mpirun starts Open MPI's orted on every node over ssh, with the non-interactive PATH",
+}
 
 
 @dataclass
@@ -43,81 +45,17 @@ class Contact:
     message: str = ""
     login: dict = field(default_factory=dict)
     facts: dict = field(default_factory=dict)
-    inventory: str = ""              # how a fix command names the inventory (--inventory X)
-
-
-def _jump(message: str) -> str | None:
-    """The jump host a connection failure is about ("... the jump host ops@10.0.0.5:2222 ..."),
-    None when it is about the node itself."""
-    m = re.search(r"the jump host (\S+)", message)
-    return m.group(1).rstrip(":") if m else None
-
-
-def _hop_address(hop: str) -> str:
-    rest = hop.rpartition("@")[2]
-    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest.strip("[]")
-
-
-def _copy_id_target(hop: str) -> str:
-    """ssh-copy-id's arguments for a hop written user@host:port (it takes -p, not host:port)."""
-    user, at, rest = hop.rpartition("@")
-    port = rest.rsplit(":", 1)[1] if rest.count(":") == 1 else None
-    return (f"-p {port} " if port else "") + (f"{user}@" if at else "") + _hop_address(hop)
+    inventory: str = ""  # how a fix command names the inventory (--inventory X)
 
 
 def _unknown(c: Contact) -> tuple:
-    return (c.name, "NOT_CHECKED", Verdict.UNKNOWN, "not reached: the fix is under reach, auth or host_key", "")
-
-
-def reach(contacts: list[Contact]) -> list:
-    out = []
-    for c in contacts:
-        if c.reached:
-            out.append((c.name, "REACHED", Verdict.OK, f"{c.address}:{c.port} answers", ""))
-        elif c.error_kind not in ("AuthFailed", "HostKeyChanged", "UnknownHostKey"):
-            out.append((c.name, "NODE_UNREACHABLE", Verdict.CRITICAL, c.message,
-                        f"start the node or fix its address, check with `ssh -v -p {c.port} "
-                        f"{(c.user + '@') if c.user else ''}{c.address} true`; or leave it out: --limit '!{c.name}'"))
-    return out
-
-
-def auth(contacts: list[Contact]) -> list:
-    out = []
-    for c in contacts:
-        if c.error_kind == "AuthFailed":
-            key, hop = c.key or "~/.ssh/id_ed25519", _jump(c.message)
-            target = (_copy_id_target(hop) if hop else f"-p {c.port} {(c.user + '@') if c.user else ''}{c.address}")
-            out.append((c.name, "AUTH_FAILED", Verdict.CRITICAL, c.message,
-                        f"ssh-copy-id -i {key}.pub {target}  (or fix user/key in the inventory)"))
-        elif c.reached and c.login.get("method") == "password":
-            out.append((c.name, "AUTH_PASSWORD", Verdict.WARN, "logged in with a password: the launchers "
-                        "cannot type it", f"ssh-copy-id -p {c.port} {(c.user + '@') if c.user else ''}{c.address}"))
-        elif c.reached:
-            how = c.login.get("method") or "?"
-            out.append((c.name, "AUTH_OK", Verdict.OK, how + (f" with {c.key}" if c.key and how == "publickey" else ""), ""))
-    return out
-
-
-def host_key(contacts: list[Contact]) -> list:
-    out = []
-    for c in contacts:
-        if c.error_kind == "HostKeyChanged":
-            hop = _jump(c.message)
-            who = _hop_address(hop) if hop else c.name
-            out.append((c.name, "HOST_KEY_CHANGED", Verdict.CRITICAL, c.message,
-                        f"compare with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the "
-                        f"{'jump host' if hop else 'node'}'s console; if it was reinstalled: "
-                        f"invoke hosts.forget {who}{c.inventory}"))
-        elif c.error_kind == "UnknownHostKey":
-            out.append((c.name, "HOST_KEY_UNPINNED", Verdict.WARN, c.message,
-                        "check the fingerprint on the node, then allow first-contact pinning "
-                        "(nodeprep.pin_new_host_keys: true)"))
-        elif c.reached and c.login.get("host_key"):
-            new = " (pinned now: first contact)" if c.login.get("pinned_now") else ""
-            out.append((c.name, "HOST_KEY_PINNED", Verdict.OK, f"{c.login['host_key']}{new}", ""))
-        elif c.reached:
-            out.append((c.name, "HOST_KEY_LOCAL", Verdict.OK, "the controller itself (no ssh)", ""))
-    return out
+    return (
+        c.name,
+        "NOT_CHECKED",
+        Verdict.UNKNOWN,
+        "not reached: the fix is under reach, auth or host_key",
+        "",
+    )
 
 
 def sudo(contacts: list[Contact]) -> list:
@@ -126,19 +64,55 @@ def sudo(contacts: list[Contact]) -> list:
         if not c.reached:
             out.append(_unknown(c))
             continue
-        cur, user = c.facts.get(factmod.LOGIN_SHELL), (c.facts.get(factmod.USER) or {}).get("name", "?")
+        cur, user = (
+            c.facts.get(factmod.LOGIN_SHELL),
+            (c.facts.get(factmod.USER) or {}).get("name", "?"),
+        )
         want, got = want_shell(c.vars, cur), c.facts.get("sudo")
         if cur == want:
-            out.append((c.name, "SUDO_NOT_NEEDED", Verdict.OK, f"login shell already {want}: no role needs sudo", ""))
+            out.append(
+                (
+                    c.name,
+                    "SUDO_NOT_NEEDED",
+                    Verdict.OK,
+                    f"login shell already {want}: no role needs sudo",
+                    "",
+                )
+            )
         elif got in ("root", "all", "usermod"):
-            out.append((c.name, "SUDO_OK", Verdict.OK, f"the login shell change to {want} can run ({got})", ""))
+            out.append(
+                (
+                    c.name,
+                    "SUDO_OK",
+                    Verdict.OK,
+                    f"the login shell change to {want} can run ({got})",
+                    "",
+                )
+            )
         elif got is None:
-            out.append((c.name, "SUDO_UNKNOWN", Verdict.UNKNOWN, "sudo did not answer", "rerun invoke doctor -v"))
+            out.append(
+                (
+                    c.name,
+                    "SUDO_UNKNOWN",
+                    Verdict.UNKNOWN,
+                    "sudo did not answer",
+                    "rerun invoke doctor -v",
+                )
+            )
         else:
-            why = "no sudo program" if got == "missing" else "sudo asks a password or refuses usermod"
-            out.append((c.name, "SUDO_MISSING", Verdict.CRITICAL,
-                        f"the shell role must change the login shell {cur} -> {want} and cannot: {why}",
-                        f"as root on {c.name}: usermod -s {want} {user}  (or set login_shell: {cur} in the inventory)"))
+            why = (
+                "no sudo program" if got == "missing" else "sudo asks a password or refuses usermod"
+            )
+            out.append(
+                (
+                    c.name,
+                    "SUDO_MISSING",
+                    Verdict.CRITICAL,
+                    f"the shell role must change the login shell {cur} -> {want} and cannot: {why}",
+                    f"as root on {c.name}: usermod -s {want} {user}  "
+                    f"(or set login_shell: {cur} in the inventory)",
+                )
+            )
     return out
 
 
@@ -161,14 +135,38 @@ def python(contacts: list[Contact]) -> list:
             continue
         p, name = c.facts.get(factmod.PYTHON), c.vars.get("python") or "python3"
         if not p:
-            out.append((c.name, "PYTHON_MISSING", Verdict.CRITICAL, f"`{name}` does not run on the node",
-                        f"on {c.name}: sudo apt-get install -y python3 (or dnf); or set python: /path/to/python3"))
+            out.append(
+                (
+                    c.name,
+                    "PYTHON_MISSING",
+                    Verdict.CRITICAL,
+                    f"`{name}` does not run on the node",
+                    f"on {c.name}: sudo apt-get install -y python3 (or dnf); "
+                    "or set python: /path/to/python3",
+                )
+            )
         elif _pyver(p) < MIN_PYTHON:
-            out.append((c.name, "PYTHON_OLD", Verdict.CRITICAL, f"{p['path']} is Python {p['version']}; torch "
-                        f"needs {MIN_PYTHON[0]}.{MIN_PYTHON[1]}+", "set python: to a newer interpreter on the node"))
+            out.append(
+                (
+                    c.name,
+                    "PYTHON_OLD",
+                    Verdict.CRITICAL,
+                    f"{p['path']} is Python {p['version']}; torch "
+                    f"needs {MIN_PYTHON[0]}.{MIN_PYTHON[1]}+",
+                    "set python: to a newer interpreter on the node",
+                )
+            )
         elif len(seen) > 1 and not p["version"].startswith(most + "."):
-            out.append((c.name, "PYTHON_MISMATCH", Verdict.WARN, f"Python {p['version']} here, {most} on "
-                        f"{len(seen[most])} other node(s): one venv per fleet", "set python: to the same version on every node"))
+            out.append(
+                (
+                    c.name,
+                    "PYTHON_MISMATCH",
+                    Verdict.WARN,
+                    f"Python {p['version']} here, {most} on "
+                    f"{len(seen[most])} other node(s): one venv per fleet",
+                    "set python: to the same version on every node",
+                )
+            )
         else:
             out.append((c.name, "PYTHON_OK", Verdict.OK, f"{p['path']} {p['version']}", ""))
     return out
@@ -179,11 +177,15 @@ def _path_fix(c: Contact, program: str, found: str | None) -> str:
         d = shlex.quote(found.rsplit("/", 1)[0])
         shell = os.path.basename(c.facts.get(factmod.LOGIN_SHELL) or "bash")
         rc = "~/.zshenv" if shell == "zsh" else "~/.bashrc"
-        return (f"on {c.name}: {{ echo 'export PATH={d}:$PATH'; cat {rc} 2>/dev/null; }} > {rc}.np && "
-                f"mv {rc}.np {rc}  (the top of {rc}: before any 'not interactive: return')")
+        return (
+            f"on {c.name}: {{ echo 'export PATH={d}:$PATH'; cat {rc} 2>/dev/null; }} > {rc}.np && "
+            f"mv {rc}.np {rc}  (the top of {rc}: before any 'not interactive: return')"
+        )
     release = (c.facts.get(factmod.OS) or {}).get("release") or ""
     pkg = {"pdsh": "pdsh", "mpirun": "openmpi-bin", "orted": "openmpi-bin"}[program]
-    if any(n in release for n in ("Red Hat", "Rocky", "AlmaLinux", "CentOS", "Fedora", "Amazon Linux")):
+    if any(
+        n in release for n in ("Red Hat", "Rocky", "AlmaLinux", "CentOS", "Fedora", "Amazon Linux")
+    ):
         pkg = {"pdsh": "pdsh pdsh-rcmd-ssh", "mpirun": "openmpi", "orted": "openmpi"}[program]
         return f"on {c.name}: sudo dnf install -y {pkg}"
     return f"on {c.name}: sudo apt-get install -y {pkg}"
@@ -204,10 +206,25 @@ def launchers(contacts: list[Contact]) -> list:
         for p in lacking:
             found = (c.facts.get("login_finds") or {}).get(p)
             where = f"; a login shell finds it at {found}" if found else ""
-            out.append((c.name, "NOT_ON_PATH", Verdict.WARN, f"{p} is not on the non-interactive PATH{where}: "
-                        f"{LAUNCH_PROGRAMS[p]}", _path_fix(c, p, found)))
+            out.append(
+                (
+                    c.name,
+                    "NOT_ON_PATH",
+                    Verdict.WARN,
+                    f"{p} is not on the non-interactive PATH{where}: {LAUNCH_PROGRAMS[p]}",
+                    _path_fix(c, p, found),
+                )
+            )
         if not lacking:
-            out.append((c.name, "PROGRAMS_OK", Verdict.OK, ", ".join(wanted) + " on the non-interactive PATH", ""))
+            out.append(
+                (
+                    c.name,
+                    "PROGRAMS_OK",
+                    Verdict.OK,
+                    ", ".join(wanted) + " on the non-interactive PATH",
+                    "",
+                )
+            )
     return out
 
 
@@ -223,17 +240,47 @@ def disk(contacts: list[Contact]) -> list:
         need = NEED_UPDATE if venv.get("exists") else NEED_GPU if gpu else NEED_CPU
         what = "a later provision" if venv.get("exists") else "a first provision (wheels + venv)"
         if not room:
-            out.append((c.name, "DISK_UNKNOWN", Verdict.UNKNOWN, "the file system of the venv could not be read",
-                        "rerun invoke doctor -v"))
+            out.append(
+                (
+                    c.name,
+                    "DISK_UNKNOWN",
+                    Verdict.UNKNOWN,
+                    "the file system of the venv could not be read",
+                    "rerun invoke doctor -v",
+                )
+            )
         elif room.get("readonly") or not room.get("writable"):
-            out.append((c.name, "DISK_READONLY", Verdict.CRITICAL, f"{room['dir']} on {room['mount']} cannot be "
-                        "written", "fix its owner/mode or remount it read-write; or set venv_path and wheelhouse_dir elsewhere"))
+            out.append(
+                (
+                    c.name,
+                    "DISK_READONLY",
+                    Verdict.CRITICAL,
+                    f"{room['dir']} on {room['mount']} cannot be written",
+                    "fix its owner/mode or remount it read-write; "
+                    "or set venv_path and wheelhouse_dir elsewhere",
+                )
+            )
         elif room["free"] < need:
-            out.append((c.name, "DISK_LOW", Verdict.CRITICAL, f"{human(room['free'])} free on {room['mount']}, "
-                        f"{what} needs about {human(need)}",
-                        f"on {c.name}: free space on {room['mount']} (du -sh ~/.cache/pip ~/.nodeprep/* | sort -h; "
-                        "rm -rf ~/.cache/pip), or set venv_path and wheelhouse_dir on a larger file system"))
+            out.append(
+                (
+                    c.name,
+                    "DISK_LOW",
+                    Verdict.CRITICAL,
+                    f"{human(room['free'])} free on {room['mount']}, "
+                    f"{what} needs about {human(need)}",
+                    f"on {c.name}: free space on {room['mount']} "
+                    "(du -sh ~/.cache/pip ~/.nodeprep/* | sort -h; rm -rf ~/.cache/pip), "
+                    "or set venv_path and wheelhouse_dir on a larger file system",
+                )
+            )
         else:
-            out.append((c.name, "DISK_OK", Verdict.OK, f"{human(room['free'])} free on {room['mount']} "
-                        f"({what}: about {human(need)})", ""))
+            out.append(
+                (
+                    c.name,
+                    "DISK_OK",
+                    Verdict.OK,
+                    f"{human(room['free'])} free on {room['mount']} ({what}: about {human(need)})",
+                    "",
+                )
+            )
     return out

@@ -9,6 +9,7 @@ The rule (LBNL NHC's, with Slurm's HealthCheckProgram: a tagged reason is the no
     finding is returned to service (State=RESUME); one still CRITICAL stays drained; a node
     drained by anyone else is never touched.
 Nothing else changes: without --drain/--undrain this module is not used."""
+
 from __future__ import annotations
 
 import shlex
@@ -23,8 +24,8 @@ STATE = "sinfo -h -N -o '%N|%T|%E'"
 
 @dataclass(frozen=True)
 class SlurmNode:
-    state: str            # %T as sinfo printed it, lower case
-    reason: str           # "none" when no reason is set (sinfo's word for it)
+    state: str  # %T as sinfo printed it, lower case
+    reason: str  # "none" when no reason is set (sinfo's word for it)
 
     @property
     def drained(self) -> bool:
@@ -37,18 +38,20 @@ class SlurmNode:
 
 @dataclass(frozen=True)
 class Action:
-    node: str             # inventory name
-    slurm: str            # Slurm NodeName
-    op: str               # drain | resume | keep
+    node: str  # inventory name
+    slurm: str  # Slurm NodeName
+    op: str  # drain | resume | keep
     _: KW_ONLY
     why: str
-    reason: str = ""      # the reason written with drain
+    reason: str = ""  # the reason written with drain
 
     def command(self) -> str:
         """The scontrol command, every value a single literal argument."""
         if self.op == "drain":
-            return (f"scontrol update NodeName={shlex.quote(self.slurm)} State=DRAIN "
-                    f"Reason={shlex.quote(self.reason)}")
+            return (
+                f"scontrol update NodeName={shlex.quote(self.slurm)} State=DRAIN "
+                f"Reason={shlex.quote(self.reason)}"
+            )
         if self.op == "resume":
             return f"scontrol update NodeName={shlex.quote(self.slurm)} State=RESUME"
         return ""
@@ -70,8 +73,37 @@ def reason(codes) -> str:
     return f"{PREFIX} {','.join(sorted(set(codes)))} (invoke health)"
 
 
-def actions_for(critical: dict[str, list[str]], nodes: list[str], slurm_names: dict[str, str],
-         states: dict[str, SlurmNode], drain: bool, undrain: bool) -> list[Action]:
+def _drain(node: str, name: str, st: SlurmNode, codes: list[str]) -> Action:
+    """What --drain does to NODE (Slurm's NAME, in state ST) with CRITICAL CODES: drain it,
+    unless it is drained already (by someone else, or by nodeprep for the same codes)."""
+    want = reason(codes)
+    if st.drained and not st.ours:
+        return Action(
+            node,
+            name,
+            "keep",
+            why=f"already drained by someone else (reason {st.reason!r}): left as it is",
+        )
+    elif st.drained and st.reason == want:
+        return Action(node, name, "keep", why="already drained by nodeprep for the same codes")
+    else:
+        return Action(
+            node,
+            name,
+            "drain",
+            why=f"CRITICAL: {', '.join(sorted(set(codes)))}",
+            reason=want,
+        )
+
+
+def actions_for(
+    critical: dict[str, list[str]],
+    nodes: list[str],
+    slurm_names: dict[str, str],
+    states: dict[str, SlurmNode],
+    drain: bool,
+    undrain: bool,
+) -> list[Action]:
     """One Action per node where something is (or is deliberately not) done. CRITICAL: {node:
     its CRITICAL codes}; NODES: the nodes health looked at, in order; SLURM_NAMES: {node: Slurm
     NodeName}; STATES: parse_state's answer."""
@@ -81,25 +113,31 @@ def actions_for(critical: dict[str, list[str]], nodes: list[str], slurm_names: d
         st = states.get(name) if name else None
         if st is None:
             if (drain and node in critical) or undrain:
-                out.append(Action(node, name or "", "keep", why="Slurm does not list this node: nothing done"))
+                out.append(
+                    Action(
+                        node, name or "", "keep", why="Slurm does not list this node: nothing done"
+                    )
+                )
             continue
         codes = critical.get(node)
         if codes and drain:
-            want = reason(codes)
-            if st.drained and not st.ours:
-                out.append(Action(node, name, "keep", why=f"already drained by someone else "
-                                  f"(reason {st.reason!r}): left as it is"))
-            elif st.drained and st.reason == want:
-                out.append(Action(node, name, "keep", why="already drained by nodeprep for the same codes"))
-            else:
-                out.append(Action(node, name, "drain", why=f"CRITICAL: {', '.join(sorted(set(codes)))}", reason=want))
+            out.append(_drain(node, name, st, codes))
         elif codes and undrain and st.drained and st.ours:
             out.append(Action(node, name, "keep", why="still CRITICAL: stays drained"))
         elif not codes and undrain and st.drained and st.ours:
-            out.append(Action(node, name, "resume", why=f"healthy now (was drained: {st.reason!r})"))
+            out.append(
+                Action(node, name, "resume", why=f"healthy now (was drained: {st.reason!r})")
+            )
         elif not codes and undrain and st.drained:
-            out.append(Action(node, name, "keep", why=f"drained by someone else (reason {st.reason!r}): "
-                              "never undrained by nodeprep"))
+            out.append(
+                Action(
+                    node,
+                    name,
+                    "keep",
+                    why=f"drained by someone else (reason {st.reason!r}): "
+                    "never undrained by nodeprep",
+                )
+            )
     return out
 
 
@@ -111,5 +149,7 @@ def script(action: Action) -> str:
     SlurmUser and Slurm operators may drain) it tries once more through `sudo -n`."""
     cmd = action.command()
     denied = "|".join(f"*{d}*" for d in DENIED).replace(" ", "\\ ")
-    return (f"out=$({cmd} 2>&1) && exit 0; case \"$out\" in {denied}) "
-            f"sudo -n {cmd} && exit 0;; esac; printf '%s\\n' \"$out\" >&2; exit 1")
+    return (
+        f'out=$({cmd} 2>&1) && exit 0; case "$out" in {denied}) '
+        f"sudo -n {cmd} && exit 0;; esac; printf '%s\\n' \"$out\" >&2; exit 1"
+    )

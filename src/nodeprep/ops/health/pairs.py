@@ -18,6 +18,7 @@ file there; a crash; not installed) and take its peers' flows with it. record_ip
 that from a network failure by each node's words (own_failure: iperf3's error line, not the
 connection's), names the node (Matrix.unmeasured, tool_errors), and the command measures the
 matrix again with the builtin program (Fallback: the rule compares the rates of one tool)."""
+
 from __future__ import annotations
 
 import signal
@@ -38,7 +39,7 @@ def matching(names: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     """(disjoint pairs: node i with node i + N/2, the node left over when N is odd)."""
     half = len(names) // 2
     pairs = [(names[i], names[i + half]) for i in range(half)]
-    return pairs, names[2 * half:]
+    return pairs, names[2 * half :]
 
 
 def both_ways(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -48,6 +49,7 @@ def both_ways(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
 @dataclass
 class Matrix:
     """Rates in Gbit/s and latencies in ms by (sender, receiver)."""
+
     names: list[str]
     rate: dict[tuple[str, str], float] = field(default_factory=dict)
     rtt: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -81,8 +83,10 @@ class Matrix:
             if b is None and tried:
                 out[n] = f"none of its {len(tried)} flow(s) completed"
             elif b is not None and b < SLOW * ref:
-                out[n] = (f"its fastest pair {b:.2f} Gbit/s, under {SLOW:g}x the median of every node's "
-                          f"fastest pair ({ref:.2f} Gbit/s)")
+                out[n] = (
+                    f"its fastest pair {b:.2f} Gbit/s, under {SLOW:g}x the median of every node's "
+                    f"fastest pair ({ref:.2f} Gbit/s)"
+                )
         return out
 
     def suspects(self) -> set[str]:
@@ -93,15 +97,22 @@ class Matrix:
 
     def as_dict(self) -> dict:
         key = lambda p: f"{p[0]}->{p[1]}"
-        return {"nodes": self.names, "gbps": {key(p): round(v, 3) for p, v in sorted(self.rate.items())},
-                "rtt_ms": {key(p): round(v, 3) for p, v in sorted(self.rtt.items())},
-                "errors": {key(p): e for p, e in sorted(self.errors.items())},
-                "median_gbps": self.median(), "slow": sorted(key(p) for p in self.slow_pairs()),
-                "flagged": self.flagged(), "rule": RULE}
+        return {
+            "nodes": self.names,
+            "gbps": {key(p): round(v, 3) for p, v in sorted(self.rate.items())},
+            "rtt_ms": {key(p): round(v, 3) for p, v in sorted(self.rtt.items())},
+            "errors": {key(p): e for p, e in sorted(self.errors.items())},
+            "median_gbps": self.median(),
+            "slow": sorted(key(p) for p in self.slow_pairs()),
+            "flagged": self.flagged(),
+            "rule": RULE,
+        }
 
 
-RULE = (f"a node is flagged when even its fastest pair is under {SLOW:g}x the median of every node's "
-        "fastest pair (3 nodes or more)")
+RULE = (
+    f"a node is flagged when even its fastest pair is under {SLOW:g}x the median of every node's "
+    "fastest pair (3 nodes or more)"
+)
 
 
 def second_pass(m: Matrix, suspects: set[str]) -> list[list[tuple[str, str]]]:
@@ -113,7 +124,7 @@ def second_pass(m: Matrix, suspects: set[str]) -> list[list[tuple[str, str]]]:
     todo = sorted(suspects)
     rounds = []
     while todo:
-        now, todo = todo[:len(good)], todo[len(good):]
+        now, todo = todo[: len(good)], todo[len(good) :]
         rounds.append(both_ways(list(zip(now, good))))
     return rounds
 
@@ -145,27 +156,49 @@ def iperf3_result(text: str) -> dict:
     body = _split(text)[0]
     doc = json_document(body)
     if doc is None:
-        return {"sent_bytes": 0, "seconds": 0.0, "rtt_ms": None,
-                "error": " ".join(body.split())[-200:] or NOTHING}
+        return {
+            "sent_bytes": 0,
+            "seconds": 0.0,
+            "rtt_ms": None,
+            "error": " ".join(body.split())[-200:] or NOTHING,
+        }
     if doc.get("error"):
         return {"sent_bytes": 0, "seconds": 0.0, "rtt_ms": None, "error": f"iperf3: {doc['error']}"}
     end = doc.get("end") or {}
     sent = end.get("sum_received") or end.get("sum_sent") or {}
     streams = (doc.get("end") or {}).get("streams") or [{}]
     rtt = (streams[0].get("sender") or {}).get("mean_rtt")
-    return {"sent_bytes": int(sent.get("bytes") or 0), "seconds": float(sent.get("seconds") or 0.0),
-            "rtt_ms": rtt / 1000 if isinstance(rtt, (int, float)) else None, "error": None}
+    return {
+        "sent_bytes": int(sent.get("bytes") or 0),
+        "seconds": float(sent.get("seconds") or 0.0),
+        "rtt_ms": rtt / 1000 if isinstance(rtt, (int, float)) else None,
+        "error": None,
+    }
 
 
 NOTHING = "iperf3 printed nothing"
 # iperf3's words (iperf_error.c) and the kernel's for a connection that could not be made or
 # was cut: the network's doing, or the peer's iperf3 dying mid-test (a healthy node's client
 # then says "control socket has closed unexpectedly"), never this node's own iperf3.
-CONNECTION = ("unable to connect", "control socket has closed", "unexpectedly closed the connection",
-              "has terminated", "unable to receive control message", "unable to send control message",
-              "unable to receive results", "unable to send results", "unable to accept stream",
-              "connection reset", "broken pipe", "no route to host", "network is unreachable", "timed out",
-              "connection refused", "server is busy", "address already in use")
+CONNECTION = (
+    "unable to connect",
+    "control socket has closed",
+    "unexpectedly closed the connection",
+    "has terminated",
+    "unable to receive control message",
+    "unable to send control message",
+    "unable to receive results",
+    "unable to send results",
+    "unable to accept stream",
+    "connection reset",
+    "broken pipe",
+    "no route to host",
+    "network is unreachable",
+    "timed out",
+    "connection refused",
+    "server is busy",
+    "address already in use",
+)
 
 
 def own_failure(error: str | None, rc: int | None) -> str | None:
@@ -193,8 +226,11 @@ def iperf3_answer(text: str) -> dict:
     _body, rcs, server = _split(text)
     client = iperf3_result(text)
     lines = [ln.strip() for ln in server.splitlines() if ln.strip()]
-    return {"client": client, "client_failure": own_failure(client["error"], rcs.get("client")),
-            "server_failure": own_failure(lines[-1] if lines else None, rcs.get("server"))}
+    return {
+        "client": client,
+        "client_failure": own_failure(client["error"], rcs.get("client")),
+        "server_failure": own_failure(lines[-1] if lines else None, rcs.get("server")),
+    }
 
 
 def record_iperf3(m: Matrix, flows: list[tuple[str, str]], answers: dict[str, dict]) -> None:
@@ -233,6 +269,7 @@ class Fallback:
     that node), what it did measure in the ROUNDS given up (GBPS: reported, not judged: the
     rule compares rates, and the two tools' differ on the same link: iperf3 14.5 Gbit/s and the
     builtin program 2.3-4.6 between the same lab nodes, tests/unit/test_bandwidth.py)."""
+
     nodes: dict[str, str]
     pairs: dict[tuple[str, str], str] = field(default_factory=dict)
     gbps: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -245,11 +282,19 @@ class Fallback:
 
     def as_dict(self) -> dict:
         key = lambda p: f"{p[0]}->{p[1]}"
-        return {"from": "iperf3", "to": "builtin", "nodes": self.nodes,
-                "not_measured_with_iperf3": {key(p): n for p, n in sorted(self.pairs.items())},
-                "iperf3_gbps": {key(p): round(v, 3) for p, v in sorted(self.gbps.items())},
-                "iperf3_rounds": self.rounds, "why": FALLBACK}
+        return {
+            "from": "iperf3",
+            "to": "builtin",
+            "nodes": self.nodes,
+            "not_measured_with_iperf3": {key(p): n for p, n in sorted(self.pairs.items())},
+            "iperf3_gbps": {key(p): round(v, 3) for p, v in sorted(self.gbps.items())},
+            "iperf3_rounds": self.rounds,
+            "why": FALLBACK,
+        }
 
 
-FALLBACK = ("iperf3 failed on a node for a reason of its own: every pair measured with the builtin program, "
-            "since the rule compares the rates of one tool")
+FALLBACK = (
+    "iperf3 failed on a node for a reason of its own: "
+    "every pair measured with the builtin program, "
+    "since the rule compares the rates of one tool"
+)

@@ -10,7 +10,8 @@ Facts, read from the deepspeed 0.19.8 sdist (deepspeed-0.19.8.tar.gz from PyPI):
   job directory prepended.
 - accelerator/cpu_accelerator.py:359 export_envs() -> []; accelerator/cuda_accelerator.py:411
   export_envs() -> ['NCCL'] (so NCCL_* is forwarded with cuda only, not with cpu). Others, in
-  accelerator/<name>_accelerator.py: npu:333, mlu:270, sdaa:298, supa:277, klxpu:71; xpu, hpu, mps: [].
+  accelerator/<name>_accelerator.py: npu:333, mlu:270, sdaa:298, supa:277, klxpu:71; xpu, hpu,
+  mps: [].
 - runner.py:37-38 the files read are os.path.join(p, os.getenv("DS_ENV_FILE", ".deepspeed_env"))
   for p in [os.path.expanduser("~"), '.'], in that order, each only if os.path.isfile (:606).
   This happens only on the multi-node path (:537-539).
@@ -27,15 +28,20 @@ Facts, read from the deepspeed 0.19.8 sdist (deepspeed-0.19.8.tar.gz from PyPI):
   with subprocess.Popen(list) and no shell, so the added double quotes reach the ranks verbatim.
   :137 the openmpi runner also sets UCX_TLS=tcp itself.
 """
+
 from __future__ import annotations
 
 import posixpath
 import re
 from dataclasses import dataclass, field
 
-EXPORT_ENVS = ("MLFLOW", "PYTHON", "MV2", "UCX")                  # runner.py:36
-ACCELERATOR_ENVS = {                                               # accelerator/*.py export_envs()
-    "cpu": (), "cuda": ("NCCL",), "xpu": (), "hpu": (), "mps": (),
+EXPORT_ENVS = ("MLFLOW", "PYTHON", "MV2", "UCX")  # runner.py:36
+ACCELERATOR_ENVS = {  # accelerator/*.py export_envs()
+    "cpu": (),
+    "cuda": ("NCCL",),
+    "xpu": (),
+    "hpu": (),
+    "mps": (),
     "npu": ("ASCEND", "HCCL", "LD_LIBRARY", "PATH"),
     "mlu": ("NEUWARE_HOME", "CNCL", "LD_LIBRARY", "PATH"),
     "sdaa": ("NCCL", "LD_LIBRARY", "PATH"),
@@ -43,10 +49,10 @@ ACCELERATOR_ENVS = {                                               # accelerator
     "klxpu": ("BKCL", "XPU", "XMLIR", "LD_LIBRARY", "PATH"),
 }
 EXCLUDE_ENVS = {"AISC_JOB_NAME": ("NCCL_IB_HCA", "UCX_NET_DEVICES")}  # runner.py:43
-DEFAULT_NAME = ".deepspeed_env"                                    # runner.py:37
-SUPPORTED_DS_LAUNCHERS = ("pdsh", "openmpi")    # the --ds-launcher values nodeprep drives
-_QUOTED = re.compile(r"[^\w@%+=:,./-]")       # values DeepSpeed double-quotes (multinode_runner.py:39)
-_LIVE_IN_QUOTES = '"$`\\'                     # still special to a POSIX shell inside "..."
+DEFAULT_NAME = ".deepspeed_env"  # runner.py:37
+SUPPORTED_DS_LAUNCHERS = ("pdsh", "openmpi")  # the --ds-launcher values nodeprep drives
+_QUOTED = re.compile(r"[^\w@%+=:,./-]")  # values DeepSpeed double-quotes (multinode_runner.py:39)
+_LIVE_IN_QUOTES = '"$`\\'  # still special to a POSIX shell inside "..."
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _EXPORT = re.compile(r"export\s+(\S+)")
 _UNPACK = "the runner stops with ValueError (not enough values to unpack)"
@@ -88,24 +94,36 @@ def _key_problem(key: str, launcher: str) -> str | None:
     if _NAME.fullmatch(key):
         return None
     if key.startswith("#"):
-        why = (" and the pdsh runner's `export #...` turns the rest of the remote launch command "
-               "into a shell comment, so no rank starts") if launcher == "pdsh" else ""
-        return (f"comment line, which DeepSpeed 0.19.8 does not skip: it exports a variable named "
-                f"{key!r}{why}; delete the line")
+        why = (
+            (
+                " and the pdsh runner's `export #...` turns the rest of the remote launch command "
+                "into a shell comment, so no rank starts"
+            )
+            if launcher == "pdsh"
+            else ""
+        )
+        return (
+            f"comment line, which DeepSpeed 0.19.8 does not skip: it exports a variable named "
+            f"{key!r}{why}; delete the line"
+        )
     m = _EXPORT.fullmatch(key)
     if m:
-        return (f"DeepSpeed takes {key!r} as the variable name; write it as "
-                f"{m.group(1)}=value, without 'export'")
+        return (
+            f"DeepSpeed takes {key!r} as the variable name; write it as "
+            f"{m.group(1)}=value, without 'export'"
+        )
     if not key:
         return "no variable name before '='; write it as NAME=value or delete the line"
-    return (f"{key!r} is not a valid variable name (letters, digits and _, not starting with a "
-            f"digit); rename it or delete the line")
+    return (
+        f"{key!r} is not a valid variable name (letters, digits and _, not starting with a "
+        f"digit); rename it or delete the line"
+    )
 
 
 # Where the pdsh runner hands the values to a shell (multinode_runner.py, 0.19.8)
-PDSH_EXPORT = "multinode_runner.py:102-104: export K=\"V\"; in the remote command"
+PDSH_EXPORT = 'multinode_runner.py:102-104: export K="V"; in the remote command'
 PDSH_COMMAND = "multinode_runner.py:109: cd <job dir>; <sys.executable> -u ..., unquoted"
-_PLAIN = re.compile(r"[\w@+=:,./-]*")      # no '%': pdsh substitutes %h %u %n %% (pdsh(1))
+_PLAIN = re.compile(r"[\w@+=:,./-]*")  # no '%': pdsh substitutes %h %u %n %% (pdsh(1))
 
 
 def pdsh_live(value: str) -> list[str]:
@@ -133,34 +151,47 @@ def value_problems(raw: str, launcher: str) -> list[str]:
     out = []
     val = raw.strip()
     if raw != val:
-        out.append("the value has leading or trailing whitespace, which DeepSpeed strips; "
-                   "remove it (it cannot reach the ranks)")
+        out.append(
+            "the value has leading or trailing whitespace, which DeepSpeed strips; "
+            "remove it (it cannot reach the ranks)"
+        )
     quoted = sorted(set(_QUOTED.findall(val)))
     if launcher == "openmpi" and quoted:
-        out.append(f"the value contains {_chars(quoted)}, so DeepSpeed wraps it in double quotes "
-                   f"that the openmpi launcher (mpirun -x K=\"V\", no shell) passes to the ranks "
-                   f"as part of the value; use only letters, digits and _@%+=:,./- in it")
+        out.append(
+            f"the value contains {_chars(quoted)}, so DeepSpeed wraps it in double quotes "
+            f'that the openmpi launcher (mpirun -x K="V", no shell) passes to the ranks '
+            f"as part of the value; use only letters, digits and _@%+=:,./- in it"
+        )
     live = [c for c in quoted if c in _LIVE_IN_QUOTES]
     if launcher == "pdsh" and live:
-        out.append(f"the value contains {_chars(live)}, which the remote shell still interprets "
-                   f"inside the double quotes of the pdsh launcher's export K=\"V\"; write the "
-                   f"value out literally without them")
+        out.append(
+            f"the value contains {_chars(live)}, which the remote shell still interprets "
+            f'inside the double quotes of the pdsh launcher\'s export K="V"; write the '
+            f"value out literally without them"
+        )
     if launcher == "pdsh" and "%" in val:
-        out.append("the value contains '%', and pdsh replaces %h, %u, %n and %% in the command it "
-                   "runs (DeepSpeed relies on that for --node_rank=%n; pdsh(1)), so the ranks would get "
-                   "another value; write it without '%'")
+        out.append(
+            "the value contains '%', and pdsh replaces %h, %u, %n and %% in the command it "
+            "runs (DeepSpeed relies on that for --node_rank=%n; pdsh(1)), so the ranks would get "
+            "another value; write it without '%'"
+        )
     if launcher == "pdsh" and (val.startswith("~") or ":~" in val):
-        out.append("'~' in the value is not expanded, the pdsh launcher double-quotes it; "
-                   "write the full path")
+        out.append(
+            "'~' in the value is not expanded, the pdsh launcher double-quotes it; "
+            "write the full path"
+        )
     return out
 
 
 def parse(text: str, path: str, launcher: str = "pdsh") -> EnvFile:
     """Read TEXT (the file at PATH) as DeepSpeed 0.19.8 does. ENTRIES: key -> stripped value for
     every line it accepts (invalid names included, as DeepSpeed exports them; lines it dies on
-    are left out). PROBLEMS: "PATH:LINE: what is wrong; what to do", for LAUNCHER (pdsh, openmpi)."""
+    are left out). PROBLEMS: "PATH:LINE: what is wrong; what to do", for LAUNCHER (pdsh,
+    openmpi)."""
     if launcher not in SUPPORTED_DS_LAUNCHERS:
-        raise ValueError(f"unknown launcher {launcher!r} (one of {', '.join(SUPPORTED_DS_LAUNCHERS)})")
+        raise ValueError(
+            f"unknown launcher {launcher!r} (one of {', '.join(SUPPORTED_DS_LAUNCHERS)})"
+        )
     out = EnvFile(path)
     seen: dict[str, int] = {}
     for n, line in enumerate(_lines(text), 1):
@@ -176,8 +207,10 @@ def parse(text: str, path: str, launcher: str = "pdsh") -> EnvFile:
         else:
             out.problems.extend(where + p for p in value_problems(raw_val, launcher))
         if key in seen:
-            out.problems.append(f"{where}{key!r} was already set on line {seen[key]} and this "
-                                f"later value wins; keep only one of the two lines")
+            out.problems.append(
+                f"{where}{key!r} was already set on line {seen[key]} and this "
+                f"later value wins; keep only one of the two lines"
+            )
         seen[key] = n
         out.entries[key] = raw_val.strip()
     return out
@@ -193,7 +226,9 @@ def merged(files: list[EnvFile]) -> dict[str, str]:
 
 def _prefixes(accelerator: str) -> tuple[str, ...]:
     if accelerator not in ACCELERATOR_ENVS:
-        raise ValueError(f"unknown accelerator {accelerator!r} (one of {', '.join(ACCELERATOR_ENVS)})")
+        raise ValueError(
+            f"unknown accelerator {accelerator!r} (one of {', '.join(ACCELERATOR_ENVS)})"
+        )
     return EXPORT_ENVS + ACCELERATOR_ENVS[accelerator]
 
 
@@ -202,8 +237,9 @@ def forwarded(name: str, accelerator: str = "cpu") -> bool:
     return name.startswith(_prefixes(accelerator))
 
 
-def dropped(shell_env: dict[str, str], wanted: list[str], files: list[EnvFile],
-            accelerator: str = "cpu") -> list[str]:
+def dropped(
+    shell_env: dict[str, str], wanted: list[str], files: list[EnvFile], accelerator: str = "cpu"
+) -> list[str]:
     """Names in WANTED set in SHELL_ENV that reach no rank: not forwarded by prefix (or
     excluded by EXCLUDE_ENVS) and not in the env FILES. One sentence each."""
     prefixes = _prefixes(accelerator)
@@ -211,7 +247,7 @@ def dropped(shell_env: dict[str, str], wanted: list[str], files: list[EnvFile],
     excluded = {v for k in triggers for v in EXCLUDE_ENVS[k]}
     shown = ", ".join(p + "*" for p in prefixes)
     if excluded:
-        shown += (f" except {', '.join(sorted(excluded))} (as {', '.join(triggers)} is set)")
+        shown += f" except {', '.join(sorted(excluded))} (as {', '.join(triggers)} is set)"
     in_files = merged(files)
     out = []
     for name in dict.fromkeys(wanted):
@@ -219,7 +255,9 @@ def dropped(shell_env: dict[str, str], wanted: list[str], files: list[EnvFile],
             continue
         if name.startswith(prefixes) and name not in excluded:
             continue
-        out.append(f"{name} is set on the launching node but DeepSpeed's runner does not forward "
-                   f"it (only {shown} and .deepspeed_env entries reach the ranks): add it to "
-                   f"deepspeed_env in the inventory")
+        out.append(
+            f"{name} is set on the launching node but DeepSpeed's runner does not forward "
+            f"it (only {shown} and .deepspeed_env entries reach the ranks): add it to "
+            f"deepspeed_env in the inventory"
+        )
     return out

@@ -10,6 +10,7 @@ A role module may define:
   report(ctx) -> dict         extra per-node data for the run report (e.g. pip freeze)
 The engine imports roles; roles import the engine, never the other way round.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,41 +25,47 @@ from nodeprep.inventory.sources import split_origin
 from nodeprep.inventory.yamlfile import load_yaml
 from nodeprep.ops.provision.topology import Topology
 
-UNSET = object()    # a Shared value not computed yet (None is a value: "no torch")
+UNSET = object()  # a Shared value not computed yet (None is a value: "no torch")
 
 
 @dataclass
 class Shared:
     """Controller-side values one role (or ops module) computes once per run and others read.
     Each field says who writes it."""
-    controller_key: Path | None = None    # ssh_keys.controller(): the controller's key pair
-    cluster_key: Path | None = None       # ssh_keys.controller(): the key nodes log in with
-    pins: list | None = None              # pystack.requirement_pins(): python_requirements
-    torch_plan: object = UNSET            # pystack.torch_plan(): a torchplan.Plan, or None
-    manifests: dict | None = None         # pystack.wheelhouse_manifests(): node -> (dir, manifest)
-    wheelhouse_errors: dict = field(default_factory=dict)   # node -> why its wheels failed
-    socket_ifname: object = UNSET         # ncclenv.run_proposal(): node -> NCCL_SOCKET_IFNAME or None
-    known_hosts: list | None = None       # ssh_keys.known_hosts_lines(): the mesh block, once per run
-    majorities: dict = field(default_factory=dict)   # pystack.fleet_majority(): name -> the fleet's value
-    relay: object = None                  # wheelhouse.controller(): an ops.relay.Relay (the wheel fan-out)
-    ssh_entries: dict = field(default_factory=dict)  # ssh_config.steps(): identity -> the nodes' Host block
-    via: str = "ssh"                      # commands.provision: the transport (ssh | slurm)
-    key_texts: dict = field(default_factory=dict)    # ssh_keys: path -> its text, read once per run
+
+    controller_key: Path | None = None  # ssh_keys.controller(): the controller's key pair
+    cluster_key: Path | None = None  # ssh_keys.controller(): the key nodes log in with
+    pins: list | None = None  # pystack.requirement_pins(): python_requirements
+    torch_plan: object = UNSET  # pystack.torch_plan(): a torchplan.Plan, or None
+    manifests: dict | None = None  # pystack.wheelhouse_manifests(): node -> (dir, manifest)
+    wheelhouse_errors: dict = field(default_factory=dict)  # node -> why its wheels failed
+    socket_ifname: object = UNSET  # ncclenv.run_proposal(): node -> NCCL_SOCKET_IFNAME or None
+    known_hosts: list | None = None  # ssh_keys.known_hosts_lines(): the mesh block, once per run
+    majorities: dict = field(
+        default_factory=dict
+    )  # pystack.fleet_majority(): name -> the fleet's value
+    relay: object = None  # wheelhouse.controller(): an ops.relay.Relay (the wheel fan-out)
+    ssh_entries: dict = field(
+        default_factory=dict
+    )  # ssh_config.steps(): identity -> the nodes' Host block
+    via: str = "ssh"  # commands.provision: the transport (ssh | slurm)
+    key_texts: dict = field(default_factory=dict)  # ssh_keys: path -> its text, read once per run
 
 
 @dataclass
 class Provisioning:
     """What one provision run knows about the whole fleet; shared by every role."""
+
     inventory: object
     hosts: list
     settings: object
-    check_mode: bool = False     # --check: change nothing, say what would change
-    vars: dict = field(default_factory=dict)     # node -> resolved variables
-    facts: dict = field(default_factory=dict)    # node -> facts from the probe
+    check_mode: bool = False  # --check: change nothing, say what would change
+    vars: dict = field(default_factory=dict)  # node -> resolved variables
+    facts: dict = field(default_factory=dict)  # node -> facts from the probe
     shared: Shared = field(default_factory=Shared)
-    notes: list = field(default_factory=list)    # things to tell the user once
-    events: Events = field(default_factory=Events)   # controller-side progress goes here
-    topology: Topology = field(default_factory=Topology)   # who shares a home or a machine
+    notes: list = field(default_factory=list)  # things to tell the user once
+    events: Events = field(default_factory=Events)  # controller-side progress goes here
+    topology: Topology = field(default_factory=Topology)  # who shares a home or a machine
 
     def origin(self, node: str, var: str) -> tuple[str | None, int | None]:
         """(file, line) where VAR was set for NODE, for one-line input errors."""
@@ -68,6 +75,7 @@ class Provisioning:
 @dataclass
 class Ctx:
     """One node as a role sees it."""
+
     host: object
     prov: Provisioning
 
@@ -117,15 +125,19 @@ def load(selected: str | None, roles_dir: Path) -> list[Role]:
         names = [n.strip() for n in selected.split(",") if n.strip()]
         unknown = [n for n in names if n not in order]
         if unknown:
-            raise InputError(f"unknown role '{unknown[0]}' in --roles",
-                             hint=f"roles in roles/site.yml: {', '.join(order)}")
+            raise InputError(
+                f"unknown role '{unknown[0]}' in --roles",
+                hint=f"roles in roles/site.yml: {', '.join(order)}",
+            )
         names = [n for n in order if n in names]
     roles = []
     for name in names:
         path = roles_dir / name / "role.py"
         if not path.is_file():
-            raise InputError(f"role '{name}' has no {path.relative_to(roles_dir.parent)}",
-                             file=str(roles_dir / "site.yml"))
+            raise InputError(
+                f"role '{name}' has no {path.relative_to(roles_dir.parent)}",
+                file=str(roles_dir / "site.yml"),
+            )
         modname = f"nodeprep_roles.{name}"
         module = sys.modules.get(modname)
         if module is None:

@@ -6,6 +6,7 @@ cause ("no space on /home: 38 MiB free, the venv needs 1.4 GiB") instead of pip'
 
 Sizes: a venv takes about 4.6 times its wheels on disk and 125 files per MB of wheels (the
 lab's torch 2.13.0+cpu stack: 219 MB of wheels, a 1007 MB venv of 27,406 files; 2026-11-25)."""
+
 from __future__ import annotations
 
 VENV_BYTES_PER_WHEEL_BYTE = 4.6
@@ -28,17 +29,26 @@ def problem(room: dict | None, needs: list) -> str | None:
         return None
     where = room["mount"]
     if room["readonly"]:
-        return f"read-only file system {where} (where {room['dir']} is): nothing can be written there"
+        return (
+            f"read-only file system {where} (where {room['dir']} is): nothing can be written there"
+        )
     if not room["writable"]:
-        return f"no permission to write {room['dir']}: fix its owner or mode, or choose another path"
+        return (
+            f"no permission to write {room['dir']}: fix its owner or mode, or choose another path"
+        )
     need = sum(r.bytes for r in needs)
     what = " and ".join(r.what for r in needs)
     if room["free"] < need:
-        return (f"no space on {where}: {human(room['free'])} free, {what} "
-                f"need{'s' if len(needs) == 1 else ''} {human(need)}")
+        return (
+            f"no space on {where}: {human(room['free'])} free, {what} "
+            f"need{'s' if len(needs) == 1 else ''} {human(need)}"
+        )
     files = sum(r.files for r in needs)
     if room["inodes_free"] is not None and room["inodes_free"] < files:
-        return f"no inodes left on {where}: {room['inodes_free']} free, {what} need{'s' if len(needs) == 1 else ''} {files}"
+        return (
+            f"no inodes left on {where}: {room['inodes_free']} free, "
+            f"{what} need{'s' if len(needs) == 1 else ''} {files}"
+        )
     return None
 
 

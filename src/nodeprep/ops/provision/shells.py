@@ -2,6 +2,7 @@
 asks whether sudo can make that change): the inventory's login_shell, else the node's current
 shell when it is POSIX, else /bin/bash. csh, tcsh and fish are not POSIX: pdsh, mpirun and
 DeepSpeed send `export K=V; ...` to the login shell."""
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ big box split into partitions), and many machines can share one home (an NFS hom
 declares what it changes (engine/steps.Step.scope); the planner lets one node of each group
 act for the group (the first in inventory order) and has the others only verify it. How
 nodes on one machine split its GPUs for a launch is ops/train/gpusplit.py."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,10 +16,10 @@ from nodeprep.inventory.nodeset import fold
 
 @dataclass
 class Topology:
-    homes: dict[str, list[str]] = field(default_factory=dict)      # home id -> nodes
-    by_machine_id: dict[str, list[str]] = field(default_factory=dict)   # machine-id:boot-id -> nodes
+    homes: dict[str, list[str]] = field(default_factory=dict)  # home id -> nodes
+    by_machine_id: dict[str, list[str]] = field(default_factory=dict)  # machine-id:boot-id -> nodes
     home_of: dict[str, str] = field(default_factory=dict)
-    machine_id_of: dict[str, str] = field(default_factory=dict)        # node -> machine-id:boot-id
+    machine_id_of: dict[str, str] = field(default_factory=dict)  # node -> machine-id:boot-id
 
     @classmethod
     def of(cls, facts: dict, order: list[str]) -> "Topology":
@@ -51,7 +52,14 @@ class Topology:
 
     def describe(self) -> list[str]:
         """One line per shared group: `worker-[0-15] share one home (worker-0 acts for it)`."""
-        out = [f"{fold(ns)} share one home ({ns[0]} acts for it)" for ns in self.homes.values() if len(ns) > 1]
-        out += [f"{fold(ns)} are one machine ({ns[0]} acts for it)" for ns in self.by_machine_id.values()
-                if len(ns) > 1]
+        out = [
+            f"{fold(ns)} share one home ({ns[0]} acts for it)"
+            for ns in self.homes.values()
+            if len(ns) > 1
+        ]
+        out += [
+            f"{fold(ns)} are one machine ({ns[0]} acts for it)"
+            for ns in self.by_machine_id.values()
+            if len(ns) > 1
+        ]
         return out

@@ -1,5 +1,6 @@
 """Paths of the Python stack on a node: `~` resolved with the node's home, the venv's absolute
 path, and the PATH a launcher's ranks get. Pure: facts and variables in, strings out."""
+
 from __future__ import annotations
 
 import posixpath
@@ -37,6 +38,7 @@ def damaged(stamp: dict | None, lock: list[str]) -> list[str]:
     (site-packages/<name>/..., <name>.libs/..., <name>-<version>.dist-info/RECORD): pip keeps a
     package whose version matches, so these are reinstalled by force."""
     from packaging.utils import canonicalize_name
+
     tops = set()
     for path in (stamp or {}).get("changed") or ():
         parts = path.split("/")

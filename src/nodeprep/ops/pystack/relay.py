@@ -15,42 +15,47 @@ What arrives lands in `<wheelhouse>/.relay/` on each node. Nothing there is used
 controller, over its own connection, has checked each file against ITS manifest's sha256
 (finalize_script) and renamed it into place; `.relay/` is then removed. A node whose copy is
 missing or wrong gets those wheels pushed directly by the controller (the fallback), and the
-run's notes and report say so. Which node feeds which is pure: see chains_for().
+run's notes and report say so. Which node feeds which is pure: see chains_for(). Running a
+pass's chains over the fleet is relay_run.py.
 """
+
 from __future__ import annotations
 
 import secrets
 import shlex
-import tarfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeprep import nodeside
+from nodeprep.engine.remote import SHA256_SH
 from nodeprep.engine.transports.fanout import SSH_CLIENT
-from nodeprep.engine.remote import SHA256_SH, write_script
 from nodeprep.ops.ssh import CLUSTER_KEY_SH
 
-STAGE, HOP_SUMS = ".relay", ".sha256"    # the relay hop's directory; its sums there (relay_hop.SUMS)
+STAGE, HOP_SUMS = ".relay", ".sha256"  # the relay hop's directory; its sums there (relay_hop.SUMS)
 # Ciphers that cost the least CPU per byte where the CPU has AES instructions; every one has
 # been in OpenSSH since 6.5, so a node refusing them all is an odd one (its relay fails over).
-CIPHERS = ("aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
-           "aes128-ctr,aes256-ctr")
-MIN_RATE = 2_000_000        # bytes/s a chain may not fall below before it is given up
+CIPHERS = (
+    "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,"
+    "aes128-ctr,aes256-ctr"
+)
+MIN_RATE = 2_000_000  # bytes/s a chain may not fall below before it is given up
 
 
 @dataclass(frozen=True)
 class Want:
     """A node that lacks wheels of its platform."""
+
     node: str
-    platform: str              # the wheelhouse platform key
-    dest: str                  # the node's wheelhouse directory, absolute
-    missing: tuple[str, ...]   # wheel file names it lacks
+    platform: str  # the wheelhouse platform key
+    dest: str  # the node's wheelhouse directory, absolute
+    missing: tuple[str, ...]  # wheel file names it lacks
 
 
 @dataclass(frozen=True)
 class MeshLogin:
     """How a node's peers log in to it over the mesh (values from the inventory)."""
+
     address: str
     port: int
     user: str | None
@@ -59,9 +64,9 @@ class MeshLogin:
 @dataclass
 class Chain:
     platform: str
-    source: str | None         # a node holding every wheel of the platform; None: the controller
-    nodes: list[str]           # source -> nodes[0] -> nodes[1] -> ...
-    files: list[str]           # what the stream carries: every wheel one of the nodes lacks
+    source: str | None  # a node holding every wheel of the platform; None: the controller
+    nodes: list[str]  # source -> nodes[0] -> nodes[1] -> ...
+    files: list[str]  # what the stream carries: every wheel one of the nodes lacks
 
 
 def chains_for(wants: list[Want], holders: dict[str, list[str]], order: list[str]) -> list[Chain]:
@@ -83,7 +88,9 @@ def chains_for(wants: list[Want], holders: dict[str, list[str]], order: list[str
     return [chains[p] for p in sorted(chains)]
 
 
-def fallback(missing: list[str], verified: set[str], bad: set[str], error: str | None) -> tuple[list[str], str]:
+def fallback(
+    missing: list[str], verified: set[str], bad: set[str], error: str | None
+) -> tuple[list[str], str]:
     """(wheels the controller must push itself, why; "" when the relay delivered them all)."""
     lack = [n for n in missing if n not in verified]
     if not lack:
@@ -99,16 +106,20 @@ def _client(login: MeshLogin) -> str:
     """The ssh words to a peer over the mesh, up to its address: pinned keys only
     (StrictHostKeyChecking=yes, BatchMode), the cluster key, every value quoted."""
     user = f"-l {shlex.quote(login.user)} " if login.user else ""
-    return (f"{SSH_CLIENT} -o IdentitiesOnly=yes -o Ciphers={CIPHERS} -i \"{CLUSTER_KEY_SH}\" "
-            f"-p {int(login.port)} {user}")
+    return (
+        f'{SSH_CLIENT} -o IdentitiesOnly=yes -o Ciphers={CIPHERS} -i "{CLUSTER_KEY_SH}" '
+        f"-p {int(login.port)} {user}"
+    )
 
 
 def _ssh(login: MeshLogin, remote: str, timeout: int, token: str | None = None) -> str:
     """A login running REMOTE on the peer; with TOKEN through the master connection
     master_command opened beforehand (ssh goes on without it when there is none)."""
-    mux = f"-o ControlMaster=no -S \"$HOME/{socket_path(token)}\" " if token else ""
-    return (f"timeout -k 5 {int(timeout)} {_client(login)}{mux}-- {shlex.quote(login.address)} "
-            f"{shlex.quote(remote)}")
+    mux = f'-o ControlMaster=no -S "$HOME/{socket_path(token)}" ' if token else ""
+    return (
+        f"timeout -k 5 {int(timeout)} {_client(login)}{mux}-- {shlex.quote(login.address)} "
+        f"{shlex.quote(remote)}"
+    )
 
 
 def master_command(login: MeshLogin, token: str, timeout: int) -> str:
@@ -116,9 +127,11 @@ def master_command(login: MeshLogin, token: str, timeout: int) -> str:
     of a chain at once before the stream starts: the chain's logins then cost one login, not
     one per hop in a row (~0.16 s each here, 5 s at 32 nodes). Its output goes nowhere (the
     controller's command must not wait on it); it exits with the hop script or when idle."""
-    return (f"{_client(login)}-o ControlMaster=yes -o ControlPersist={int(timeout)} "
-            f"-S \"$HOME/{socket_path(token)}\" -f -N -- {shlex.quote(login.address)} "
-            f"</dev/null >/dev/null 2>&1 || true")
+    return (
+        f"{_client(login)}-o ControlMaster=yes -o ControlPersist={int(timeout)} "
+        f'-S "$HOME/{socket_path(token)}" -f -N -- {shlex.quote(login.address)} '
+        f"</dev/null >/dev/null 2>&1 || true"
+    )
 
 
 def script_path(token: str) -> str:
@@ -133,7 +146,7 @@ def _hop_program() -> str:
     """relay_hop.py as sent: its source without the module docstring (no single quote in it,
     so it goes in one single-quoted word)."""
     text = nodeside.RELAY_HOP.read_text()
-    text = text[text.index('"""', 3) + 3:].lstrip("\n")
+    text = text[text.index('"""', 3) + 3 :].lstrip("\n")
     assert "'" not in text, "relay_hop.py must hold no single quote outside its docstring"
     return text
 
@@ -149,14 +162,19 @@ def _store(s: str, fifo: str | None) -> str:
     return f"if command -v python3 >/dev/null 2>&1; then {py}\nelse {sh}; fi"
 
 
-def hop_script(node: str, dest: str, nxt: tuple[str, MeshLogin] | None, token: str, timeout: int) -> str:
+def hop_script(
+    node: str, dest: str, nxt: tuple[str, MeshLogin] | None, token: str, timeout: int
+) -> str:
     """sh for a node of a chain, run with the stream on stdin: store it under DEST/.relay
     and, as it arrives, pass it to NXT (name, login) running its own hop script. A next node
     that fails does not stop this one. Waits for the rest of the chain to finish."""
     d, s = shlex.quote(dest), shlex.quote(f"{dest}/{STAGE}")
-    lines = ["umask 077", 'rm -f -- "$0"',
-             f"rm -rf -- {s} && mkdir -p -- {d} && mkdir -- {s} || "
-             f"{{ echo {shlex.quote(f'relay {node}: cannot make {dest}/{STAGE}')} >&2; exit 1; }}"]
+    lines = [
+        "umask 077",
+        'rm -f -- "$0"',
+        f"rm -rf -- {s} && mkdir -p -- {d} && mkdir -- {s} || "
+        f"{{ echo {shlex.quote(f'relay {node}: cannot make {dest}/{STAGE}')} >&2; exit 1; }}",
+    ]
     if nxt is None:
         lines.append(_store(s, None))
         return "\n".join(lines) + "\n"
@@ -168,27 +186,35 @@ def hop_script(node: str, dest: str, nxt: tuple[str, MeshLogin] | None, token: s
     # died unopened (a writer coming and going after the store missed a reader not yet in open).
     # The reader keeps its end, draining what its ssh left, until then: a store opening after the
     # ssh failed, or writing after it stopped reading, never blocks. No child keeps fd 4.
-    lines += [f"mkfifo -- {s}/.fifo || exit 1",
-              f"exec 3<> {s}/.fifo 4> {s}/.fifo 3<&-",
-              f"{{ {_ssh(login, remote, timeout + 10, token)}; np_x=$?; cat >/dev/null; exit $np_x; }} "
-              f"< {s}/.fifo 4>&- >&2 &",
-              "np_next=$!",
-              _store(s, f"{s}/.fifo") + " 4>&-; np_rc=$?",
-              "exec 4>&-",
-              "wait $np_next; np_nrc=$?",
-              f"rm -f -- {s}/.fifo",
-              f"ssh -S \"$HOME/{socket_path(token)}\" -O exit -- {shlex.quote(login.address)} >/dev/null 2>&1",
-              f"[ $np_nrc -eq 0 ] || echo {shlex.quote(f'relay {node} -> {name}: ')}\"exit $np_nrc\" >&2",
-              "exit $np_rc"]
+    lines += [
+        f"mkfifo -- {s}/.fifo || exit 1",
+        f"exec 3<> {s}/.fifo 4> {s}/.fifo 3<&-",
+        f"{{ {_ssh(login, remote, timeout + 10, token)}; np_x=$?; cat >/dev/null; exit $np_x; }} "
+        f"< {s}/.fifo 4>&- >&2 &",
+        "np_next=$!",
+        _store(s, f"{s}/.fifo") + " 4>&-; np_rc=$?",
+        "exec 4>&-",
+        "wait $np_next; np_nrc=$?",
+        f"rm -f -- {s}/.fifo",
+        f'ssh -S "$HOME/{socket_path(token)}" -O exit -- {shlex.quote(login.address)} '
+        ">/dev/null 2>&1",
+        f'[ $np_nrc -eq 0 ] || echo {shlex.quote(f"relay {node} -> {name}: ")}"exit $np_nrc" >&2',
+        "exit $np_rc",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def source_script(dest: str, files: list[str], nxt: tuple[str, MeshLogin], token: str, timeout: int) -> str:
+def source_script(
+    dest: str, files: list[str], nxt: tuple[str, MeshLogin], token: str, timeout: int
+) -> str:
     """sh for a node that holds the wheels and heads a chain: its copy, as a tar stream, into
     the first node's hop script."""
     names = " ".join(shlex.quote(f) for f in files)
     remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(token)}"
-    return (f"cd -- {shlex.quote(dest)} && tar -cf - -- {names} | {_ssh(nxt[1], remote, timeout + 10)}\n")
+    return (
+        f"cd -- {shlex.quote(dest)} && tar -cf - -- {names} | "
+        f"{_ssh(nxt[1], remote, timeout + 10)}\n"
+    )
 
 
 def finalize_script(dest: str, sums: dict[str, str]) -> str:
@@ -198,19 +224,27 @@ def finalize_script(dest: str, sums: dict[str, str]) -> str:
     it wrote it is taken at the sum it listed in .relay/.sha256 when that is the controller's
     (the node's own python, as trusted as its sha256sum); any other is hashed here."""
     s = f"{dest}/{STAGE}"
-    lines = [f"cd -- {shlex.quote(dest)} 2>/dev/null || exit 0", f"[ -d {shlex.quote(STAGE)} ] || exit 0",
-             SHA256_SH, "np_nl='\n'",
-             f"np_sums=\"$np_nl$(cat -- {shlex.quote(f'{STAGE}/{HOP_SUMS}')} 2>/dev/null)$np_nl\""]
+    lines = [
+        f"cd -- {shlex.quote(dest)} 2>/dev/null || exit 0",
+        f"[ -d {shlex.quote(STAGE)} ] || exit 0",
+        SHA256_SH,
+        "np_nl='\n'",
+        f'np_sums="$np_nl$(cat -- {shlex.quote(f"{STAGE}/{HOP_SUMS}")} 2>/dev/null)$np_nl"',
+    ]
     for name, sha in sorted(sums.items()):
         p, q = shlex.quote(f"{STAGE}/{name}"), shlex.quote(name)
-        listed = f"*\"$np_nl\"{shlex.quote(f'{sha} {name}')}\"$np_nl\"*"
-        lines.append(f"if [ -f {p} ]; then case \"$np_sums\" in {listed}) np_h={shlex.quote(sha)};; "
-                     f"*) np_h=$(np_sha256 < {p});; esac; if [ \"$np_h\" = {shlex.quote(sha)} ]; "
-                     f"then mv -f -- {p} {q} && echo @@ok {q}; else echo @@bad {q}; fi; fi")
+        listed = f'*"$np_nl"{shlex.quote(f"{sha} {name}")}"$np_nl"*'
+        lines.append(
+            f'if [ -f {p} ]; then case "$np_sums" in {listed}) np_h={shlex.quote(sha)};; '
+            f'*) np_h=$(np_sha256 < {p});; esac; if [ "$np_h" = {shlex.quote(sha)} ]; '
+            f"then mv -f -- {p} {q} && echo @@ok {q}; else echo @@bad {q}; fi; fi"
+        )
     # and a hop script the chain never reached (the home's lock keeps other runs out)
-    lines.append(f"rm -rf -- {shlex.quote(s)}; rm -f -- \"$HOME\"/.nodeprep/relay-*.sh")
-    lines.append('for np_s in "$HOME"/.nodeprep/relay-*.sock; do [ -S "$np_s" ] && '
-                 'ssh -S "$np_s" -O exit -- peer >/dev/null 2>&1; rm -f -- "$np_s"; done; true')
+    lines.append(f'rm -rf -- {shlex.quote(s)}; rm -f -- "$HOME"/.nodeprep/relay-*.sh')
+    lines.append(
+        'for np_s in "$HOME"/.nodeprep/relay-*.sock; do [ -S "$np_s" ] && '
+        'ssh -S "$np_s" -O exit -- peer >/dev/null 2>&1; rm -f -- "$np_s"; done; true'
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -229,15 +263,16 @@ def parse_finalize(out: str) -> tuple[set[str], set[str]]:
 class Relay:
     """One run's relay: what each node lacks or holds (registered by the wheelhouse role's
     steps(), possibly from several threads), what each got from whom, the controller's bytes."""
+
     order: list[str] = field(default_factory=list)
     wants: dict[str, Want] = field(default_factory=dict)
-    holders: dict[str, dict[str, str]] = field(default_factory=dict)   # platform -> {node: dest}
+    holders: dict[str, dict[str, str]] = field(default_factory=dict)  # platform -> {node: dest}
     logins: dict[str, MeshLogin] = field(default_factory=dict)
-    local: dict[str, Path] = field(default_factory=dict)               # platform -> controller dir
-    source: dict[str, str] = field(default_factory=dict)   # node -> "controller" | a node's name
-    errors: dict[str, str] = field(default_factory=dict)   # node -> why its relay failed
+    local: dict[str, Path] = field(default_factory=dict)  # platform -> controller dir
+    source: dict[str, str] = field(default_factory=dict)  # node -> "controller" | a node's name
+    errors: dict[str, str] = field(default_factory=dict)  # node -> why its relay failed
     verified: dict[str, set] = field(default_factory=dict)  # node -> wheels checked on arrival
-    sent: dict[str, int] = field(default_factory=dict)      # node -> bytes the controller sent it
+    sent: dict[str, int] = field(default_factory=dict)  # node -> bytes the controller sent it
     fallbacks: dict[str, str] = field(default_factory=dict)  # node -> why the controller pushed
     token: str = field(default_factory=lambda: secrets.token_hex(6))
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -267,134 +302,3 @@ class Relay:
                 self.errors.setdefault(n, why)
                 if source:
                     self.source.setdefault(n, source)
-
-
-def timeout_for(nbytes: int, hops: int) -> int:
-    return int(120 + 5 * hops + nbytes / MIN_RATE)
-
-
-def stream_tar(channel, local: Path, files: list[str]) -> int:
-    """FILES of LOCAL as one tar stream into CHANNEL's stdin; returns the bytes sent."""
-    class Out:
-        n = 0
-
-        def write(self, b):
-            channel.sendall(b)
-            Out.n += len(b)
-            return len(b)
-    with tarfile.open(fileobj=Out(), mode="w|", bufsize=1 << 20, format=tarfile.GNU_FORMAT) as tar:
-        for name in files:
-            info = tar.gettarinfo(str(local / name), arcname=name)
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            with open(local / name, "rb") as fh:
-                tar.addfile(info, fh)
-    return Out.n
-
-
-def write_hop(session, node: str, chain: Chain, relay: Relay, timeout: int) -> None:
-    """Put NODE's hop script of CHAIN in its home (one round trip)."""
-    i = chain.nodes.index(node)
-    nxt = chain.nodes[i + 1] if i + 1 < len(chain.nodes) else None
-    text = hop_script(node, relay.wants[node].dest,
-                      (nxt, relay.logins[nxt]) if nxt else None, relay.token, timeout)
-    master = f"\n{master_command(relay.logins[nxt], relay.token, timeout)}" if nxt else ""
-    r = session.run(write_script("~/" + script_path(relay.token), text, 0o700) + master,
-                    label=f"relay script ({'last' if nxt is None else 'to ' + nxt})")
-    if not r.ok:
-        with relay.lock:
-            relay.errors[node] = f"cannot write the relay script: {r.tail(1)}"
-
-
-def feed(session, chain: Chain, relay: Relay, timeout: int) -> tuple[int, str]:
-    """The controller's stream into the chain's first node (its hop script reads stdin):
-    (exit status, output). The node's output is drained meanwhile, so a chatty chain cannot
-    stall the stream on a full window."""
-    session.connect()
-    ch = session.conn.client.get_transport().open_session()
-    try:
-        ch.settimeout(timeout)
-        ch.set_combine_stderr(True)
-        ch.exec_command(f"timeout -k 5 {int(timeout)} /bin/sh {script_path(relay.token)}")
-        got: list[bytes] = []
-
-        def drain():
-            try:
-                while data := ch.recv(65536):
-                    got.append(data)
-            except OSError:
-                pass
-        reader = threading.Thread(target=drain, daemon=True)
-        reader.start()
-        try:
-            relay.count(chain.nodes[0], stream_tar(ch, relay.local[chain.platform], chain.files))
-        finally:
-            ch.shutdown_write()
-        rc = ch.recv_exit_status()
-        reader.join(30)
-        return rc, b"".join(got).decode(errors="replace")
-    finally:
-        ch.close()
-
-
-def run_chain(fleet, chain: Chain, relay: Relay, timeout: int) -> None:
-    """One chain, start to end; who got the stream from whom, and any error, in RELAY."""
-    for i, n in enumerate(chain.nodes):
-        relay.source[n] = chain.nodes[i - 1] if i else (chain.source or "controller")
-    try:
-        if chain.source is None:
-            head = fleet.sessions[chain.nodes[0]]
-            rc, out = feed(head, chain, relay, timeout)
-            head.log(out + f"[relay exit {rc}]\n")
-        else:
-            src = fleet.sessions[chain.source]
-            r = src.run(source_script(relay.holders[chain.platform][chain.source], chain.files,
-                                      (chain.nodes[0], relay.logins[chain.nodes[0]]), relay.token,
-                                      timeout), timeout=timeout + 20,
-                        label=f"relay {len(chain.files)} wheels to {chain.nodes[0]} and on")
-            rc, out = r.rc, r.stdout + r.stderr
-        err = f"relay exit {rc}: {out.strip().splitlines()[-1][:200]}" if rc and out.strip() else \
-            (f"relay exit {rc}" if rc else None)
-    except Exception as e:   # noqa: BLE001 -- the fallback pushes what did not arrive
-        err = f"relay failed: {type(e).__name__}: {str(e)[:200]}"
-    if err:
-        relay.fail(chain.nodes, err)
-
-
-def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
-    """The fleet-level relay of one apply pass (Step.fleet): the chains over NODES, put
-    each node's hop script in place, run the chains (one per platform, at once). Never
-    raises: what did not arrive is pushed by the controller afterwards."""
-    try:
-        _run(fleet, nodes, relay, events, notes)
-    except Exception as e:   # noqa: BLE001 -- a bug here costs the relay, not the run
-        events.log(f"wheelhouse: relay failed ({type(e).__name__}: {e}); the controller pushes")
-        relay.fail(nodes, f"relay failed: {type(e).__name__}: {str(e)[:200]}", source="controller")
-
-
-def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
-    usable = {s.name for s in fleet.usable()}
-    holders = {p: [h for h in relay.order if h in hs and h in usable and h not in nodes]
-               for p, hs in relay.holders.items()}
-    chains = chains_for([relay.wants[n] for n in nodes if n in relay.wants], holders, relay.order)
-    where = {n: c for c in chains for n in c.nodes}
-    size = {c.platform: sum((relay.local[c.platform] / f).stat().st_size for f in c.files)
-            for c in chains}
-    timeouts = {c.platform: timeout_for(size[c.platform], len(c.nodes)) for c in chains}
-    fleet.map(lambda s: write_hop(s, s.name, where[s.name], relay, timeouts[where[s.name].platform]),
-              "relay", only=list(where))
-    threads = []
-    for c in chains:
-        events.log(f"wheelhouse: {len(c.files)} wheels ({size[c.platform] / 1e6:.1f} MB) of "
-                   f"{c.platform} to {len(c.nodes)} node(s), chained from "
-                   f"{c.source or 'the controller'}")
-        t = threading.Thread(target=run_chain, args=(fleet, c, relay, timeouts[c.platform]))
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join()
-    for c in chains:
-        sent = sum(relay.sent.get(n, 0) for n in c.nodes)
-        notes.append(f"wheelhouse relay {c.platform}: {len(c.nodes)} node(s) chained from "
-                     f"{c.source or 'the controller'}, {sent / 1e6:.1f} MB sent by the controller")
-

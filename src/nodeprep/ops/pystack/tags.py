@@ -3,6 +3,7 @@ in each package's WHEEL file, read by the VENV fact) names it, and a venv whose 
 packages are for another CPU than the node's cannot import them there (seen: an x86_64 venv
 in a home shared with aarch64 nodes, where pip kept the x86_64 numpy because its version
 matched). Pure: facts in, names out."""
+
 from __future__ import annotations
 
 import re
@@ -32,7 +33,7 @@ def foreign_packages(venv: dict | None, arch: str | None) -> dict[str, list[str]
     return out
 
 
-FIRST = ("numpy", "torch")          # named first in messages
+FIRST = ("numpy", "torch")  # named first in messages
 
 
 def describe(foreign: dict[str, list[str]], limit: int = 4) -> tuple[str, str]:
@@ -40,4 +41,6 @@ def describe(foreign: dict[str, list[str]], limit: int = 4) -> tuple[str, str]:
     training job imports first), the CPUs."""
     names = sorted(foreign, key=lambda n: (n not in FIRST, FIRST.index(n) if n in FIRST else 0, n))
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more, ", ".join(sorted({a for v in foreign.values() for a in v}))
+    return ", ".join(names[:limit]) + more, ", ".join(
+        sorted({a for v in foreign.values() for a in v})
+    )

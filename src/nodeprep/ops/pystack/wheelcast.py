@@ -3,21 +3,25 @@ Slurm head `sbcast`s to every node lacking them (Slurm's own tree: the controlle
 file once, to the head), unpacked by one srun step into <wheelhouse>/.relay, where the
 relay's arrival check takes it from (ops/pystack/relay.py: each wheel checked against the
 controller's sha256 before it is used, what did not arrive pushed by the controller)."""
+
 from __future__ import annotations
 
 import shlex
 import tempfile
 from pathlib import Path
 
-from nodeprep.ops.pystack.relay import STAGE, Relay, Want, stream_tar
+from nodeprep.ops.pystack.relay import STAGE, Relay, Want
+from nodeprep.ops.pystack.relay_run import stream_tar
 
 
 def unpack_script(tarball: str, dest: str) -> str:
     """sh for a node that received the platform's tar by sbcast: into DEST/.relay, where the
     arrival check (finalize_script) takes it from, as after a chain."""
     d, s = shlex.quote(dest), shlex.quote(f"{dest}/{STAGE}")
-    return (f"umask 077; rm -rf -- {s} && mkdir -p -- {d} && mkdir -- {s} && "
-            f"tar -xf {shlex.quote(tarball)} -C {s}")
+    return (
+        f"umask 077; rm -rf -- {s} && mkdir -p -- {d} && mkdir -- {s} && "
+        f"tar -xf {shlex.quote(tarball)} -C {s}"
+    )
 
 
 def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
@@ -25,7 +29,7 @@ def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
     Never raises: what did not arrive is pushed by the controller afterwards."""
     try:
         _run(fleet, nodes, relay, events, notes)
-    except Exception as e:   # noqa: BLE001 -- a bug here costs the broadcast, not the run
+    except Exception as e:  # noqa: BLE001 -- a bug here costs the broadcast, not the run
         events.log(f"wheelhouse: sbcast failed ({type(e).__name__}: {e}); the controller pushes")
         relay.fail(nodes, f"sbcast failed: {type(e).__name__}: {str(e)[:200]}")
 
@@ -50,11 +54,13 @@ def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
             with open(tarball, "wb") as fh:
                 stream_tar(_File(fh), relay.local[platform], files)
             size = tarball.stat().st_size
-            events.log(f"wheelhouse: {len(files)} wheels ({size / 1e6:.1f} MB) of {platform} to "
-                       f"{len(names)} node(s) by sbcast")
+            events.log(
+                f"wheelhouse: {len(files)} wheels ({size / 1e6:.1f} MB) of {platform} to "
+                f"{len(names)} node(s) by sbcast"
+            )
             try:
                 failed = fleet.transport.broadcast(tarball, remote, names)
-            except Exception as e:   # noqa: BLE001 -- the controller pushes instead
+            except Exception as e:  # noqa: BLE001 -- the controller pushes instead
                 failed = {n: f"{type(e).__name__}: {str(e)[:200]}" for n in names}
         relay.count(names[0], size)
         with relay.lock:
@@ -62,16 +68,24 @@ def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
                 relay.errors[n] = f"sbcast: {err}"
         got = [w for w in wants if w.node not in failed]
         dests = {w.node: w.dest for w in got}
-        done = fleet.map(lambda s: s.run(unpack_script(remote, dests[s.name]),
-                                         label="unpack the sbcast wheels"), "relay", only=list(dests))
+        done = fleet.map(
+            lambda s: s.run(unpack_script(remote, dests[s.name]), label="unpack the sbcast wheels"),
+            "relay",
+            only=list(dests),
+        )
         with relay.lock:
             for n, r in done.items():
                 if not r.ok:
                     relay.errors[n] = f"unpacking the sbcast wheels failed: {r.tail(1)}"
-        fleet.map(lambda s: s.run(f"rm -f -- {shlex.quote(remote)}", label="sbcast tar off /tmp"),
-                  "relay", only=names)
-        notes.append(f"wheelhouse sbcast {platform}: {len(names)} node(s), {size / 1e6:.1f} MB sent "
-                     "by the controller (to the head)")
+        fleet.map(
+            lambda s: s.run(f"rm -f -- {shlex.quote(remote)}", label="sbcast tar off /tmp"),
+            "relay",
+            only=names,
+        )
+        notes.append(
+            f"wheelhouse sbcast {platform}: {len(names)} node(s), {size / 1e6:.1f} MB sent "
+            "by the controller (to the head)"
+        )
 
 
 class _File:

@@ -9,6 +9,7 @@ Layout under <state>/wheelhouse/:
   <platform>/MANIFEST.json {"key": hash of the inputs, "files": {name: sha256}, "lock": [pins]}
 A platform whose inputs did not change is not downloaded again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,9 +30,9 @@ from nodeprep.inventory.yamlfile import read_input
 
 @dataclass(frozen=True)
 class Platform:
-    arch: str          # x86_64, aarch64
-    python: str        # "3.11"
-    glibc: str         # "2.36"
+    arch: str  # x86_64, aarch64
+    python: str  # "3.11"
+    glibc: str  # "2.36"
 
     @property
     def key(self) -> str:
@@ -41,19 +42,39 @@ class Platform:
         """The PEP 508 environment of a node of this platform: what markers such as
         `platform_machine == "aarch64"` are evaluated against when resolving for it (pip
         itself evaluates them for the machine it runs on, whatever --platform says)."""
-        return {"platform_machine": self.arch, "platform_system": "Linux", "sys_platform": "linux",
-                "os_name": "posix", "python_version": self.python, "python_full_version": f"{self.python}.0",
-                "implementation_name": "cpython", "platform_python_implementation": "CPython",
-                "implementation_version": f"{self.python}.0"}
+        return {
+            "platform_machine": self.arch,
+            "platform_system": "Linux",
+            "sys_platform": "linux",
+            "os_name": "posix",
+            "python_version": self.python,
+            "python_full_version": f"{self.python}.0",
+            "implementation_name": "cpython",
+            "platform_python_implementation": "CPython",
+            "implementation_version": f"{self.python}.0",
+        }
 
     def pip_args(self) -> list[str]:
         major, minor = (int(x) for x in self.glibc.split(".")[:2])
         tags = [f"manylinux_{major}_{m}_{self.arch}" for m in range(minor, 4, -1)]
         legacy = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
-        tags += [f"{name}_{self.arch}" for name, (ma, mi) in legacy.items() if (major, minor) >= (ma, mi)]
+        tags += [
+            f"{name}_{self.arch}" for name, (ma, mi) in legacy.items() if (major, minor) >= (ma, mi)
+        ]
         cp = "cp" + self.python.replace(".", "")
-        args = ["--only-binary=:all:", "--python-version", self.python, "--implementation", "cp",
-                "--abi", cp, "--abi", "abi3", "--abi", "none"]
+        args = [
+            "--only-binary=:all:",
+            "--python-version",
+            self.python,
+            "--implementation",
+            "cp",
+            "--abi",
+            cp,
+            "--abi",
+            "abi3",
+            "--abi",
+            "none",
+        ]
         for t in tags:
             args += ["--platform", t]
         return args
@@ -66,22 +87,27 @@ def read_requirements(paths: list[Path]) -> list[str]:
     pins = []
     for path in paths:
         if not path.is_file():
-            raise InputError("requirements file not found", hint="fix python_requirements",
-                             file=str(path))
+            raise InputError(
+                "requirements file not found", hint="fix python_requirements", file=str(path)
+            )
         for no, raw in enumerate(read_input(path, str(path)).split("\n"), 1):
             line = raw.split("#", 1)[0].strip()
             if not line:
                 continue
             try:
                 req = Requirement(line)
-            except (InvalidRequirement, RecursionError) as e:   # a marker nested too deep
-                why = str(e).splitlines()[0] if isinstance(e, InvalidRequirement) else \
-                    "nested too deeply"
+            except (InvalidRequirement, RecursionError) as e:  # a marker nested too deep
+                why = (
+                    str(e).splitlines()[0]
+                    if isinstance(e, InvalidRequirement)
+                    else "nested too deeply"
+                )
                 raise InputError(f"not a requirement: {why}", file=str(path), line=no) from None
             spec = list(req.specifier)
             if len(spec) != 1 or spec[0].operator not in ("==", "==="):
-                raise InputError(f"{req.name} is not pinned", hint="write name==version",
-                                 file=str(path), line=no)
+                raise InputError(
+                    f"{req.name} is not pinned", hint="write name==version", file=str(path), line=no
+                )
             pins.append(line)
     return pins
 
@@ -97,20 +123,23 @@ def sha256(path: Path) -> str:
 # pip with the PEP 508 environment of another machine: pip evaluates environment markers (of
 # the pins and of every dependency's metadata) against the interpreter it runs in, even with
 # --platform; this replaces its vendored packaging's default_environment() for the run.
-_TARGET_PIP = ("import json, sys\n"
-               "from pip._vendor.packaging import markers\n"
-               "target = json.loads(sys.argv.pop(1))\n"
-               "here = markers.default_environment\n"
-               "markers.default_environment = lambda: {**here(), **target}\n"
-               "from pip._internal.cli.main import main\n"
-               "sys.exit(main())\n")
+_TARGET_PIP = (
+    "import json, sys\n"
+    "from pip._vendor.packaging import markers\n"
+    "target = json.loads(sys.argv.pop(1))\n"
+    "here = markers.default_environment\n"
+    "markers.default_environment = lambda: {**here(), **target}\n"
+    "from pip._internal.cli.main import main\n"
+    "sys.exit(main())\n"
+)
 
 
 def _pip(python: str, args: list[str], env=None, what="pip", target: dict | None = None) -> str:
     """pip ARGS with PYTHON; TARGET: the marker environment to resolve for (Platform.markers)."""
     head = [python, "-c", _TARGET_PIP, json.dumps(target)] if target else [python, "-m", "pip"]
-    r = subprocess.run([*head, "--disable-pip-version-check", *args],
-                       capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [*head, "--disable-pip-version-check", *args], capture_output=True, text=True, env=env
+    )
     if r.returncode:
         tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
         raise NodeprepError(f"{what} failed on the controller (exit {r.returncode}):\n{tail}")
@@ -122,7 +151,7 @@ class Wheelhouse:
         self.root = root
         # Progress is an event (engine/events.py): the cli shows it on stderr.
         self.log = log or (lambda msg: None)
-        self.downloads: dict[str, int] = {}   # platform -> pip download runs (the bench counts)
+        self.downloads: dict[str, int] = {}  # platform -> pip download runs (the bench counts)
 
     def build(self, builds: dict[str, dict], torch_pin: str | None, index_args: list[str]) -> Path:
         """Build sdist-only requirements into wheels once, in a venv that has the pinned torch
@@ -143,28 +172,38 @@ class Wheelhouse:
             self.log(f"wheelhouse: preparing the build venv ({' '.join(base)})")
             _pip(py, ["install", "-q", *index_args, *base], what="build venv install")
             self.log(f"wheelhouse: building {pin} once on the controller")
-            _pip(py, ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(built), pin],
-                 env=dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}),
-                 what=f"building {pin}")
+            _pip(
+                py,
+                ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(built), pin],
+                env=dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}),
+                what=f"building {pin}",
+            )
         return built
 
     @staticmethod
     def _key(platform: Platform, pins: list[str], index_args: list[str]) -> str:
-        return hashlib.sha256(json.dumps([platform.key, sorted(pins), index_args]).encode()).hexdigest()
+        return hashlib.sha256(
+            json.dumps([platform.key, sorted(pins), index_args]).encode()
+        ).hexdigest()
 
     def cached(self, platform: Platform, pins: list[str], index_args: list[str]) -> dict | None:
-        """The manifest of a previous resolution of exactly these inputs, if all its files are there."""
+        """The manifest of a previous resolution of exactly these inputs, if all its files are
+        there."""
         d = self.root / platform.key
         try:
             m = json.loads((d / "MANIFEST.json").read_text())
         except (OSError, ValueError):
             return None
-        ok = m.get("key") == self._key(platform, pins, index_args) and all((d / f).exists() for f in m["files"])
+        ok = m.get("key") == self._key(platform, pins, index_args) and all(
+            (d / f).exists() for f in m["files"]
+        )
         return m if ok else None
 
-    def resolve(self, platform: Platform, pins: list[str], index_args: list[str],
-                find_links: list[Path]) -> dict:
-        """Download (if the inputs changed) every wheel PINS need on PLATFORM; return the manifest."""
+    def resolve(
+        self, platform: Platform, pins: list[str], index_args: list[str], find_links: list[Path]
+    ) -> dict:
+        """Download (if the inputs changed) every wheel PINS need on PLATFORM; return the
+        manifest."""
         d = self.root / platform.key
         m = self.cached(platform, pins, index_args)
         if m:
@@ -180,7 +219,12 @@ class Wheelhouse:
             if fl.exists():
                 args += ["--find-links", str(fl)]
         self.log(f"wheelhouse: resolving and downloading for {platform.key}")
-        _pip(sys.executable, args + pins, what=f"pip download for {platform.key}", target=platform.markers())
+        _pip(
+            sys.executable,
+            args + pins,
+            what=f"pip download for {platform.key}",
+            target=platform.markers(),
+        )
         self.downloads[platform.key] = self.downloads.get(platform.key, 0) + 1
         files, lock = {}, []
         for whl in sorted(fresh.glob("*.whl")):

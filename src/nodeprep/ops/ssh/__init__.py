@@ -11,6 +11,6 @@ CLUSTER_KEY is the one name of the key nodes log in to each other with (a node p
 role writes it, ssh_config and the relay use it); CLUSTER_KEY_SH is the same path for a shell
 that must expand it inside double quotes.
 """
+
 CLUSTER_KEY = "~/.ssh/nodeprep_cluster_ed25519"
 CLUSTER_KEY_SH = "$HOME/" + CLUSTER_KEY.removeprefix("~/")
-

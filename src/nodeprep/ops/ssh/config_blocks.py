@@ -13,6 +13,7 @@ literal names of `Host` lines (ssh's quoting and comment rules), resolved by Ope
 IdentityFile and UserKnownHostsFile, so '%' is doubled; a value with whitespace is
 double-quoted; '"' cannot be written at all (ssh_config has no escape for it).
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,9 @@ END = "# END nodeprep hosts "
 
 def word(value: str) -> str:
     if '"' in value or "\n" in value or "\r" in value:
-        raise ValueError(f"{value!r} cannot be written into an ssh config (it has '\"' or a newline)")
+        raise ValueError(
+            f"{value!r} cannot be written into an ssh config (it has '\"' or a newline)"
+        )
     value = value.replace("%", "%%")
     return f'"{value}"' if re.search(r"\s", value) else value
 
@@ -40,10 +43,10 @@ def word(value: str) -> str:
 @dataclass(frozen=True)
 class Defined:
     alias: str
-    hostname: str | None     # None: the entry sets no HostName of its own
+    hostname: str | None  # None: the entry sets no HostName of its own
     port: int | None
     _: KW_ONLY
-    where: str               # FILE:LINE, and the block's inventory if it is one
+    where: str  # FILE:LINE, and the block's inventory if it is one
     block: str | None = None  # the managed block's inventory; None: the user's own entry
 
 
@@ -65,7 +68,9 @@ def _segments(lines: list[str]) -> dict[str | None, list[tuple[int, str]]]:
     return out
 
 
-def defined(text: str, file: str, own: str, names: set[str] | None = None) -> dict[str, list[Defined]]:
+def defined(
+    text: str, file: str, own: str, names: set[str] | None = None
+) -> dict[str, list[Defined]]:
     """alias -> where TEXT (the file FILE) defines it, outside the managed block OWN (only the
     aliases in NAMES, when given). Each block is resolved on its own by OpenSSH (`ssh -G -F`
     over that block's lines): what it would send the alias to."""
@@ -75,16 +80,23 @@ def defined(text: str, file: str, own: str, names: set[str] | None = None) -> di
         if block == own or not listed:
             continue
         label = f" (the block of inventory '{block}')" if block else ""
-        got = _resolve_alone("\n".join(line.rstrip("\r\n") for _, line in numbered) + "\n",
-                             [a for a, _ in listed])
+        got = _resolve_alone(
+            "\n".join(line.rstrip("\r\n") for _, line in numbered) + "\n", [a for a, _ in listed]
+        )
         for alias, number in listed:
             r = got.get(alias)
-            if r is None:           # ssh rejects this block: an entry ssh cannot use defines nothing
+            if r is None:  # ssh rejects this block: an entry ssh cannot use defines nothing
                 continue
             hostname = r.hostname
-            found.setdefault(alias, []).append(Defined(
-                alias, None if hostname == alias else hostname, r.port if r.one("port") else None,
-                where=f"{file}:{number}{label}", block=block))
+            found.setdefault(alias, []).append(
+                Defined(
+                    alias,
+                    None if hostname == alias else hostname,
+                    r.port if r.one("port") else None,
+                    where=f"{file}:{number}{label}",
+                    block=block,
+                )
+            )
     return found
 
 
@@ -119,8 +131,11 @@ def block_alive(name: str, project: Path) -> bool:
 
 def blocks(text: str) -> list[tuple[str, int]]:
     """(inventory, line of its BEGIN) of every managed block in TEXT, in order."""
-    return [(m.group(1), n) for n, line in enumerate(text.splitlines(), 1)
-            if (m := BEGIN.fullmatch(line.rstrip("\r\n")))]
+    return [
+        (m.group(1), n)
+        for n, line in enumerate(text.splitlines(), 1)
+        if (m := BEGIN.fullmatch(line.rstrip("\r\n")))
+    ]
 
 
 def prune(text: str, project: Path) -> tuple[str, list[str]]:
@@ -141,6 +156,8 @@ def conflicts(wanted: list[tuple[str, str, int, str]], text: str, file: str, own
         for d in known.get(alias, []):
             if d.hostname not in (None, address) or d.port not in (None, port):
                 there = f"{d.hostname or alias}:{d.port or 22}"
-                out.append(f"Host {alias} is already defined at {d.where} as {there}; this "
-                           f"inventory ('{own}', {where}) has it at {address}:{port}")
+                out.append(
+                    f"Host {alias} is already defined at {d.where} as {there}; this "
+                    f"inventory ('{own}', {where}) has it at {address}:{port}"
+                )
     return out

@@ -1,6 +1,7 @@
 """The ssh mesh as launchers need it: who logs in to whom (pdsh, mpirun and the DeepSpeed
 runner log in from the head to every node), the sh that tries those logins for real, and
 the reading of its answer. The on-paper check of every pair is meshcheck.py."""
+
 from __future__ import annotations
 
 import shlex
@@ -14,21 +15,25 @@ def mesh_start(peers: list[str]) -> str:
     options are engine.fanout.SSH_CLIENT (BatchMode, pinned keys, nothing written). The peers
     go as a list that a loop walks (~20 bytes a peer: a command line each capped the head's
     command near 500 peers)."""
-    for p in peers:       # read -r takes the words as they are: inventory names (fields.py)
+    for p in peers:  # read -r takes the words as they are: inventory names (fields.py)
         if shlex.quote(p) != p:
             raise ValueError(f"mesh peer {p!r} is not a plain host name")
     listing = "".join(f"{i} {p}\n" for i, p in enumerate(peers))
-    return ('_npm=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-mesh.XXXXXX") || exit 1\n'
-            f"cat > \"$_npm/list\" <<'NODEPREP_MESH_LIST'\n{listing}NODEPREP_MESH_LIST\n"
-            f'while read -r i p; do ( {SSH_CLIENT} -- "$p" true </dev/null >/dev/null 2>"$_npm/e$i"; '
-            'printf \'%s %s\\n\' "$p" "$?" > "$_npm/r$i" ) & done < "$_npm/list"\n')
+    return (
+        '_npm=$(mktemp -d "${TMPDIR:-/tmp}/nodeprep-mesh.XXXXXX") || exit 1\n'
+        f"cat > \"$_npm/list\" <<'NODEPREP_MESH_LIST'\n{listing}NODEPREP_MESH_LIST\n"
+        f'while read -r i p; do ( {SSH_CLIENT} -- "$p" true </dev/null >/dev/null 2>"$_npm/e$i"; '
+        'printf \'%s %s\\n\' "$p" "$?" > "$_npm/r$i" ) & done < "$_npm/list"\n'
+    )
 
 
 def mesh_collect(peers: list[str]) -> str:
     """sh that waits for mesh_start's logins and prints `PEER RC` lines, then `PEER: error`."""
-    return ('wait\nwhile read -r i p; do cat "$_npm/r$i" 2>/dev/null; [ -s "$_npm/e$i" ] && '
-            'printf \'%s: %s\\n\' "$p" "$(tail -n 1 "$_npm/e$i")"; done < "$_npm/list"\n'
-            'rm -rf "$_npm"\n')
+    return (
+        'wait\nwhile read -r i p; do cat "$_npm/r$i" 2>/dev/null; [ -s "$_npm/e$i" ] && '
+        'printf \'%s: %s\\n\' "$p" "$(tail -n 1 "$_npm/e$i")"; done < "$_npm/list"\n'
+        'rm -rf "$_npm"\n'
+    )
 
 
 def mesh_script(peers: list[str]) -> str:
@@ -49,7 +54,11 @@ def mesh_pairs(names: list[str], mode: str = "auto") -> dict[str, list[str]]:
 def fans_out(pairs: dict[str, list[str]], head: str, via: str) -> bool:
     """Do the probes ride the head's mesh logins? Only where the head alone logs in (mesh
     head, or auto beyond 4 nodes), unless --via direct."""
-    return via != "direct" and all(not p for n, p in pairs.items() if n != head) and bool(pairs.get(head))
+    return (
+        via != "direct"
+        and all(not p for n, p in pairs.items() if n != head)
+        and bool(pairs.get(head))
+    )
 
 
 def parse_mesh(text: str) -> dict[str, tuple[int, str]]:

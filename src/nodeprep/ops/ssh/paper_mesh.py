@@ -5,6 +5,7 @@ and A's ~/.ssh/known_hosts must hold, under the name A dials (the inventory name
 presented when verify connected to it). Real logins (verify.mesh_start) prove the rest for the
 pairs they cover (sshd up, network path, PAM); this covers all N*N pairs for the cost of three
 small file reads per node, so big fleets need not pay N*N handshakes."""
+
 from __future__ import annotations
 
 import base64
@@ -65,7 +66,7 @@ class NodeKnownHosts:
 
     def __init__(self, text: str | None):
         self.plain: dict[str, set[str]] = {}
-        self.other: list[tuple[str, str]] = []      # (names field, blob)
+        self.other: list[tuple[str, str]] = []  # (names field, blob)
         self.revoked: list[tuple[str, str]] = []
         for line in (text or "").splitlines():
             f = line.split()
@@ -102,6 +103,7 @@ class NodeFiles:
     def __init__(self, files: dict):
         def content(path):
             return (files.get(path) or {}).get("content")
+
         self.offered = key_blob(content(CLUSTER_PUB) or "")
         self.authorized = authorized(content("~/.ssh/authorized_keys"))
         self.known = NodeKnownHosts(content("~/.ssh/known_hosts"))
@@ -125,15 +127,19 @@ def problems(a: str, b, files_a, files_b, pinned_b: set[str]) -> list[str]:
     if pinned_b & revoked:
         out.append(f"{a}'s ~/.ssh/known_hosts marks {b.name}'s host key @revoked")
     elif not keys:
-        out.append(f"{a}'s ~/.ssh/known_hosts has no host key for {name} "
-                   "(StrictHostKeyChecking=yes refuses)")
+        out.append(
+            f"{a}'s ~/.ssh/known_hosts has no host key for {name} "
+            "(StrictHostKeyChecking=yes refuses)"
+        )
     elif pinned_b and not keys & pinned_b:
-        out.append(f"{a}'s ~/.ssh/known_hosts holds another host key for {name} than the one "
-                   f"{b.name} presents (stale entry, or the node was reinstalled)")
+        out.append(
+            f"{a}'s ~/.ssh/known_hosts holds another host key for {name} than the one "
+            f"{b.name} presents (stale entry, or the node was reinstalled)"
+        )
     return out
 
 
-_A = "\x00A\x00"      # stands for the node A in a shared answer; never in a host name
+_A = "\x00A\x00"  # stands for the node A in a shared answer; never in a host name
 
 
 class PaperMesh:
@@ -156,6 +162,8 @@ class PaperMesh:
             return {}
         if fa.state not in self._by_state:
             self._by_state[fa.state] = {
-                b.name: why for b in self.targets
-                if (why := problems(_A, b, fa, self.paper[b.name], self.pinned.get(b.name, set())))}
+                b.name: why
+                for b in self.targets
+                if (why := problems(_A, b, fa, self.paper[b.name], self.pinned.get(b.name, set())))
+            }
         return {b: [w.replace(_A, a) for w in why] for b, why in self._by_state[fa.state].items()}

@@ -1,5 +1,6 @@
 """A fleet's nodes as the torch plan sees them: CPU platform, driver, GPU capabilities (from the
 `gpus` fact, or from `invoke torch-plan --node` specs)."""
+
 from __future__ import annotations
 
 import re
@@ -9,34 +10,44 @@ from nodeprep.engine.facts import gpus
 from nodeprep.errors import InputError
 
 ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
-SPEC_SYNTAX = ("NAME:driver=VER,gpu=CAP[+CAP...] or NAME:driver=VER,gpus=NxCAP or NAME:cpu, "
-               "plus optional arch=x86_64|aarch64; CAP is 8.0 or a model like A100 "
-               "(e.g. a:driver=535.104.05,gpus=8x8.0)")
+SPEC_SYNTAX = (
+    "NAME:driver=VER,gpu=CAP[+CAP...] or NAME:driver=VER,gpus=NxCAP or NAME:cpu, "
+    "plus optional arch=x86_64|aarch64; CAP is 8.0 or a model like A100 "
+    "(e.g. a:driver=535.104.05,gpus=8x8.0)"
+)
 
 
 @dataclass
 class NodeGPU:
     name: str
-    arch: str                      # "x86_64" | "aarch64"
+    arch: str  # "x86_64" | "aarch64"
     driver: str | None
     _: KW_ONLY
-    capabilities: list[str]        # one per GPU, e.g. "8.0"
+    capabilities: list[str]  # one per GPU, e.g. "8.0"
     cpu_only: bool = False
     models: list[str] = field(default_factory=list)  # GPU names, parallel to capabilities
-    error: str | None = None       # nvidia-smi failed (driver not loaded)
+    error: str | None = None  # nvidia-smi failed (driver not loaded)
 
 
 def node_from_facts(name: str, arch: str | None, gpus_fact: dict | None, cpu_only: bool) -> NodeGPU:
     """From the `gpus` fact ({'present','driver','count','devices','error'}) and the node's arch."""
     g = gpus_fact or {}
     devs = [] if g.get("error") else (g.get("devices") or [])
-    return NodeGPU(name, ARCH_ALIASES.get(arch or "x86_64", arch), g.get("driver"),
-                   capabilities=[d.get("capability") for d in devs], cpu_only=bool(cpu_only),
-                   models=[d.get("name") or "" for d in devs], error=g.get("error"))
+    return NodeGPU(
+        name,
+        ARCH_ALIASES.get(arch or "x86_64", arch),
+        g.get("driver"),
+        capabilities=[d.get("capability") for d in devs],
+        cpu_only=bool(cpu_only),
+        models=[d.get("name") or "" for d in devs],
+        error=g.get("error"),
+    )
 
 
 def parse_node_spec(text: str, default_arch: str = "x86_64") -> NodeGPU:
-    """CLI node: 'a:driver=535.104.05,gpu=8.0', 'gpu=8.0+8.0', 'gpus=8x8.0', 'arch=aarch64', 'cpu'."""
+    """CLI node: 'a:driver=535.104.05,gpu=8.0', 'gpu=8.0+8.0', 'gpus=8x8.0', 'arch=aarch64',
+    'cpu'."""
+
     def bad(what):
         return InputError(f"--node {text!r}: {what}", hint=f"expected {SPEC_SYNTAX}")
 
@@ -76,5 +87,11 @@ def parse_node_spec(text: str, default_arch: str = "x86_64") -> NodeGPU:
     arch = vals.get("arch", default_arch)
     if arch not in ARCH_ALIASES:
         raise bad(f"arch={arch}: expected x86_64 or aarch64")
-    return NodeGPU(name.strip(), ARCH_ALIASES[arch], vals.get("driver"), capabilities=[c for c, _ in found],
-                   cpu_only="cpu" in vals, models=[m for _, m in found])
+    return NodeGPU(
+        name.strip(),
+        ARCH_ALIASES[arch],
+        vals.get("driver"),
+        capabilities=[c for c, _ in found],
+        cpu_only="cpu" in vals,
+        models=[m for _, m in found],
+    )

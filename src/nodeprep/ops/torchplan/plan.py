@@ -17,6 +17,7 @@ rule, in this order:
 When nothing fits, the error names the node that blocks, why, and a fix: a supported driver
 branch, or the released torch versions that do fit this fleet.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -25,18 +26,46 @@ from dataclasses import KW_ONLY, asdict, dataclass, field
 
 from nodeprep.errors import InputError
 from nodeprep.ops.torchplan import data as td
-from nodeprep.ops.torchplan.nodes import ARCH_ALIASES, SPEC_SYNTAX, NodeGPU, node_from_facts, parse_node_spec
-from nodeprep.ops.torchplan.rule import PlanError, PlatformGroups, covers, diagnose, evaluate, parse_torch, picks
+from nodeprep.ops.torchplan.generations import check_generations, check_nodes
+from nodeprep.ops.torchplan.nodes import (
+    ARCH_ALIASES,
+    SPEC_SYNTAX,
+    NodeGPU,
+    node_from_facts,
+    parse_node_spec,
+)
+from nodeprep.ops.torchplan.rule import (
+    PlanError,
+    PlatformGroups,
+    covers,
+    diagnose,
+    evaluate,
+    parse_torch,
+    picks,
+)
 
 DEFAULT_INDEX = "https://download.pytorch.org/whl/{variant}"
 # The plan's public names, the node inputs and the rule's pieces included (one import for callers).
-__all__ = ["DEFAULT_INDEX", "ARCH_ALIASES", "SPEC_SYNTAX", "Build", "Plan", "PlanError", "NodeGPU", "choose",
-           "covers", "evaluate", "node_from_facts", "parse_node_spec"]
+__all__ = [
+    "DEFAULT_INDEX",
+    "ARCH_ALIASES",
+    "SPEC_SYNTAX",
+    "Build",
+    "Plan",
+    "PlanError",
+    "NodeGPU",
+    "choose",
+    "covers",
+    "evaluate",
+    "node_from_facts",
+    "parse_node_spec",
+]
 
 
 @dataclass
 class Build:
     """The answer for one CPU platform of the fleet."""
+
     cpu_arch: str
     nodes: list[str]
     variant: str
@@ -45,18 +74,18 @@ class Build:
     requirement: str
     cuda: str | None
     arch_list: list[str]
-    compat: str | None = None      # one line when it runs by minor-version compatibility
-    ptx: str | None = None         # which GPUs run through PTX JIT, if any
-    reasons: list[str] = field(default_factory=list)   # why not each other variant
+    compat: str | None = None  # one line when it runs by minor-version compatibility
+    ptx: str | None = None  # which GPUs run through PTX JIT, if any
+    reasons: list[str] = field(default_factory=list)  # why not each other variant
 
 
 @dataclass
 class Plan:
     torch: str
-    builds: list[Build]            # one per CPU platform, in the fleet's order
-    pypi_default: str | None = None    # what a bare `pip install torch==X` gets (information)
-    explain: list[str] = field(default_factory=list)   # table rows and rule steps, with sources
-    warning: str | None = None     # the platforms got different variants (CUDA/NCCL differ)
+    builds: list[Build]  # one per CPU platform, in the fleet's order
+    pypi_default: str | None = None  # what a bare `pip install torch==X` gets (information)
+    explain: list[str] = field(default_factory=list)  # table rows and rule steps, with sources
+    warning: str | None = None  # the platforms got different variants (CUDA/NCCL differ)
 
     def for_arch(self, arch: str | None) -> Build:
         arch = ARCH_ALIASES.get(arch or "x86_64", arch)
@@ -75,62 +104,19 @@ class Plan:
     uniform = property(lambda self: len({b.variant for b in self.builds}) == 1)
 
     def as_dict(self) -> dict:
-        common = {k: getattr(self, k) for k in ("variant", "requirement", "index_url", "cuda")} \
-            if self.uniform else {"variant": None}
-        return {"torch": self.torch, **common, "builds": [asdict(b) for b in self.builds],
-                "pypi_default": self.pypi_default, "warning": self.warning, "explain": self.explain}
-
-
-def _check_nodes(nodes: list[NodeGPU]) -> None:
-    for n in (n for n in nodes if n.error and not n.cpu_only):
-        raise PlanError(n.name, f"nvidia-smi failed, driver not loaded? ({n.error[:100]})",
-                        "load the NVIDIA driver so nvidia-smi lists the GPUs, or mark it cpu_only: true")
-    has_gpus = any(n.capabilities and not n.cpu_only for n in nodes)
-    for n in nodes:
-        if has_gpus and not n.cpu_only and not n.capabilities:
-            raise PlanError(n.name, "has no GPU while other nodes have", "mark it cpu_only: true or fix its driver")
-        for i, cap in enumerate(n.capabilities if not n.cpu_only else []):
-            if not re.fullmatch(r"\d+\.\d+", cap or ""):
-                model = n.models[i] if i < len(n.models) else "a GPU"
-                raise PlanError(n.name, f"compute capability of {model} unknown",
-                                "add the model to src/nodeprep/engine/facts/gpu_capabilities.yml")
-        if n.capabilities and not n.cpu_only and not re.match(r"\d+", n.driver or ""):
-            raise PlanError(n.name, f"driver version unknown ({n.driver!r})", "check nvidia-smi on the node")
-
-
-def _generations(fl: PlatformGroups, why: list[str], today) -> None:
-    """Step 1: a GPU its own driver cannot run is refused before any wheel is looked at."""
-    seen = set()
-    for n in fl.gpu_nodes:
-        for i, cap in enumerate(n.capabilities):
-            g = td.generation(cap, n.arch)
-            if not g or (n.name, g["name"], cap) in seen:
-                continue
-            seen.add((n.name, g["name"], cap))
-            model = n.models[i] if i < len(n.models) and n.models[i] else "GPU"
-            label = f"{model} (sm_{cap.replace('.', '')}, {g['name']})"
-            floor, top = g.get("min_driver"), g.get("max_branch")
-            if not g.get("confirmed", True):
-                why.append(f"   {label} on {n.name}: {g['name']} needs {g.get('branch')}+ ({g['note']})")
-                continue
-            src = td.cite(td.sources(g.get("source")))
-            if g.get("not_served"):
-                why.append(f"   {label} on {n.name}: not an sbsa target {src}")
-                raise PlanError(n.name, f"{label} is not served by PyTorch's {n.arch} CUDA wheels ({g['name']}/L4T "
-                                "is not an sbsa target)", "install NVIDIA's JetPack build of torch on it (nodeprep "
-                                "plans PyTorch's index only), or mark it cpu_only: true")
-            if floor and td.ver(n.driver) < td.ver(floor):
-                why.append(f"   {label} on {n.name}: needs driver >= {floor} {src}: {n.driver} is older")
-                raise PlanError(n.name, f"{label} needs driver >= {floor} ({g['branch']} or newer); it has "
-                                f"{n.driver}", f"install {td.driver_advice(floor, today)}; no torch build "
-                                "helps before that")
-            if top and td.branch_of(n.driver) > int(top[1:]):
-                why.append(f"   {label} on {n.name}: supported up to {top} {src}: {n.driver} is newer")
-                raise PlanError(n.name, f"{label} is supported by drivers up to the {top} branch; it has "
-                                f"{n.driver}", f"no supported driver branch runs {g['name']} GPUs ({top} was "
-                                f"the last): run it on an {top} driver outside NVIDIA's support, or use newer GPUs")
-            need = f">= {floor} ({g['branch']})" if floor else f"<= {top}"
-            why.append(f"   {label} on {n.name}: needs driver {need} {src}: {n.driver} ok")
+        common = (
+            {k: getattr(self, k) for k in ("variant", "requirement", "index_url", "cuda")}
+            if self.uniform
+            else {"variant": None}
+        )
+        return {
+            "torch": self.torch,
+            **common,
+            "builds": [asdict(b) for b in self.builds],
+            "pypi_default": self.pypi_default,
+            "warning": self.warning,
+            "explain": self.explain,
+        }
 
 
 def _fits(fl: PlatformGroups, uniform: bool = False) -> str | None:
@@ -142,9 +128,12 @@ def _fits(fl: PlatformGroups, uniform: bool = False) -> str | None:
         if not got or (uniform and len({c.variant for c, _ in got.values()}) > 1):
             continue
         chosen = {a: c.variant for a, (c, _) in got.items()}
-        label = next(iter(chosen.values())) if len(set(chosen.values())) == 1 else \
-            ", ".join(f"{a} {v}" for a, v in chosen.items())
-        if any(c.via_ptx for c, _ in got.values()):   # only that exact release carries the PTX
+        label = (
+            next(iter(chosen.values()))
+            if len(set(chosen.values())) == 1
+            else ", ".join(f"{a} {v}" for a, v in chosen.items())
+        )
+        if any(c.via_ptx for c, _ in got.values()):  # only that exact release carries the PTX
             groups.append([f"{m}.0", f"{m}.0", label, None])
         elif groups and groups[-1][2] == label and groups[-1][3] == i - 1:
             groups[-1][1], groups[-1][3] = m, i
@@ -157,20 +146,35 @@ def _build(fl: PlatformGroups, arch: str, full: str, chosen, template: str) -> B
     pick, cands = chosen
     oldest = fl.oldest(arch)
     w = pick.wheel
-    reasons = [f"{c.variant}: {c.why or f'fits too, {pick.variant} is newer'}" for c in cands if c is not pick]
+    reasons = [
+        f"{c.variant}: {c.why or f'fits too, {pick.variant} is newer'}"
+        for c in cands
+        if c is not pick
+    ]
     compat = None
     tk = td.toolkit_driver(td.cuda(pick.variant))
     if oldest and tk and td.ver(oldest.driver) < td.ver(tk):
-        compat = (f"runs by minor-version compatibility: driver {oldest.driver} on {oldest.name} < {tk} "
-                  f"(CUDA {td.cuda(pick.variant)}'s own driver): its kernels run, PTX JIT and NVRTC may not")
+        compat = (
+            f"runs by minor-version compatibility: driver {oldest.driver} on {oldest.name} < {tk} "
+            f"(CUDA {td.cuda(pick.variant)}'s own driver): "
+            "its kernels run, PTX JIT and NVRTC may not"
+        )
     archs = list(w.archs or [])
     if archs and pick.ptx_cap:
         archs[archs.index(pick.ptx_cap)] += "+PTX"
     ptx = ", ".join(fl.label(k) for k in pick.via_ptx) or None
-    return Build(arch, [n.name for n in fl.nodes if n.arch == arch], pick.variant,
-                 index_url=template.format(variant=pick.variant), requirement=f"torch=={full}+{pick.variant}",
-                 cuda=td.cuda(pick.variant), arch_list=archs, compat=compat,
-                 ptx=f"{ptx} through the {pick.ptx_cap} PTX (JIT)" if ptx else None, reasons=reasons)
+    return Build(
+        arch,
+        [n.name for n in fl.nodes if n.arch == arch],
+        pick.variant,
+        index_url=template.format(variant=pick.variant),
+        requirement=f"torch=={full}+{pick.variant}",
+        cuda=td.cuda(pick.variant),
+        arch_list=archs,
+        compat=compat,
+        ptx=f"{ptx} through the {pick.ptx_cap} PTX (JIT)" if ptx else None,
+        reasons=reasons,
+    )
 
 
 def from_pip_config(plan: Plan) -> list[str]:
@@ -185,12 +189,17 @@ def from_pip_config(plan: Plan) -> list[str]:
         if b.cpu_arch == "aarch64" and b.variant == "cpu":
             if td.pypi_aarch64_cpu(minor):
                 b.requirement = b.requirement.split("+")[0]
-                notes.append(f"{b.requirement} for aarch64: PyPI's aarch64 wheel of {minor} is the CPU build "
-                             f"{td.cite(td.sources(td.table()['pypi_aarch64_cpu']['source']))}")
+                notes.append(
+                    f"{b.requirement} for aarch64: "
+                    f"PyPI's aarch64 wheel of {minor} is the CPU build "
+                    f"{td.cite(td.sources(td.table()['pypi_aarch64_cpu']['source']))}"
+                )
             else:
-                notes.append(f"{b.requirement} for aarch64 must come from pip's configuration (a mirror of "
-                             f"the CPU index): PyPI's aarch64 torch {minor} is a CUDA build; or pin these "
-                             "nodes to torch_version 2.10.0 or older")
+                notes.append(
+                    f"{b.requirement} for aarch64 must come from pip's configuration (a mirror of "
+                    f"the CPU index): PyPI's aarch64 torch {minor} is a CUDA build; or pin these "
+                    "nodes to torch_version 2.10.0 or older"
+                )
     return notes
 
 
@@ -201,9 +210,11 @@ def merged(plans: list[Plan]) -> Plan:
         return plans[0]
     out = Plan(", ".join(p.torch for p in plans), [b for p in plans for b in p.builds])
     out.explain = [line for p in plans for line in p.explain]
-    out.warning = "; ".join(filter(None, [p.warning for p in plans])) or \
-        ("torch differs per platform (" + ", ".join(f"{b.cpu_arch} {b.requirement}" for b in out.builds)
-         + "): a job spanning platforms may not rendezvous")
+    out.warning = "; ".join(filter(None, [p.warning for p in plans])) or (
+        "torch differs per platform ("
+        + ", ".join(f"{b.cpu_arch} {b.requirement}" for b in out.builds)
+        + "): a job spanning platforms may not rendezvous"
+    )
     return out
 
 
@@ -212,25 +223,44 @@ def _cpu_plan(fl: PlatformGroups, full: str, minor: str, template: str, why: lis
     for a in fl.arches:
         w = td.wheels(minor, a).get("cpu")
         if w is None or not w.selectable:
-            raise PlanError(fl.first(a), f"torch {minor} has no CPU build for {a}", "pick another torch release")
+            raise PlanError(
+                fl.first(a), f"torch {minor} has no CPU build for {a}", "pick another torch release"
+            )
         why.append(f"   {w.row(full)}")
-        builds.append(Build(a, [n.name for n in fl.nodes if n.arch == a], "cpu",
-                            index_url=template.format(variant="cpu"), requirement=f"torch=={full}+cpu",
-                            cuda=None, arch_list=[], reasons=["CUDA variants: no node has a GPU"]))
+        builds.append(
+            Build(
+                a,
+                [n.name for n in fl.nodes if n.arch == a],
+                "cpu",
+                index_url=template.format(variant="cpu"),
+                requirement=f"torch=={full}+cpu",
+                cuda=None,
+                arch_list=[],
+                reasons=["CUDA variants: no node has a GPU"],
+            )
+        )
     why.append("2. no node has a GPU: the CPU build on every platform")
     return Plan(full, builds, td.release(minor).get("pypi_default"))
 
 
 def _cited(why: list[str]) -> list[str]:
     """The explanation, closed by the sources its lines cite."""
-    keys = [k.strip() for line in why for group in re.findall(r"\[([\w.,\s-]+)\]", line)
-            for k in group.split(",")]
+    keys = [
+        k.strip()
+        for line in why
+        for group in re.findall(r"\[([\w.,\s-]+)\]", line)
+        for k in group.split(",")
+    ]
     lines = td.source_lines(keys)
     return why + (["sources:"] + lines if lines else [])
 
 
-def choose(torch: str, nodes: list[NodeGPU], index_template: str = DEFAULT_INDEX,
-           today: datetime.date | None = None) -> Plan:
+def choose(
+    torch: str,
+    nodes: list[NodeGPU],
+    index_template: str = DEFAULT_INDEX,
+    today: datetime.date | None = None,
+) -> Plan:
     """The fleet's builds (one per CPU platform), or PlanError naming the node, why and a fix;
     both carry the explanation (`plan.explain`, `error.explain`): table rows and rule steps."""
     why: list[str] = []
@@ -243,42 +273,83 @@ def choose(torch: str, nodes: list[NodeGPU], index_template: str = DEFAULT_INDEX
     return plan
 
 
-def _choose(torch, nodes, index_template, today, why) -> Plan:
-    full, minor = parse_torch(torch)
+def _release(torch, full: str, minor: str, nodes, index_template: str, why: list[str]) -> dict:
+    """Step 0: the index template, the release in the table and released, some nodes; returns
+    the release's row."""
     if "{variant}" not in index_template:
-        raise InputError(f"--index: {index_template!r} has no {{variant}}", hint=f"e.g. {DEFAULT_INDEX}")
+        raise InputError(
+            f"--index: {index_template!r} has no {{variant}}", hint=f"e.g. {DEFAULT_INDEX}"
+        )
     known = td.minors(released_only=True)
     if minor not in td.minors():
-        raise PlanError(None, f"torch {torch} is not in the table (released: {known[0]}-{known[-1]})",
-                        "pick a released version, or add it to src/nodeprep/ops/torchplan/torch_matrix.yml with its sources")
+        raise PlanError(
+            None,
+            f"torch {torch} is not in the table (released: {known[0]}-{known[-1]})",
+            "pick a released version, "
+            "or add it to src/nodeprep/ops/torchplan/torch_matrix.yml with its sources",
+        )
     if not nodes:
         raise InputError("--node: give at least one node", hint=f"expected {SPEC_SYNTAX}")
     rel = td.release(minor)
-    why.append(f"0. torch {full}: {'released' if td.released(minor) else 'NOT released'} "
-               f"{td.cite(td.sources(rel['source']))}")
+    why.append(
+        f"0. torch {full}: {'released' if td.released(minor) else 'NOT released'} "
+        f"{td.cite(td.sources(rel['source']))}"
+    )
     if not td.released(minor):
-        raise PlanError(None, f"torch {minor}: {rel.get('note', 'not released')}",
-                        f"pick a released version ({known[0]}-{known[-1]}); nodeprep never plans an unreleased one")
-    _check_nodes(nodes)
+        raise PlanError(
+            None,
+            f"torch {minor}: {rel.get('note', 'not released')}",
+            f"pick a released version ({known[0]}-{known[-1]}); "
+            "nodeprep never plans an unreleased one",
+        )
+    return rel
+
+
+def _mixed(fl: PlatformGroups, plan: Plan) -> str:
+    """The warning of a plan whose platforms got different variants, with the torch releases
+    where one variant would fit them all."""
+    other = _fits(fl, uniform=True)
+    return (
+        "no one variant fits every platform ("
+        + ", ".join(f"{b.cpu_arch} {b.variant}" for b in plan.builds)
+        + "): CUDA and the NCCL each wheel brings differ between "
+        "platforms, so one job across them may fail; "
+        + (
+            f"one variant fits all with torch {other}"
+            if other
+            else "no released torch has one variant for all of them"
+        )
+    )
+
+
+def _choose(torch, nodes, index_template, today, why) -> Plan:
+    full, minor = parse_torch(torch)
+    rel = _release(torch, full, minor, nodes, index_template, why)
+    check_nodes(nodes)
     fl = PlatformGroups(nodes)
     if not fl.gpu_nodes:
         return _cpu_plan(fl, full, minor, index_template, why)
     why.append("1. GPU generations against their own node's driver:")
-    _generations(fl, why, today)
+    check_generations(fl, why, today)
     got = picks(fl, minor, full, why)
     if got is None:
         raise diagnose(fl, minor, full, _fits(fl), today)
-    plan = Plan(full, [_build(fl, a, full, got[a], index_template) for a in fl.arches],
-                rel.get("pypi_default"))
-    if not plan.uniform:    # a correct answer, but ranks across platforms may not talk: say it
-        other = _fits(fl, uniform=True)
-        plan.warning = ("no one variant fits every platform (" + ", ".join(f"{b.cpu_arch} {b.variant}"
-                        for b in plan.builds) + "): CUDA and the NCCL each wheel brings differ between "
-                        "platforms, so one job across them may fail; "
-                        + (f"one variant fits all with torch {other}" if other else
-                           "no released torch has one variant for all of them"))
+    plan = Plan(
+        full,
+        [_build(fl, a, full, got[a], index_template) for a in fl.arches],
+        rel.get("pypi_default"),
+    )
+    if not plan.uniform:  # a correct answer, but ranks across platforms may not talk: say it
+        plan.warning = _mixed(fl, plan)
     for b in plan.builds:
-        why.append(f"4. {b.cpu_arch}: {b.requirement}" + (f"; {b.compat}" if b.compat else
-                                                          "; the driver has this CUDA's full feature set"
-                                                          if b.cuda else ""))
+        why.append(
+            f"4. {b.cpu_arch}: {b.requirement}"
+            + (
+                f"; {b.compat}"
+                if b.compat
+                else "; the driver has this CUDA's full feature set"
+                if b.cuda
+                else ""
+            )
+        )
     return plan

@@ -1,15 +1,15 @@
 """What `train` uses: pure builders and decisions, and a job's files on the nodes.
 
-  launchplan.py  the LaunchPlan: built once from the fleet's facts, checked by preflight,
-                 run by the supervisor; every launcher's command lines are built here
-  launchers.py   argv builders for deepspeed, torchrun, mpirun and srun (pure)
-  gpusplit.py    one machine's GPUs split evenly between nodes (shared machines, --emulate)
-  emulate.py     `--emulate M`: one machine as M nodes (ssh aliases to itself)
-  contract.py    the launch contract preflight checks: programs on the non-interactive PATH,
-                 ~/.deepspeed_env as DeepSpeed reads it, the master port reachable
-  payload.py     the payload (a builtin or the user's script) and the agent, synced to the nodes
-  processes.py   a job's processes on a node: found by JOB_VAR, stale ones, cleanup
-  rundir.py      a training run's directory on the controller (job.json, logs, exits, summary)
-  rankwatch.py   what the watchers report and what nodeprep decides from it (pure)
-  tracebacks.py  faulthandler dumps of hung ranks parsed, and the rank most likely at fault
+launchplan.py  the LaunchPlan: built once from the fleet's facts, checked by preflight,
+               run by the supervisor; every launcher's command lines are built here
+launchers.py   argv builders for deepspeed, torchrun, mpirun and srun (pure)
+gpusplit.py    one machine's GPUs split evenly between nodes (shared machines, --emulate)
+emulate.py     `--emulate M`: one machine as M nodes (ssh aliases to itself)
+contract.py    the launch contract preflight checks: programs on the non-interactive PATH,
+               ~/.deepspeed_env as DeepSpeed reads it, the master port reachable
+payload.py     the payload (a builtin or the user's script) and the agent, synced to the nodes
+processes.py   a job's processes on a node: found by JOB_VAR, stale ones, cleanup
+rundir.py      a training run's directory on the controller (job.json, logs, exits, summary)
+rankwatch.py   what the watchers report and what nodeprep decides from it (pure)
+tracebacks.py  faulthandler dumps of hung ranks parsed, and the rank most likely at fault
 """

@@ -9,12 +9,14 @@ and the fix:
 - `~/.deepspeed_env` readable the way DeepSpeed's runner reads it (ops/launchenv/dsenv.py), and the
   variables nodeprep's env file exports that the runner would not forward.
 """
+
 from __future__ import annotations
 
 import re
 import shlex
 
 from nodeprep.ops.launchenv import dsenv
+
 
 def needed(launcher: str, ds_launcher: str) -> tuple[list[str], list[str]]:
     """(programs the head needs, programs every node needs) on its non-interactive PATH."""
@@ -34,38 +36,48 @@ def missing_programs(launcher: str, ds_launcher: str, have: dict[str, set], head
         wants = all_need + (head_needs if node == head else [])
         for p in wants:
             if p not in progs:
-                out.append(f"{node}: `{p}` is not on the PATH a non-interactive ssh login gets "
-                           f"({launcher} needs it there): install it, or add its directory to PATH "
-                           "in the login shell's non-interactive startup file")
+                out.append(
+                    f"{node}: `{p}` is not on the PATH a non-interactive ssh login gets "
+                    f"({launcher} needs it there): install it, or add its directory to PATH "
+                    "in the login shell's non-interactive startup file"
+                )
     return out
 
 
 def listen_script(python: str, port: int, seconds: int = 15) -> str:
     """sh: listen on PORT for SECONDS in the background (accepting and closing); says
     'pid N' and 'ready' (stop it with `kill N` once the nodes have connected)."""
-    py = ("import socket,sys,time\n"
-          "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-          f"s.bind(('', {int(port)})); s.listen(128); s.settimeout(0.5)\n"
-          "print('ready', flush=True); sys.stdout.close()\n"
-          f"end=time.time()+{int(seconds)}\n"
-          "while time.time()<end:\n"
-          "    try: s.accept()[0].close()\n"
-          "    except OSError: pass\n")
-    return (f"setsid {shlex.quote(python)} -c {shlex.quote(py)} > \"$HOME/.nodeprep/listen.$$\" 2>&1 < /dev/null &\n"
-            "echo \"pid $!\"\n"
-            "i=0\n"
-            "while [ $i -lt 50 ]; do\n"
-            "  grep -q ready \"$HOME/.nodeprep/listen.$$\" 2>/dev/null && break\n"
-            "  sleep 0.1\n"
-            "  i=$((i+1))\n"
-            "done\n"
-            "cat \"$HOME/.nodeprep/listen.$$\"\n"
-            "rm -f \"$HOME/.nodeprep/listen.$$\"")
+    py = (
+        "import socket,sys,time\n"
+        "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        f"s.bind(('', {int(port)})); s.listen(128); s.settimeout(0.5)\n"
+        "print('ready', flush=True); sys.stdout.close()\n"
+        f"end=time.time()+{int(seconds)}\n"
+        "while time.time()<end:\n"
+        "    try: s.accept()[0].close()\n"
+        "    except OSError: pass\n"
+    )
+    return (
+        f"setsid {shlex.quote(python)} -c {shlex.quote(py)} "
+        '> "$HOME/.nodeprep/listen.$$" 2>&1 < /dev/null &\n'
+        'echo "pid $!"\n'
+        "i=0\n"
+        "while [ $i -lt 50 ]; do\n"
+        '  grep -q ready "$HOME/.nodeprep/listen.$$" 2>/dev/null && break\n'
+        "  sleep 0.1\n"
+        "  i=$((i+1))\n"
+        "done\n"
+        'cat "$HOME/.nodeprep/listen.$$"\n'
+        'rm -f "$HOME/.nodeprep/listen.$$"'
+    )
 
 
 def connect_script(python: str, address: str, port: int) -> str:
-    py = (f"import socket\ntry:\n    socket.create_connection(({address!r}, {int(port)}), 3).close(); print('ok')\n"
-          "except OSError as e:\n    print('fail', e)\n")
+    py = (
+        "import socket\ntry:\n"
+        f"    socket.create_connection(({address!r}, {int(port)}), 3).close(); print('ok')\n"
+        "except OSError as e:\n    print('fail', e)\n"
+    )
     return f"{shlex.quote(python)} -c {shlex.quote(py)}"
 
 
@@ -79,16 +91,24 @@ def env_exports(text: str) -> dict[str, str]:
     return out
 
 
-def deepspeed_env_problems(head: str, ds_file: dict | None, env_file: dict | None,
-                           ds_launcher: str, gpus: int) -> list[str]:
+def deepspeed_env_problems(
+    head: str, ds_file: dict | None, env_file: dict | None, ds_launcher: str, gpus: int
+) -> list[str]:
     """~/.deepspeed_env as DeepSpeed parses it, and the exported variables it would drop."""
     files = []
     if ds_file and ds_file.get("exists") and ds_file.get("content") is not None:
-        files.append(dsenv.parse(ds_file["content"], f"{head}:~/.deepspeed_env",
-                                 "openmpi" if ds_launcher == "openmpi" else "pdsh"))
+        files.append(
+            dsenv.parse(
+                ds_file["content"],
+                f"{head}:~/.deepspeed_env",
+                "openmpi" if ds_launcher == "openmpi" else "pdsh",
+            )
+        )
     problems = [p for f in files for p in f.problems]
     exported = env_exports((env_file or {}).get("content") or "")
-    exported.pop("PATH", None)         # the runner starts each rank with the head's interpreter
-    problems += [f"{head}: {line}" for line in
-                 dsenv.dropped(exported, list(exported), files, "cuda" if gpus else "cpu")]
+    exported.pop("PATH", None)  # the runner starts each rank with the head's interpreter
+    problems += [
+        f"{head}: {line}"
+        for line in dsenv.dropped(exported, list(exported), files, "cuda" if gpus else "cpu")
+    ]
     return problems

@@ -2,6 +2,7 @@
 (commands/train/prepare.py), checked by preflight, turned into the supervisor's RunSpec.
 Every launcher's command line is built here and only here (the argv by launchers.py, the GPU
 split by gpusplit.py). Pure: no ssh, so every shape is unit-tested as data."""
+
 from __future__ import annotations
 
 import posixpath
@@ -28,29 +29,31 @@ NETWORK_PATH = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
 @dataclass(frozen=True)
 class NodeRun:
     """One inventory node as the launch sees it."""
+
     name: str
-    address: str          # on the training network: MASTER_ADDR and the rendezvous use it
-    port: int             # sshd port
+    address: str  # on the training network: MASTER_ADDR and the rendezvous use it
+    port: int  # sshd port
     _: KW_ONLY
-    slots: int            # processes on it: len(devices) when chosen, else the inventory's
-                          # slots, its GPUs, cpu_slots, or 1
-    given_slots: int | None   # the inventory's `slots`
-    gpus: int             # GPUs of its machine (the gpus fact)
+    slots: int  # processes on it: len(devices) when chosen, else the inventory's
+    # slots, its GPUs, cpu_slots, or 1
+    given_slots: int | None  # the inventory's `slots`
+    gpus: int  # GPUs of its machine (the gpus fact)
     home: str
-    python: str           # its venv's interpreter
-    job_dir: str          # <home>/.nodeprep/jobs/<payload directory name>
-    machine: str          # the first selected node of its machine: that node's watcher covers it
-    pool: int = 1         # the slots its device ids index (the hostfile's `slots=`): its machine's
-                          # GPUs on a shared machine, else its own slots
-    devices: tuple[int, ...] | None = None   # its GPU (slot) ids when not all of the pool: its share
-                                             # of a shared machine, or the slots --limit chose
+    python: str  # its venv's interpreter
+    job_dir: str  # <home>/.nodeprep/jobs/<payload directory name>
+    machine: str  # the first selected node of its machine: that node's watcher covers it
+    pool: int = 1  # the slots its device ids index (the hostfile's `slots=`): its machine's
+    # GPUs on a shared machine, else its own slots
+    devices: tuple[int, ...] | None = None  # its GPU (slot) ids when not all of the pool: its share
+    # of a shared machine, or the slots --limit chose
 
 
 @dataclass(frozen=True)
 class Split:
-    """Which GPUs each node gets: BY_MACHINE_ID (Topology.by_machine_id), the SHARES of shared machines
-    (gpusplit.machine_shares), and the slots a DeepSpeed-style --limit CHOSE
+    """Which GPUs each node gets: BY_MACHINE_ID (Topology.by_machine_id), the SHARES of shared
+    machines (gpusplit.machine_shares), and the slots a DeepSpeed-style --limit CHOSE
     (inventory/dsfilter.py: slot i of a node is its i-th GPU)."""
+
     by_machine_id: dict[str, list[str]]
     shares: dict[str, list[int]] = field(default_factory=dict)
     chosen: Filter | None = None
@@ -64,10 +67,15 @@ def node_runs(hosts, facts: dict, vars_of: dict, job_name: str, split: Split) ->
     own = {}
     for h in hosts:
         gpus = facts[h.name][GPUS]["count"]
-        own[h.name] = (list(shares[h.name]) if h.name in shares else None,
-                       h.slots or gpus or h.vars.get("cpu_slots") or 1)
-    picked = dsfilter.apply(chosen, {n: len(d) if d is not None else k for n, (d, k) in own.items()}) \
-        if chosen else None
+        own[h.name] = (
+            list(shares[h.name]) if h.name in shares else None,
+            h.slots or gpus or h.vars.get("cpu_slots") or 1,
+        )
+    picked = (
+        dsfilter.apply(chosen, {n: len(d) if d is not None else k for n, (d, k) in own.items()})
+        if chosen
+        else None
+    )
     out = []
     for h in hosts:
         if picked is not None and h.name not in picked:
@@ -76,30 +84,44 @@ def node_runs(hosts, facts: dict, vars_of: dict, job_name: str, split: Split) ->
         home, gpus = f[USER]["home"], f[GPUS]["count"]
         share, base = own[h.name]
         devices = share
-        if picked is not None and picked[h.name] != list(range(len(share) if share is not None else base)):
+        if picked is not None and picked[h.name] != list(
+            range(len(share) if share is not None else base)
+        ):
             devices = [share[i] for i in picked[h.name]] if share is not None else picked[h.name]
         slots = len(devices) if devices is not None else base
-        out.append(NodeRun(h.name, h.address, h.port, slots=slots, given_slots=h.slots, gpus=gpus, home=home,
-                           python=venv_path(vars_of[h.name], f) + "/bin/python",
-                           job_dir=posixpath.join(home, ".nodeprep", "jobs", job_name),
-                           machine=machine_of.get(h.name, h.name),
-                           pool=gpus if share is not None else base,
-                           devices=tuple(devices) if devices is not None else None))
+        out.append(
+            NodeRun(
+                h.name,
+                h.address,
+                h.port,
+                slots=slots,
+                given_slots=h.slots,
+                gpus=gpus,
+                home=home,
+                python=venv_path(vars_of[h.name], f) + "/bin/python",
+                job_dir=posixpath.join(home, ".nodeprep", "jobs", job_name),
+                machine=machine_of.get(h.name, h.name),
+                pool=gpus if share is not None else base,
+                devices=tuple(devices) if devices is not None else None,
+            )
+        )
     return out
 
 
 @dataclass
 class LaunchPlan:
     job_id: str
-    launcher: str                     # deepspeed | torchrun | mpirun | srun
-    script: str                       # the payload, relative to the job directory
-    nodes: list[NodeRun]              # the head first
-    args: tuple = ()                  # the payload's own arguments
-    ds_launcher: str = "pdsh"         # DeepSpeed's multinode launcher: pdsh | openmpi
-    port: int = 29500                 # the master (rendezvous) port
-    max_restarts: int = 0             # torchrun --max-restarts
-    shares: dict[str, list[int]] = field(default_factory=dict)   # node -> its GPUs on a shared machine
-    emu: Emulation | None = None      # --emulate: the one machine as M nodes
+    launcher: str  # deepspeed | torchrun | mpirun | srun
+    script: str  # the payload, relative to the job directory
+    nodes: list[NodeRun]  # the head first
+    args: tuple = ()  # the payload's own arguments
+    ds_launcher: str = "pdsh"  # DeepSpeed's multinode launcher: pdsh | openmpi
+    port: int = 29500  # the master (rendezvous) port
+    max_restarts: int = 0  # torchrun --max-restarts
+    shares: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # node -> its GPUs on a shared machine
+    emu: Emulation | None = None  # --emulate: the one machine as M nodes
 
     def __post_init__(self):
         self._by_name = {n.name: n for n in self.nodes}
@@ -120,8 +142,11 @@ class LaunchPlan:
         return [self.head.name] if self.emu else list(dict.fromkeys(n.machine for n in self.nodes))
 
     def where(self) -> str:
-        return (f"{len(self.emu.names)} emulated node(s) on {self.head.name}" if self.emu
-                else f"{len(self.nodes)} node(s)")
+        return (
+            f"{len(self.emu.names)} emulated node(s) on {self.head.name}"
+            if self.emu
+            else f"{len(self.nodes)} node(s)"
+        )
 
     def session_of(self, label: str) -> str:
         """The inventory node a command label runs on (emulated nodes: the one machine)."""
@@ -139,10 +164,12 @@ class LaunchPlan:
         """torchrun starts each node's own interpreter in its own job directory; the other
         launchers start the head's everywhere, so the paths must be the same."""
         if self.own_paths() and (self.launcher != "torchrun" or self.emu):
-            return [f"home or venv path differs between nodes ({', '.join(self._paths())}): "
-                    f"{self.launcher} starts the head node's interpreter and cwd everywhere "
-                    "(DeepSpeed needs one path): use one venv_path (and home) for all nodes, "
-                    "or --launcher torchrun, which starts each node's own"]
+            return [
+                f"home or venv path differs between nodes ({', '.join(self._paths())}): "
+                f"{self.launcher} starts the head node's interpreter and cwd everywhere "
+                "(DeepSpeed needs one path): use one venv_path (and home) for all nodes, "
+                "or --launcher torchrun, which starts each node's own"
+            ]
         return []
 
     def share_problems(self) -> list[str]:
@@ -153,11 +180,15 @@ class LaunchPlan:
             n = self._by_name.get(name)
             if n and n.given_slots and n.given_slots > len(devs):
                 mates = [m.name for m in self.nodes if m.machine == n.machine]
-                out.append(f"{name}: {n.given_slots} slots, but it shares its machine with "
-                           f"{fold(mates)}: {len(devs)} GPU(s) are its own")
+                out.append(
+                    f"{name}: {n.given_slots} slots, but it shares its machine with "
+                    f"{fold(mates)}: {len(devs)} GPU(s) are its own"
+                )
         if self.shares and self.launcher == "mpirun":
-            out.append(f"{fold(sorted(self.shares))}: nodes on one machine would share GPUs under mpirun "
-                       "(use deepspeed or torchrun)")
+            out.append(
+                f"{fold(sorted(self.shares))}: nodes on one machine would share GPUs under mpirun "
+                "(use deepspeed or torchrun)"
+            )
         return out
 
     # -- what runs where ---------------------------------------------------------------------------
@@ -165,8 +196,10 @@ class LaunchPlan:
         """The hostfile's nodes: the inventory's, or the emulated ones (their ssh aliases carry
         HostName and Port: no --ssh_port)."""
         if self.emu:
-            return [launchers.NodeSlots(n, self.head.address, k, 22)
-                    for n, k in zip(self.emu.names, self.emu.hostfile_slots)]
+            return [
+                launchers.NodeSlots(n, self.head.address, k, 22)
+                for n, k in zip(self.emu.names, self.emu.hostfile_slots)
+            ]
         return [launchers.NodeSlots(n.name, n.address, n.slots, n.port) for n in self.nodes]
 
     def layout(self) -> list[list] | None:
@@ -176,8 +209,11 @@ class LaunchPlan:
         if self.launcher == "torchrun":
             return None
         if self.emu:
-            counts = ([len(d) for d in self.emu.devices] if self.emu.devices
-                      else [self.emu.per_node] * len(self.emu.names))
+            counts = (
+                [len(d) for d in self.emu.devices]
+                if self.emu.devices
+                else [self.emu.per_node] * len(self.emu.names)
+            )
             return [[n, c] for n, c in zip(self.emu.names, counts)]
         return [[n.name, n.slots] for n in self.nodes]
 
@@ -185,8 +221,9 @@ class LaunchPlan:
         """What the ranks run: the rank wrapper (nodeside/rank.py, in the agent directory)
         around the payload, under the head node's interpreter, or NODE's own (torchrun)."""
         n = node or self.head
-        return launchers.Program(n.python, posixpath.join(agent_dir(n.home), "rank.py"),
-                                 [self.script, *self.args])
+        return launchers.Program(
+            n.python, posixpath.join(agent_dir(n.home), "rank.py"), [self.script, *self.args]
+        )
 
     def env(self) -> dict[str, str]:
         """What every launcher exports to the ranks (besides what the user's files hold)."""
@@ -194,16 +231,23 @@ class LaunchPlan:
         return {**out, **(NETWORK_PATH if self.emu and self.emu.network else {})}
 
     def _exports(self) -> str:
-        out = (f"export {JOB_VAR}={shlex.quote(self.job_id)} MASTER_ADDR={shlex.quote(self.master_addr)} "
-               f"MASTER_PORT={self.port}; ")
+        out = (
+            f"export {JOB_VAR}={shlex.quote(self.job_id)} "
+            f"MASTER_ADDR={shlex.quote(self.master_addr)} "
+            f"MASTER_PORT={self.port}; "
+        )
         if self.emu and self.emu.network:
             out += "export " + " ".join(f"{k}={v}" for k, v in NETWORK_PATH.items()) + "; "
         return out
 
     def commands(self) -> dict[str, str]:
         """label (node, or emulated node) -> shell command, run from the job directory."""
-        build = {"torchrun": self._torchrun, "deepspeed": self._deepspeed, "srun": self._srun,
-                 "mpirun": self._mpirun}.get(self.launcher)
+        build = {
+            "torchrun": self._torchrun,
+            "deepspeed": self._deepspeed,
+            "srun": self._srun,
+            "mpirun": self._mpirun,
+        }.get(self.launcher)
         if build is None:
             raise InputError(f"--launcher {self.launcher}: not runnable here")
         return build(self.slot_layout(), f"cd {shlex.quote(self.head.job_dir)} && ")
@@ -214,11 +258,19 @@ class LaunchPlan:
         visible = self._visible(slots)
 
         def line(label: str, node=None) -> str:
-            argv = launchers.torchrun_cmd(self.program(node), len(slots), per, rdzv, self.max_restarts)
-            return self._exports() + (f"export CUDA_VISIBLE_DEVICES={visible[label]}; " if label in visible
-                                      else "") + shlex.join(argv)
-        if not self.emu and self.own_paths():     # each node its own venv and job directory
-            return {n.name: f"cd {shlex.quote(n.job_dir)} && " + line(n.name, n) for n in self.nodes}
+            argv = launchers.torchrun_cmd(
+                self.program(node), len(slots), per, rdzv, self.max_restarts
+            )
+            return (
+                self._exports()
+                + (f"export CUDA_VISIBLE_DEVICES={visible[label]}; " if label in visible else "")
+                + shlex.join(argv)
+            )
+
+        if not self.emu and self.own_paths():  # each node its own venv and job directory
+            return {
+                n.name: f"cd {shlex.quote(n.job_dir)} && " + line(n.name, n) for n in self.nodes
+            }
         return {s.name: cd + line(s.name) for s in slots}
 
     def _visible(self, slots) -> dict[str, str]:
@@ -228,26 +280,40 @@ class LaunchPlan:
             return dict(zip([s.name for s in slots], gpusplit.visible(self.emu.devices or [])))
         chosen = [n for n in self.nodes if n.devices is not None]
         if chosen and len({s.slots for s in slots}) > 1:
-            raise InputError("torchrun needs the same number of processes on every node, but "
-                             + ", ".join(f"{n.name} gets {n.slots}" for n in self.nodes),
-                             hint="use --launcher deepspeed, or select whole machines and the "
-                                  "same number of slots on each node")
+            raise InputError(
+                "torchrun needs the same number of processes on every node, but "
+                + ", ".join(f"{n.name} gets {n.slots}" for n in self.nodes),
+                hint="use --launcher deepspeed, or select whole machines and the "
+                "same number of slots on each node",
+            )
         return {n.name: gpusplit.visible([n.devices])[0] for n in chosen}
 
     def _deepspeed(self, slots, cd: str) -> dict[str, str]:
         include = self.emu.include if self.emu else None
         if not self.emu and any(n.devices is not None for n in self.nodes):
             # physical ids: the hostfile gives each node its whole pool, --include picks
-            include = gpusplit.include([n.name for n in self.nodes],
-                                       [n.devices if n.devices is not None else range(n.pool) for n in self.nodes])
+            include = gpusplit.include(
+                [n.name for n in self.nodes],
+                [n.devices if n.devices is not None else range(n.pool) for n in self.nodes],
+            )
             slots = [launchers.NodeSlots(n.name, n.address, n.pool, n.port) for n in self.nodes]
-        argv = launchers.deepspeed_cmd(self.program(), slots, (self.master_addr, self.port), self.ds_launcher,
-                                       ssh_port=None if self.emu or self.head.port == 22 else self.head.port,
-                                       include=include)
+        argv = launchers.deepspeed_cmd(
+            self.program(),
+            slots,
+            (self.master_addr, self.port),
+            self.ds_launcher,
+            ssh_port=None if self.emu or self.head.port == 22 else self.head.port,
+            include=include,
+        )
         write = f"printf %s {shlex.quote(launchers.hostfile(slots))} > hostfile && "
         if self.ds_launcher == "openmpi":
             write += self._openmpi_env_file()
-        return {self.head.name: cd + write + self._exports() + shlex.join(launchers.fill_hostfile(argv, "hostfile"))}
+        return {
+            self.head.name: cd
+            + write
+            + self._exports()
+            + shlex.join(launchers.fill_hostfile(argv, "hostfile"))
+        }
 
     def _openmpi_env_file(self) -> str:
         """DeepSpeed's openmpi runner passes no master address to the ranks (launch.py does
@@ -257,18 +323,23 @@ class LaunchPlan:
         directory for a later pdsh run to pick up."""
         dse = f"MASTER_ADDR={self.master_addr}\nMASTER_PORT={self.port}\n"
         env_file = f'"$HOME/{NODE_RUNS}/{self.job_id}/deepspeed_env"'
-        return (f"mkdir -p \"$HOME/{NODE_RUNS}/{self.job_id}\" && {{ [ -f \"$HOME/.deepspeed_env\" ] && "
-                f"sed -e '$a\\' \"$HOME/.deepspeed_env\"; printf %s {shlex.quote(dse)}; }} > {env_file} && "
-                f"export DS_ENV_FILE={env_file} && ")
+        return (
+            f'mkdir -p "$HOME/{NODE_RUNS}/{self.job_id}" && {{ [ -f "$HOME/.deepspeed_env" ] && '
+            "sed -e '$a\\' \"$HOME/.deepspeed_env\"; "
+            f"printf %s {shlex.quote(dse)}; }} > {env_file} && "
+            f"export DS_ENV_FILE={env_file} && "
+        )
 
     def _whole_nodes(self) -> None:
         """mpirun and srun start N ranks per node with local ranks from 0: they cannot give a
         node chosen GPUs (--limit NAME:SLOTS); on a shared machine preflight says so first."""
         chosen = [n.name for n in self.nodes if n.devices is not None and n.name not in self.shares]
         if chosen:
-            raise InputError(f"{self.launcher} cannot run on chosen slots of {fold(chosen)} (--limit "
-                             "NAME:SLOTS): it numbers each node's ranks from 0",
-                             hint="use --launcher deepspeed or torchrun, or select whole nodes")
+            raise InputError(
+                f"{self.launcher} cannot run on chosen slots of {fold(chosen)} (--limit "
+                "NAME:SLOTS): it numbers each node's ranks from 0",
+                hint="use --launcher deepspeed or torchrun, or select whole nodes",
+            )
 
     def _srun(self, slots, cd: str) -> dict[str, str]:
         self._whole_nodes()
@@ -283,18 +354,23 @@ class LaunchPlan:
             # every emulated node's orted runs on the one machine under one host name: each
             # gets a session directory of its own (the remote shell's $$), or two of them race
             # creating the same one ("ORTE_ERROR_LOG ... session_dir.c: File exists")
-            argv[1:1] = ["-mca", "orte_launch_agent", "env OMPI_MCA_orte_tmpdir_base=/tmp/nodeprep-orted-$$ orted"]
+            argv[1:1] = [
+                "-mca",
+                "orte_launch_agent",
+                "env OMPI_MCA_orte_tmpdir_base=/tmp/nodeprep-orted-$$ orted",
+            ]
         return {self.head.name: cd + self._exports() + shlex.join(argv)}
 
 
 @dataclass
 class Prepared:
     """A job ready to launch: its plan and what the plan was built from."""
+
     plan: LaunchPlan
-    facts: dict                  # node -> the train probe's FactValues
-    vars: dict                   # node -> the node's resolved inventory variables
+    facts: dict  # node -> the train probe's FactValues
+    vars: dict  # node -> the node's resolved inventory variables
     _: KW_ONLY
-    files: dict[str, Path]       # the payload's files, synced into the job directory
+    files: dict[str, Path]  # the payload's files, synced into the job directory
     topo: Topology
 
     @property

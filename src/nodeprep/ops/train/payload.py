@@ -1,6 +1,7 @@
 """What a training job runs and how it reaches the nodes: the payload (a builtin of
 nodeside/payloads, with what it imports, or the user's script with its directory), the agent
 (nodeside's rank wrapper and watcher), and the sync that pushes only the files that differ."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,17 +22,19 @@ def resolve_payload(payload: str) -> tuple[Path, Path]:
         return script.parent, script
     try:
         p = Path(payload).expanduser()
-    except RuntimeError:                # ~name/ of a user this machine does not have
+    except RuntimeError:  # ~name/ of a user this machine does not have
         p = Path(payload)
     if not p.is_file():
-        raise InputError(f"--payload {payload!r}: not a builtin ({', '.join(nodeside.BUILTIN)}) "
-                         "and not a file", hint="give a script path or health/ddp")
+        raise InputError(
+            f"--payload {payload!r}: not a builtin ({', '.join(nodeside.BUILTIN)}) and not a file",
+            hint="give a script path or health/ddp",
+        )
     return p.resolve().parent, p.resolve()
 
 
 def local_files(root: Path, only: Path | None = None) -> dict[str, Path]:
     builtin = {path: name for name, path in nodeside.BUILTIN.items()}
-    if only is not None and only in builtin:    # a builtin: its own script and what it imports
+    if only is not None and only in builtin:  # a builtin: its own script and what it imports
         return {p.name: p for p in [only, *nodeside.COMPANIONS.get(builtin[only], [])]}
     files = {}
     for p in sorted(root.rglob("*")):
@@ -39,8 +42,10 @@ def local_files(root: Path, only: Path | None = None) -> dict[str, Path]:
             _readable(p)
             files[str(p.relative_to(root))] = p
             if len(files) > 2000:
-                raise InputError(f"{root} holds more than 2000 files to sync",
-                                 hint="put the training script in a directory of its own")
+                raise InputError(
+                    f"{root} holds more than 2000 files to sync",
+                    hint="put the training script in a directory of its own",
+                )
     return files
 
 
@@ -50,9 +55,11 @@ def _readable(path: Path) -> None:
         with path.open("rb"):
             pass
     except OSError as exc:
-        raise InputError(f"cannot read this file of the job directory: {exc.strerror}",
-                         "fix its permissions, or move it out of the directory",
-                         file=str(path)) from None
+        raise InputError(
+            f"cannot read this file of the job directory: {exc.strerror}",
+            "fix its permissions, or move it out of the directory",
+            file=str(path),
+        ) from None
 
 
 def _sha(path: Path) -> str:
@@ -62,8 +69,12 @@ def _sha(path: Path) -> str:
 def sync(session, files: dict[str, Path], job_dir: str) -> int:
     """Push only the files whose sha256 differs on the node; returns how many were pushed."""
     names = " ".join(shlex.quote(n) for n in files)
-    r = session.run(f"mkdir -p {shlex.quote(job_dir)} && cd {shlex.quote(job_dir)} && "
-                    f"sha256sum -- {names} 2>/dev/null; true", label="job sums", log_output=False)
+    r = session.run(
+        f"mkdir -p {shlex.quote(job_dir)} && cd {shlex.quote(job_dir)} && "
+        f"sha256sum -- {names} 2>/dev/null; true",
+        label="job sums",
+        log_output=False,
+    )
     have = {}
     for line in r.stdout.splitlines():
         sha, _, name = line.partition("  ")

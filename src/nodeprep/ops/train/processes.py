@@ -2,6 +2,7 @@
 (engine/facts/jobs.py: the JOB_PROCESSES fact lists them), so the cleanup stops the process
 groups of exactly those processes on every node, never a broad `pkill -f`; processes of an
 EARLIER job are stale (a half-dead job still holding GPUs)."""
+
 from __future__ import annotations
 
 from nodeprep.engine.facts.jobs import JOB_VAR

@@ -11,6 +11,7 @@ decides from it: pure state, no ssh, so every decision is unit-tested with recor
   before launcher ones, which are usually consequences), then the other failures, then the
   ranks nodeprep stopped.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,10 @@ from nodeprep.ops.train import tracebacks
 TAIL = 15
 # A rank's last lines saying its peer went away (gloo's tcp pair, c10d's store, NCCL's remote
 # error): its failure is a consequence of another's. Their texts from torch 2.x's sources.
-PEER_LOST = re.compile(r"Connection reset by peer|Connection closed by peer|Broken pipe"
-                       r"|remote process exited|ncclRemoteError|failed to recv, got 0 bytes")
+PEER_LOST = re.compile(
+    r"Connection reset by peer|Connection closed by peer|Broken pipe"
+    r"|remote process exited|ncclRemoteError|failed to recv, got 0 bytes"
+)
 # How far a consequence's clock may run ahead of its cause's: the wrapper sees its child's death
 # after the kernel has closed the child's sockets, and the peer may fail in between.
 COLLATERAL_S = 2.0
@@ -56,12 +59,12 @@ def describe_rc(rc: int | None, oom: bool | None = None) -> str:
 class Rank:
     rank: int
     attempt: int
-    label: str                      # node (or emulated node) it runs on
+    label: str  # node (or emulated node) it runs on
     start: float
     end: float | None = None
     rc: int | None = None
     oom: bool | None = None
-    how: str = "running"            # running | ok | failed | stopped | restarted | vanished
+    how: str = "running"  # running | ok | failed | stopped | restarted | vanished
 
     @property
     def name(self) -> str:
@@ -70,14 +73,14 @@ class Rank:
 
 @dataclass
 class Failure:
-    t: float                        # the node's clock (node loss: the last tick seen)
-    kind: str                       # rank | node | launcher | hang | timeout | interrupted | stopped
-    who: str                        # "worker-1 r3", "worker-1", a launcher label
+    t: float  # the node's clock (node loss: the last tick seen)
+    kind: str  # rank | node | launcher | hang | timeout | interrupted | stopped
+    who: str  # "worker-1 r3", "worker-1", a launcher label
     _: KW_ONLY
     what: str
     rank: int | None = None
-    prio: int = 0                   # 0 rank/node, 1 launcher (usually a consequence)
-    fatal: bool = False             # a fatal signal: faulthandler dumped the rank's threads
+    prio: int = 0  # 0 rank/node, 1 launcher (usually a consequence)
+    fatal: bool = False  # a fatal signal: faulthandler dumped the rank's threads
 
     @property
     def line(self) -> str:
@@ -86,30 +89,30 @@ class Failure:
 
 @dataclass
 class RankWatch:
-    machines: list[str]                           # the nodes whose watchers report
-    launchers: list[str]                          # labels of the launcher commands (index i: "L:i")
-    layout: Callable[[int, dict], str]            # (rank, start record) -> its node label
+    machines: list[str]  # the nodes whose watchers report
+    launchers: list[str]  # labels of the launcher commands (index i: "L:i")
+    layout: Callable[[int, dict], str]  # (rank, start record) -> its node label
     names: list[str] = field(default_factory=list)  # node names a launcher may prefix lines with
-    restarts: bool = False                        # torchrun --max-restarts > 0
-    task_labels: bool = False                     # srun --label: launcher lines start "N: "
+    restarts: bool = False  # torchrun --max-restarts > 0
+    task_labels: bool = False  # srun --label: launcher lines start "N: "
     hang_timeout: float | None = None
     node_timeout: float = 8.0
     started: float = field(default_factory=time.time)
 
     def __post_init__(self):
         self.ranks: dict[tuple[int, int], Rank] = {}
-        self.rank_names: dict[int, str] = {}     # rank -> "worker-1 r3" (per output line: no scan)
+        self.rank_names: dict[int, str] = {}  # rank -> "worker-1 r3" (per output line: no scan)
         self.failures: list[Failure] = []
         self.tails: dict[str, deque] = {}
         self.last_tick = {m: time.monotonic() for m in self.machines}
-        self.ticked: set[str] = set()             # machines heard from at least once
+        self.ticked: set[str] = set()  # machines heard from at least once
         self.lost_nodes: set[str] = set()
         self.launcher_rc: dict[str, int] = {}
         self.progress = time.monotonic()
-        self.stop_t: float | None = None         # wall time nodeprep started stopping the job
+        self.stop_t: float | None = None  # wall time nodeprep started stopping the job
         self.stacks: dict[int, list[str]] = {}
-        self.warnings: list[str] = []            # a finished rank whose teardown crashed, ...
-        self.pace: dict[str, float] = {}         # machine -> its watcher's tick interval (moving average)
+        self.warnings: list[str] = []  # a finished rank whose teardown crashed, ...
+        self.pace: dict[str, float] = {}  # machine -> its watcher's tick interval (moving average)
 
     # -- input ------------------------------------------------------------------------------
     def feed(self, machine: str, tick: dict) -> list[tuple[str, str, str]]:
@@ -173,7 +176,9 @@ class RankWatch:
     def _start(self, ev: dict) -> None:
         rank, attempt = int(ev["rank"]), int(ev.get("attempt", 1))
         label = self.layout(rank, ev)
-        r = self.ranks[(rank, attempt)] = Rank(rank, attempt, label, float(ev.get("start", time.time())))
+        r = self.ranks[(rank, attempt)] = Rank(
+            rank, attempt, label, float(ev.get("start", time.time()))
+        )
         self.rank_names[rank] = r.name
         self.progress = time.monotonic()
 
@@ -184,33 +189,50 @@ class RankWatch:
         r.end, r.rc, r.oom = float(ev.get("end", time.time())), int(ev["rc"]), ev.get("oom")
         if ev.get("teardown_rc") is not None:
             after = r.end - float(ev.get("done_at") or r.end)
-            self.warnings.append(f"{r.name} {describe_rc(int(ev['teardown_rc']))} in the interpreter's teardown "
-                                 f"{after:.2f}s after its script and exit handlers had ended (counted as done: "
-                                 "nothing of the script was cut short)")
+            self.warnings.append(
+                f"{r.name} {describe_rc(int(ev['teardown_rc']))} in the interpreter's teardown "
+                f"{after:.2f}s after its script and exit handlers had ended (counted as done: "
+                "nothing of the script was cut short)"
+            )
         # a script that failed on its own before any stop began stays a failure even when a
         # TERM (nodeprep's stop, or srun's --kill-on-bad-exit) then ended its teardown
-        own = ev.get("failed_at") is not None and (self.stop_t is None or float(ev["failed_at"]) < self.stop_t)
+        own = ev.get("failed_at") is not None and (
+            self.stop_t is None or float(ev["failed_at"]) < self.stop_t
+        )
         if r.rc == 0:
             r.how = "ok"
         elif not own and self._by_our_stop(r.rc, r.end):
             r.how = "stopped"
         elif self.restarts:
-            r.how = "restarted"       # torchrun's agent restarts the workers: not a failure yet
+            r.how = "restarted"  # torchrun's agent restarts the workers: not a failure yet
         else:
             r.how = "failed"
             # when the script itself failed, where it said (before its exit was seen), and with
             # the status it exited with even when a launcher's TERM then cut its teardown short
             t = min(r.end, float(ev.get("failed_at") or r.end))
             said = ev.get("script_rc")
-            what = describe_rc(r.rc, r.oom) if said is None or r.rc >= 0 else (
-                f"{describe_rc(int(said), None)} (then {describe_rc(r.rc, None)} as it shut down)")
-            self.failures.append(Failure(t, "rank", r.name, what=what, rank=r.rank, fatal=-r.rc in FATAL))
+            what = (
+                describe_rc(r.rc, r.oom)
+                if said is None or r.rc >= 0
+                else (
+                    f"{describe_rc(int(said), None)} "
+                    f"(then {describe_rc(r.rc, None)} as it shut down)"
+                )
+            )
+            self.failures.append(
+                Failure(t, "rank", r.name, what=what, rank=r.rank, fatal=-r.rc in FATAL)
+            )
 
     def _by_our_stop(self, rc: int, end: float) -> bool:
         """An end nodeprep's stop explains: TERM/KILL (or a shell's 143/137 for them) after
         the stop began. A plain exit status, or SIGSEGV/SIGABRT, is the rank's own doing."""
-        ours = rc in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT, 128 + signal.SIGTERM,
-                      128 + signal.SIGKILL)
+        ours = rc in (
+            -signal.SIGTERM,
+            -signal.SIGKILL,
+            -signal.SIGINT,
+            128 + signal.SIGTERM,
+            128 + signal.SIGKILL,
+        )
         return ours and self.stop_t is not None and end >= self.stop_t - 0.2
 
     def _vanished(self, ev: dict) -> None:
@@ -221,16 +243,30 @@ class RankWatch:
         if self._by_our_stop(-signal.SIGKILL, r.end):
             r.how = "stopped"
         elif not self.restarts:
-            self.failures.append(Failure(r.end, "rank", r.name, what="vanished without an exit status "
-                                         "(its wrapper was killed, e.g. SIGKILL)", rank=r.rank))
+            self.failures.append(
+                Failure(
+                    r.end,
+                    "rank",
+                    r.name,
+                    what="vanished without an exit status (its wrapper was killed, e.g. SIGKILL)",
+                    rank=r.rank,
+                )
+            )
 
     def _launcher(self, ev: dict) -> None:
         i, rc = str(ev["label"]), int(ev["rc"])
         label = self.launchers[int(i)] if i.isdigit() and int(i) < len(self.launchers) else i
         self.launcher_rc[label] = rc
         if rc != 0 and self.stop_t is None:
-            self.failures.append(Failure(float(ev.get("end", time.time())), "launcher", label,
-                                         what=f"(the launcher) exited with status {rc}", prio=1))
+            self.failures.append(
+                Failure(
+                    float(ev.get("end", time.time())),
+                    "launcher",
+                    label,
+                    what=f"(the launcher) exited with status {rc}",
+                    prio=1,
+                )
+            )
 
     def lost(self, machine: str, why: str) -> None:
         """MACHINE's watcher ended or went silent while the job ran."""
@@ -258,8 +294,11 @@ class RankWatch:
     def silent(self) -> list[str]:
         """Machines whose watcher sent nothing for their silence limit."""
         now = time.monotonic()
-        return [m for m, t in self.last_tick.items()
-                if m not in self.lost_nodes and now - t > self.silence_limit(m)]
+        return [
+            m
+            for m, t in self.last_tick.items()
+            if m not in self.lost_nodes and now - t > self.silence_limit(m)
+        ]
 
     def hung(self) -> bool:
         return bool(self.hang_timeout) and time.monotonic() - self.progress > self.hang_timeout
@@ -280,8 +319,11 @@ class RankWatch:
         first = min(self.failures, key=lambda f: (f.prio, f.t))
         if not self._collateral(first):
             return first
-        causes = [f for f in self.failures if f.prio == first.prio and not self._collateral(f)
-                  and f.t - first.t <= COLLATERAL_S]
+        causes = [
+            f
+            for f in self.failures
+            if f.prio == first.prio and not self._collateral(f) and f.t - first.t <= COLLATERAL_S
+        ]
         return min(causes, key=lambda f: f.t) if causes else first
 
     def described(self, f: Failure) -> str:

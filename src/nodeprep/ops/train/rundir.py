@@ -11,6 +11,7 @@ the job runs and read by `train.status` and `train.logs`:
   summary.txt         the result, root cause first
   engine logs         <node>/<stage>.log, report.json (engine/results.RunLog)
 """
+
 from __future__ import annotations
 
 import json
@@ -83,8 +84,10 @@ def runs_of(runs: Path) -> list[Path]:
     """Training runs, oldest first (job ids start with their start time)."""
     if not runs.is_dir():
         return []
-    return sorted((p for p in runs.iterdir() if p.name.startswith(PREFIX) and (p / "job.json").exists()),
-                  key=lambda p: p.name)
+    return sorted(
+        (p for p in runs.iterdir() if p.name.startswith(PREFIX) and (p / "job.json").exists()),
+        key=lambda p: p.name,
+    )
 
 
 def find(runs: Path, run: str | None) -> Path:
@@ -94,11 +97,13 @@ def find(runs: Path, run: str | None) -> Path:
         raise InputError(f"no training runs under {runs}", hint="start one with `invoke train`")
     if not run:
         return all_runs[-1]
-    hits = [p for p in all_runs if p.name[len(PREFIX):].startswith(run)]
+    hits = [p for p in all_runs if p.name[len(PREFIX) :].startswith(run)]
     if len(hits) != 1:
-        known = ", ".join(p.name[len(PREFIX):] for p in all_runs[-5:])
-        raise InputError(f"run {run!r}: {'no' if not hits else 'more than one'} run matches",
-                         hint=f"recent runs: {known}")
+        known = ", ".join(p.name[len(PREFIX) :] for p in all_runs[-5:])
+        raise InputError(
+            f"run {run!r}: {'no' if not hits else 'more than one'} run matches",
+            hint=f"recent runs: {known}",
+        )
     return hits[0]
 
 

@@ -19,25 +19,30 @@ starts the next dump. Inside a block, faulthandler may write `  <no Python frame
 100 threads: the main thread, last, is then the one left out); strings over 500 characters end
 in "...", unknown parts read "???". Newer Pythons put the thread's name in brackets after its
 id. Any other line (log text, a line cut short by a kill) ends the dump it interrupts."""
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-HEADER = re.compile(r"(?:(Current thread|Thread) (0x[0-9a-fA-F]{1,32})(?: \[.*?\])?|Stack)"
-                    r" \(most recent call first\):")
+HEADER = re.compile(
+    r"(?:(Current thread|Thread) (0x[0-9a-fA-F]{1,32})(?: \[.*?\])?|Stack)"
+    r" \(most recent call first\):"
+)
 FRAME = re.compile(r"[ \t]*File (?:\"(.*)\"|\?\?\?), line (\d{1,18}|\?\?\?) in (.*)")
 LIB_DIRS = re.compile(r"(?:^|[/\\])(?:site-packages|dist-packages|torch|deepspeed)[/\\]")
 STDLIB = re.compile(r"[/\\]lib(?:64)?[/\\]python3(?:\.\d+)?t?[/\\]|^<frozen ")
-PACKAGE = re.compile(r"(?:site-packages|dist-packages)[/\\]([^/\\]+)|(?:^|[/\\])(torch|deepspeed)[/\\]")
-GLUE = ("wrap", "inner", "decorate", "<")      # decorator and generated frames: not what was called
+PACKAGE = re.compile(
+    r"(?:site-packages|dist-packages)[/\\]([^/\\]+)|(?:^|[/\\])(torch|deepspeed)[/\\]"
+)
+GLUE = ("wrap", "inner", "decorate", "<")  # decorator and generated frames: not what was called
 NO_FRAME = "<no Python frame>"
 
 
 @dataclass(frozen=True)
 class Frame:
     file: str
-    line: int           # 0 where faulthandler wrote "???"
+    line: int  # 0 where faulthandler wrote "???"
     func: str
 
     def __str__(self) -> str:
@@ -47,8 +52,8 @@ class Frame:
 
 @dataclass
 class Thread:
-    ident: str          # "0x00007f..." as written; "" for a "Stack" (one thread) dump
-    current: bool       # the thread that ran the signal handler (or called dump_traceback)
+    ident: str  # "0x00007f..." as written; "" for a "Stack" (one thread) dump
+    current: bool  # the thread that ran the signal handler (or called dump_traceback)
     frames: list[Frame]  # innermost first, as faulthandler writes them
 
 
@@ -66,14 +71,16 @@ def parse(text: str) -> list[list[Thread]]:
     blank = False
     lines = text.splitlines()
     if lines and not text.endswith(("\n", "\r")):
-        lines.pop()                             # no newline yet: a line still being written
+        lines.pop()  # no newline yet: a line still being written
     for line in lines:
         line = line.rstrip()
         head = HEADER.search(line)
         if head:
-            if line[:head.start()].strip():     # the end of a line cut short, then a new dump
+            if line[: head.start()].strip():  # the end of a line cut short, then a new dump
                 dump = None
-            thread = Thread(head.group(2) or "", head.group(1) == "Current thread" or not head.group(2), [])
+            thread = Thread(
+                head.group(2) or "", head.group(1) == "Current thread" or not head.group(2), []
+            )
             if dump is None or _starts_dump(dump, thread, blank):
                 dump = []
                 dumps.append(dump)
@@ -90,9 +97,13 @@ def parse(text: str) -> list[list[Thread]]:
 
 def _starts_dump(dump: list[Thread], thread: Thread, blank: bool) -> bool:
     """Whether THREAD's header begins a new dump rather than the next block of DUMP."""
-    return (not blank or not thread.ident or not dump[0].ident
-            or any(t.ident == thread.ident for t in dump)
-            or (thread.current and any(t.current for t in dump)))
+    return (
+        not blank
+        or not thread.ident
+        or not dump[0].ident
+        or any(t.ident == thread.ident for t in dump)
+        or (thread.current and any(t.current for t in dump))
+    )
 
 
 def _frame_line(line: str, thread: Thread | None) -> bool:
@@ -101,8 +112,13 @@ def _frame_line(line: str, thread: Thread | None) -> bool:
     if not m or thread is None:
         return False
     num = m.group(2)
-    thread.frames.append(Frame(m.group(1) if m.group(1) is not None else "???",
-                               int(num) if num.isdigit() else 0, m.group(3)))
+    thread.frames.append(
+        Frame(
+            m.group(1) if m.group(1) is not None else "???",
+            int(num) if num.isdigit() else 0,
+            m.group(3),
+        )
+    )
     return True
 
 
@@ -141,7 +157,7 @@ def _package(frame: Frame) -> str:
         name = m.group(1) or m.group(2)
         return name.removesuffix(".py")
     m = STDLIB.search(frame.file)
-    rest = frame.file[m.end():] if m else re.split(r"[/\\]", frame.file)[-1]
+    rest = frame.file[m.end() :] if m else re.split(r"[/\\]", frame.file)[-1]
     return re.sub(r"[/\\]", ".", rest.rstrip(">").removesuffix(".py")).removesuffix(".__init__")
 
 
@@ -157,10 +173,16 @@ def waits_in(frames: list[Frame]) -> str:
         lib.append(f)
     if not lib:
         return ""
-    if len(lib) == len(frames):                 # no user code above: no call to name
+    if len(lib) == len(frames):  # no user code above: no call to name
         return f"{_package(lib[0])} ({lib[0].func})"
-    called = next((f for f in reversed(lib) if not f.func.startswith("_")
-                   and not any(g in f.func for g in GLUE)), lib[0])
+    called = next(
+        (
+            f
+            for f in reversed(lib)
+            if not f.func.startswith("_") and not any(g in f.func for g in GLUE)
+        ),
+        lib[0],
+    )
     return f"{_package(called)} ({called.func})"
 
 
@@ -219,5 +241,7 @@ def culprits(stacks: dict[int, list[Frame] | None]) -> tuple[list[int], str]:
     groups = _unique([_position(have[r]) for r in sorted(have)])
     if len(groups) == 1:
         return [], f"every rank is at {groups[0]}"
-    split = "; ".join(f"{_ranks([r for r in have if _position(have[r]) == p])} at {p}" for p in groups)
+    split = "; ".join(
+        f"{_ranks([r for r in have if _position(have[r]) == p])} at {p}" for p in groups
+    )
     return [], f"no rank stands out: {split}"

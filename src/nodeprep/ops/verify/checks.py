@@ -2,9 +2,18 @@
 problems that make launches fail or hang (GPUs, torch, the non-interactive python, the NCCL
 interface and library, the job directory, the master port), the ssh mesh per pair, NCCL's
 log against the probe, and the fleet comparison (GPU keys among GPU nodes only)."""
+
 from __future__ import annotations
 
-from nodeprep.engine.facts import GPUS, INTERFACES, PORT_LISTENING, ROUTE, TORCH_BUILD, TorchIn, reaching
+from nodeprep.engine.facts import (
+    GPUS,
+    INTERFACES,
+    PORT_LISTENING,
+    ROUTE,
+    TORCH_BUILD,
+    TorchIn,
+    reaching,
+)
 from nodeprep.ops.ssh import paper_mesh
 from nodeprep.ops.verify import parity
 from nodeprep.ops.verify.fingerprints import GPU_KEYS, SEVERITY, Expect
@@ -36,14 +45,23 @@ def _socket_ifname(bad, fp: dict, f, want: Expect) -> None:
     chosen = ifname_selects(spec.strip("'\""), list(ifs))
     via = reaching(ifs, f.get(ROUTE(want.head))) if want.head else None
     if not chosen:
-        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} matches no interface here "
-            f"({', '.join(ifs)})")
+        bad(
+            "net.NCCL_SOCKET_IFNAME",
+            f"NCCL_SOCKET_IFNAME={spec} matches no interface here ({', '.join(ifs)})",
+        )
     elif via and via not in chosen:
-        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(sorted(chosen))} "
-            f"here, but the head ({want.head}) is reached through {via}")
+        bad(
+            "net.NCCL_SOCKET_IFNAME",
+            f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(sorted(chosen))} "
+            f"here, but the head ({want.head}) is reached through {via}",
+        )
     elif via and len(chosen) > 1:
-        bad("net.NCCL_SOCKET_IFNAME", f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(sorted(chosen))} "
-            f"here; the head ({want.head}) is reached through {via} alone", "warning")
+        bad(
+            "net.NCCL_SOCKET_IFNAME",
+            f"NCCL_SOCKET_IFNAME={spec} selects {', '.join(sorted(chosen))} "
+            f"here; the head ({want.head}) is reached through {via} alone",
+            "warning",
+        )
 
 
 def _release(text) -> tuple[int, ...] | None:
@@ -65,22 +83,40 @@ def _nccl_checks(bad, fp: dict, lib: dict | None) -> None:
         bad("nccl.lib", f"could not tell which libnccl torch maps: {lib['error'][:160]}", "warning")
         return
     if lib.get("also"):
-        bad("nccl.lib", f"{len(lib['also']) + 1} libnccl mapped in one process ({fp['nccl.lib.path']}): "
-            "which one torch calls depends on load order (LD_PRELOAD? LD_LIBRARY_PATH?)")
+        bad(
+            "nccl.lib",
+            f"{len(lib['also']) + 1} libnccl mapped in one process ({fp['nccl.lib.path']}): "
+            "which one torch calls depends on load order (LD_PRELOAD? LD_LIBRARY_PATH?)",
+        )
     if lib.get("version_error"):
-        bad("nccl.lib.version", f"{lib['path']} does not tell its version: {lib['version_error'][:120]}",
-            "warning")
+        bad(
+            "nccl.lib.version",
+            f"{lib['path']} does not tell its version: {lib['version_error'][:120]}",
+            "warning",
+        )
     built, runs = _release(fp.get("torch.nccl")), _release(lib.get("version"))
     if built and runs and built != runs:
         older = runs < built or runs[0] != built[0]
-        why = (": older than its build, or another major version" if older else
-               ": newer (an upgraded nvidia-nccl wheel, or LD_LIBRARY_PATH or LD_PRELOAD putting another first)")
-        bad("nccl.lib.version", f"torch was built with NCCL {fp['torch.nccl']} but loads {lib['version']} "
-            f"({lib['path']})" + why, "error" if older else "warning")
+        why = (
+            ": older than its build, or another major version"
+            if older
+            else ": newer (an upgraded nvidia-nccl wheel, "
+            "or LD_LIBRARY_PATH or LD_PRELOAD putting another first)"
+        )
+        bad(
+            "nccl.lib.version",
+            f"torch was built with NCCL {fp['torch.nccl']} but loads {lib['version']} "
+            f"({lib['path']})" + why,
+            "error" if older else "warning",
+        )
     for var in ("LD_LIBRARY_PATH", "LD_PRELOAD"):
         if fp.get(f"env.deepspeed.{var}") is not None:
-            bad(f"env.deepspeed.{var}", f"~/.deepspeed_env sets {var}: DeepSpeed's ranks get it, the probe "
-                "(and torchrun's ranks) do not, so their libnccl may not be the one above", "warning")
+            bad(
+                f"env.deepspeed.{var}",
+                f"~/.deepspeed_env sets {var}: DeepSpeed's ranks get it, the probe "
+                "(and torchrun's ranks) do not, so their libnccl may not be the one above",
+                "warning",
+            )
 
 
 def run_checks(fps: dict, logged: dict) -> list[dict]:
@@ -90,9 +126,15 @@ def run_checks(fps: dict, logged: dict) -> list[dict]:
     for node, got in logged.items():
         ran, probed = got.get("version"), fps.get(node, {}).get("nccl.lib.version")
         if ran and probed and ran != probed and "," not in probed:
-            out.append({"node": node, "key": "nccl.lib.version", "severity": "error",
-                        "message": f"the collective's ranks ran NCCL {ran}, the probe found {probed} "
-                                   f"({fps[node].get('nccl.lib.path')}): the ranks load another libnccl"})
+            out.append(
+                {
+                    "node": node,
+                    "key": "nccl.lib.version",
+                    "severity": "error",
+                    "message": f"the collective's ranks ran NCCL {ran}, the probe found {probed} "
+                    f"({fps[node].get('nccl.lib.path')}): the ranks load another libnccl",
+                }
+            )
     return out
 
 
@@ -104,6 +146,7 @@ def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
 
     def bad(key, msg, severity="error"):
         out.append({"node": host.name, "key": key, "message": msg, "severity": severity})
+
     g = f.get(GPUS) or {}
     if g.get("error"):
         bad("gpu", f"nvidia-smi: {g['error'][:120]}")
@@ -116,8 +159,11 @@ def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
     if fp.get("python.path") is None:
         bad("python.path", f"no venv at {v['venv_path']} (run `invoke provision`)")
     elif fp.get("shell.noninteractive_python") != fp["python.path"]:
-        bad("shell.noninteractive_python", f"a non-interactive ssh shell finds "
-            f"{fp.get('shell.noninteractive_python') or 'no python'}, not {fp['python.path']}")
+        bad(
+            "shell.noninteractive_python",
+            f"a non-interactive ssh shell finds "
+            f"{fp.get('shell.noninteractive_python') or 'no python'}, not {fp['python.path']}",
+        )
     _socket_ifname(bad, fp, f, want)
     _nccl_checks(bad, fp, (f.get(TORCH_BUILD(TorchIn(v["venv_path"]))) or {}).get("nccl_lib"))
     if workdir and fp.get("job.workdir_exists") is False:
@@ -131,15 +177,24 @@ def mesh_checks(a, tried: dict, v_of: dict, paper: paper_mesh.PaperMesh) -> list
     """One ssh.mesh error per failing pair A -> B: the real login's result where A tried one
     (TRIED: {peer: (rc, error)}; it is the stronger proof), else the on-paper reasons (when
     nodeprep manages the mesh). Costs what fails plus A's tries, not a pass over the fleet."""
-    why = {b: [f"login failed (exit {rc})" + (f": {err}" if err else "")]
-           for b, (rc, err) in tried.items() if rc}
+    why = {
+        b: [f"login failed (exit {rc})" + (f": {err}" if err else "")]
+        for b, (rc, err) in tried.items()
+        if rc
+    }
     if v_of[a.name].get("ssh_mesh"):
         for b, reasons in paper.failing(a.name).items():
             if b not in tried:
                 why[b] = reasons
-    return [{"node": a.name, "key": "ssh.mesh", "severity": "error",
-             "message": f"{a.name} -> {b}: " + "; ".join(w)}
-            for b, w in sorted(why.items(), key=lambda kv: paper.order.get(kv[0], len(paper.order)))]
+    return [
+        {
+            "node": a.name,
+            "key": "ssh.mesh",
+            "severity": "error",
+            "message": f"{a.name} -> {b}: " + "; ".join(w),
+        }
+        for b, w in sorted(why.items(), key=lambda kv: paper.order.get(kv[0], len(paper.order)))
+    ]
 
 
 def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
@@ -148,11 +203,14 @@ def compare_fleet(fps: dict, cpu_only: set, checks, unreachable, order):
     is_gpu = lambda k: k.startswith(GPU_KEYS)
     rest = {n: {k: v for k, v in fp.items() if not is_gpu(k)} for n, fp in fps.items()}
     report = parity.compare(rest, SEVERITY, checks, unreachable, order=order)
-    gpu = {n: {k: v for k, v in fp.items() if is_gpu(k)} for n, fp in fps.items() if n not in cpu_only}
+    gpu = {
+        n: {k: v for k, v in fp.items() if is_gpu(k)} for n, fp in fps.items() if n not in cpu_only
+    }
     if gpu:
         g = parity.compare(gpu, SEVERITY, (), None, order=[n for n in order if n in gpu])
-        report.drift = sorted(report.drift + g.drift,
-                              key=lambda d: (parity.SEVERITIES.index(d.severity), d.key))
+        report.drift = sorted(
+            report.drift + g.drift, key=lambda d: (parity.SEVERITIES.index(d.severity), d.key)
+        )
         report.compared_keys += g.compared_keys
     parity.split_by_platform(report, {n: fp.get("cpu.arch") for n, fp in fps.items()})
     return report

@@ -12,21 +12,41 @@ ran, e.g. gloo):
                       ("aws-ofi-nccl 1.16.2", "none", "... (initialization failed)")
   nccl.run.network    the network NCCL used there ("IB", "Socket", "Libfabric", "IBext", ...)
   nccl.run.transport  the transports of its channels ("NET/IB/GDRDMA, P2P/CUMEM", ...)"""
+
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 
-from nodeprep.engine.facts import (DIR, FILE, GPUS, IDENTITY, INTERFACES, ROUTE, LOGIN_SHELL, OS, PORT_LISTENING,
-                                   PYTHON_ON_PATH, TORCH_BUILD, USER, VENV, TorchIn)
+from nodeprep.engine.facts import (
+    DIR,
+    FILE,
+    GPUS,
+    IDENTITY,
+    INTERFACES,
+    LOGIN_SHELL,
+    OS,
+    PORT_LISTENING,
+    PYTHON_ON_PATH,
+    ROUTE,
+    TORCH_BUILD,
+    USER,
+    VENV,
+    TorchIn,
+)
 from nodeprep.ops import pystack, torchplan
 from nodeprep.ops.ssh import paper_mesh
 from nodeprep.redact import is_secret
 
-SEVERITY = {"os.kernel": "warning", "os.release": "warning", "gpu.driver": "warning",
-            "net.interfaces": "info", "nccl.run.transport": "warning"}
+SEVERITY = {
+    "os.kernel": "warning",
+    "os.release": "warning",
+    "gpu.driver": "warning",
+    "net.interfaces": "info",
+    "nccl.run.transport": "warning",
+}
 GPU_KEYS = ("gpu.", "torch.cuda_available", "torch.covers_gpus", "nccl.")
-RUN_KEYS = "nccl.run."       # from --collective's NCCL log, not from the probe
+RUN_KEYS = "nccl.run."  # from --collective's NCCL log, not from the probe
 DEEPSPEED_ENV = "~/.deepspeed_env"
 
 
@@ -34,6 +54,7 @@ DEEPSPEED_ENV = "~/.deepspeed_env"
 class Expect:
     """What one node is checked against: the job directory that must exist, the master port
     that must be free (the head node only), and the head's address (NCCL must reach it)."""
+
     workdir: str | None = None
     port: int | None = None
     head: str | None = None
@@ -42,8 +63,19 @@ class Expect:
 def requests(v: dict, deep: bool, want: Expect) -> list:
     """The fact requests of one node's probe."""
     workdir, port = want.workdir, want.port
-    reqs = [OS, LOGIN_SHELL, USER, PYTHON_ON_PATH, INTERFACES, GPUS, IDENTITY, VENV(v["venv_path"]),
-            TORCH_BUILD(TorchIn(v["venv_path"], deep)), FILE(DEEPSPEED_ENV), FILE(v["env_file"])]
+    reqs = [
+        OS,
+        LOGIN_SHELL,
+        USER,
+        PYTHON_ON_PATH,
+        INTERFACES,
+        GPUS,
+        IDENTITY,
+        VENV(v["venv_path"]),
+        TORCH_BUILD(TorchIn(v["venv_path"], deep)),
+        FILE(DEEPSPEED_ENV),
+        FILE(v["env_file"]),
+    ]
     if want.head:
         reqs.append(ROUTE(want.head))
     if v.get("ssh_mesh"):
@@ -62,7 +94,7 @@ def _env_lines(text: str | None, export: bool) -> dict[str, str]:
         if export:
             if not line.startswith("export "):
                 continue
-            line = line[len("export "):]
+            line = line[len("export ") :]
         if "=" in line and not line.startswith("#"):
             k, _, v = line.partition("=")
             out[k.strip()] = v
@@ -136,7 +168,9 @@ def fingerprint(v: dict, f, path_seen: str | None, workdir: str | None) -> dict:
     fp["env.deepspeed_env"] = "present" if ds.get("exists") else None
     for k, val in _env_lines(ds.get("content"), export=False).items():
         fp[f"env.deepspeed.{k}"] = _hide(k, val)
-    for k, val in _env_lines((f.get(FILE(v["env_file"])) or {}).get("content"), export=True).items():
+    for k, val in _env_lines(
+        (f.get(FILE(v["env_file"])) or {}).get("content"), export=True
+    ).items():
         fp[f"env.shell.{k}"] = _hide(k, val)
     fp["net.interfaces"] = ",".join(sorted(n for n in (f.get(INTERFACES) or {}) if n != "lo"))
     if workdir:

@@ -9,6 +9,7 @@ from a real log in tests/facts/nccl_log/: "NET/Plugin : No plugin found (libnccl
 "NET/Plugin: Using internal network plugin." (2.21), "NET/Plugin: Could not find:" (2.29),
 "NET/Plugin: Loaded net plugin NAME (vN)" (2.16+), "Successfully loaded external plugin"
 (2.27), "Plugin Path :" (HPC-X's plugin), "NET/OFI Initializing aws-ofi-nccl V"."""
+
 from __future__ import annotations
 
 import re
@@ -20,12 +21,14 @@ _OFI = re.compile(r"^NET/OFI (?:Initializing|Using) aws-ofi-nccl (\S+)")
 _LOADED = re.compile(r"^NET/Plugin ?: Loaded net plugin (.+?)(?: \(v\d+\))?$")
 _EXTERNAL = re.compile(r"^Successfully loaded external (?:network )?plugin (\S+)")
 _PATH = re.compile(r"^Plugin Path : (\S+)")
-_NONE = re.compile(r"^(?:NET/Plugin ?: .*(?:No plugin found|Plugin load|Could not find|internal"
-                   r"|dlerror=)|Unable to load libnccl-net)")
+_NONE = re.compile(
+    r"^(?:NET/Plugin ?: .*(?:No plugin found|Plugin load|Could not find|internal"
+    r"|dlerror=)|Unable to load libnccl-net)"
+)
 _FAILED = re.compile(r"^(?:NET/OFI .*initialization failed|Failed to initialize NET plugin (\S+))")
 _NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (.+)$")
 _VIA = re.compile(r"^(?:Channel|Ring) \d+(?:/\d+)? : .* via (\S.*)$")
-INTERNAL = ("IB", "Socket")     # NCCL's own networks; any other name is a plugin's
+INTERNAL = ("IB", "Socket")  # NCCL's own networks; any other name is a plugin's
 
 
 def transport(via: str) -> str:
@@ -72,8 +75,11 @@ class _Proc:
     def plugin(self) -> str | None:
         """Its net plugin: the plugin's own banner (aws-ofi-nccl and version) before NCCL's
         name for it, with where it came from when NCCL said; 'none' when NCCL found none."""
-        name = f"aws-ofi-nccl {self.ofi}" if self.ofi else self.loaded or (
-            "aws-ofi-nccl" if self.ofi_seen else None)
+        name = (
+            f"aws-ofi-nccl {self.ofi}"
+            if self.ofi
+            else self.loaded or ("aws-ofi-nccl" if self.ofi_seen else None)
+        )
         where = self.path if self.path and "/" in self.path else None
         value = f"{name} ({where})" if name and where else name or where
         if value:
@@ -95,11 +101,13 @@ def parse(lines) -> dict:
             key = f"{m.group(1)}:{m.group(2)}" if m.group(1) else None
             procs.setdefault(key, _Proc()).feed(m.group(3))
     ofi = {p.ofi for p in procs.values() if p.ofi}
-    for p in procs.values():        # one install per node: its version for ranks whose banner
-        if p.ofi_seen and len(ofi) == 1:    # the log (or its excerpt) lacks
+    for p in procs.values():  # one install per node: its version for ranks whose banner
+        if p.ofi_seen and len(ofi) == 1:  # the log (or its excerpt) lacks
             p.ofi = p.ofi or next(iter(ofi))
-    out = {"net_plugin": "; ".join(sorted({p.plugin() for p in procs.values()} - {None})),
-           "network": ", ".join(sorted({n for p in procs.values() for n in p.networks})),
-           "transport": ", ".join(sorted({t for p in procs.values() for t in p.transports})),
-           "version": version}
+    out = {
+        "net_plugin": "; ".join(sorted({p.plugin() for p in procs.values()} - {None})),
+        "network": ", ".join(sorted({n for p in procs.values() for n in p.networks})),
+        "transport": ", ".join(sorted({t for p in procs.values() for t in p.transports})),
+        "version": version,
+    }
     return {k: v for k, v in out.items() if v}

@@ -1,7 +1,7 @@
 """How the *.stack files here were made: real faulthandler output of real processes, written
 as they came (the two lines at the top of rank-appended.stack, which stand for other text in
-a rank's file, are written by this script before the process starts). Not run by the tests; rerun by hand
-to refresh them:
+a rank's file, are written by this script before the process starts). Not run by the tests;
+rerun by hand to refresh them:
 
     .venv/bin/python tests/unit/data/stacks/generate.py
 
@@ -10,6 +10,7 @@ in the dumps stay the same from one run to the next) and started the way the ran
 nodeprep's rank.py wrapper, faulthandler registered on its STACK_SIGNAL) or registering
 faulthandler itself; the script writes a `ready` file once it is where it should be dumped,
 the signal is sent, and the process is killed once the dump is written."""
+
 import os
 import shutil
 import signal
@@ -21,9 +22,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RANK_PY = HERE.parents[3] / "src" / "nodeprep" / "ops" / "payloads" / "rank.py"
 WORK = Path("/tmp/nodeprep-stacks")
-STACK_SIGNAL = signal.SIGRTMIN + 4          # the signal rank.py registers
+STACK_SIGNAL = signal.SIGRTMIN + 4  # the signal rank.py registers
 
-DDP = '''\
+DDP = """\
 import os
 import threading
 import time
@@ -48,7 +49,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 FAKELIB = '''\
 import threading
@@ -65,7 +66,7 @@ def all_reduce(tensor, timeout=None):
     return _wait_work(timeout)
 '''
 
-TRAIN = '''\
+TRAIN = """\
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -85,9 +86,9 @@ def main():
 
 
 main()
-'''
+"""
 
-EVENT = '''\
+EVENT = """\
 import faulthandler
 import os
 import signal
@@ -103,9 +104,9 @@ def wait_for_peers():
 
 
 wait_for_peers()
-'''
+"""  # noqa: E501 (the recorded dumps give its line numbers)
 
-APPENDED = '''\
+APPENDED = """\
 import faulthandler
 import os
 import signal
@@ -128,9 +129,9 @@ def evaluate():
 
 load_data()
 evaluate()
-'''
+"""  # noqa: E501 (the recorded dumps give its line numbers)
 
-SINGLE = '''\
+SINGLE = """\
 import faulthandler
 import os
 import threading
@@ -151,9 +152,9 @@ def main():
 
 
 main()
-'''
+"""
 
-DEEP = '''\
+DEEP = """\
 import faulthandler
 import os
 import signal
@@ -171,9 +172,9 @@ def descend(n):
 
 
 descend(150)
-'''
+"""  # noqa: E501 (the recorded dumps give its line numbers)
 
-MANY = '''\
+MANY = """\
 import _thread
 import faulthandler
 import os
@@ -194,7 +195,7 @@ time.sleep(0.5)
 open(os.environ["READY"], "w").close()
 while True:
     time.sleep(1)
-'''
+"""  # noqa: E501 (the recorded dumps give its line numbers)
 
 
 def wait_for(path, timeout=20.0):
@@ -218,8 +219,9 @@ def wait_written(path, before=0):
 
 
 def start(d, argv, env):
-    return subprocess.Popen([sys.executable, *argv], cwd=d, env=dict(os.environ, **env),
-                            stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, *argv], cwd=d, env=dict(os.environ, **env), stdin=subprocess.DEVNULL
+    )
 
 
 def dump_once(name, script, sig=signal.SIGUSR1, wrapped=False, files=None):
@@ -252,8 +254,9 @@ def appended():
     d.mkdir(parents=True)
     (d / "evaluate.py").write_text(APPENDED)
     stack = d / "rank-3.stack"
-    stack.write_text("W0612 10:41:07 rank 3: NCCL_ASYNC_ERROR_HANDLING is deprecated\n"
-                     "attempt 1 started\n")
+    stack.write_text(
+        "W0612 10:41:07 rank 3: NCCL_ASYNC_ERROR_HANDLING is deprecated\nattempt 1 started\n"
+    )
     env = {k: str(d / k.lower()) for k in ("READY", "READY2", "GO")}
     p = start(d, [str(d / "evaluate.py")], dict(env, STACK=str(stack)))
     try:
@@ -278,9 +281,18 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     out = {
         "rank-sleep.stack": dump_once("ddp", DDP, STACK_SIGNAL, wrapped=True),
-        "rank-fakelib.stack": dump_once("train", TRAIN, STACK_SIGNAL, wrapped=True, files={
-            "venv/lib/python3.11/site-packages/fakelib/__init__.py": "from .collective import all_reduce\n",
-            "venv/lib/python3.11/site-packages/fakelib/collective.py": FAKELIB}),
+        "rank-fakelib.stack": dump_once(
+            "train",
+            TRAIN,
+            STACK_SIGNAL,
+            wrapped=True,
+            files={
+                "venv/lib/python3.11/site-packages/fakelib/__init__.py": (
+                    "from .collective import all_reduce\n"
+                ),
+                "venv/lib/python3.11/site-packages/fakelib/collective.py": FAKELIB,
+            },
+        ),
         "rank-event.stack": dump_once("peers", EVENT),
         "rank-appended.stack": appended(),
         "stack-single.stack": None,
@@ -290,8 +302,12 @@ def main():
     d = WORK / "single"
     d.mkdir(parents=True)
     (d / "report.py").write_text(SINGLE)
-    subprocess.run([sys.executable, str(d / "report.py")], env=dict(os.environ, STACK=str(d / "s.stack")),
-                   check=True, timeout=30)
+    subprocess.run(
+        [sys.executable, str(d / "report.py")],
+        env=dict(os.environ, STACK=str(d / "s.stack")),
+        check=True,
+        timeout=30,
+    )
     out["stack-single.stack"] = (d / "s.stack").read_text()
     for name, text in out.items():
         (HERE / name).write_text(text)
