@@ -37,13 +37,15 @@ def make_stack(where: Path, prefix: str, sizes: list[int]) -> Path:
     return req
 
 
-def stack_sets(req: Path, venv: str, wheelhouse: str) -> tuple[str, ...]:
+def stack_sets(req: Path, venv: str, wheelhouse: str, env_file: str) -> tuple[str, ...]:
     """--set overrides that provision REQ (and no torch, no wheel builds) into a venv and a
-    wheelhouse of their own: the site's stack on the same nodes is left as it is."""
+    wheelhouse of their own, the venv's PATH block in an env file of its own (one no shell
+    reads): the site's stack and environment on the same nodes are left as they are."""
     return (
         f"python_requirements=[{req}]",
         "wheel_builds={}",
         "torch_version=",
         f"venv_path={venv}",
         f"wheelhouse_dir={wheelhouse}",
+        f"env_file={env_file}",
     )

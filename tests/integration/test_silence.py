@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -36,7 +37,12 @@ from .synthetic import make_stack, stack_sets
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 30.0  # a silent node is named within this, by default
-VENV, WHEELHOUSE = ".nodeprep/venv-silence", ".nodeprep/wheelhouse-silence"  # under ~
+# under ~: the small stack's venv, wheelhouse and env file (beside the site's)
+VENV, WHEELHOUSE, ENV = (
+    ".nodeprep/venv-silence",
+    ".nodeprep/wheelhouse-silence",
+    ".nodeprep/env-silence.sh",
+)
 ROLES = "wheelhouse,venv"
 
 
@@ -51,23 +57,36 @@ _LEFT_BEHIND = (
 
 
 @pytest.fixture(scope="module")
-def stack(site, lab, tmp_path_factory):
-    """The site's --set overrides plus the small stack's: (sets, wheels directory)."""
+def stack(site, lab, lab_settings, tmp_path_factory):
+    """(the site's --set overrides plus the small stack's, its wheels directory, its settings).
+    The settings: a state directory of its own (the host keys pinned so far copied), so that
+    the small stack's resolution never replaces the site's in the controller's wheelhouse
+    (one resolution is kept per platform)."""
     base = tmp_path_factory.mktemp("silence-stack")
     req = make_stack(base, "npsilence", [50_000_000, 50_000_001, 50_000_002])
-    yield (*site, *stack_sets(req, f"~/{VENV}", f"~/{WHEELHOUSE}")), base / "wheels"
+    settings = lab_settings.with_(state_dir=str(base / "state"))
+    settings.state.mkdir()
+    shutil.copy2(lab_settings.known_hosts, settings.known_hosts)
+    sets = (*site, *stack_sets(req, f"~/{VENV}", f"~/{WHEELHOUSE}", f"~/{ENV}"))
+    yield sets, base / "wheels", settings
     for node in lab.nodes:
-        labmod.node_shell(lab, node.index, f"rm -rf ~/{VENV} ~/{WHEELHOUSE}")
+        labmod.node_shell(lab, node.index, f"cd /home/nodeprep && rm -rf {VENV} {WHEELHOUSE} {ENV}")
 
 
 @pytest.fixture
 def small(stack, monkeypatch):
     """The small stack's --set overrides; the controller's pip (here and in an `invoke` this
     test starts) resolves from its wheels alone."""
-    sets, wheels = stack
+    sets, wheels, _settings = stack
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     return sets
+
+
+@pytest.fixture
+def small_settings(stack):
+    """The Settings the small stack is provisioned with (see stack)."""
+    return stack[2]
 
 
 @pytest.fixture
@@ -145,7 +164,9 @@ def _cold(lab, index: int) -> None:
 @pytest.mark.parametrize(
     "match", ["upload for wheelhouse", "pip.install"], ids=["wheel-push", "pip"]
 )
-def test_silent_during_a_cold_provision(site, lab, lab_settings, small, heal, match):
+def test_silent_during_a_cold_provision(
+    site, lab, lab_settings, small, small_settings, heal, match
+):
     sets = (*small, "wheelhouse_relay=false")
     opts = ProvisionOptions(
         inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=sets
@@ -156,7 +177,7 @@ def test_silent_during_a_cold_provision(site, lab, lab_settings, small, heal, ma
     )
     _cold(lab, 2)
     events = _SilenceAt(lab, 2, match)
-    res = provision(opts, lab_settings, events)
+    res = provision(opts, small_settings, events)
     assert events.silenced is not None, f"worker-2 never reached {match!r}"
     rep = res.report
     assert rep["nodes"]["worker-2"]["status"] == "unreachable", rep["nodes"]["worker-2"]
@@ -164,7 +185,7 @@ def test_silent_during_a_cold_provision(site, lab, lab_settings, small, heal, ma
     assert events.named - events.silenced < DEADLINE
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed") and res.exit_code == 1
     labmod.silence_node(lab, 2, silent=False)  # healed: converges, parity holds
-    assert api.provision(opts, lab_settings) == 0
+    assert api.provision(opts, small_settings) == 0
     assert (
         api.verify_parity(
             VerifyOptions(inventory=str(lab.inventory), limit=None, port=None), lab_settings
@@ -173,7 +194,9 @@ def test_silent_during_a_cold_provision(site, lab, lab_settings, small, heal, ma
     )
 
 
-def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, small, heal, capsys):
+def test_no_room_is_named_with_the_numbers_before_the_push(
+    lab, small_settings, small, heal, capsys
+):
     _cold(lab, 2)
     labmod.limit_space(lab, 2, WHEELHOUSE, "16m")
     try:
@@ -185,7 +208,7 @@ def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, sm
                 json=True,
                 sets=small,
             ),
-            lab_settings,
+            small_settings,
         )
         rep = _json(capsys.readouterr().out)
     finally:
@@ -203,13 +226,13 @@ def test_no_room_is_named_with_the_numbers_before_the_push(lab, lab_settings, sm
             ProvisionOptions(
                 inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=small
             ),
-            lab_settings,
+            small_settings,
         )
         == 0
     )
 
 
-def test_a_read_only_home_is_named_as_such(lab, lab_settings, small, heal, capsys):
+def test_a_read_only_home_is_named_as_such(lab, small_settings, small, heal, capsys):
     _cold(lab, 2)
     labmod.readonly_home(lab, 2)
     try:
@@ -221,7 +244,7 @@ def test_a_read_only_home_is_named_as_such(lab, lab_settings, small, heal, capsy
                 json=True,
                 sets=small,
             ),
-            lab_settings,
+            small_settings,
         )
         rep = _json(capsys.readouterr().out)
     finally:
@@ -234,7 +257,7 @@ def test_a_read_only_home_is_named_as_such(lab, lab_settings, small, heal, capsy
             ProvisionOptions(
                 inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=small
             ),
-            lab_settings,
+            small_settings,
         )
         == 0
     )
@@ -300,11 +323,11 @@ def test_ctrl_c_while_connecting_to_a_silent_node(lab, lab_settings, heal):
     assert "Traceback" not in out
 
 
-def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, small, heal):
+def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, small_settings, small, heal):
     sets = [arg for s in (*small, "wheelhouse_relay=false") for arg in ("--set", s)]
     _cold(lab, 2)
     proc = _invoke(
-        lab, lab_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets
+        lab, small_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets
     )
     venv = lab.nodes[2].home / VENV
     _wait_for(venv.exists, 240)  # worker-2 is in its apply
@@ -325,17 +348,17 @@ def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, lab_settings, 
                 roles=ROLES,
                 sets=tuple(sets[1::2]),
             ),
-            lab_settings,
+            small_settings,
         )
         == 0
     )
 
 
-def test_ctrl_c_while_pushing_wheels(lab, lab_settings, small, heal):
+def test_ctrl_c_while_pushing_wheels(lab, small_settings, small, heal):
     sets = [arg for s in (*small, "wheelhouse_relay=false") for arg in ("--set", s)]
     _cold(lab, 2)
     proc = _invoke(
-        lab, lab_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets
+        lab, small_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets
     )
     wheelhouse = lab.nodes[2].home / WHEELHOUSE
     # 150 MB over the lab's veth: a push of about a second, so look often
@@ -354,7 +377,7 @@ def test_ctrl_c_while_pushing_wheels(lab, lab_settings, small, heal):
                 roles=ROLES,
                 sets=tuple(sets[1::2]),
             ),
-            lab_settings,
+            small_settings,
         )
         == 0
     )
