@@ -825,6 +825,7 @@ def test(c, k=None, unit=False, fast=False, tier=None, workers=None):
         raise Exit(
             f"error: --workers {workers!r}: expected a whole number (0: one process)", code=2
         )
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
     if tier:
         runs = [(["tests/integration", "-m", " or ".join(tier)], 0)]
     elif unit or fast:
@@ -834,8 +835,6 @@ def test(c, k=None, unit=False, fast=False, tier=None, workers=None):
         # CPU-bound tests), then the lab tier in one process (its deadline tests need the
         # cores); the arm64 root the lab tier needs builds beside the unit tier
         runs = [(["tests/unit"], 2), (["tests/integration"], 0)]
-    env = {"PYTHONDONTWRITEBYTECODE": "1"}
-    if any("tests/integration" in args and "-m" not in args for args, _ in runs):
         env["NODEPREP_TEST_PREBUILD"] = "aarch64"
     failed = False
     for args, default in runs:

@@ -14,6 +14,7 @@ from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import FileBlock, Room, Step, StepCheck, scope_of
 from nodeprep.ops.provision import room
 from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, STAMP, USER, VENV
+from nodeprep.engine.facts.python import MAKING
 
 MODES = ("auto", "no-pip", "ensurepip")
 
@@ -49,9 +50,8 @@ def reads(ctx):
     return [VENV(venv), FILE(ctx.vars["env_file"]), STAMP(pystack.verified_stamp(venv))]
 
 
-# In a venv being made, until it is whole: a venv whose making was cut (Ctrl-C, a node gone
-# silent) is then nodeprep's to replace, where a directory without pyvenv.cfg is refused.
-MAKING = ".nodeprep-making"
+# MAKING (in a venv being made, until it is whole): a venv whose making was cut is then
+# nodeprep's to replace, where a directory without pyvenv.cfg is refused.
 
 
 def create_script(python: str, venv: str, wh: str, mode: str) -> str:
@@ -144,6 +144,8 @@ def steps(ctx):
 
     def exists(facts):
         e = facts[key]
+        if e.get("making"):
+            return StepCheck(False, "its making was cut short")
         if e["exists"] and e["python"] == py["version"] and "pip" in e["packages"]:
             return StepCheck(True)
         return StepCheck(False, "missing" if not e["exists"] else "no pip" if e["python"] else

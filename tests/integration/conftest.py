@@ -244,7 +244,7 @@ def site_copy(site, lab):
         (home / ".nodeprep").mkdir(exist_ok=True)
         for part in ("venv", "wheelhouse"):
             subprocess.run(
-                ["cp", "-a", str(source / part), str(home / ".nodeprep" / part)], check=True
+                ["cp", "-aT", str(source / part), str(home / ".nodeprep" / part)], check=True
             )
         subprocess.run(
             ["chown", "-R", "--reference", str(home), str(home / ".nodeprep")], check=True

@@ -156,6 +156,14 @@ class _SilenceAt(Events):
                 self.named = time.monotonic()
 
 
+def _on_pair(lab, settings, sets, **kw) -> int:
+    """`provision` of the small stack (SETS) on worker-[1-2] with SETTINGS: its exit code."""
+    opts = ProvisionOptions(
+        inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=tuple(sets), **kw
+    )
+    return api.provision(opts, settings)
+
+
 def _cold(lab, index: int) -> None:
     """Node INDEX without the small stack (venv, wheelhouse): the next provision is cold."""
     labmod.node_shell(lab, index, f"rm -rf /home/nodeprep/{VENV} /home/nodeprep/{WHEELHOUSE}")
@@ -200,16 +208,7 @@ def test_no_room_is_named_with_the_numbers_before_the_push(
     _cold(lab, 2)
     labmod.limit_space(lab, 2, WHEELHOUSE, "16m")
     try:
-        code = api.provision(
-            ProvisionOptions(
-                inventory=str(lab.inventory),
-                limit="worker-[1-2]",
-                roles=ROLES,
-                json=True,
-                sets=small,
-            ),
-            small_settings,
-        )
+        code = _on_pair(lab, small_settings, small, json=True)
         rep = _json(capsys.readouterr().out)
     finally:
         labmod.limit_space(lab, 2, WHEELHOUSE, None)
@@ -221,46 +220,21 @@ def test_no_room_is_named_with_the_numbers_before_the_push(
     assert "wheels needs" in failed[0]["message"]
     assert rep["nodes"]["worker-1"]["status"] in ("ok", "changed")
     # room again: the next run converges
-    assert (
-        api.provision(
-            ProvisionOptions(
-                inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=small
-            ),
-            small_settings,
-        )
-        == 0
-    )
+    assert _on_pair(lab, small_settings, small) == 0
 
 
 def test_a_read_only_home_is_named_as_such(lab, small_settings, small, heal, capsys):
     _cold(lab, 2)
     labmod.readonly_home(lab, 2)
     try:
-        code = api.provision(
-            ProvisionOptions(
-                inventory=str(lab.inventory),
-                limit="worker-[1-2]",
-                roles=ROLES,
-                json=True,
-                sets=small,
-            ),
-            small_settings,
-        )
+        code = _on_pair(lab, small_settings, small, json=True)
         rep = _json(capsys.readouterr().out)
     finally:
         labmod.readonly_home(lab, 2, readonly=False)
     assert code == 1
     text = json.dumps(rep["nodes"]["worker-2"]).lower()
     assert "read-only file system" in text and "/home/nodeprep" in text, text
-    assert (
-        api.provision(
-            ProvisionOptions(
-                inventory=str(lab.inventory), limit="worker-[1-2]", roles=ROLES, sets=small
-            ),
-            small_settings,
-        )
-        == 0
-    )
+    assert _on_pair(lab, small_settings, small) == 0
 
 
 # -- Ctrl-C: a real `invoke` process, SIGINT as a terminal sends it --------------------------------
@@ -324,10 +298,17 @@ def test_ctrl_c_while_connecting_to_a_silent_node(lab, lab_settings, heal):
 
 
 def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, small_settings, small, heal):
-    sets = [arg for s in (*small, "wheelhouse_relay=false") for arg in ("--set", s)]
+    sets = (*small, "wheelhouse_relay=false")
     _cold(lab, 2)
     proc = _invoke(
-        lab, small_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets
+        lab,
+        small_settings,
+        "provision",
+        "--limit",
+        "worker-[1-2]",
+        "--roles",
+        ROLES,
+        *[arg for s in sets for arg in ("--set", s)],
     )
     venv = lab.nodes[2].home / VENV
     _wait_for(venv.exists, 240)  # worker-2 is in its apply
@@ -340,25 +321,21 @@ def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, small_settings
     labmod.silence_node(lab, 2, silent=False)
     # healed: the next run takes over the lock the silent node kept (its holder is gone), stops
     # what the interrupted run left running there, replaces the venv it was making, converges
-    assert (
-        api.provision(
-            ProvisionOptions(
-                inventory=str(lab.inventory),
-                limit="worker-[1-2]",
-                roles=ROLES,
-                sets=tuple(sets[1::2]),
-            ),
-            small_settings,
-        )
-        == 0
-    )
+    assert _on_pair(lab, small_settings, sets) == 0
 
 
 def test_ctrl_c_while_pushing_wheels(lab, small_settings, small, heal):
-    sets = [arg for s in (*small, "wheelhouse_relay=false") for arg in ("--set", s)]
+    sets = (*small, "wheelhouse_relay=false")
     _cold(lab, 2)
     proc = _invoke(
-        lab, small_settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets
+        lab,
+        small_settings,
+        "provision",
+        "--limit",
+        "worker-[1-2]",
+        "--roles",
+        ROLES,
+        *[arg for s in sets for arg in ("--set", s)],
     )
     wheelhouse = lab.nodes[2].home / WHEELHOUSE
     # 150 MB over the lab's veth: a push of about a second, so look often
@@ -369,18 +346,7 @@ def test_ctrl_c_while_pushing_wheels(lab, small_settings, small, heal):
     time.sleep(1)
     assert _no_locks(lab, [1, 2])
     # what was pushed whole stays; the next run completes the node
-    assert (
-        api.provision(
-            ProvisionOptions(
-                inventory=str(lab.inventory),
-                limit="worker-[1-2]",
-                roles=ROLES,
-                sets=tuple(sets[1::2]),
-            ),
-            small_settings,
-        )
-        == 0
-    )
+    assert _on_pair(lab, small_settings, sets) == 0
 
 
 def test_ctrl_c_while_training(provisioned, lab, lab_settings, heal):

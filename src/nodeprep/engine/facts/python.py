@@ -13,6 +13,10 @@ from nodeprep import nodeside
 from nodeprep.engine.facts.probe import Fact
 from nodeprep.engine.remote import rpath
 
+# In a venv being made, until it is whole (roles/venv writes and removes it): a venv whose
+# making was cut (Ctrl-C, a node gone silent, a kill) is nodeprep's to replace.
+MAKING = ".nodeprep-making"
+
 
 def _venv_script(path: str) -> str:
     """No interpreter start for the answer (it cost ~0.1 s of CPU per node): the Python version
@@ -31,6 +35,7 @@ def _venv_script(path: str) -> str:
         "  case $l in version_info*=*|'version '*=*|version=*) v=${l#*=}; break;; esac\n"
         f"done < {p}/pyvenv.cfg\n"
         "printf '%s\\n' \"${v:-?}\"\n"
+        f"[ -f {p}/{MAKING} ] && echo @@MAKING@@\n"
         "m=\n"
         "IFS= read -r m 2>/dev/null < /etc/machine-id\n"
         "k=\n"
@@ -63,12 +68,15 @@ def _venv_script(path: str) -> str:
 def parse_venv(text: str, rc: int) -> dict:
     """{'exists', 'python' (version), 'packages': {canonical name: version}, 'platforms':
     {canonical name: [the wheel's platform tags, e.g. manylinux_2_17_x86_64]} for the packages
-    whose wheel is not for any platform}."""
+    whose wheel is not for any platform}, plus 'making': True where nodeprep's making of it
+    never finished (MAKING is still there: cut by Ctrl-C, a kill or a silent node)."""
     from packaging.utils import canonicalize_name
 
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines or lines[0] == "MISSING":
         return {"exists": False, "python": None, "packages": {}, "platforms": {}}
+    making = {"making": True} if "@@MAKING@@" in lines else {}
+    lines = [ln for ln in lines if ln != "@@MAKING@@"]
     if "@@BROKEN@@" in lines:
         return {
             "exists": True,
@@ -76,6 +84,7 @@ def parse_venv(text: str, rc: int) -> dict:
             "packages": {},
             "platforms": {},
             "error": "its python does not run",
+            **making,
         }
     pkgs = {}
     plats = {}
@@ -97,6 +106,7 @@ def parse_venv(text: str, rc: int) -> dict:
         "python": ".".join(lines[0].split(".")[:3]),
         "packages": pkgs,
         "platforms": plats,
+        **making,
     }
 
 
