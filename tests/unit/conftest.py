@@ -6,8 +6,8 @@ runs them all.
 Two ways a test gets it:
   - it uses one of the fixtures in SLOW_FIXTURES below (so the files that define them need no
     change, and a new test using one is slow without anyone remembering);
-  - `@pytest.mark.slow` on the test itself, in its file (test_closed_stdout.py,
-    test_fuzz_inventory.py, test_pystack.py).
+  - `@pytest.mark.slow` on the test itself, in its file (test_ansible_oracle.py,
+    test_closed_stdout.py, test_fuzz_inventory.py, test_pystack.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ SLOW_FIXTURES = {
     # test_ncclrt.py
     "real_libnccl": "NCCL's real libnccl.so.2, fetched with `pip download` once per machine",
     # test_inventory_differential.py
-    "runs": "one ansible-inventory process (and one nodeprep) per corpus entry",
+    "runs": "one ansible-inventory run (forked from tests/ansible_oracle.py's server) and one "
+    "nodeprep process per corpus entry",
 }
 
 

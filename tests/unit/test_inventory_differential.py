@@ -25,11 +25,14 @@ An entry Ansible refuses must be refused by nodeprep: exit code 2 and no traceba
 Entries named bad_* are the ones Ansible refuses (test_corpus_names_match_ansible checks it).
 
 Ansible runs with unparsed sources made fatal, only the script, yaml and ini plugins
-enabled, an empty config file and a fresh temporary directory as home, local temp and working
-directory (so nothing from the machine or the repo leaks in, and nothing is cached between
-runs). An executable entry is an inventory script; a `.json` entry named *script_output* is
-what a script prints, saved, and Ansible is given a script that prints it (output_script):
-Ansible itself reads a .json file with its yaml plugin only, which refuses that shape.
+enabled, an empty config file and one temporary directory per test process as home and local
+temp, and a fresh empty directory as working directory for every run (so nothing from the
+machine or the repo leaks in). The runs are forked from a server that has imported
+ansible-inventory once (tests/ansible_oracle.py; test_ansible_oracle.py holds its runs equal to
+real ansible-inventory processes). An executable entry is an inventory script; a `.json` entry
+named *script_output* is what a script prints, saved, and Ansible is given a script that prints
+it (output_script): Ansible itself reads a .json file with its yaml plugin only, which refuses
+that shape.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ import difflib
 import json
 import os
 import shlex
+import shutil
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +52,7 @@ import pytest
 from nodeprep.commands.inventory import InventoryView
 from nodeprep.inventory import fields
 from nodeprep.inventory.model import load
+from tests import ansible_oracle
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "inventories"
@@ -115,25 +119,17 @@ def run_ansible(entry: str) -> Run:
 
 def ansible_list(source: Path, script_output: bool = False) -> Run:
     """`ansible-inventory -i SOURCE --list` (SOURCE: saved script output when SCRIPT_OUTPUT)."""
-    with tempfile.TemporaryDirectory(prefix="nodeprep-ansible-") as tmp:
-        config = Path(tmp) / "ansible.cfg"
-        config.write_text("")
-        env = {k: v for k, v in RUN_ENV.items() if not k.startswith("ANSIBLE_")}
-        env.update(
-            ANSIBLE_CONFIG=str(config),
-            ANSIBLE_HOME=tmp,
-            ANSIBLE_LOCAL_TEMP=tmp,
-            ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
-            ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
-            ANSIBLE_INVENTORY_ENABLED="script,yaml,ini",
-            ANSIBLE_NOCOLOR="1",
-        )
-        source = output_script(source, Path(tmp)) if script_output else source
+    session = ansible_oracle.shared(ANSIBLE_INVENTORY, RUN_ENV)
+    # cwd is a fresh empty directory: ansible-inventory would read group_vars/ and host_vars/
+    # (and ansible.cfg) from its working directory too
+    cwd = session.new_cwd()
+    try:
+        source = output_script(source, cwd) if script_output else source
         argv = [str(ANSIBLE_INVENTORY), "-i", str(source), "--list"]
-        # cwd is the empty temp dir: ansible-inventory would read group_vars/ and host_vars/
-        # (and ansible.cfg) from its working directory too
-        r = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    return Run(argv, r.returncode, r.stdout, r.stderr)
+        r = session.oracle.run(argv, cwd, TIMEOUT)
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+    return Run(argv, r.rc, ansible_oracle.as_text(r.stdout), ansible_oracle.as_text(r.stderr))
 
 
 def run_nodeprep(entry: str) -> Run:

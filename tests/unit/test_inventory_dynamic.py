@@ -365,7 +365,7 @@ def _ours(path: Path, check: bool) -> dict:
     return nodeprep_view(InventoryView(_load(path, check_fields=check)).as_dict())
 
 
-@pytest.mark.slow(reason="one ansible-inventory process per shape")
+@pytest.mark.slow(reason="one ansible-inventory run per shape (tests/ansible_oracle.py)")
 @pytest.mark.parametrize("name", CASES)
 def test_shape_reads_like_ansible(name, ansible_runs, tmp_path):
     require_ansible()
