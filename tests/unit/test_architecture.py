@@ -14,6 +14,7 @@ every package's __init__ docstring is a map naming each of its modules."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -72,8 +73,16 @@ def _imports(name: str, path: Path) -> set[str]:
     return {t for t in _imported(ast.parse(path.read_text()), here) if t in MODULES and t != name}
 
 
-GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
-ROLE_GRAPH = {name: _imports(name, path) for name, path in ROLE_FILES.items()}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """The package's import graph, parsed once per process when a test first asks for it
+    (not at import: every xdist worker collects this module)."""
+    return {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+@functools.cache
+def role_graph() -> dict[str, set[str]]:
+    return {name: _imports(name, path) for name, path in ROLE_FILES.items()}
 
 
 def layer(module: str) -> int:
@@ -103,7 +112,7 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
 def ops_packages() -> dict[str, set[str]]:
     """The import graph between the packages of ops (provision, torchplan, ...)."""
     out: dict[str, set[str]] = {}
-    for m, deps in GRAPH.items():
+    for m, deps in graph().items():
         if m.startswith("nodeprep.ops.") and len(m.split(".")) > 3:
             own = m.split(".")[2]
             out.setdefault(own, set()).update(
@@ -121,7 +130,7 @@ def test_every_module_has_a_layer():
 def test_no_import_goes_up_a_layer():
     bad = [
         f"{m} ({layer(m)}) imports {d} ({layer(d)})"
-        for m, deps in GRAPH.items()
+        for m, deps in graph().items()
         for d in deps
         if layer(d) > layer(m)
     ]
@@ -131,7 +140,7 @@ def test_no_import_goes_up_a_layer():
 def test_only_the_cli_imports_the_lab():
     bad = [
         f"{m} imports {d}"
-        for m, deps in GRAPH.items()
+        for m, deps in graph().items()
         for d in deps
         if d.split(".")[:2] == ["nodeprep", "lab"] and m.split(".")[1] not in ("cli", "lab")
     ]
@@ -142,7 +151,7 @@ def test_the_lab_imports_nothing_above_the_engine():
     # nodeprep.nodeside itself is only the paths of the node-side programs (gpu_standin)
     bad = [
         f"{m} imports {d}"
-        for m, deps in GRAPH.items()
+        for m, deps in graph().items()
         if m.startswith("nodeprep.lab")
         for d in deps
         if d not in BASE and d.split(".")[1] not in ("engine", "lab") and d != "nodeprep.nodeside"
@@ -151,7 +160,7 @@ def test_the_lab_imports_nothing_above_the_engine():
 
 
 def test_no_import_cycle():
-    assert cycles(GRAPH) == []
+    assert cycles(graph()) == []
 
 
 def test_ops_is_packages_that_import_each_other_one_way():
@@ -187,7 +196,7 @@ def test_controller_code_never_imports_a_nodeside_program():
     programs are shipped as files or text, never run on the controller."""
     bad = [
         f"{m} imports {d}"
-        for m, deps in {**GRAPH, **ROLE_GRAPH}.items()
+        for m, deps in {**graph(), **role_graph()}.items()
         for d in deps
         if d.startswith(NODESIDE + ".") and not m.startswith(NODESIDE)
     ]
@@ -198,7 +207,7 @@ def test_roles_stand_on_the_engine_and_ops_only():
     assert ROLE_FILES, "no roles/*/role.py found"
     bad = [
         f"{r} imports {d}"
-        for r, deps in ROLE_GRAPH.items()
+        for r, deps in role_graph().items()
         for d in deps
         if d not in BASE and d.split(".")[1] not in ("inventory", "engine", "ops")
     ]
@@ -208,10 +217,10 @@ def test_roles_stand_on_the_engine_and_ops_only():
 def test_the_checker_sees_cycles_and_upward_imports():
     """The graph is real: known edges are found (a checker that sees nothing passes anything),
     and the cycle finder finds a cycle it is given."""
-    assert "nodeprep.engine.fleet" in GRAPH["nodeprep.commands.verify"]
-    assert "nodeprep.engine.facts.probe" in GRAPH["nodeprep.engine.facts.gpus"]
-    assert "nodeprep.lab" in GRAPH["nodeprep.cli"]  # a lazy, function-level import
-    assert "nodeprep.ops.pystack" in ROLE_GRAPH["roles.venv"]
+    assert "nodeprep.engine.fleet" in graph()["nodeprep.commands.verify"]
+    assert "nodeprep.engine.facts.probe" in graph()["nodeprep.engine.facts.gpus"]
+    assert "nodeprep.lab" in graph()["nodeprep.cli"]  # a lazy, function-level import
+    assert "nodeprep.ops.pystack" in role_graph()["roles.venv"]
     assert {"provision", "torchplan"} <= ops_packages()["pystack"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]
     assert cycles({"a": {"b"}, "b": set()}) == []

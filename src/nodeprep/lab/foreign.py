@@ -61,7 +61,6 @@ PACKAGES = (
     "procps",
     "iproute2",
     "zsh",
-    "ca-certificates",
 )
 
 
@@ -149,8 +148,24 @@ def require(arches: set[str]) -> None:
         )
 
 
+# How the root is built, beside PACKAGES: every maintainer script runs under emulation, so
+# what no lab node reads is never unpacked (docs, man pages, translations, and the CA store:
+# update-ca-certificates ran twice, 80 s of emulated shell, and no lab node reaches the
+# internet), no apt inside (mmdebstrap installs with the host's), and /usr merged by
+# mmdebstrap's own hook rather than the usrmerge package's conversion.
+RECIPE = (
+    "--variant=essential",
+    "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
+    *(
+        f"--dpkgopt=path-exclude=/usr/share/{d}/*"
+        for d in ("doc", "man", "info", "locale", "ca-certificates")
+    ),
+)
+
+
 def _root_path(arch: str) -> Path:
-    key = hashlib.sha256(" ".join(sorted(PACKAGES)).encode()).hexdigest()[:10]
+    recipe = " ".join([*sorted(PACKAGES), *RECIPE])
+    key = hashlib.sha256(recipe.encode()).hexdigest()[:10]
     return ROOTS / f"{SUITE}-{ARCHES[arch].debian}-{key}"
 
 
@@ -187,7 +202,7 @@ def _build(arch: str, log) -> Path:
     proc = subprocess.run(
         [
             "mmdebstrap",
-            "--variant=apt",
+            *RECIPE,
             f"--architectures={a.debian}",
             f"--include={','.join(PACKAGES)}",
             # the root's own host keys are never used (each node has its own)
