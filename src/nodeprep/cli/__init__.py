@@ -11,6 +11,10 @@ would have had (not 141: provision still changed the nodes, a training run still
 end, and `set -o pipefail` scripts should see that result). Only `train.logs --follow`, which
 shows and changes nothing, stops following once stdout's reader is gone.
 
+Every `invoke` (`--list` and `--help` too) imports this package: at its top it imports only
+what every task needs; each entry point imports its command and renderers when it runs, so
+fabric and paramiko load only for a task that reaches nodes (tests/unit/test_startup_imports.py).
+
   __init__.py        one entry point per task (tasks.py calls them): run, render, exit code
   display.py         the live table / plain progress lines (engine events rendered)
   render.py          results as text: facts, provision summary, train, torch-plan, collective
@@ -30,44 +34,8 @@ import json
 import sys
 import time
 
-from nodeprep.cli import (
-    detached,
-    doctor_text,
-    health_text,
-    inventory_text,
-    parity_text,
-    render,
-    stdio,
-)
+from nodeprep.cli import stdio
 from nodeprep.cli.display import Display
-from nodeprep.commands import (
-    bandwidth as bandwidth_cmd,
-)
-from nodeprep.commands import (
-    doctor as doctor_cmd,
-)
-from nodeprep.commands import (
-    facts as facts_cmd,
-)
-from nodeprep.commands import (
-    health as health_cmd,
-)
-from nodeprep.commands import (
-    hosts,
-)
-from nodeprep.commands import (
-    init as init_cmd,
-)
-from nodeprep.commands import (
-    inventory as inventory_cmd,
-)
-from nodeprep.commands import (
-    provision as provision_cmd,
-)
-from nodeprep.commands import ssh_prune as prune_cmd
-from nodeprep.commands import torch_plan as torch_plan_cmd
-from nodeprep.commands import train as train_cmd
-from nodeprep.commands import verify as verify_cmd
 from nodeprep.commands.options import (
     BandwidthOptions,
     DoctorOptions,
@@ -83,9 +51,7 @@ from nodeprep.commands.options import (
     TrainOptions,
     VerifyOptions,
 )
-from nodeprep.commands.train import control as control_cmd
 from nodeprep.errors import InputError, NodeprepError
-from nodeprep.ops.train import rundir
 from nodeprep.settings import Settings
 
 stdio.install()
@@ -112,6 +78,8 @@ def _json(data) -> None:
 
 @guarded
 def init(opts: InitOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.commands import init as init_cmd
+
     res = init_cmd.init(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.dry_run:
         print(res.text, end="")
@@ -130,6 +98,9 @@ def init(opts: InitOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def facts(opts: FactsOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.cli import render
+    from nodeprep.commands import facts as facts_cmd
+
     res = facts_cmd.facts(opts, settings, Display.auto(to_stderr=True, quiet=not opts.json))
     if opts.json:
         _json(res.report)
@@ -141,12 +112,16 @@ def facts(opts: FactsOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bool = False) -> int:
+    from nodeprep.cli import health_text
+
     if list_checks:
         from nodeprep.ops.health import catalogue
 
         checks = catalogue.select(opts.checks, deep=True)
         print(health_text.catalogue(checks, catalogue.COMMAND_CODES))
         return 0
+    from nodeprep.commands import health as health_cmd
+
     res = health_cmd.health(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.json:
         _json(res.as_dict())
@@ -157,12 +132,14 @@ def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bo
 
 @guarded
 def doctor(opts: DoctorOptions, settings: Settings = Settings(), list_checks: bool = False) -> int:
+    from nodeprep.cli import doctor_text
     from nodeprep.ops.doctor import catalogue
 
     if list_checks:
         print(doctor_text.catalogue(catalogue.select(opts.checks), catalogue.COMMON))
         return 0
     from nodeprep import lab
+    from nodeprep.commands import doctor as doctor_cmd
 
     res = doctor_cmd.doctor(
         opts,
@@ -179,6 +156,8 @@ def doctor(opts: DoctorOptions, settings: Settings = Settings(), list_checks: bo
 
 @guarded
 def ssh_prune(opts: PruneOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.commands import ssh_prune as prune_cmd
+
     res = prune_cmd.prune(opts, settings)
     verb = "would remove" if opts.dry_run else "removed"
     for name in res.removed:
@@ -200,6 +179,9 @@ def bandwidth(opts: BandwidthOptions, settings: Settings = Settings()) -> int:
             "--png needs matplotlib, which is not installed here",
             hint=".venv/bin/pip install matplotlib (or leave out --png)",
         )
+    from nodeprep.cli import health_text
+    from nodeprep.commands import bandwidth as bandwidth_cmd
+
     res = bandwidth_cmd.bandwidth(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.json:
         _json(res.as_dict())
@@ -230,6 +212,9 @@ def provision(
         from dataclasses import replace
 
         opts = replace(opts, password=_password(True))
+    from nodeprep.cli import render
+    from nodeprep.commands import provision as provision_cmd
+
     res = provision_cmd.provision(opts, settings, Display.auto(to_stderr=opts.json))
     for text in res.diffs:
         print(text, file=sys.stderr if opts.json else sys.stdout)
@@ -242,6 +227,9 @@ def provision(
 
 @guarded
 def verify_parity(opts: VerifyOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.cli import parity_text, render
+    from nodeprep.commands import verify as verify_cmd
+
     res = verify_cmd.verify(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.json:
         out = res.report.as_dict()
@@ -259,6 +247,9 @@ def verify_parity(opts: VerifyOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def train(opts: TrainOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.cli import detached, render
+    from nodeprep.commands import train as train_cmd
+
     res = train_cmd.train(opts, settings, Display.auto(quiet=True))
     if res.detached:
         detached.start(res.run_dir, settings)
@@ -268,6 +259,9 @@ def train(opts: TrainOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def train_status(opts: RunsOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.cli import render
+    from nodeprep.commands.train import control as control_cmd
+
     st = control_cmd.status(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.json:
         _json(st.__dict__)
@@ -278,6 +272,9 @@ def train_status(opts: RunsOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def train_stop(opts: RunsOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.cli import render
+    from nodeprep.commands.train import control as control_cmd
+
     res = control_cmd.stop(opts, settings, Display.auto(to_stderr=True, quiet=True))
     render.train_stop(res)
     return res.exit_code
@@ -285,21 +282,26 @@ def train_stop(opts: RunsOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def train_logs(opts: RunsOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.ops.train import rundir
+
     path = rundir.find(settings.runs, opts.run)
     offsets: dict = {}
     while True:
-        for label, line in control_cmd.log_lines(path, opts.node, opts.rank, offsets):
+        for label, line in rundir.log_lines(path, opts.node, opts.rank, offsets):
             print(f"[{label}] {line}", flush=opts.follow)
-        if not opts.follow or control_cmd.finished(path) or stdio.stdout_lost():
+        if not opts.follow or rundir.finished(path) or stdio.stdout_lost():
             break
         time.sleep(0.5)
-    for label, line in control_cmd.log_lines(path, opts.node, opts.rank, offsets):
+    for label, line in rundir.log_lines(path, opts.node, opts.rank, offsets):
         print(f"[{label}] {line}")  # what came after the last poll
     return 0
 
 
 @guarded
 def torch_plan(opts: TorchPlanOptions) -> int:
+    from nodeprep.cli import render
+    from nodeprep.commands import torch_plan as torch_plan_cmd
+
     res = torch_plan_cmd.torch_plan(opts)
     e = res.error
     if opts.json:
@@ -329,6 +331,9 @@ def torch_plan(opts: TorchPlanOptions) -> int:
 @guarded
 def inventory(opts: InventoryOptions, settings: Settings = Settings()) -> int:
     """What nodeprep read from an inventory; no node is contacted."""
+    from nodeprep.cli import inventory_text
+    from nodeprep.commands import inventory as inventory_cmd
+
     view = inventory_cmd.inventory(opts, settings)
     if opts.json:
         _json(view.as_dict() if not opts.graph else view.as_dict()["groups"])
@@ -347,6 +352,8 @@ def inventory(opts: InventoryOptions, settings: Settings = Settings()) -> int:
 @guarded
 def hosts_forget(opts: ForgetOptions, settings: Settings = Settings()) -> int:
     """Drop the pinned host keys of some nodes (after a deliberate reinstall)."""
+    from nodeprep.commands import hosts
+
     for name, n, entry in hosts.forget(opts, settings):
         print(f"{name}: removed {n} pinned key(s) for {entry}")
 

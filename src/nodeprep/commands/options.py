@@ -1,13 +1,15 @@
 """One options object per command, built once from the task's flags (tasks.py) and read by
-the command. A new flag: a field here, its flag in tasks.py, and the code that uses it."""
+the command. A new flag: a field here, its flag in tasks.py, and the code that uses it.
+
+tasks.py imports this module for every `invoke` (`--list` and `--help` included), so it
+imports only the standard library and nodeprep.errors at its top; what a `validate()` checks
+against is imported when it runs (the launchers module stands on the whole inventory layer)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from nodeprep.errors import InputError
-from nodeprep.ops.launchenv.dsenv import SUPPORTED_DS_LAUNCHERS
-from nodeprep.ops.train.launchers import LAUNCHERS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +144,9 @@ class TrainOptions:
     health_ignore: tuple[str, ...] = ()  # finding codes the gate does not hold against a node
 
     def validate(self) -> None:
+        from nodeprep.ops.launchenv.dsenv import SUPPORTED_DS_LAUNCHERS
+        from nodeprep.ops.train.launchers import LAUNCHERS
+
         if self.hang_timeout is not None and self.hang_timeout <= 0:
             raise InputError(f"--hang-timeout {self.hang_timeout!r}: expected seconds > 0")
         if self.launcher not in LAUNCHERS:

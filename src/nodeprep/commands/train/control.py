@@ -1,5 +1,6 @@
-"""`train.status`, `train.logs`, `train.stop`: training runs as the controller's run directory
-records them (ops/train/rundir.py), checked against the nodes (the job's processes on each)."""
+"""`train.status`, `train.stop`: training runs as the controller's run directory records them
+(ops/train/rundir.py), checked against the nodes (the job's processes on each). `train.logs`
+reads the run directory alone (rundir.log_lines, rundir.finished)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,6 @@ from nodeprep.engine.results import RunLog
 from nodeprep.errors import InputError
 from nodeprep.ops.train import processes, rundir
 from nodeprep.settings import Settings
-
-
-def supervisor_alive(state: dict) -> bool:
-    pid = state.get("pid")
-    if not pid or state.get("state") in rundir.FINAL:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, ValueError):
-        return False
-    return True
 
 
 @dataclass
@@ -81,7 +71,7 @@ def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
         launcher=spec.get("launcher", ""),
         where=spec.get("where", ""),
     )
-    st.supervisor = supervisor_alive(state)
+    st.supervisor = rundir.supervisor_alive(state)
     st.elapsed = (
         state.get("updated", time.time()) if not st.supervisor else time.time()
     ) - state.get("started", time.time())
@@ -114,7 +104,7 @@ def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60
     path = rundir.find(settings.runs, opts.run)
     spec = rundir.read_json(path / "job.json")
     state = rundir.read_json(path / "state.json")
-    if supervisor_alive(state):
+    if rundir.supervisor_alive(state):
         os.kill(int(state["pid"]), signal.SIGTERM)  # it stops every rank, then writes its result
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
@@ -132,28 +122,3 @@ def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60
         )
         out.update({n: "unreachable: " + why for n, why in fleet.unusable().items()})
     return StopResult(spec["job_id"], "stopped on the nodes", out, state.get("state", ""))
-
-
-def log_lines(
-    path: Path, node: str | None, rank: int | None, offsets: dict
-) -> list[tuple[str, str]]:
-    """New lines of the run's logs since OFFSETS (updated): (file label, line)."""
-    out = []
-    for f in rundir.log_files(path, node, rank):
-        key = str(f)
-        try:
-            with open(f, "rb") as fh:
-                fh.seek(offsets.get(key, 0))
-                data = fh.read()
-        except OSError:
-            continue
-        complete = data[: data.rfind(b"\n") + 1]
-        offsets[key] = offsets.get(key, 0) + len(complete)
-        label = f"{f.parent.name} {f.stem}" if f.stem.startswith("r") else f.parent.name
-        out += [(label, ln) for ln in complete.decode("utf-8", "replace").splitlines()]
-    return out
-
-
-def finished(path: Path) -> bool:
-    state = rundir.read_json(path / "state.json")
-    return state.get("state") in rundir.FINAL or not supervisor_alive(state)

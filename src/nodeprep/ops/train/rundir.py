@@ -119,3 +119,41 @@ def log_files(path: Path, node: str | None = None, rank: int | None = None) -> l
                 continue
             out.append(f)
     return out
+
+
+def log_lines(
+    path: Path, node: str | None, rank: int | None, offsets: dict
+) -> list[tuple[str, str]]:
+    """New lines of the run's logs since OFFSETS (updated): (file label, line)."""
+    out = []
+    for f in log_files(path, node, rank):
+        key = str(f)
+        try:
+            with open(f, "rb") as fh:
+                fh.seek(offsets.get(key, 0))
+                data = fh.read()
+        except OSError:
+            continue
+        complete = data[: data.rfind(b"\n") + 1]
+        offsets[key] = offsets.get(key, 0) + len(complete)
+        label = f"{f.parent.name} {f.stem}" if f.stem.startswith("r") else f.parent.name
+        out += [(label, ln) for ln in complete.decode("utf-8", "replace").splitlines()]
+    return out
+
+
+def finished(path: Path) -> bool:
+    """Is the run over: a final state, or no supervisor left to change it?"""
+    state = read_json(path / "state.json")
+    return state.get("state") in FINAL or not supervisor_alive(state)
+
+
+def supervisor_alive(state: dict) -> bool:
+    """Does state.json's supervisor (a detached run's pid) still run on this controller?"""
+    pid = state.get("pid")
+    if not pid or state.get("state") in FINAL:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError):
+        return False
+    return True
