@@ -47,6 +47,9 @@ fi
 # src/ on the venv's path: `import nodeprep` works from tasks.py, tests and bench alike.
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$(pwd)/src" > "$site/nodeprep-src.pth"
+# Invoke never writes bytecode (its --write-pyc is off by default): compiled here, every `invoke`
+# starts from .pyc files instead of compiling the sources it imports again each time.
+.venv/bin/python -m compileall -q src tasks.py >/dev/null
 
 # The reference Ansible, in a venv of its own (reinstalled only when ansible.txt changes).
 if [ ! -x .venv-ansible/bin/python ]; then
