@@ -50,10 +50,6 @@ def reads(ctx):
     return [VENV(venv), FILE(ctx.vars["env_file"]), STAMP(pystack.verified_stamp(venv))]
 
 
-# MAKING (in a venv being made, until it is whole): a venv whose making was cut is then
-# nodeprep's to replace, where a directory without pyvenv.cfg is refused.
-
-
 def create_script(python: str, venv: str, wh: str, mode: str) -> str:
     py = shlex.quote(python)
     env = rpath(venv)

@@ -287,6 +287,14 @@ def _no_locks(lab, indexes) -> bool:
     return not any(o.strip() for o in out)
 
 
+def _invoke_on_pair(lab, settings, sets) -> subprocess.Popen:
+    """`invoke provision` of the small stack (SETS) on worker-[1-2], as _on_pair runs it."""
+    sets_args = [arg for s in sets for arg in ("--set", s)]
+    return _invoke(
+        lab, settings, "provision", "--limit", "worker-[1-2]", "--roles", ROLES, *sets_args
+    )
+
+
 def test_ctrl_c_while_connecting_to_a_silent_node(lab, lab_settings, heal):
     labmod.silence_node(lab, 1)
     proc = _invoke(lab, lab_settings, "facts")
@@ -300,16 +308,7 @@ def test_ctrl_c_while_connecting_to_a_silent_node(lab, lab_settings, heal):
 def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, small_settings, small, heal):
     sets = (*small, "wheelhouse_relay=false")
     _cold(lab, 2)
-    proc = _invoke(
-        lab,
-        small_settings,
-        "provision",
-        "--limit",
-        "worker-[1-2]",
-        "--roles",
-        ROLES,
-        *[arg for s in sets for arg in ("--set", s)],
-    )
+    proc = _invoke_on_pair(lab, small_settings, sets)
     venv = lab.nodes[2].home / VENV
     _wait_for(venv.exists, 240)  # worker-2 is in its apply
     labmod.silence_node(lab, 2)
@@ -327,16 +326,7 @@ def test_ctrl_c_while_waiting_on_a_silent_node_mid_provision(lab, small_settings
 def test_ctrl_c_while_pushing_wheels(lab, small_settings, small, heal):
     sets = (*small, "wheelhouse_relay=false")
     _cold(lab, 2)
-    proc = _invoke(
-        lab,
-        small_settings,
-        "provision",
-        "--limit",
-        "worker-[1-2]",
-        "--roles",
-        ROLES,
-        *[arg for s in sets for arg in ("--set", s)],
-    )
+    proc = _invoke_on_pair(lab, small_settings, sets)
     wheelhouse = lab.nodes[2].home / WHEELHOUSE
     # 150 MB over the lab's veth: a push of about a second, so look often
     _wait_for(lambda: any(p.name.endswith(".part") for p in wheelhouse.glob(".*")), 240, every=0.01)

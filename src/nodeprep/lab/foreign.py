@@ -3,7 +3,7 @@
 nodes, on this x86_64 machine.
 
 Such a node's userland is a Debian root of its architecture, built ONCE with mmdebstrap and
-cached under ROOTS (keyed by suite, architecture and package list; built into a `.new`
+cached under ROOTS (keyed by suite, architecture, package list and RECIPE; built into a `.new`
 directory and renamed, so a cut-short build is never used). Every process of the node runs
 from that root through qemu-user, which the kernel starts by itself for the architecture's
 ELF files (a binfmt_misc registration with the F flag: the interpreter is opened when
