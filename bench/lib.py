@@ -112,12 +112,16 @@ def summary(title: str, times: dict[str, list[float]], base: str) -> dict:
     return {"title": title, "medians": med, "runs": times, "base": base}
 
 
-def save(name: str, results: list[dict]) -> None:
+def save(name: str, results: list[dict]) -> Path:
+    """Write RESULTS under bench/results/ (and to $BENCH_OUT when set: bench/guard.py reads it)."""
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     path = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(results, indent=2) + "\n")
+    if os.environ.get("BENCH_OUT"):
+        Path(os.environ["BENCH_OUT"]).write_text(path.read_text())
     print(f"\nsaved {path.relative_to(ROOT)}")
+    return path
 
 
 class Foreign:

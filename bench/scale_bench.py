@@ -16,7 +16,9 @@ left out there (its deploy models the five roles only).
 Wall time is the median of RUNS; controller CPU is the CPU of the invoked process itself
 (getrusage of children: the lab's sshd and the node-side commands are not in it), per node.
 Results go to bench/results/scale-*.json; bench/scale_plot.py draws them.
-Usage: bench/scale_bench.py [SIZES=8,32] [RUNS=3] (env OLD=/path/to/old/checkout, SHAPE=shared)"""
+--quick: no pyinfra (bench/guard.py's mode: the figures it keeps are ratios to the floors).
+Usage: bench/scale_bench.py [SIZES=8,32] [RUNS=3] [--quick] (env OLD=/path/to/old/checkout,
+SHAPE=shared)"""
 
 import json
 import os
@@ -37,8 +39,10 @@ from nodeprep.engine import facts as factmod  # noqa: E402  (lib puts src/ on th
 
 SHARED = os.environ.get("SHAPE") == "shared"
 ROLES = [] if SHARED else ["--roles", "ssh_keys,ssh_config,shell,nccl,deepspeed_env"]
-sizes = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "8,32").split(",")]
-runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+QUICK = "--quick" in sys.argv
+_args = [a for a in sys.argv[1:] if not a.startswith("--")]
+sizes = [int(x) for x in (_args[0] if _args else "8,32").split(",")]
+runs = int(_args[1]) if len(_args) > 1 else 3
 old = os.environ.get("OLD")
 
 
@@ -47,11 +51,18 @@ def nodeprep_noop(state, n_nodes: int):
 
     def check(_output):
         report = json.loads((state / "runs" / "latest" / "report.json").read_text())
-        bad = {k: r for k, r in report["nodes"].items() if r["status"] != "ok" or r["changed"]}
+        bad = {
+            k: [f"{s['step']} ({s['message']})" for s in r["steps"] if s["status"] != "ok"]
+            or [r["status"]]
+            for k, r in report["nodes"].items()
+            if r["status"] != "ok" or r["changed"]
+        }
         ctl = [c for c in report["controller"] if c["status"] != "ok"]
         if report["changed"] or bad or ctl or len(report["nodes"]) != n_nodes:
+            first = dict(list(bad.items())[:3])
             raise SystemExit(
-                f"bench: nodeprep run was not a no-op: {bad or ctl or report['changed']}"
+                f"bench: nodeprep run was not a no-op on {len(bad)} node(s), e.g. {first}"
+                f"{'; controller: ' + str(ctl) if ctl else ''}"
             )
 
     return check
@@ -99,7 +110,7 @@ def contenders_for(info, settings, env, tmp: Path) -> dict:
         "invoke facts": ([str(VENV / "invoke"), "facts", "--inventory", inv], env, None),
         "no-op provision": (provision, env, nodeprep_noop(settings.state, n)),
     }
-    if not SHARED:
+    if not SHARED and not QUICK:
         peers.prepare_out()
         end = peers.end_state(info, config)
         pinv, deploy = peers.write_pyinfra(
@@ -161,4 +172,5 @@ def one_size(n: int) -> dict:
 
 
 results = [one_size(n) for n in sizes]
-save(f"scale-{'shared-' if SHARED else ''}{'-'.join(map(str, sizes))}", results)
+kind = "quick-" if QUICK else "shared-" if SHARED else ""  # scale_plot.py reads scale-[0-9]*
+save(f"scale-{kind}{'-'.join(map(str, sizes))}", results)
