@@ -36,6 +36,10 @@ nodes = int(args[0]) if args else 2
 runs = int(args[1]) if len(args) > 1 else 5
 QUICK = "--quick" in sys.argv
 LAB = "guard" if QUICK else "bench"
+# The guard's lab stays up between runs: on a subnet of its own, never a derived one (201-250:
+# "guard" derives 217, the test suite's "slurmx" lab's, whose setup then failed) nor the test
+# labs' (180-199).
+GUARD_SUBNET = 170
 
 
 def log(msg=""):
@@ -142,7 +146,7 @@ def main():
     try:
         log(f"train bench: {nodes} nodes, {runs} interleaved rounds, {os.cpu_count()} CPUs")
         t0 = time.perf_counter()
-        info, settings, env = bench_lab(nodes, name=LAB)
+        info, settings, env = bench_lab(nodes, name=LAB, subnet=GUARD_SUBNET if QUICK else None)
         log(f"  setup: lab {LAB} up with {nodes} nodes in {time.perf_counter() - t0:.1f} s")
         inv, head = str(info.inventory), info.nodes[0]
         prov = [
