@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "bench" / "figures.json"
 PY = ROOT / ".venv" / "bin" / "python"
 
-# figure name -> (bench, what it is); the numbers live in FIGURES
+# the two quick bench runs; the figures each gives are named by the functions below
 SCALE = "scale_bench.py 32 3 --quick"
 TRAIN = "train_bench.py 2 3 --quick"
 
@@ -117,7 +117,15 @@ def head_commit() -> str:
 
 
 def main() -> int:
-    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    only = None
+    if "--only" in sys.argv:
+        i = sys.argv.index("--only") + 1
+        only = sys.argv[i] if i < len(sys.argv) else ""
+        if only not in BENCHES:
+            print(
+                "guard: --only takes scale or train (bench/guard.py --only train)", file=sys.stderr
+            )
+            return 2
     kept = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
     got: dict[str, float] = {}
     t0 = time.perf_counter()

@@ -117,9 +117,10 @@ def save(name: str, results: list[dict]) -> Path:
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     path = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=2) + "\n")
+    text = json.dumps(results, indent=2) + "\n"
+    path.write_text(text)
     if os.environ.get("BENCH_OUT"):
-        Path(os.environ["BENCH_OUT"]).write_text(path.read_text())
+        Path(os.environ["BENCH_OUT"]).write_text(text)
     print(f"\nsaved {path.relative_to(ROOT)}")
     return path
 

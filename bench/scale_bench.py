@@ -172,5 +172,5 @@ def one_size(n: int) -> dict:
 
 
 results = [one_size(n) for n in sizes]
-kind = "quick-" if QUICK else "shared-" if SHARED else ""  # scale_plot.py reads scale-[0-9]*
+kind = ("quick-" if QUICK else "") + ("shared-" if SHARED else "")  # plot: scale-[0-9]*
 save(f"scale-{kind}{'-'.join(map(str, sizes))}", results)

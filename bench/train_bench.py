@@ -137,11 +137,11 @@ def check_ok(out):
 
 
 def main():
-    # the guard's lab keeps one controller key dir, so its provision stays a no-op between runs
-    tmp = ROOT / ".nodeprep" / "bench-guard" / "controller" if QUICK else None
-    if tmp:
+    if QUICK:  # the guard's lab keeps one controller key dir: its provision stays a no-op
+        tmp = ROOT / ".nodeprep" / "bench-guard" / "controller"
         tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = tmp or Path(tempfile.mkdtemp(prefix="nodeprep-train-"))
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="nodeprep-train-"))
     results = []
     try:
         log(f"train bench: {nodes} nodes, {runs} interleaved rounds, {os.cpu_count()} CPUs")

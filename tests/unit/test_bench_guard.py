@@ -76,3 +76,11 @@ def test_the_kept_figures_name_what_the_guard_measures(guard):
 def test_head_commit_is_read_from_the_checkout(guard):
     got = guard.head_commit()
     assert len(got) == 7 and int(got, 16) >= 0
+
+
+@pytest.mark.parametrize("argv", [["--only"], ["--only", "facts"]])
+def test_a_bad_only_is_one_line_and_exit_2(guard, monkeypatch, capsys, argv):
+    monkeypatch.setattr("sys.argv", ["guard.py", *argv])
+    assert guard.main() == 2
+    err = capsys.readouterr().err
+    assert err == "guard: --only takes scale or train (bench/guard.py --only train)\n"
