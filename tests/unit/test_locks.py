@@ -389,3 +389,15 @@ def test_a_lock_left_by_an_ended_run_of_this_process_is_stale():
         assert "an earlier run of this process" in stale(mine, 0, 3600)
     finally:
         locks.ENDED_RUNS.discard(run)
+
+
+def test_the_older_run_keeps_its_locks_and_a_younger_one_lets_go():
+    """Wait-die decides who waits holding: only a run older than every holder in its way."""
+    from nodeprep.engine.locks import Locks
+
+    old, young = Owner(HOST, 1, 1000.0, "run-b"), Owner(HOST, 2, 1001.0, "run-a")
+    tie = Owner(HOST, 3, 1000.4, "run-c")  # the same whole second as OLD: the run id decides
+    assert Locks(None, [], old)._outranks([young, tie])
+    assert not Locks(None, [], young)._outranks([old])
+    assert not Locks(None, [], tie)._outranks([old])
+    assert not Locks(None, [], old)._outranks(["an unknown holder"])  # no age to compare: let go

@@ -174,8 +174,13 @@ def try_lock(session, lock: Lock, owner: Owner, max_age: float) -> Owner | None 
     return holder or text or "an unknown holder"
 
 
+def _rank(owner: Owner) -> tuple[int, str]:
+    return round(owner.start), owner.run  # as the owner line records it: whole seconds
+
+
 class Locks:
-    """The locks of one run, taken all or nothing: acquire() waits up to WAIT seconds."""
+    """The locks of one run: acquire() waits up to WAIT seconds for all of them (wait-die: see
+    _outranks) and holds none when it gives up."""
 
     def __init__(self, fleet, locks: list[Lock], owner: Owner):
         self.fleet = fleet
@@ -186,7 +191,8 @@ class Locks:
     def _round(self, max_age: float) -> dict[Lock, object]:
         by_node: dict[str, list[Lock]] = {}
         for lk in self.locks:
-            by_node.setdefault(lk.node, []).append(lk)
+            if lk not in self.held:
+                by_node.setdefault(lk.node, []).append(lk)
         got = self.fleet.map(
             lambda s: [(lk, try_lock(s, lk, self.owner, max_age)) for lk in by_node[s.name]],
             "lock",
@@ -209,7 +215,8 @@ class Locks:
             busy = self._round(max_age)
             if not busy:
                 return said
-            self._unlock()  # all or nothing: never hold some while waiting for others
+            if not self._outranks(busy.values()):
+                self._unlock()  # a younger run never holds some locks while it waits for others
             if not said:
                 lk, holder = next(iter(busy.items()))
                 who = holder.describe() if isinstance(holder, Owner) else str(holder)
@@ -218,6 +225,7 @@ class Locks:
                 )
                 said = True
             if time.monotonic() >= deadline:
+                self._unlock()
                 lk, holder = next(iter(busy.items()))
                 who = holder.describe() if isinstance(holder, Owner) else str(holder)
                 raise NodeprepError(
@@ -226,6 +234,13 @@ class Locks:
                     hint="wait for that run, or remove the lock directory if you know it is dead",
                 )
             time.sleep(min(1.0 + random.random(), max(0.0, deadline - time.monotonic())))
+
+    def _outranks(self, holders) -> bool:
+        """Wait-die: the older run (earlier start, then smaller run id) keeps the locks it has and
+        waits for the rest; a younger one lets all of its locks go. Two runs wanting the same locks
+        in opposite order then never take turns failing: the older always gets them."""
+        mine = _rank(self.owner)
+        return all(isinstance(h, Owner) and _rank(h) > mine for h in holders)
 
     def release(self) -> None:
         """The run is done with its locks: released (where the nodes answer), the run ended."""
