@@ -20,11 +20,15 @@ from . import bastion, etc, foreign, gpu, host, local, net, slurm
 from .config import (
     LAB_HOME,
     LAB_USER,
+    LOCAL_MAX_NODES,
+    MAX_NODES,
+    PREFIX,
     LabInfo,
     UpOptions,
     bridge_address,
     bridge_name,
     hosts_text,
+    lab_network,
     netns_name,
     node_address,
     node_mac,
@@ -53,6 +57,11 @@ def up(
     validate_name(name)
     validate_count(nodes)
     if os.geteuid() != 0:
+        if nodes > LOCAL_MAX_NODES:
+            raise InputError(
+                f"--nodes {nodes}: a lab without root holds at most {LOCAL_MAX_NODES} nodes",
+                hint=f"run as root for up to {MAX_NODES} (network namespaces, not ports)",
+            )
         if options.slurm or options.arch:
             raise InputError(
                 f"lab --{'slurm' if options.slurm else 'arch'} needs root (slurmd and "
@@ -93,7 +102,7 @@ def up(
     )
     if state.changes:
         log(
-            f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
+            f"lab {name}: {nodes} nodes up on {lab_network(state.octet)} in "
             f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})"
         )
     else:
@@ -138,12 +147,12 @@ def _network(state: _Up) -> list[int]:
         ]
         fresh.append(i)
     net.ip_batch(batch)
-    # No `route add default`: the lab's /24 is all a node can reach.
+    # No `route add default`: the lab's /16 is all a node can reach.
     net.ip_batch_each(
         {
             netns_name(state.name, i): [
                 "link set lo up",
-                f"addr add {node_address(state.octet, i)}/24 dev {state.nic(i)}",
+                f"addr add {node_address(state.octet, i)}/{PREFIX} dev {state.nic(i)}",
                 f"link set {state.nic(i)} up",
             ]
             for i in fresh
@@ -171,7 +180,7 @@ def _bridge_batch(state: _Up) -> list[str]:
     host.check_subnet_free(state.octet, bridge)
     return [
         f"link add {bridge} type bridge",
-        f"addr add {bridge_address(state.octet)}/24 dev {bridge}",
+        f"addr add {bridge_address(state.octet)}/{PREFIX} dev {bridge}",
         f"link set {bridge} up",
     ]
 
