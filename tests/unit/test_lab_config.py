@@ -17,7 +17,7 @@ from nodeprep.lab import etc as lab_etc
 from nodeprep.lab import lab_inventory
 from nodeprep.lab import local as lab_local
 from nodeprep.lab import net as lab_net
-from nodeprep.settings import find_project
+from nodeprep.settings import Settings, find_project
 
 
 def _directives(text: str) -> dict[str, str]:
@@ -501,3 +501,11 @@ def test_lab_down_forgets_its_own_controller_ssh_blocks_only(tmp_path):
     assert cfg.stat().st_mode & 0o777 == 0o600
     assert not forget_ssh_blocks(inv, project, cfg)  # nothing left of it: no write
     assert not forget_ssh_blocks(inv, project, tmp_path / "missing")
+
+
+def test_a_lab_without_root_holds_at_most_200_nodes(tmp_path):
+    """Its nodes are sshds on 127.0.0.1 ports, a block of 200 per lab name: node 200 would
+    take the next name's first port. Refused before anything is made."""
+    with pytest.raises(InputError, match="without root holds at most 200 nodes"):
+        lab_local.up(201, "t", Settings(state_dir=str(tmp_path)), tmp_path, print)
+    assert list(tmp_path.iterdir()) == []

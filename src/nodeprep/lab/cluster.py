@@ -20,8 +20,6 @@ from . import bastion, etc, foreign, gpu, host, local, net, slurm
 from .config import (
     LAB_HOME,
     LAB_USER,
-    LOCAL_MAX_NODES,
-    MAX_NODES,
     PREFIX,
     LabInfo,
     UpOptions,
@@ -57,11 +55,6 @@ def up(
     validate_name(name)
     validate_count(nodes)
     if os.geteuid() != 0:
-        if nodes > LOCAL_MAX_NODES:
-            raise InputError(
-                f"--nodes {nodes}: a lab without root holds at most {LOCAL_MAX_NODES} nodes",
-                hint=f"run as root for up to {MAX_NODES} (network namespaces, not ports)",
-            )
         if options.slurm or options.arch:
             raise InputError(
                 f"lab --{'slurm' if options.slurm else 'arch'} needs root (slurmd and "
