@@ -1,7 +1,7 @@
 """The emulated lab for integration tests: lab "t", 3 nodes, on its own subnet, with its
 known_hosts, lab directory and inventory in a temporary directory (the project's own
 known_hosts and labs are never touched). Under several pytest-xdist workers each worker has
-its own lab: "t" on 10.199.0.0/24 for the first, "t1" on 10.189, "t2" on 10.188, ...
+its own lab: "t" on 10.199.0.0/16 for the first, "t1" on 10.189, "t2" on 10.188, ...
 
 Fixtures:
   lab_settings  Settings whose state_dir (known_hosts) and lab_root are temporary
@@ -41,7 +41,7 @@ from nodeprep.lab.config import LabInfo, LabNode
 from nodeprep.settings import Settings
 
 LAB_NAME = "t"
-LAB_SUBNET = 199  # 10.199.0.0/24: apart from "local" (200) and derived names (201-250)
+LAB_SUBNET = 199  # 10.199.0.0/16: apart from "local" (200) and derived names (201-250)
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 if _WORKER:  # 10.189, 10.188, ...: below the fixed subnets of other modules (194-199)
     LAB_NAME, LAB_SUBNET = f"t{_WORKER}", 190 - _WORKER

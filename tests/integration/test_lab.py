@@ -99,7 +99,7 @@ def test_no_default_route_and_outside_unreachable(lab):
 
 
 def test_nodes_reach_each_other_by_name(lab):
-    # bash's /dev/tcp to another node's sshd: inside the lab's own /24.
+    # bash's /dev/tcp to another node's sshd: inside the lab's own /16.
     out = _ok(
         labmod.node_shell(
             lab, 0, 'timeout 5 bash -c "exec 3<>/dev/tcp/worker-1/22 && head -c 8 <&3"'

@@ -23,7 +23,7 @@ from nodeprep.commands.options import ProvisionOptions, TrainOptions, VerifyOpti
 NAME, SUBNET = (
     "tsh",
     194,
-)  # 10.194.0.0/24: apart from the other labs (tests/integration/conftest.py)
+)  # 10.194.0.0/16: apart from the other labs (tests/integration/conftest.py)
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ from nodeprep.lab import etc as lab_etc
 from nodeprep.lab import lab_inventory
 from nodeprep.lab import local as lab_local
 from nodeprep.lab import net as lab_net
-from nodeprep.settings import find_project
+from nodeprep.settings import Settings, find_project
 
 
 def _directives(text: str) -> dict[str, str]:
@@ -126,7 +127,7 @@ def test_bad_names_are_input_errors(name):
         lc.validate_name(name)
 
 
-@pytest.mark.parametrize("nodes", [0, 201, -1, "3", 2.0, True])
+@pytest.mark.parametrize("nodes", [0, 513, -1, "3", 2.0, True])
 def test_bad_node_counts(nodes):
     with pytest.raises(InputError):
         lc.validate_count(nodes)
@@ -144,7 +145,15 @@ def test_subnets():
     assert all(201 <= lc.subnet_for(n) <= 250 for n in ["t", "a", "gpu", "abcdef"])
     assert lc.subnet_for("t", 199) == 199
     assert lc.node_address(200, 0) == "10.200.0.10"
-    assert lc.node_address(200, lc.MAX_NODES - 1) == "10.200.0.209"
+    assert lc.node_address(200, 199) == "10.200.0.209"  # the first 200 as in the old /24
+    assert lc.node_address(200, 200) == "10.200.1.10"
+    assert lc.node_address(200, lc.MAX_NODES - 1) == "10.200.2.121"
+    addresses = {lc.node_address(7, i) for i in range(lc.MAX_NODES)}
+    net = ipaddress.ip_network(lc.lab_network(7))
+    assert len(addresses) == lc.MAX_NODES  # all distinct, all inside the lab's subnet,
+    for a in addresses:  # none the bridge's, a bastion's, a network or broadcast address
+        ip = ipaddress.ip_address(a)
+        assert ip in net and int(a.rsplit(".", 1)[1]) in range(10, 210)
     for bad in (0, 255, "9", True):
         with pytest.raises(InputError):
             lc.subnet_for("t", bad)
@@ -492,3 +501,11 @@ def test_lab_down_forgets_its_own_controller_ssh_blocks_only(tmp_path):
     assert cfg.stat().st_mode & 0o777 == 0o600
     assert not forget_ssh_blocks(inv, project, cfg)  # nothing left of it: no write
     assert not forget_ssh_blocks(inv, project, tmp_path / "missing")
+
+
+def test_a_lab_without_root_holds_at_most_200_nodes(tmp_path):
+    """Its nodes are sshds on 127.0.0.1 ports, a block of 200 per lab name: node 200 would
+    take the next name's first port. Refused before anything is made."""
+    with pytest.raises(InputError, match="without root holds at most 200 nodes"):
+        lab_local.up(201, "t", Settings(state_dir=str(tmp_path)), tmp_path, print)
+    assert list(tmp_path.iterdir()) == []

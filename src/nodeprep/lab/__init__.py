@@ -1,7 +1,8 @@
 """The emulated lab cluster: one network namespace, one sshd and one private home per node.
 
 Rootful (the real thing; README.md, section "The emulated lab"): lab NAME is a bridge
-`np-NAME` on 10.X.0.0/24 and, per node, a netns `np-NAME-I` whose eth0 is 10.X.0.(10+I),
+`np-NAME` on 10.X.0.0/16 and, per node, a netns `np-NAME-I` whose eth0 is 10.X.0.(10+I) (past
+node 199: 10.X.1.10 and on; up to 512 nodes),
 with no default route, so nothing inside can reach past the lab. Each node's sshd runs in
 its own mount and UTS namespaces where the one lab user's home (/home/nodeprep, the same
 path everywhere) and /etc are bind mounts of that node's own directories: same user and

@@ -17,7 +17,16 @@ from nodeprep.engine.hostkeys import host_entry
 from nodeprep.errors import InputError
 
 from . import etc, host, net
-from .config import BIN, DENY_FLAG, LabNode, bridge_address, bridge_name, node_mac, pubkey
+from .config import (
+    BIN,
+    DENY_FLAG,
+    PREFIX,
+    LabNode,
+    bridge_address,
+    bridge_name,
+    node_mac,
+    pubkey,
+)
 
 ADDRESS_OCTET = 5
 HOST_KEY = "ssh_host_ed25519_key"
@@ -64,7 +73,13 @@ def up(name: str, lab, octet: int, ids: tuple[int, int], pub: str, changes: list
             ]
         )
         net.ip_batch_each(
-            {b.netns: ["link set lo up", f"addr add {b.address}/24 dev eth0", "link set eth0 up"]}
+            {
+                b.netns: [
+                    "link set lo up",
+                    f"addr add {b.address}/{PREFIX} dev eth0",
+                    "link set eth0 up",
+                ]
+            }
         )
         changes.append("made the bastion's namespace")
     if etc.make([nd]):

@@ -20,11 +20,13 @@ from . import bastion, etc, foreign, gpu, host, local, net, slurm
 from .config import (
     LAB_HOME,
     LAB_USER,
+    PREFIX,
     LabInfo,
     UpOptions,
     bridge_address,
     bridge_name,
     hosts_text,
+    lab_network,
     netns_name,
     node_address,
     node_mac,
@@ -93,7 +95,7 @@ def up(
     )
     if state.changes:
         log(
-            f"lab {name}: {nodes} nodes up on 10.{state.octet}.0.0/24 in "
+            f"lab {name}: {nodes} nodes up on {lab_network(state.octet)} in "
             f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})"
         )
     else:
@@ -138,12 +140,12 @@ def _network(state: _Up) -> list[int]:
         ]
         fresh.append(i)
     net.ip_batch(batch)
-    # No `route add default`: the lab's /24 is all a node can reach.
+    # No `route add default`: the lab's /16 is all a node can reach.
     net.ip_batch_each(
         {
             netns_name(state.name, i): [
                 "link set lo up",
-                f"addr add {node_address(state.octet, i)}/24 dev {state.nic(i)}",
+                f"addr add {node_address(state.octet, i)}/{PREFIX} dev {state.nic(i)}",
                 f"link set {state.nic(i)} up",
             ]
             for i in fresh
@@ -171,7 +173,7 @@ def _bridge_batch(state: _Up) -> list[str]:
     host.check_subnet_free(state.octet, bridge)
     return [
         f"link add {bridge} type bridge",
-        f"addr add {bridge_address(state.octet)}/24 dev {bridge}",
+        f"addr add {bridge_address(state.octet)}/{PREFIX} dev {bridge}",
         f"link set {bridge} up",
     ]
 

@@ -19,7 +19,9 @@ from nodeprep.errors import InputError
 LAB_USER = "nodeprep"  # the one Unix user of the rootful lab, on every node
 LAB_HOME = Path("/home/nodeprep")  # same absolute home path on every node, as on a cluster
 LOCAL_PORT_BASE = 2200  # non-root fallback: node i listens on 127.0.0.1:2200+i
-MAX_NODES = 200  # .10 .. .209 fit in one /24 next to the bridge's .1
+MAX_NODES = 512  # node I at 10.X.(I // 200).(10 + I % 200), inside the lab's 10.X.0.0/16
+LOCAL_MAX_NODES = 200  # without root: each lab name has a block of 200 ports on 127.0.0.1
+PREFIX = 16  # the lab's subnet, 10.X.0.0/16: the bridge at .0.1, a bastion at .0.5
 NODE_PYTHON = "/usr/bin/python3"
 # Login shells every node offers (in its /etc/shells and its sudoers rule): bash, zsh and
 # tcsh at both of Debian's merged-/usr paths, and sh/dash as Debian lists them.
@@ -69,7 +71,7 @@ class LabInfo:
 @dataclass(frozen=True)
 class UpOptions:
     """The optional knobs of up(): where the inventory goes (None: inventory/NAME/ of the
-    project), the lab's subnet 10.X.0.0/24 (None: derived from the name, see subnet_for),
+    project), the lab's subnet 10.X.0.0/16 (None: derived from the name, see subnet_for),
     Slurm over the nodes (None: as the lab had it)."""
 
     inventory_dir: Path | None = None
@@ -165,12 +167,12 @@ def tc_lines(dev: str, rate: str) -> list[str]:
 
 
 def subnet_for(name: str, subnet: int | None = None) -> int:
-    """Second octet of the lab's 10.X.0.0/24: 200 for "local", a stable 201-250 per name
+    """Second octet of the lab's 10.X.0.0/16: 200 for "local", a stable 201-250 per name
     (so two labs can be up at once), or the caller's choice."""
     if subnet is not None:
         if isinstance(subnet, bool) or not isinstance(subnet, int) or not 1 <= subnet <= 254:
             raise InputError(
-                f"subnet {subnet!r} is out of range", hint="give X of 10.X.0.0/24, 1 to 254"
+                f"subnet {subnet!r} is out of range", hint="give X of 10.X.0.0/16, 1 to 254"
             )
         return subnet
     if name == "local":
@@ -191,7 +193,13 @@ def node_name(index: int) -> str:
 
 
 def node_address(octet: int, index: int) -> str:
-    return f"10.{octet}.0.{10 + index}"
+    """Nodes 0-199 at 10.X.0.10-209 (as when the lab was one /24), the next 200 at
+    10.X.1.10-209, and so on: no address ends in .0 or .255."""
+    return f"10.{octet}.{index // 200}.{10 + index % 200}"
+
+
+def lab_network(octet: int) -> str:
+    return f"10.{octet}.0.0/{PREFIX}"
 
 
 def node_mac(address: str) -> str:

@@ -21,10 +21,12 @@ from .config import (
     LAB_HOME,
     LAB_USER,
     PASSWORD_FLAG,
+    PREFIX,
     LabNode,
     SshdAccess,
     authorized_keys_text,
     bridge_address,
+    lab_network,
     node_argv,
     sshd_config,
 )
@@ -65,14 +67,14 @@ def ensure_user(changes: list[str]) -> tuple[int, int]:
 
 
 def check_subnet_free(octet: int, bridge: str) -> None:
-    ours = ipaddress.ip_network(f"10.{octet}.0.0/24")
+    ours = ipaddress.ip_network(lab_network(octet))
     out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
     for line in out.splitlines():
         f = line.split()
         if len(f) > 3 and f[1] != bridge and ipaddress.ip_interface(f[3]).network.overlaps(ours):
             raise InputError(
                 f"subnet {ours} overlaps {f[3]} on {f[1]}",
-                hint="pick another with --subnet X (10.X.0.0/24)",
+                hint="pick another with --subnet X (10.X.0.0/16)",
             )
 
 
@@ -82,10 +84,11 @@ def check_bridge(bridge: str, octet: int) -> None:
     out = subprocess.run(
         ["ip", "-o", "-4", "addr", "show", "dev", bridge], capture_output=True, text=True
     ).stdout
-    if f" {bridge_address(octet)}/24 " not in out:
+    if f" {bridge_address(octet)}/{PREFIX} " not in out:
         raise InputError(
-            f"bridge {bridge} is up without {bridge_address(octet)}/24",
-            hint="run `invoke lab.down` for this lab name first",
+            f"bridge {bridge} is up without {bridge_address(octet)}/{PREFIX}",
+            hint="run `invoke lab.down` for this lab name first (a lab made before its subnet "
+            "became a /16 has a /24 bridge)",
         )
 
 

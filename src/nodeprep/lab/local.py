@@ -18,10 +18,13 @@ import time
 from pathlib import Path
 
 from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
+from nodeprep.errors import InputError
 from nodeprep.settings import Settings
 
 from . import net
 from .config import (
+    LOCAL_MAX_NODES,
+    MAX_NODES,
     LabInfo,
     LabNode,
     SshdAccess,
@@ -72,6 +75,11 @@ def _pid(nd: Path) -> int | None:
 
 
 def up(nodes: int, name: str, settings: Settings, inventory_dir, log) -> LabInfo:
+    if nodes > LOCAL_MAX_NODES:  # each lab name has a block of LOCAL_MAX_NODES ports
+        raise InputError(
+            f"--nodes {nodes}: a lab without root holds at most {LOCAL_MAX_NODES} nodes",
+            hint=f"run as root for up to {MAX_NODES} (network namespaces, not ports)",
+        )
     net.require_tools(ip=False)
     log(WARNING.format(name=name, n=nodes))
     t0 = time.monotonic()

@@ -171,9 +171,9 @@ def remove_authorized_key(info: LabInfo, index: int) -> None:
 
 
 def _halves(address: str) -> list[str]:
-    """The lab's /24 as two /25 routes: more specific than the node's own subnet route."""
-    base = address.rsplit(".", 1)[0]
-    return [f"{base}.0/25", f"{base}.128/25"]
+    """The lab's /16 as two /17 routes: more specific than the node's own subnet route."""
+    base = ".".join(address.split(".")[:2])
+    return [f"{base}.0.0/17", f"{base}.128.0/17"]
 
 
 def silence_node(info: LabInfo, index: int, silent: bool = True) -> None:

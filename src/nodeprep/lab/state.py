@@ -45,7 +45,7 @@ def _ours(name: str) -> dict[int, str]:
 
 
 def _node(name: str, lab: Path, octet: int, i: int, arch: str | None = None) -> LabNode:
-    """Node I of lab NAME (directory LAB, subnet 10.OCTET.0.0/24), sshd_pid not looked up."""
+    """Node I of lab NAME (directory LAB, subnet 10.OCTET.0.0/16), sshd_pid not looked up."""
     return LabNode(
         node_name(i),
         i,
@@ -73,7 +73,7 @@ class _Up:
     count: int  # nodes wanted
     lab: Path  # <lab_root>/NAME
     _: KW_ONLY
-    octet: int  # X of 10.X.0.0/24
+    octet: int  # X of 10.X.0.0/16
     running: bool  # the bridge was up already
     slurm: bool  # Slurm over the nodes after this up()
     shared_home: bool = False  # every node binds <lab>/shared-home as its home
@@ -155,7 +155,7 @@ def _octet(name: str, options: UpOptions, state: dict | None, running: bool) -> 
     if running and state and state["subnet"] != octet:
         if options.subnet is not None:
             raise InputError(
-                f"lab {name} is up on 10.{state['subnet']}.0.0/24",
+                f"lab {name} is up on 10.{state['subnet']}.0.0/16",
                 hint="run `invoke lab.down` first to move it",
             )
         octet = state["subnet"]
