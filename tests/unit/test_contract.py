@@ -3,6 +3,7 @@ non-interactive PATH, ~/.deepspeed_env as DeepSpeed reads it, variables the runn
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from nodeprep.engine import facts as factmod
@@ -57,7 +58,10 @@ def test_env_exports_reads_export_lines_only():
 
 
 def test_listen_and_connect_scripts_really_meet(tmp_path):
+    """The listener takes as many connections as there are other machines, then lets the port
+    go by itself (no round trip to stop it before the launch binds the port)."""
     import socket
+    import time
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -66,26 +70,29 @@ def test_listen_and_connect_scripts_really_meet(tmp_path):
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     (tmp_path / ".nodeprep").mkdir()
     r = subprocess.run(
-        ["sh", "-c", contract.listen_script("python3", port, 5)],
+        ["sh", "-c", contract.listen_script("python3", port, accepts=2, seconds=10)],
         capture_output=True,
         text=True,
         env=env,
     )
     assert "ready" in r.stdout
-    pid = next(ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("pid "))
-    c = subprocess.run(
-        ["sh", "-c", contract.connect_script("python3", "127.0.0.1", port)],
-        capture_output=True,
-        text=True,
-    )
-    assert c.stdout.strip() == "ok"
-    subprocess.run(["kill", pid])
-    import time
+    pid = int(next(ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("pid ")))
 
+    def connect() -> str:
+        return subprocess.run(
+            ["sh", "-c", contract.connect_script("python3", "127.0.0.1", port)],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    assert connect() == "ok"
     time.sleep(0.3)
-    c = subprocess.run(
-        ["sh", "-c", contract.connect_script("python3", "127.0.0.1", port)],
-        capture_output=True,
-        text=True,
-    )
-    assert c.stdout.startswith("fail")
+    assert os.path.exists(f"/proc/{pid}")  # one of two: still listening
+    assert connect() == "ok"
+    for _ in range(50):  # the second was the last it waited for: it ends
+        if not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the listener still runs after every node connected")
+    assert connect().startswith("fail")  # the port is free for the launch

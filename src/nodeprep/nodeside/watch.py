@@ -12,7 +12,8 @@ records rank.py writes carry a machine key; a shared home holds other machines' 
   {"k": "beat", "rank", "t"}           the rank touched $NODEPREP_HEARTBEAT
   {"k": "launcher", "label", "rc"}     a launcher command this node started has ended
 It exits when the run directory holds `watch.stop`, or when the controller's ssh session
-goes away (its parent changes).
+goes away (its parent changes). Between ticks it looks every 50 ms for a new rank record, a
+launcher's end or the stop, and ticks at once when one appears.
 """
 
 import json
@@ -165,6 +166,30 @@ class Watch:
             self.ended.add(label)
             ev.append({"k": "launcher", "label": label, "rc": rc, "end": time.time()})
 
+    def marker(self):
+        """What changes when a tick has news the controller is waiting on: a rank record
+        written (the ranks directory's mtime), a launcher's end, the controller's stop."""
+        try:
+            ranks = os.stat(self.ranks_dir).st_mtime_ns
+        except OSError:
+            ranks = None
+        ends = [
+            os.path.exists(os.path.join(self.dir, f"launcher-{label}.rc"))
+            for label in self.launchers
+            if label not in self.ended
+        ]
+        return ranks, os.path.exists(os.path.join(self.dir, STOP)), ends
+
+    def nap(self, seconds, mark, step=0.05):
+        """Sleep up to SECONDS, but wake within STEP when marker() is no longer MARK (taken
+        before the last tick looked): an exit or a stop reaches the controller at once, not at
+        the next tick."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(min(step, max(0.0, end - time.monotonic())))
+            if self.marker() != mark:
+                return
+
     def tick(self, final=False):
         ev = []
         self._records(ev)
@@ -192,6 +217,7 @@ def main(argv):
     parent = os.getppid()
     out = sys.stdout
     while True:
+        mark = w.marker()
         stop = os.path.exists(os.path.join(w.dir, STOP)) or os.getppid() != parent
         ev = w.tick(final=stop)
         try:
@@ -201,7 +227,7 @@ def main(argv):
             return 0
         if stop:
             return 0
-        time.sleep(interval)
+        w.nap(interval, mark)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ every machine, the ssh mesh from the head, and processes of earlier jobs still r
 
 from __future__ import annotations
 
+import threading
+
 from nodeprep.commands.options import TrainOptions
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
@@ -31,11 +33,34 @@ def problems(prep: Prepared, opts: TrainOptions, fleet) -> list[str]:
         out.append(f"{plan.head.name}: master port {plan.port} is already in use (--port)")
     if opts.preflight:
         out += contract_problems(prep)
-        if not out:
-            out += port_problems(plan, fleet)
-        if plan.launcher in ("deepspeed", "mpirun"):
-            out += mesh_problems(plan, fleet)
+        out += _on_the_nodes(plan, fleet, port=not out)
     return out + plan.share_problems()
+
+
+def _on_the_nodes(plan: LaunchPlan, fleet, port: bool) -> list[str]:
+    """The checks that need round trips, side by side: the ssh mesh from the head (deepspeed,
+    mpirun) in a thread while the master port is tried (when nothing else blocks the launch).
+    Under a Slurm transport (--via slurm) one after the other: its stages are batches."""
+    mesh: list = []
+    if plan.launcher not in ("deepspeed", "mpirun"):
+        return port_problems(plan, fleet) if port else []
+    if not port or fleet.transport is not None:
+        return (port_problems(plan, fleet) if port else []) + mesh_problems(plan, fleet)
+
+    def meshed():
+        try:
+            mesh.append(mesh_problems(plan, fleet))
+        except BaseException as e:  # raised here, in the main thread, as if called from it
+            mesh.append(e)
+
+    # a daemon thread: a Ctrl-C here is not held up until the mesh's logins end
+    t = threading.Thread(target=meshed, daemon=True)
+    t.start()
+    out = port_problems(plan, fleet)
+    t.join()
+    if isinstance(mesh[0], BaseException):
+        raise mesh[0]
+    return out + mesh[0]
 
 
 def contract_problems(prep: Prepared) -> list[str]:
@@ -78,7 +103,7 @@ def port_problems(plan: LaunchPlan, fleet) -> list[str]:
     if not others or plan.emu or plan.launcher == "srun":
         return []
     r = fleet.sessions[head.name].run(
-        contract.listen_script(head.python, plan.port),
+        contract.listen_script(head.python, plan.port, accepts=len(others)),
         timeout=30,
         label="listen on the master port",
     )
@@ -94,7 +119,8 @@ def port_problems(plan: LaunchPlan, fleet) -> list[str]:
         only=others,
     )
     pid = next((ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("pid ")), "")
-    if pid.isdigit():  # free the port for the launch
+    reached = all(v.startswith("ok") for v in got.values()) and len(got) == len(others)
+    if pid.isdigit() and not reached:  # free the port (every node connected: it is free)
         fleet.sessions[head.name].run(
             f"kill {pid} 2>/dev/null; true", timeout=10, label="stop listening"
         )

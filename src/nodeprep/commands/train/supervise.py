@@ -69,6 +69,7 @@ class Supervisor:
         self.lock = threading.Lock()
         self.stop_requested: str | None = None  # set by train.stop (SIGTERM) or Ctrl-C
         self.ended: set[str] = set()  # machines whose watcher said goodbye
+        self.news = threading.Event()  # a tick with events came: _wait looks at once
         self.started = time.time()
         self.watch = RankWatch(
             list(spec.watchers),
@@ -98,6 +99,8 @@ class Supervisor:
             lines = self.watch.feed(machine, tick)
             if tick.get("end"):
                 self.ended.add(machine)
+        if tick.get("ev"):
+            self.news.set()
         for prefix, src, text in lines:
             self.run_dir.line(prefix, src, text)
             if src != "stack" and self._shown(prefix, src):
@@ -212,13 +215,14 @@ class Supervisor:
         deadline = time.monotonic() + self.spec.timeout if self.spec.timeout else None
         last_state = 0.0
         while True:
+            self.news.clear()
             verdict = self._verdict(deadline)
             if verdict:
                 return verdict
             if time.monotonic() - last_state > 1:
                 self.write_state("running")
                 last_state = time.monotonic()
-            time.sleep(0.1)
+            self.news.wait(0.1)
 
     def run(self) -> Outcome:
         self.run_dir.write_json("job.json", asdict(self.spec))

@@ -44,17 +44,18 @@ def missing_programs(launcher: str, ds_launcher: str, have: dict[str, set], head
     return out
 
 
-def listen_script(python: str, port: int, seconds: int = 15) -> str:
-    """sh: listen on PORT for SECONDS in the background (accepting and closing); says
-    'pid N' and 'ready' (stop it with `kill N` once the nodes have connected)."""
+def listen_script(python: str, port: int, accepts: int, seconds: int = 15) -> str:
+    """sh: listen on PORT in the background (accepting and closing) until ACCEPTS connections
+    came or SECONDS passed; says 'pid N' and 'ready'. When every node connected it has let the
+    port go by itself; otherwise stop it with `kill N`."""
     py = (
         "import socket,sys,time\n"
         "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
         f"s.bind(('', {int(port)})); s.listen(128); s.settimeout(0.5)\n"
         "print('ready', flush=True); sys.stdout.close()\n"
-        f"end=time.time()+{int(seconds)}\n"
-        "while time.time()<end:\n"
-        "    try: s.accept()[0].close()\n"
+        f"end=time.time()+{int(seconds)}; n={int(accepts)}\n"
+        "while n>0 and time.time()<end:\n"
+        "    try: s.accept()[0].close(); n-=1\n"
         "    except OSError: pass\n"
     )
     return (
