@@ -73,6 +73,26 @@ def test_ddp_runs_to_completion_with_snapshot(provisioned, lab, lab_settings, ca
     assert "rank 0 " in out and "rank 1 " in out
 
 
+@pytest.mark.parametrize("launcher", ["deepspeed", "mpirun"])
+def test_a_login_the_launcher_needs_is_refused_by_the_preflight(
+    provisioned, lab, lab_settings, lab_ssh, capfd, launcher
+):
+    """worker-1 stops accepting the cluster key behind nodeprep's back: the preflight's mesh
+    (run beside the master-port check) names head -> worker-1, and nothing is launched."""
+    home1 = Path(lab.nodes[1].home)
+    keys = home1 / ".ssh" / "authorized_keys"
+    cluster = (home1 / ".ssh" / "nodeprep_cluster_ed25519.pub").read_text().split()[1]
+    before = keys.read_bytes()
+    keys.write_text("".join(ln for ln in before.decode().splitlines(True) if cluster not in ln))
+    try:
+        code, out = train(lab, lab_settings, capfd, launcher, "health", timeout=120)
+    finally:
+        keys.write_bytes(before)
+    assert code == 1 and "preflight failed" in out, out
+    assert "worker-0 -> worker-1: ssh fails" in out and "Traceback" not in out, out
+    assert "health: OK" not in out and job_processes(lab_ssh, lab) == []
+
+
 def test_failing_rank_stops_everything_fast(provisioned, lab, lab_settings, lab_ssh, capfd):
     t0 = time.monotonic()
     code, out = train(
