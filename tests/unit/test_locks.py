@@ -401,3 +401,33 @@ def test_the_older_run_keeps_its_locks_and_a_younger_one_lets_go():
     assert not Locks(None, [], young)._outranks([old])
     assert not Locks(None, [], tie)._outranks([old])
     assert not Locks(None, [], old)._outranks(["an unknown holder"])  # no age to compare: let go
+
+
+def test_a_lock_let_go_between_the_mkdir_and_the_look_is_tried_again(home):
+    """CI saw it (test_shapes, two provisions at once): mkdir failed with EEXIST, then the
+    holder released, so no directory was there to read and the run gave up with 'cannot make
+    the lock'. Here `mkdir` says EEXIST once without making anything (the lock was let go just
+    then): the next try takes the lock."""
+    fake = home / "racebin"
+    fake.mkdir()
+    flag = home / "raced"
+    (fake / "mkdir").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" != -p ] && [ ! -e {flag} ]; then : > {flag}; '
+        "echo \"mkdir: cannot create directory '$1': File exists\" >&2; exit 1; fi\n"
+        f'exec {shutil.which("mkdir")} "$@"\n'
+    )
+    (fake / "mkdir").chmod(0o755)
+    s = Session("worker-0", Display(), env=dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}"))
+    me = Owner.me(_run_id("race"))
+    assert try_lock(s, Lock("worker-0", HOME_LOCK, "home of worker-0"), me, 3600) is None
+    assert flag.exists()  # the race happened
+    assert (home / ".nodeprep" / "lock" / "owner").read_text() == me.line() + "\n"
+
+
+def test_a_file_where_the_lock_goes_is_named_not_waited_for(home):
+    (home / ".nodeprep").mkdir()
+    (home / ".nodeprep" / "lock").write_text("not a lock\n")
+    s = Session("worker-0", Display())
+    with pytest.raises(NodeprepError, match="cannot make the lock .*File exists"):
+        try_lock(s, Lock("worker-0", HOME_LOCK, "home of worker-0"), Owner.me(_run_id("f")), 3600)

@@ -61,17 +61,22 @@ class Lock:
 def _try_script(path: str, owner: Owner) -> str:
     """ACQUIRED; or HELD, the holder's owner line, the lock's mtime and the node's clock; or
     FAILED and why the lock could not be made at all (a read-only or full file system, a
-    directory the user may not write): no holder to wait for."""
+    directory the user may not write): no holder to wait for. A lock released between a failed
+    mkdir and the look at it (its holder let go just then) is tried again, up to 3 times."""
     p = rpath(path)
     return (
         f'mkdir -p "$(dirname {p})" 2>/dev/null; '
+        "for _try in 1 2 3; do "
         f"if e=$(LC_ALL=C mkdir {p} 2>&1); then "
         f'if printf "%s\\n" {shlex.quote(owner.line())} > {p}/owner 2>/dev/null; '
         "then echo ACQUIRED; "
-        f'else rm -rf {p}; echo "FAILED cannot write {path}/owner (no space left?)"; fi; '
+        f'else rm -rf {p}; echo "FAILED cannot write {path}/owner (no space left?)"; fi; break; '
         f"elif [ -d {p} ]; then echo HELD; cat {p}/owner 2>/dev/null; "
-        f"echo; stat -c %Y {p} 2>/dev/null; date +%s; "
-        f'else echo "FAILED $e"; fi'
+        f"echo; stat -c %Y {p} 2>/dev/null; date +%s; break; "
+        # EEXIST and no directory: let go just now (or a file is in the way: said at try 3)
+        """elif [ "$_try" != 3 ] && case "$e" in *"File exists"*) true;; *) false;; esac; """
+        "then continue; "
+        'else echo "FAILED $e"; break; fi; done'
     )
 
 
