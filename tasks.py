@@ -353,6 +353,9 @@ def bandwidth(
         "bastion": "a jump host in front (10.X.0.5): the nodes then refuse the controller, "
         "and the inventory says proxy_jump; kept by later lab.up runs",
         "no_bastion": "remove the jump host",
+        "containers": "podman on the nodes, rootless for the lab user (docs/containers.md); "
+        "kept by later lab.up runs",
+        "no_containers": "no container engine set up on the nodes",
         "arch": "aarch64 (every node) or NODE=aarch64 (repeatable): nodes whose userland is an "
         "arm64 Debian root run through qemu-user (docs/lab.md); native sets one back; "
         "kept by later lab.up runs, changing it needs lab.down first",
@@ -376,6 +379,8 @@ def lab_up(
     bastion=False,
     no_bastion=False,
     arch=None,
+    containers=False,
+    no_containers=False,
 ):
     """Start (or resize) the emulated cluster: one netns, sshd and home per node."""
     nics = (
@@ -395,6 +400,7 @@ def lab_up(
             gpu_records=tuple(gpu_record) if gpu_record else None,
             bastion=True if bastion else (False if no_bastion else None),
             arch=tuple(arch) if arch else None,
+            containers=True if containers else (False if no_containers else None),
         )
     )
 

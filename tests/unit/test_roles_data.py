@@ -40,6 +40,7 @@ from nodeprep.engine.facts import FILE, LOGIN_SHELL, OS, PYTHON, FactValues
 from nodeprep.engine.steps import action_for
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops import pystack
+from nodeprep.ops.container import archive
 from nodeprep.ops.provision import roles as rolemod
 from nodeprep.ops.pystack import relay
 from nodeprep.settings import Settings, find_project
@@ -225,6 +226,13 @@ class Run:
                 value = relay.Relay(order=[h.name for h in prov.hosts]) if value else None
             elif name in ("cluster_key", "controller_key"):
                 value = self.where(value)
+            elif name == "images":  # node -> the ArchiveImage container.controller() reads
+                value = {
+                    n: archive.ArchiveImage(
+                        **{**d, "path": Path(d["path"]), "tags": tuple(d["tags"])}
+                    )
+                    for n, d in value.items()
+                }
             setattr(prov.shared, name, value)
 
     def _declared_facts_given(self, roles, prov) -> None:
@@ -354,6 +362,18 @@ def _torch_verify_effect(st, view, prov, node) -> dict:
 
 
 # What the action of a step without Step.after leaves, by the start of the step's name.
+def _image_effect(st, view, prov, node) -> dict:
+    """The load leaves the engine holding the image's ID (what the action's inspect checks)."""
+    img = prov.shared.images[node]
+    key = st.reads[0].key
+    fact = copy.deepcopy(view[key])
+    for e in fact["engines"].values():
+        if e.get("access") in ("ok", "sudo"):
+            e["images"].append({"id": img.id, "name": (img.tags or ("",))[0], "digest": ""})
+            break
+    return {key: fact}
+
+
 EFFECTS = {
     "user.shell ": lambda st, view, prov, node: {LOGIN_SHELL.key: st.name.split(" ", 1)[1]},
     "venv.create ": _venv_effect,
@@ -361,12 +381,19 @@ EFFECTS = {
     "wheelhouse.sync ": _sync_effect,
     # its action runs the VERIFY script in the venv: it checks torch, it installs nothing
     "torch.verify ": _torch_verify_effect,
+    "container.image ": _image_effect,
     # --check without a cached wheelhouse: the action is `:` (nothing is done in --check)
     "wheelhouse.sync": lambda st, view, prov, node: {},
 }
 
 # The steps a second run still plans, on paper; each: (start of its name, when, why).
 STILL_DIFFER = [
+    (
+        "container.engine ",
+        lambda st, roles, prov: st.action is None,
+        "an engine nodeprep does not install or allow (no action): the step fails with its fix "
+        "until someone installs the engine or lets the user run it",
+    ),
     (
         "nccl.library ",
         lambda st, roles, prov: st.action is None,

@@ -21,8 +21,10 @@ host (the lab user, node files, starting and removing nodes), nodes (operations 
 (GPU-shaped nodes), slurm (lab --slurm), foreign (lab --arch aarch64: nodes of another CPU
 architecture under qemu-user), binfmt (the architectures foreign knows, qemu-user's registration),
 leftovers (what a lab left behind, for doctor), bastion (lab --bastion: a jump host in front, the
-only way in), local (the non-root stand-in), state (a rootful lab's directory and lab.json, what
-runs now, what one up() works on); cluster puts them together as up, down and status.
+only way in), containers (lab --containers: rootless Podman on the nodes), images (the lab's test
+image, built once with mmdebstrap and saved as a docker-archive), local (the non-root stand-in),
+state (a rootful lab's directory and lab.json, what runs now, what one up() works on);
+cluster puts them together as up, down and status.
 
 Everything the lab keeps lives in <lab_root>/NAME (0700: nodes must not read each other's
 files through it): the controller key, and per node its home, /etc, host key, sshd config,

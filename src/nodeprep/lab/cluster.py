@@ -16,7 +16,7 @@ from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.settings import Settings
 
-from . import bastion, etc, foreign, gpu, host, local, net, slurm
+from . import bastion, containers, etc, foreign, gpu, host, local, net, slurm
 from .config import (
     LAB_HOME,
     LAB_USER,
@@ -71,11 +71,24 @@ def up(
     _node_files(state, pub, ids)
     _start_sshds(state, fresh)
     _slurm(state)
+    containers.prepare_all(state.nodes(), state.containers, ids, _sshd_pid)
     _pin_host_keys(state, settings)
     bastion.converge(state, ids, pub, PinnedHostKeys(settings.known_hosts))
     inventory = _write_inventory(state, options.inventory_dir, settings.project)
-    net.write_if_changed(
-        state.lab / STATE,
+    net.write_if_changed(state.lab / STATE, _state_text(state, inventory))
+    if state.changes:
+        log(
+            f"lab {name}: {nodes} nodes up on {lab_network(state.octet)} in "
+            f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})"
+        )
+    else:
+        log(f"lab {name}: {nodes} nodes already up")
+    return status(name, settings)
+
+
+def _state_text(state: _Up, inventory: Path) -> str:
+    """lab.json: what later up()s keep (subnet, shape, options)."""
+    return (
         json.dumps(
             {
                 "subnet": state.octet,
@@ -89,18 +102,11 @@ def up(
                 "gpu_records": {str(k): v for k, v in state.gpu_records.items()},
                 "bastion": state.bastion,
                 "arch": {str(k): v for k, v in state.arches.items()},
+                "containers": state.containers,
             }
         )
-        + "\n",
+        + "\n"
     )
-    if state.changes:
-        log(
-            f"lab {name}: {nodes} nodes up on {lab_network(state.octet)} in "
-            f"{time.monotonic() - t0:.2f} s ({'; '.join(_fold(state.changes))})"
-        )
-    else:
-        log(f"lab {name}: {nodes} nodes already up")
-    return status(name, settings)
 
 
 def _controller_key(state: _Up) -> str:
@@ -198,6 +204,7 @@ def _node_files(state: _Up, pub: str, ids: tuple[int, int]) -> None:
         for i in roots
         if etc.add_user(dirs[i], LAB_USER)
     ]
+    containers.converge(state.nodes(), state.containers, ids, state.changes, _sshd_pid)
     for node in state.nodes():
         host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo)
         if gpu.install(node.home.parent, state.gpu_records.get(node.index)):

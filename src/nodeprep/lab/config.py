@@ -96,6 +96,8 @@ class UpOptions:
     # A jump host in front of the nodes, the only way in from the controller (lab/bastion.py);
     # None: as the lab had it.
     bastion: bool | None = None
+    # Podman on the nodes, rootless for the lab user (lab/containers.py); None: as it was.
+    containers: bool | None = None
     # --arch values: ARCH (every node) or NODE=ARCH, `native` to go back (lab/foreign.py);
     # None: as the lab had it.
     arch: tuple[str, ...] | None = None

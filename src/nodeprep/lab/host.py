@@ -15,7 +15,7 @@ from pathlib import Path
 from nodeprep.engine.steps import without_block
 from nodeprep.errors import InputError, NodeprepError
 
-from . import etc, foreign, net
+from . import containers, etc, foreign, net
 from .config import (
     DENY_FLAG,
     LAB_HOME,
@@ -132,13 +132,18 @@ def prepare_node(
 def node_sshd_config(node: LabNode) -> str:
     nd = node.home.parent
     deny = (nd / DENY_FLAG).read_text().strip() if (nd / DENY_FLAG).exists() else None
-    return sshd_config(
+    text = sshd_config(
         nd,
         node.address,
         node=node.name,
         password=(nd / PASSWORD_FLAG).exists(),
         login=SshdAccess(deny_from=deny),
     )
+    runtime = nd / containers.RUNTIME_FLAG  # lab --containers: a login's runtime dir, as
+    if runtime.exists():  # pam_systemd sets it (podman keeps its per-login state there)
+        head, _, rest = text.partition("\n")
+        text = f"{head}\nSetEnv XDG_RUNTIME_DIR={runtime.read_text().strip()}\n{rest}"
+    return text
 
 
 def home_shape(nodes: list[LabNode], shared: Path, on: bool, changes: list[str]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from nodeprep.errors import InputError
 from nodeprep.settings import Settings
 
-from . import bastion, foreign, gpu, host, net, slurm
+from . import bastion, containers, foreign, gpu, host, net, slurm
 from .config import (
     LabNode,
     UpOptions,
@@ -86,6 +86,7 @@ class _Up:
         default_factory=dict
     )  # node index -> recording (lab/gpu.py)
     bastion: bool = False  # a jump host in front (lab/bastion.py)
+    containers: bool = False  # podman on the nodes (lab/containers.py)
     arches: dict[int, str] = field(
         default_factory=dict
     )  # node index -> foreign arch (lab/foreign.py)
@@ -146,6 +147,11 @@ def _up_state(nodes: int, name: str, settings: Settings, options: UpOptions) -> 
     foreign.mountable(name, lab, up.arches)
     up.bastion = bool((state or {}).get("bastion")) if options.bastion is None else options.bastion
     bastion.check(with_slurm, up.bastion)
+    up.containers = (
+        bool((state or {}).get("containers")) if options.containers is None else options.containers
+    )
+    if up.containers:
+        containers.require()
     return up
 
 

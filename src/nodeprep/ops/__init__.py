@@ -9,6 +9,8 @@
   health/      `health`: checks of GPUs, disk, memory, limits, clock, RDMA and the job network
                (findings with verdicts, codes and fixes; Xids)
   doctor/      `doctor`: the controller's and the first contact's checks, each with its fix
+  container/   the container way: the image (registry reference or archive), its ID, whether a
+               node's engine can run it
   train/       `train`: launchers, the GPU split, emulation, preflight contract, the job's files
                and processes, the run directory, the rank watch, tracebacks of hung ranks
 

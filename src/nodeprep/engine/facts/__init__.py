@@ -12,6 +12,8 @@
   python.py  VENV(path) TORCH_BUILD(TorchIn(venv, deep))
   access.py  SUDO((shell, user)) LOGIN_FINDS(programs): what doctor asks of a first contact
   jobs.py    JOB_PROCESSES GPU_APPS PROGRAMS (and JOB_VAR, the job id every job process carries)
+  container.py  CONTAINER(engines): podman/docker, may the user run them, their images, the
+             GPU toolkit
 
 A new fact: a snippet and a parser in the module of its domain, a data-file case per real
 output format under tests/facts/<name>/, and a line in ALL below."""
@@ -19,6 +21,7 @@ output format under tests/facts/<name>/, and a line in ALL below."""
 from __future__ import annotations
 
 from nodeprep.engine.facts.access import LOGIN_FINDS, SUDO
+from nodeprep.engine.facts.container import CONTAINER
 from nodeprep.engine.facts.files import DIR, ELF_ARCH, FILE, STAMP
 from nodeprep.engine.facts.gpudeep import DCGM_DIAG, GPU_DEEP
 from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL
@@ -90,6 +93,7 @@ ALL = {
         GPU_DEEP,
         SUDO,
         LOGIN_FINDS,
+        CONTAINER,
     )
 }
 
@@ -146,4 +150,5 @@ __all__ = [
     "GPU_DEEP",
     "SUDO",
     "LOGIN_FINDS",
+    "CONTAINER",
 ]

@@ -50,6 +50,7 @@ class Shared:
     )  # ssh_config.steps(): identity -> the nodes' Host block
     via: str = "ssh"  # commands.provision: the transport (ssh | slurm)
     key_texts: dict = field(default_factory=dict)  # ssh_keys: path -> its text, read once per run
+    images: dict = field(default_factory=dict)  # container.controller(): node -> its ArchiveImage
 
 
 @dataclass

@@ -1,0 +1,173 @@
+"""container: the same image on every node, by its ID (the container way; nothing to do while
+container_image is null). The controller reads the image once (an archive: its config's sha256
+is the ID every engine shows; ops/container/archive.py), then each node whose engine lacks that
+ID gets the archive, node to node through the relay chain as the wheels do (or pushed by the
+controller without the mesh), and loads it; a node that already holds the ID does nothing. The
+engine step names what keeps a node from running the image (no engine, not allowed, no
+daemon, no GPU toolkit on a GPU node) with its fix (ops/container/readiness.py)."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from pathlib import Path
+
+from nodeprep.engine.facts import GPUS, USER
+from nodeprep.engine.facts.container import CONTAINER
+from nodeprep.engine.remote import rpath
+from nodeprep.engine.steps import Room, Step, StepCheck
+from nodeprep.errors import InputError, NodeprepError
+from nodeprep.ops import pystack
+from nodeprep.ops.container import archive, readiness
+from nodeprep.ops.container import spec as specmod
+from nodeprep.ops.container.image import Image
+
+STAGE_DIR = "~/.nodeprep/images"  # where an archive waits on a node until it is loaded
+
+
+def _spec(prov, node: str):
+    try:
+        return specmod.from_vars(prov.vars[node])
+    except specmod.Refused as e:
+        file, line = prov.origin(node, e.var)
+        raise InputError(
+            f"{e.var}: {e}", hint="see roles/container/defaults.yml", file=file, line=line
+        ) from None
+
+
+def validate(prov):
+    for node in prov.vars:
+        _spec(prov, node)
+
+
+def _engines(spec) -> str:
+    """The CONTAINER fact's argument: the engines to look at."""
+    return ",".join(readiness.PREFERENCE) if spec.engine == "auto" else spec.engine
+
+
+def reads(ctx):
+    spec = specmod.from_vars(ctx.vars)
+    return [] if spec is None else [CONTAINER(_engines(spec)), USER, GPUS]
+
+
+def _archive_path(prov, node: str, image: Image) -> Path:
+    """The archive as written: ~ expanded, a relative path beside the inventory file that set
+    it (as python_requirements), else from the working directory."""
+    text = image.path
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        file, _line = prov.origin(node, "container_image")
+        base = Path(file).parent if file else Path.cwd()
+        path = base / path
+    return path
+
+
+def controller(prov):
+    """Read each archive once (the ID, the architecture, the size)."""
+    images: dict = {}
+    for node in prov.vars:
+        spec = specmod.from_vars(prov.vars[node])
+        if spec is None:
+            continue
+        if not spec.image.archive:
+            file, line = prov.origin(node, "container_image")
+            raise InputError(
+                f"container_image {spec.image.ref!r} names a registry image; this nodeprep "
+                "sends image archives only so far",
+                hint="save it where it can be pulled (docker save -o IMG.tar REF) and set "
+                "container_image to the archive's path",
+                file=file,
+                line=line,
+            )
+        path = _archive_path(prov, node, spec.image)
+        if str(path) not in images:
+            try:
+                images[str(path)] = archive.read(path, spec.image.kind)
+            except archive.NotAnImage as e:
+                file, line = prov.origin(node, "container_image")
+                raise InputError(
+                    f"container_image {str(path)!r}: {e}", file=file, line=line
+                ) from None
+        prov.shared.images[node] = images[str(path)]
+    return []
+
+
+def steps(ctx):
+    spec = specmod.from_vars(ctx.vars)
+    if spec is None:
+        return []
+    key = CONTAINER(_engines(spec))
+
+    def engine_check(facts) -> StepCheck:
+        ready = readiness.assess(facts.get(key.key), spec.engine, _gpus(facts), _user(facts))
+        return StepCheck(True) if ready.ok else StepCheck(False, ready.problems[0].what)
+
+    ready = readiness.assess(
+        ctx.facts.get(key.key), spec.engine, _gpus(ctx.facts), _user(ctx.facts)
+    )
+    engine_step = Step(
+        f"container.engine {ready.engine or spec.engine}",
+        [key, USER, GPUS],
+        engine_check,
+        action=None,
+        hint=ready.problems[0].fix if ready.problems else "",
+    )
+    if not ready.engine or any(p.code != "CONTAINER_NO_GPU_TOOLKIT" for p in ready.problems):
+        return [engine_step]  # no image goes to a node that could not load it
+    return [engine_step, _image_step(ctx, key, ready, ctx.prov.shared.images[ctx.name])]
+
+
+def _gpus(facts) -> int:
+    g = facts.get(GPUS.key) or {}
+    return int(g.get("count") or 0) if isinstance(g, dict) else 0
+
+
+def _user(facts) -> str:
+    u = facts.get(USER.key)
+    return u.get("name", "") if isinstance(u, dict) else str(u or "")
+
+
+def _held(facts, key, engine: str) -> list[str]:
+    e = ((facts.get(key.key) or {}).get("engines") or {}).get(engine) or {}
+    return [i["id"] for i in e.get("images") or []]
+
+
+def _image_step(ctx, key, ready, img) -> Step:
+    stage = posixpath.join(STAGE_DIR, ctx.name)  # per node: homes may be shared
+    name = f"{img.id.split(':')[1]}.tar"
+    file = posixpath.join(stage, name)
+    engine = " ".join(shlex.quote(w) for w in ready.command())
+
+    def check(facts) -> StepCheck:
+        if img.id in _held(facts, key, ready.engine):
+            return StepCheck(True)
+        return StepCheck(False, f"{ready.engine} does not hold {img.id[:19]}")
+
+    def upload(session, facts):
+        remote = pystack.node_path(file, facts)
+        if not session.run(f"mkdir -p -m 700 {shlex.quote(posixpath.dirname(remote))}").ok:
+            raise NodeprepError(f"cannot create {posixpath.dirname(remote)}")
+        sftp = session.conn.sftp()
+        try:
+            sftp.put(str(img.path), remote + ".part")
+            sftp.posix_rename(remote + ".part", remote)
+        except (OSError, EOFError) as e:
+            raise NodeprepError(f"pushing {img.path.name} to {remote} failed: {e}") from None
+        session.log(f"pushed {img.path} as {remote}\n")
+
+    # an OCI layout directory travels as a tar of it; podman and docker load both forms
+    action = (
+        f"{engine} load -i {rpath(file)} >&2; np_rc=$?; rm -f -- {rpath(file)}; "
+        f"rmdir -- {rpath(stage)} 2>/dev/null; [ $np_rc -eq 0 ] && "
+        f"{engine} image inspect {shlex.quote(img.id)} >/dev/null"
+    )
+    return Step(
+        f"container.image {img.id[:19]} ({img.path.name}, {img.arch})",
+        [key],
+        check,
+        action=action,
+        before=upload,
+        hint=f"load it by hand to see why: {ready.engine} load -i {img.path.name}",
+        scope="machine",
+        room=lambda facts: Room(stage, img.size, 1, what=f"the image archive {img.path.name}"),
+    )

@@ -1,0 +1,138 @@
+"""The container way on a lab with a real engine (issue 45): `lab.up --containers` gives every
+node rootless Podman 4.3.1 and crun from Debian's packages (lab/containers.py). The image is the
+lab's Debian 12 + Python root, built once by mmdebstrap and saved as a docker-archive on the
+controller (lab/images.py); nodeprep sends it to every node and loads it, by its ID.
+
+Lab "ctr" (10.193.0.0/16), 2 nodes, the container role alone (it needs no package index)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from nodeprep import cli as api
+from nodeprep import lab as labmod
+from nodeprep.commands.options import ProvisionOptions
+from nodeprep.lab import images
+from nodeprep.ops.container import archive
+
+NAME, SUBNET, NODES = "ctr", 193, 2
+
+
+@pytest.fixture(scope="module")
+def ctr(tmp_path_factory, own_settings):
+    base = tmp_path_factory.mktemp("ctr")
+    settings = own_settings(base, lock_wait=60)
+    labmod.down(NAME, settings, log=lambda m: None)
+    info = labmod.up(
+        NODES,
+        NAME,
+        settings,
+        labmod.UpOptions(inventory_dir=base / "inv", subnet=SUBNET, containers=True),
+        log=lambda m: None,
+    )
+    image = images.docker_archive(images.base_root(), base / "np-lab.tar", "localhost/np-lab:1")
+    yield info, settings, base, image
+    labmod.down(NAME, settings, log=lambda m: None, purge=True)
+
+
+def _ssh(ctr, index: int, command: str) -> subprocess.CompletedProcess:
+    info, settings = ctr[0], ctr[1]
+    return subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(info.key),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={settings.known_hosts}",
+            f"{info.user}@{info.nodes[index].address}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def provision(info, settings, capsys, *sets: str) -> tuple[int, dict, str]:
+    opts = ProvisionOptions(
+        inventory=str(info.inventory), roles="container", json=True, sets=tuple(sets)
+    )
+    rc = api.provision(opts, settings)
+    out = capsys.readouterr()
+    return rc, json.loads(out.out), out.err
+
+
+def steps_of(report: dict, node: str) -> list[dict]:
+    return [s for s in report["nodes"][node]["steps"] if s["step"].startswith("container: ")]
+
+
+def test_the_image_reaches_every_node_by_its_id_then_nothing_to_change(ctr, capsys):
+    info, settings, _base, image = ctr
+    want = archive.read(image).id
+    rc, report, _ = provision(info, settings, capsys, f"container_image={image}")
+    assert rc == 0, report
+    for node in ("worker-0", "worker-1"):
+        assert any(s["status"] == "changed" for s in steps_of(report, node)), report["nodes"][node]
+    rc, report, _ = provision(info, settings, capsys, f"container_image={image}")
+    assert rc == 0 and report["changed"] == 0, report
+    for i in range(NODES):
+        r = _ssh(ctr, i, "podman images --no-trunc --format '{{.ID}}'")
+        assert want in r.stdout.split(), (r.stdout, r.stderr)
+        # a real container on the node's own network: the node's name from inside the image
+        r = _ssh(
+            ctr,
+            i,
+            f"podman run --rm --network host {want} "
+            "python3 -c 'import socket; print(socket.gethostname())'",
+        )
+        assert r.returncode == 0 and r.stdout.strip() == f"worker-{i}", r.stderr
+
+
+def test_an_engine_the_node_lacks_is_named_with_its_fix(ctr, capsys):
+    info, settings, _base, image = ctr
+    rc, report, err = provision(
+        info, settings, capsys, f"container_image={image}", "container_engine=docker"
+    )
+    assert rc != 0
+    step = steps_of(report, "worker-0")[0]
+    assert step["status"] == "failed" and "docker is not on the PATH" in step["message"]
+    assert "apt-get install docker.io" in json.dumps(report["nodes"]["worker-0"])
+
+
+def test_a_user_without_subordinate_ids_is_named_with_its_fix(ctr, capsys):
+    info, settings, _base, image = ctr
+    subuid = info.nodes[1].home.parent / "etc" / "subuid"
+    kept = subuid.read_text()
+    subuid.write_text("")
+    try:
+        rc, report, _ = provision(info, settings, capsys, f"container_image={image}")
+    finally:
+        subuid.write_text(kept)
+    assert rc != 0
+    text = json.dumps(report["nodes"]["worker-1"])
+    assert "no subordinate ids for nodeprep" in text and "--add-subuids" in text
+    assert all(s["status"] != "failed" for s in steps_of(report, "worker-0"))
+
+
+def test_a_bad_image_value_is_one_line_naming_the_variable(ctr, capsys, tmp_path):
+    info, settings, _base, _image = ctr
+    opts = ProvisionOptions(
+        inventory=str(info.inventory), roles="container", sets=("container_image=Not An/Image",)
+    )
+    assert api.provision(opts, settings) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("error: ") and "container_image" in err.splitlines()[0]
+    plain = tmp_path / "notes.tar"
+    plain.write_bytes(b"")
+    opts = ProvisionOptions(
+        inventory=str(info.inventory), roles="container", sets=(f"container_image={plain}",)
+    )
+    assert api.provision(opts, settings) == 2
+    assert "not an image archive" in capsys.readouterr().err

@@ -1,0 +1,78 @@
+"""Whether a node can run the image, decided from its CONTAINER fact as recorded on real
+engines (tests/facts/container/: podman 4.3.1 on the lab, the Docker 28.2.2 CLI refused by a
+daemon that is not there or a socket the user may not open)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from nodeprep.ops.container import readiness
+
+CASES = Path(__file__).parents[1] / "facts" / "container"
+
+
+def fact(name: str) -> dict:
+    return json.loads((CASES / f"{name}.json").read_text())["expected"]
+
+
+def test_rootless_podman_with_subids_is_ready():
+    r = readiness.assess(fact("podman_fresh"), "auto", 0, "nodeprep")
+    assert r.ok and r.engine == "podman" and not r.sudo and r.version == "4.3.1"
+    assert r.command() == ["podman"]
+
+
+@pytest.mark.parametrize(
+    "case,wanted,code,words",
+    [
+        ("no_engine", "auto", "CONTAINER_NO_ENGINE", "apt-get install podman"),
+        ("podman_fresh", "docker", "CONTAINER_NO_ENGINE", "docker.io"),
+        ("docker_no_daemon", "auto", "CONTAINER_DAEMON_DOWN", "systemctl enable --now docker"),
+        ("docker_denied", "docker", "CONTAINER_NOT_ALLOWED", "usermod -aG docker jdoe"),
+        ("podman_no_subids", "auto", "CONTAINER_NO_SUBIDS", "--add-subuids"),
+    ],
+)
+def test_each_missing_piece_is_named_with_its_fix(case, wanted, code, words):
+    r = readiness.assess(fact(case), wanted, 0, "jdoe")
+    assert not r.ok
+    assert r.problems[0].code == code and words in r.problems[0].fix
+
+
+def test_a_node_that_did_not_answer_is_unknown_not_ready():
+    r = readiness.assess(None, "auto", 0, "jdoe")
+    assert not r.ok and r.problems[0].code == "CONTAINER_UNKNOWN"
+
+
+def test_podman_goes_first_under_auto_and_a_refused_one_is_passed_over():
+    both = fact("podman_fresh")
+    both["engines"].update(fact("docker_denied")["engines"])
+    assert readiness.assess(both, "auto", 0, "u").engine == "podman"
+    assert readiness.assess(both, "docker", 0, "u").problems[0].code == "CONTAINER_NOT_ALLOWED"
+
+
+def test_sudo_only_runs_through_sudo():
+    f = copy.deepcopy(fact("podman_fresh"))
+    f["engines"]["podman"]["access"] = "sudo"
+    r = readiness.assess(f, "podman", 0, "u")
+    assert r.ok and r.command() == ["sudo", "-n", "podman"]
+
+
+def test_a_gpu_node_needs_the_toolkit():
+    f = fact("podman_fresh")
+    r = readiness.assess(f, "auto", 8, "u")
+    assert (
+        r.problems[0].code == "CONTAINER_NO_GPU_TOOLKIT"
+        and "nvidia-ctk cdi generate" in r.problems[0].fix
+    )
+    f = copy.deepcopy(f)
+    f["cdi"] = ["/etc/cdi/nvidia.yaml"]
+    assert readiness.assess(f, "auto", 8, "u").ok
+
+
+def test_a_hung_engine_is_named():
+    f = copy.deepcopy(fact("docker_no_daemon"))
+    f["engines"]["docker"]["access"] = "timeout"
+    assert readiness.assess(f, "docker", 0, "u").problems[0].code == "CONTAINER_ENGINE_HUNG"
