@@ -8,8 +8,10 @@ daemon, no GPU toolkit on a GPU node) with its fix (ops/container/readiness.py).
 
 from __future__ import annotations
 
+import os
 import posixpath
 import shlex
+import tarfile
 from pathlib import Path
 
 from nodeprep.engine.facts import GPUS, USER
@@ -82,7 +84,7 @@ def controller(prov):
         path = _archive_path(prov, node, spec.image)
         if str(path) not in images:
             try:
-                images[str(path)] = archive.read(path, spec.image.kind)
+                images[str(path)] = _as_file(prov, archive.read(path, spec.image.kind))
             except archive.NotAnImage as e:
                 file, line = prov.origin(node, "container_image")
                 raise InputError(
@@ -90,6 +92,22 @@ def controller(prov):
                 ) from None
         prov.shared.images[node] = images[str(path)]
     return []
+
+
+def _as_file(prov, img):
+    """An OCI layout directory travels as an OCI archive (one file), made once in nodeprep's
+    state directory; podman loads both forms."""
+    if img.kind != "oci":
+        return img
+    out = prov.settings.state / "images" / f"{img.id.split(':')[1]}.oci.tar"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".new")
+        with tarfile.open(tmp, "w") as tar:
+            for child in sorted(img.path.iterdir()):
+                tar.add(child, arcname=child.name)
+        os.replace(tmp, out)
+    return archive.read(out, "oci-archive")
 
 
 def steps(ctx):
