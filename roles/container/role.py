@@ -8,6 +8,7 @@ daemon, no GPU toolkit on a GPU node) with its fix (ops/container/readiness.py).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import shlex
@@ -23,6 +24,7 @@ from nodeprep.ops import pystack
 from nodeprep.ops.container import archive, readiness
 from nodeprep.ops.container import spec as specmod
 from nodeprep.ops.container.image import Image
+from nodeprep.ops.pystack import relay, relay_run
 
 STAGE_DIR = "~/.nodeprep/images"  # where an archive waits on a node until it is loaded
 
@@ -91,7 +93,33 @@ def controller(prov):
                     f"container_image {str(path)!r}: {e}", file=file, line=line
                 ) from None
         prov.shared.images[node] = images[str(path)]
+    prov.shared.image_relay = relay.Relay(
+        order=[h.name for h in prov.hosts], what="container image", unit="archive"
+    )
     return []
+
+
+def _sum(prov, img) -> str:
+    """The archive's sha256, once per run (each relayed copy is checked against it)."""
+    key = str(img.path)
+    if key not in prov.shared.image_sums:
+        h = hashlib.sha256()
+        with img.path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        prov.shared.image_sums[key] = h.hexdigest()
+    return prov.shared.image_sums[key]
+
+
+def _relay(ctx):
+    """The run's image relay when this node may take part (as the wheelhouse's: not --check,
+    over ssh with the mesh put in place by this run), else None."""
+    prov = ctx.prov
+    rl = prov.shared.image_relay
+    if rl is None or prov.check_mode or prov.shared.via != "ssh":
+        return None
+    on = ctx.vars.get("ssh_mesh") and prov.shared.cluster_key is not None
+    return rl if on and getattr(ctx.host, "connection", "ssh") != "local" else None
 
 
 def _as_file(prov, img):
@@ -152,40 +180,93 @@ def _held(facts, key, engine: str) -> list[str]:
 
 def _image_step(ctx, key, ready, img) -> Step:
     stage = posixpath.join(STAGE_DIR, ctx.name)  # per node: homes may be shared
-    name = f"{img.id.split(':')[1]}.tar"
+    name = img.path.name
     file = posixpath.join(stage, name)
     engine = " ".join(shlex.quote(w) for w in ready.command())
+    lacks = img.id not in _held(ctx.facts, key, ready.engine)
+    rl = _relay(ctx) if lacks else None
+    if rl is not None:
+        login = relay.MeshLogin(ctx.host.address, int(ctx.host.port or 22), ctx.host.user)
+        dest = pystack.node_path(stage, ctx.facts)
+        rl.want(relay.Want(ctx.name, f"image {img.id[:19]}", dest, (name,)), login, img.path.parent)
 
     def check(facts) -> StepCheck:
         if img.id in _held(facts, key, ready.engine):
             return StepCheck(True)
         return StepCheck(False, f"{ready.engine} does not hold {img.id[:19]}")
 
+    # the load, then the archive goes; verified by inspecting the ID in the same round trip
+    action = (
+        f"{engine} load -i {rpath(file)} >&2; np_rc=$?; rm -f -- {rpath(file)}; "
+        f"rmdir -- {rpath(stage)} 2>/dev/null; [ $np_rc -eq 0 ] && "
+        f"{engine} image inspect {shlex.quote(img.id)} >/dev/null"
+    )
+    prov = ctx.prov
+    return Step(
+        f"container.image {img.id[:19]} ({name}, {img.arch})",
+        [key],
+        check,
+        action=action,
+        before=_upload(ctx, img, file, rl),
+        hint=f"load it by hand to see why: {ready.engine} load -i {name}",
+        scope="machine",
+        room=lambda facts: Room(stage, img.size, 1, what=f"the image archive {name}"),
+        fleet=(
+            (
+                "container.relay",
+                lambda fl, nodes: relay_run.run(fl, nodes, rl, prov.events, prov.notes),
+            )
+            if rl is not None
+            else None
+        ),
+    )
+
+
+def _upload(ctx, img, file: str, rl):
+    """The image step's upload: what the relay brought, checked against the controller's
+    sha256 and moved into place; else (or when it failed) the controller's own push."""
+
     def upload(session, facts):
         remote = pystack.node_path(file, facts)
-        if not session.run(f"mkdir -p -m 700 {shlex.quote(posixpath.dirname(remote))}").ok:
-            raise NodeprepError(f"cannot create {posixpath.dirname(remote)}")
+        folder = posixpath.dirname(remote)
+        if rl is not None and session.name in rl.source:
+            r = session.run(
+                relay.finalize_script(folder, {img.path.name: _sum(ctx.prov, img)}),
+                label="relay arrival check of the image archive",
+            )
+            ok, _bad = relay.parse_finalize(r.stdout)
+            if img.path.name in ok:
+                with rl.lock:
+                    rl.verified[session.name] = ok
+                return
+            why = rl.errors.get(session.name) or "the relayed archive failed its sha256 check"
+            with rl.lock:
+                rl.fallbacks[session.name] = why
+            session.events.note(session.name, f"image relay: {why}; pushed by the controller")
+        if not session.run(f"mkdir -p -m 700 {shlex.quote(folder)}").ok:
+            raise NodeprepError(f"cannot create {folder}")
         sftp = session.conn.sftp()
         try:
             sftp.put(str(img.path), remote + ".part")
             sftp.posix_rename(remote + ".part", remote)
         except (OSError, EOFError) as e:
             raise NodeprepError(f"pushing {img.path.name} to {remote} failed: {e}") from None
+        if rl is not None:
+            rl.count(session.name, img.path.stat().st_size)
         session.log(f"pushed {img.path} as {remote}\n")
 
-    # an OCI layout directory travels as a tar of it; podman and docker load both forms
-    action = (
-        f"{engine} load -i {rpath(file)} >&2; np_rc=$?; rm -f -- {rpath(file)}; "
-        f"rmdir -- {rpath(stage)} 2>/dev/null; [ $np_rc -eq 0 ] && "
-        f"{engine} image inspect {shlex.quote(img.id)} >/dev/null"
-    )
-    return Step(
-        f"container.image {img.id[:19]} ({img.path.name}, {img.arch})",
-        [key],
-        check,
-        action=action,
-        before=upload,
-        hint=f"load it by hand to see why: {ready.engine} load -i {img.path.name}",
-        scope="machine",
-        room=lambda facts: Room(stage, img.size, 1, what=f"the image archive {img.path.name}"),
-    )
+    return upload
+
+
+def report(ctx):
+    rl = ctx.prov.shared.image_relay
+    if rl is None or (ctx.name not in rl.source and ctx.name not in rl.sent):
+        return {}
+    return {
+        "container_image": {
+            "from": rl.source.get(ctx.name, "controller"),
+            "controller_bytes": rl.sent.get(ctx.name, 0),
+            "relay_error": rl.errors.get(ctx.name),
+            "fallback": rl.fallbacks.get(ctx.name),
+        }
+    }

@@ -95,6 +95,37 @@ def test_the_image_reaches_every_node_by_its_id_then_nothing_to_change(ctr, caps
         assert r.returncode == 0 and r.stdout.strip() == f"worker-{i}", r.stderr
 
 
+def test_the_image_goes_node_to_node_the_controller_sends_one_copy(ctr, capsys):
+    """With the ssh mesh in the run, the archive travels as the wheels do: the controller
+    feeds the chain's first node, each node passes it on, every copy is checked against the
+    controller's sha256 before the node loads it."""
+    info, settings, base, image = ctr
+    for i in range(NODES):
+        assert _ssh(ctr, i, "podman rmi -a -f >/dev/null 2>&1; true").returncode == 0
+    sets = (
+        f"container_image={image}",
+        f"controller_key={base}/ctl/id",
+        f"controller_ssh_config={base}/ctl/config",
+    )
+    opts = ProvisionOptions(
+        inventory=str(info.inventory), roles="ssh_keys,container", json=True, sets=sets
+    )
+    assert api.provision(opts, settings) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert any(
+        "container image relay" in n and "2 node(s) chained from the controller" in n
+        for n in report["notes"]
+    ), report["notes"]
+    got = {n: report["nodes"][n]["container_image"] for n in ("worker-0", "worker-1")}
+    assert got["worker-0"]["from"] == "controller" and got["worker-1"]["from"] == "worker-0", got
+    size = image.stat().st_size  # one copy, in a tar stream (headers and padding)
+    assert size <= got["worker-0"]["controller_bytes"] < size + 64 * 1024, got
+    assert got["worker-1"]["controller_bytes"] == 0 and not got["worker-1"]["fallback"], got
+    want = archive.read(image).id
+    for i in range(NODES):
+        assert want in _ssh(ctr, i, "podman images --no-trunc --format '{{.ID}}'").stdout
+
+
 def test_an_engine_the_node_lacks_is_named_with_its_fix(ctr, capsys):
     info, settings, _base, image = ctr
     rc, report, err = provision(

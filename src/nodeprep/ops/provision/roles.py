@@ -51,6 +51,8 @@ class Shared:
     via: str = "ssh"  # commands.provision: the transport (ssh | slurm)
     key_texts: dict = field(default_factory=dict)  # ssh_keys: path -> its text, read once per run
     images: dict = field(default_factory=dict)  # container.controller(): node -> its ArchiveImage
+    image_relay: object = None  # container.controller(): an ops.relay.Relay for the archives
+    image_sums: dict = field(default_factory=dict)  # container.controller(): path -> sha256
 
 
 @dataclass

@@ -275,6 +275,8 @@ class Relay:
     sent: dict[str, int] = field(default_factory=dict)  # node -> bytes the controller sent it
     fallbacks: dict[str, str] = field(default_factory=dict)  # node -> why the controller pushed
     token: str = field(default_factory=lambda: secrets.token_hex(6))
+    what: str = "wheelhouse"  # what travels, for messages ("container image")
+    unit: str = "wheels"  # its files, for messages ("archive")
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def want(self, w: Want, login: MeshLogin, local: Path) -> None:

@@ -120,7 +120,7 @@ def run_chain(fleet, chain: Chain, relay: Relay, timeout: int) -> None:
                     timeout,
                 ),
                 timeout=timeout + 20,
-                label=f"relay {len(chain.files)} wheels to {chain.nodes[0]} and on",
+                label=f"relay {len(chain.files)} {relay.unit} to {chain.nodes[0]} and on",
             )
             rc, out = r.rc, r.stdout + r.stderr
         err = (
@@ -141,7 +141,7 @@ def run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
     try:
         _run(fleet, nodes, relay, events, notes)
     except Exception as e:  # noqa: BLE001 -- a bug here costs the relay, not the run
-        events.log(f"wheelhouse: relay failed ({type(e).__name__}: {e}); the controller pushes")
+        events.log(f"{relay.what}: relay failed ({type(e).__name__}: {e}); the controller pushes")
         relay.fail(nodes, f"relay failed: {type(e).__name__}: {str(e)[:200]}", source="controller")
 
 
@@ -166,7 +166,7 @@ def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
     threads = []
     for c in chains:
         events.log(
-            f"wheelhouse: {len(c.files)} wheels ({size[c.platform] / 1e6:.1f} MB) of "
+            f"{relay.what}: {len(c.files)} {relay.unit} ({size[c.platform] / 1e6:.1f} MB) of "
             f"{c.platform} to {len(c.nodes)} node(s), chained from "
             f"{c.source or 'the controller'}"
         )
@@ -178,6 +178,6 @@ def _run(fleet, nodes: list[str], relay: Relay, events, notes: list) -> None:
     for c in chains:
         sent = sum(relay.sent.get(n, 0) for n in c.nodes)
         notes.append(
-            f"wheelhouse relay {c.platform}: {len(c.nodes)} node(s) chained from "
+            f"{relay.what} relay {c.platform}: {len(c.nodes)} node(s) chained from "
             f"{c.source or 'the controller'}, {sent / 1e6:.1f} MB sent by the controller"
         )
