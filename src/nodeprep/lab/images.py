@@ -62,8 +62,11 @@ def base_root(log=print) -> Path:
 
 
 def docker_archive(root: Path, out: Path, tag: str, env: dict[str, str] | None = None) -> Path:
-    """OUT: a docker-archive of one layer (ROOT, a root file system tar) tagged TAG; written
-    once per ROOT and TAG (kept beside it as long as ROOT is unchanged)."""
+    """OUT: a docker-archive of one layer (ROOT, a root file system tar) tagged TAG; an OUT
+    newer than ROOT is kept (the same bytes would be written again)."""
+    if out.is_file() and out.stat().st_mtime_ns >= root.stat().st_mtime_ns:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
     layer_id = _sha256_file(root)
     config = {
         "architecture": "amd64",
