@@ -13,7 +13,6 @@ import os
 import posixpath
 import shlex
 import tarfile
-from pathlib import Path
 
 from nodeprep.engine.facts import GPUS, USER
 from nodeprep.engine.facts.container import CONTAINER
@@ -23,7 +22,6 @@ from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops import pystack
 from nodeprep.ops.container import archive, readiness
 from nodeprep.ops.container import spec as specmod
-from nodeprep.ops.container.image import Image
 from nodeprep.ops.pystack import relay, relay_run
 
 STAGE_DIR = "~/.nodeprep/images"  # where an archive waits on a node until it is loaded
@@ -54,18 +52,6 @@ def reads(ctx):
     return [] if spec is None else [CONTAINER(_engines(spec)), USER, GPUS]
 
 
-def _archive_path(prov, node: str, image: Image) -> Path:
-    """The archive as written: ~ expanded, a relative path beside the inventory file that set
-    it (as python_requirements), else from the working directory."""
-    text = image.path
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        file, _line = prov.origin(node, "container_image")
-        base = Path(file).parent if file else Path.cwd()
-        path = base / path
-    return path
-
-
 def controller(prov):
     """Read each archive once (the ID, the architecture, the size)."""
     images: dict = {}
@@ -83,7 +69,7 @@ def controller(prov):
                 file=file,
                 line=line,
             )
-        path = _archive_path(prov, node, spec.image)
+        path = archive.locate(spec.image.path, prov.origin(node, "container_image")[0])
         if str(path) not in images:
             try:
                 images[str(path)] = _as_file(prov, archive.read(path, spec.image.kind))

@@ -8,17 +8,21 @@ Lab "ctr" (10.193.0.0/16), 2 nodes, the container role alone (it needs no packag
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from nodeprep import cli as api
 from nodeprep import lab as labmod
-from nodeprep.commands.options import ProvisionOptions
+from nodeprep.commands.options import ProvisionOptions, VerifyOptions
 from nodeprep.lab import images
 from nodeprep.ops.container import archive
 
 NAME, SUBNET, NODES = "ctr", 193, 2
+IMAGES = Path(__file__).parents[1] / "recordings" / "images"
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +128,51 @@ def test_the_image_goes_node_to_node_the_controller_sends_one_copy(ctr, capsys):
     want = archive.read(image).id
     for i in range(NODES):
         assert want in _ssh(ctr, i, "podman images --no-trunc --format '{{.ID}}'").stdout
+
+
+def parity(info, settings, capsys, image, where: Path) -> dict:
+    """verify-parity --json over the lab's inventory with container_image set (verify takes
+    no --set: the value goes into a copy of the inventory)."""
+    text = info.inventory.read_text().replace("vars:\n", f"vars:\n  container_image: {image}\n", 1)
+    inv = where / "hosts.yml"
+    inv.write_text(text)
+    api.verify_parity(VerifyOptions(inventory=str(inv), json=True, port=None), settings)
+    return json.loads(capsys.readouterr().out)
+
+
+def drift_of(report: dict, key: str) -> list[dict] | None:
+    return next((d["groups"] for d in report["drift"] if d["key"] == key), None)
+
+
+def test_parity_names_the_image_ids_when_a_node_holds_another(ctr, capsys, tmp_path):
+    """Both nodes hold the image: no container drift. Then worker-1's image under the same
+    name is another one (its ID differs): DRIFT on container.image naming both IDs."""
+    info, settings, _base, image = ctr
+    want = archive.read(image).id
+    rc, report, _ = provision(info, settings, capsys, f"container_image={image}")
+    assert rc == 0, report
+    report = parity(info, settings, capsys, image, tmp_path)
+    assert (
+        drift_of(report, "container.image") is None and drift_of(report, "container.engine") is None
+    )
+    # another image under the lab image's name on worker-1: the tiny recording, retagged
+    tiny = archive.read(IMAGES / "tiny-docker.tar")
+    home = info.nodes[1].home
+    shutil.copy(IMAGES / "tiny-docker.tar", home / "t.tar")
+    os.chown(home / "t.tar", home.stat().st_uid, home.stat().st_gid)
+    r = _ssh(
+        ctr,
+        1,
+        f"podman rmi -f {want} >/dev/null; podman load -q -i t.tar && "
+        f"podman tag {tiny.id} localhost/np-lab:1; rm -f t.tar",
+    )
+    assert r.returncode == 0, r.stderr
+    report = parity(info, settings, capsys, image, tmp_path)
+    groups = drift_of(report, "container.image")
+    assert groups is not None, report["drift"]
+    values = {g["value"]: g["nodes"] for g in groups}
+    assert values == {want: ["worker-0"], tiny.id: ["worker-1"]}, groups
+    assert not report["ok"]
 
 
 def test_an_engine_the_node_lacks_is_named_with_its_fix(ctr, capsys):

@@ -76,3 +76,42 @@ def test_a_hung_engine_is_named():
     f = copy.deepcopy(fact("docker_no_daemon"))
     f["engines"]["docker"]["access"] = "timeout"
     assert readiness.assess(f, "docker", 0, "u").problems[0].code == "CONTAINER_ENGINE_HUNG"
+
+
+# verify-parity's container keys, from the same recordings (ops/verify/fingerprints.py)
+from nodeprep.engine.facts import USER  # noqa: E402
+from nodeprep.engine.facts.container import CONTAINER  # noqa: E402
+from nodeprep.ops.container import archive  # noqa: E402
+from nodeprep.ops.verify import fingerprints  # noqa: E402
+
+TINY = archive.read(Path(__file__).parents[1] / "recordings" / "images" / "tiny-docker.tar")
+V = {"container_image": "/srv/tiny-docker.tar", "container_engine": "auto"}
+
+
+def keys(case: str, image=TINY) -> dict:
+    f = {CONTAINER("podman,docker"): fact(case), USER: {"name": "lab", "uid": 1000, "home": "/h"}}
+    return fingerprints.with_container({}, V, f, image)
+
+
+def test_parity_keys_of_a_node_that_holds_the_image():
+    assert keys("podman_with_images") == {
+        "container.engine": "podman 4.3.1",
+        "container.image": TINY.id,
+    }
+
+
+def test_parity_keys_of_a_node_without_it_or_without_an_engine():
+    assert keys("podman_fresh")["container.image"] == "missing"
+    assert keys("no_engine") == {
+        "container.engine": "CONTAINER_NO_ENGINE",
+        "container.image": "missing",
+    }
+
+
+def test_parity_keys_name_the_other_id_held_under_the_image_name():
+    other = archive.ArchiveImage(TINY.path, TINY.kind, "sha256:" + "1" * 64, "amd64", TINY.tags, 1)
+    assert keys("podman_with_images", other)["container.image"] == TINY.id
+
+
+def test_the_venv_way_adds_no_key():
+    assert keys("podman_fresh", None) == {}

@@ -19,7 +19,11 @@ from nodeprep.engine import hostkeys
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.transports import fanout, slurmrun
+from nodeprep.errors import InputError
 from nodeprep.inventory import nodeset
+from nodeprep.inventory.sources import split_origin
+from nodeprep.ops.container import archive
+from nodeprep.ops.container import spec as container_spec
 from nodeprep.ops.provision.topology import Topology
 from nodeprep.ops.ssh import paper_mesh
 from nodeprep.ops.ssh.logins import fans_out, mesh_collect, mesh_pairs, mesh_start, parse_mesh
@@ -55,20 +59,24 @@ class Probe:
 class Gather:
     """Probes every selected node, directly or through the head's logins."""
 
-    def __init__(self, fleet, hosts, v_of: dict, opts: VerifyOptions, pairs: dict):
+    def __init__(self, fleet, hosts, v_of: dict, opts: VerifyOptions, pairs: dict, images: dict):
         self.fleet = fleet
         self.hosts = hosts
         self.v_of = v_of
         self.opts = opts
         self.pairs = pairs
         self.head = hosts[0].name
+        self.images = images  # node -> the container image it must hold (None: the venv way)
 
     def requests(self, node: str) -> list:
         return fingerprints.requests(self.v_of[node], self.opts.deep, self.expect(node))
 
     def expect(self, node: str) -> fingerprints.Expect:
         return fingerprints.Expect(
-            self.opts.workdir, self.opts.port if node == self.head else None, self.hosts[0].address
+            self.opts.workdir,
+            self.opts.port if node == self.head else None,
+            self.hosts[0].address,
+            image=self.images.get(node),
         )
 
     def node(self, session, peers: list[str]) -> Probe:
@@ -153,8 +161,8 @@ def _mesh_inputs(hosts, got: dict, v_of: dict, known) -> paper_mesh.PaperMesh:
     return paper_mesh.PaperMesh(hosts, paper, pinned)
 
 
-def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report:
-    head = hosts[0].name
+def _compare(inv, gather: Gather, got, fleet) -> parity.Report:
+    hosts, v_of, opts = gather.hosts, gather.v_of, gather.opts
     fps = {}
     found = []
     results = fleet.results
@@ -163,11 +171,15 @@ def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report
         if h.name not in got or not results[h.name].usable:
             continue
         f, v = got[h.name].facts, v_of[h.name]
-        fps[h.name] = fingerprints.with_run(
-            fingerprints.fingerprint(v, f, got[h.name].python_seen, opts.workdir), got[h.name].nccl
-        )
-        want = fingerprints.Expect(
-            opts.workdir, opts.port if h.name == head else None, hosts[0].address
+        want = gather.expect(h.name)
+        fps[h.name] = fingerprints.with_container(
+            fingerprints.with_run(
+                fingerprints.fingerprint(v, f, got[h.name].python_seen, opts.workdir),
+                got[h.name].nccl,
+            ),
+            v,
+            f,
+            want.image,
         )
         found += checks.checks_for(h, v, f, fps[h.name], want)
         found += checks.mesh_checks(h, got[h.name].mesh, v_of, paper)
@@ -187,6 +199,32 @@ def _compare(inv, hosts, got, fleet, v_of, opts: VerifyOptions) -> parity.Report
     if opts.save_baseline:
         parity.fingerprint_file_write(opts.save_baseline, fps, {"inventory": inv.name})
     return report
+
+
+def _images(inv, hosts, v_of: dict) -> dict:
+    """node -> the ArchiveImage its container_image names (read once per archive on the
+    controller), for the nodes on the container way; a bad value is one file:line error."""
+    out, read = {}, {}
+    for h in hosts:
+        where = h.origin.get("container_image", "")
+        try:
+            spec = container_spec.from_vars(v_of[h.name])
+        except container_spec.Refused as e:
+            file, line = split_origin(h.origin.get(e.var, ""))
+            raise InputError(f"{e.var}: {e}", file=file, line=line) from None
+        if spec is None or not spec.image.archive:
+            continue  # a registry image: nodeprep reads archives only so far
+        path = archive.locate(spec.image.path, split_origin(where)[0])
+        if path not in read:
+            try:
+                read[path] = archive.read(path, spec.image.kind)
+            except archive.NotAnImage as e:
+                file, line = split_origin(where)
+                raise InputError(
+                    f"container_image {str(path)!r}: {e}", file=file, line=line
+                ) from None
+        out[h.name] = read[path]
+    return out
 
 
 def _notes(
@@ -239,14 +277,15 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
     with Fleet(hosts, settings, "verify", events) as fleet:
         # --via slurm (or auto inside an allocation holding the nodes): one srun step per stage
         slurm = slurmrun.use(fleet, "ssh" if opts.via == "direct" else opts.via) == "slurm"
-        got = Gather(fleet, hosts, v_of, opts, pairs).all()
+        gather = Gather(fleet, hosts, v_of, opts, pairs, _images(inv, hosts, v_of))
+        got = gather.all()
         direct = [n for n, s in fleet.sessions.items() if n != head and s.connected]
     # the collective first: what NCCL's log says on each node joins the comparison
     coll = _collective(opts, settings, events, fleet) if opts.collective else None
     for n, logged in ((coll or {}).get("nccl") or {}).items():
         if n in got:
             got[n].nccl = logged
-    report = _compare(inv, hosts, got, fleet, v_of, opts)
+    report = _compare(inv, gather, got, fleet)
     sharing = Topology.of({n: g.facts for n, g in got.items()}, [h.name for h in hosts]).describe()
     if coll is not None and not coll["ok"]:
         report.vetoes.append(f"--collective: {coll.get('error') or 'the all_reduce failed'}")

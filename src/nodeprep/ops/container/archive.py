@@ -36,6 +36,15 @@ class NotAnImage(Exception):
     """The file is no image archive nodeprep can read: str(self) says why."""
 
 
+def locate(text: str, origin_file: str | None) -> Path:
+    """The archive path as written in container_image: ~ expanded, a relative path beside the
+    inventory file that set it (as python_requirements), else from the working directory."""
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = (Path(origin_file).parent if origin_file else Path.cwd()) / path
+    return path
+
+
 def read(path: Path, kind: str | None = None) -> ArchiveImage:
     kind = kind if kind in ("docker-archive", "oci-archive", "oci") else archive_kind(path)
     if kind is None:

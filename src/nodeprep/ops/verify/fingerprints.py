@@ -34,7 +34,9 @@ from nodeprep.engine.facts import (
     VENV,
     TorchIn,
 )
+from nodeprep.engine.facts.container import CONTAINER
 from nodeprep.ops import pystack, torchplan
+from nodeprep.ops.container import readiness
 from nodeprep.ops.ssh import paper_mesh
 from nodeprep.redact import is_secret
 
@@ -58,6 +60,7 @@ class Expect:
     workdir: str | None = None
     port: int | None = None
     head: str | None = None
+    image: object = None  # the container way: the ArchiveImage every node must hold
 
 
 def requests(v: dict, deep: bool, want: Expect) -> list:
@@ -84,7 +87,42 @@ def requests(v: dict, deep: bool, want: Expect) -> list:
         reqs.append(DIR(workdir))
     if port:
         reqs.append(PORT_LISTENING(port))
+    if want.image is not None:
+        reqs += [CONTAINER(_engines(v))]
     return reqs
+
+
+def _engines(v: dict) -> str:
+    wanted = v.get("container_engine") or "auto"
+    return ",".join(readiness.PREFERENCE) if wanted == "auto" else wanted
+
+
+def with_container(fp: dict, v: dict, f, image) -> dict:
+    """FP plus the container way's keys (IMAGE: the ArchiveImage wanted, None: the venv way):
+    container.engine  the engine the node would use and its version ("podman 4.3.1"), or
+                      what keeps it from one (its code, e.g. CONTAINER_NO_ENGINE)
+    container.image   the wanted image's ID when the node holds it; else the ID(s) the node
+                      holds under the image's name, or "missing": DRIFT names the IDs"""
+    if image is None:
+        return fp
+    fact = f.get(CONTAINER(_engines(v)))
+    u = f.get(USER)
+    ready = readiness.assess(
+        fact, v.get("container_engine") or "auto", 0, (u or {}).get("name", "")
+    )
+    fp["container.engine"] = (
+        f"{ready.engine} {ready.version}"
+        if ready.engine and not ready.problems
+        else (ready.problems[0].code if ready.problems else "unknown")
+    )
+    held = ((fact or {}).get("engines") or {}).get(ready.engine, {}).get("images") or []
+    if any(i["id"] == image.id for i in held):
+        fp["container.image"] = image.id
+    else:
+        names = set(image.tags)
+        other = sorted({i["id"] for i in held if i["name"] in names})
+        fp["container.image"] = ", ".join(other) if other else "missing"
+    return fp
 
 
 def _env_lines(text: str | None, export: bool) -> dict[str, str]:
