@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,7 +20,7 @@ from nodeprep import cli as api
 from nodeprep import lab as labmod
 from nodeprep.commands.options import ProvisionOptions, VerifyOptions
 from nodeprep.lab import images
-from nodeprep.ops.container import archive
+from nodeprep.ops.container import archive, run
 
 NAME, SUBNET, NODES = "ctr", 193, 2
 IMAGES = Path(__file__).parents[1] / "recordings" / "images"
@@ -173,6 +174,36 @@ def test_parity_names_the_image_ids_when_a_node_holds_another(ctr, capsys, tmp_p
     values = {g["value"]: g["nodes"] for g in groups}
     assert values == {want: ["worker-0"], tiny.id: ["worker-1"]}, groups
     assert not report["ok"]
+
+
+def test_a_job_container_runs_by_the_argv_nodeprep_builds(ctr, capsys):
+    """ops/container/run.py's argv through real Podman on a node: started detached with the
+    node's network and IPC, a variable passed by name, a command exec'd in it as the user
+    (keep-id), files in the job directory the user's; removed, nothing left."""
+    info, settings, _base, image = ctr
+    want = archive.read(image).id
+    rc, report, _ = provision(info, settings, capsys, f"container_image={image}")
+    assert rc == 0, report
+    job = "/home/nodeprep/.nodeprep/jobs/ctest"
+    box = run.NodeContainer("podman", want, "ctest", job, env=("NP_GREETING",))
+    probe = (
+        "import os, socket; open('made-inside', 'w').write('x'); "
+        "print(socket.gethostname(), os.environ['NP_GREETING'], os.getuid(), "
+        "os.path.exists('/dev/shm/np-host-mark'))"
+    )
+    script = (
+        f"mkdir -p {job} && touch /dev/shm/np-host-mark && export NP_GREETING=hello && "
+        f"{shlex.join(box.start())} >/dev/null && "
+        f"{shlex.join(box.exec(['python3', '-c', probe]))} && stat -c %u {job}/made-inside; "
+        f"{shlex.join(box.remove())} >/dev/null; rm -f /dev/shm/np-host-mark; "
+        f"echo left=$({shlex.join(box.leftovers())} | wc -l)"
+    )
+    r = _ssh(ctr, 0, script)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split()
+    uid = str(info.nodes[0].home.stat().st_uid)
+    assert lines[:4] == ["worker-0", "hello", uid, "True"], r.stdout
+    assert lines[4] == uid and lines[-1] == "left=0", r.stdout
 
 
 def test_an_engine_the_node_lacks_is_named_with_its_fix(ctr, capsys):
