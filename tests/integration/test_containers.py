@@ -195,11 +195,11 @@ def test_a_job_container_runs_by_the_argv_nodeprep_builds(ctr, capsys):
         f"mkdir -p {job} && touch /dev/shm/np-host-mark && export NP_GREETING=hello && "
         f"{shlex.join(box.start())} >/dev/null && "
         f"{shlex.join(box.exec(['python3', '-c', probe]))} && stat -c %u {job}/made-inside; "
-        f"{shlex.join(box.remove())} >/dev/null; rm -f /dev/shm/np-host-mark; "
-        f"echo left=$({shlex.join(box.leftovers())} | wc -l)"
+        f"np_rc=$?; {shlex.join(box.remove())} >/dev/null; rm -f /dev/shm/np-host-mark; "
+        f"echo left=$({shlex.join(box.leftovers())} | wc -l); exit $np_rc"
     )
     r = _ssh(ctr, 0, script)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, (r.stdout, r.stderr)
     lines = r.stdout.split()
     uid = str(info.nodes[0].home.stat().st_uid)
     assert lines[:4] == ["worker-0", "hello", uid, "True"], r.stdout

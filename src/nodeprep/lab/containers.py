@@ -145,13 +145,17 @@ def node_files(etc: Path) -> bool:
 
 # Inside the node (nsenter'd into its mount namespace), before any podman runs there: a pure
 # cgroup2 where no cgroup file system is mounted, the node's own /run/user with the user's
-# runtime dir, and "/" shared (rootless podman warns and may miss mounts on a private "/").
+# runtime dir, POSIX message queues at /dev/mqueue (systemd mounts them on a real machine;
+# `--ipc host` bind-mounts them and fails without), and "/" shared (rootless podman warns and
+# may miss mounts on a private "/").
 # Arguments: the lab user's uid and gid.
 PREPARE = (
     "set -e; mountpoint -q /sys/fs/cgroup || mount -t cgroup2 nodeprep-cgroup2 /sys/fs/cgroup; "
     "mountpoint -q /run/user || { mkdir -p /run/user; "
     "mount -t tmpfs -o mode=755,size=64m nodeprep-run-user /run/user; }; "
-    'mkdir -p -m 700 "/run/user/$1"; chown "$1:$2" "/run/user/$1"; mount --make-rshared /'
+    'mkdir -p -m 700 "/run/user/$1"; chown "$1:$2" "/run/user/$1"; '
+    "mountpoint -q /dev/mqueue || { mkdir -p /dev/mqueue; "
+    "mount -t mqueue nodeprep-mqueue /dev/mqueue; }; mount --make-rshared /"
 )
 
 
