@@ -193,7 +193,7 @@ def _image_step(ctx, key, ready, img) -> Step:
         [key],
         check,
         action=action,
-        before=_upload(ctx, img, file, rl),
+        before=_upload(ctx, img, file, rl, key, ready.engine),
         hint=f"load it by hand to see why: {ready.engine} load -i {name}",
         scope="machine",
         room=lambda facts: Room(stage, img.size, 1, what=f"the image archive {name}"),
@@ -208,11 +208,16 @@ def _image_step(ctx, key, ready, img) -> Step:
     )
 
 
-def _upload(ctx, img, file: str, rl):
+def _upload(ctx, img, file: str, rl, key, engine_name: str):
     """The image step's upload: what the relay brought, checked against the controller's
     sha256 and moved into place; else (or when it failed) the controller's own push."""
 
     def upload(session, facts):
+        # room where the engine keeps images, before anything is sent: the load unpacks the
+        # layers there (about the archive's size; an OCI or docker archive is not compressed)
+        short = readiness.storage_short(facts.get(key.key), engine_name, int(img.size * 1.1))
+        if short:
+            raise NodeprepError(short)
         remote = pystack.node_path(file, facts)
         folder = posixpath.dirname(remote)
         if rl is not None and session.name in rl.source:

@@ -206,6 +206,24 @@ def test_a_job_container_runs_by_the_argv_nodeprep_builds(ctr, capsys):
     assert lines[4] == uid and lines[-1] == "left=0", r.stdout
 
 
+def test_a_node_whose_image_storage_is_too_small_is_named_before_anything_is_sent(ctr, capsys):
+    info, settings, _base, image = ctr
+    quiet = "podman system migrate >/dev/null 2>&1; true"
+    assert _ssh(ctr, 1, f"podman rmi -a -f >/dev/null 2>&1; {quiet}").returncode == 0
+    labmod.limit_space(info, 1, ".local/share/containers", "64m")
+    try:
+        rc, report, _ = provision(info, settings, capsys, f"container_image={image}")
+    finally:
+        assert _ssh(ctr, 1, quiet).returncode == 0
+        labmod.limit_space(info, 1, ".local/share/containers", None)
+        assert _ssh(ctr, 1, quiet).returncode == 0
+    assert rc != 0
+    text = json.dumps(report["nodes"]["worker-1"])
+    assert "image storage" in text and "GB free" in text and "system prune" in text, text
+    sent = list((info.nodes[1].home / ".nodeprep" / "images").rglob("*.tar*"))
+    assert sent == []  # nothing was sent
+
+
 def test_an_engine_the_node_lacks_is_named_with_its_fix(ctr, capsys):
     info, settings, _base, image = ctr
     rc, report, err = provision(

@@ -115,3 +115,11 @@ def test_parity_keys_name_the_other_id_held_under_the_image_name():
 
 def test_the_venv_way_adds_no_key():
     assert keys("podman_fresh", None) == {}
+
+
+def test_the_engine_storage_too_small_for_the_image_is_named_with_its_fix():
+    f = fact("podman_fresh")  # 63.7 GB free where podman keeps images (recorded)
+    assert readiness.storage_short(f, "podman", 10**9) is None
+    why = readiness.storage_short(f, "podman", 80 * 10**9)
+    assert "63.7 GB free" in why and "80.0 GB" in why and "podman system prune" in why
+    assert readiness.storage_short(fact("no_engine"), "podman", 10**12) is None  # not seen

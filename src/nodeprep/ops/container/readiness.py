@@ -151,3 +151,17 @@ def _toolkit(fact: dict, name: str, e: dict) -> bool:
     if fact.get("cdi"):
         return True
     return name == "docker" and "nvidia" in (e.get("runtimes") or [])
+
+
+def storage_short(fact: dict | None, engine: str, need: int) -> str | None:
+    """Why ENGINE's image storage cannot take NEED more bytes (its free space as the fact saw
+    it), with the fix; None when it can or the fact did not say (the load then tells)."""
+    e = ((fact or {}).get("engines") or {}).get(engine) or {}
+    free = e.get("free_bytes")
+    if free is None or free >= need:
+        return None
+    return (
+        f"{engine}'s image storage {e.get('root') or '?'} has {free / 1e9:.1f} GB free, the "
+        f"image needs about {need / 1e9:.1f} GB: free space there (`{engine} system prune`, or "
+        "remove old images) or move the storage to a larger disk"
+    )
