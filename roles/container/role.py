@@ -54,7 +54,8 @@ def reads(ctx):
 
 def controller(prov):
     """Read each archive once (the ID, the architecture, the size)."""
-    images: dict = {}
+    read: dict = {}
+    sent: dict = {}  # archive read -> what travels (an OCI layout packed into one file)
     for node in prov.vars:
         spec = specmod.from_vars(prov.vars[node])
         if spec is None:
@@ -69,16 +70,10 @@ def controller(prov):
                 file=file,
                 line=line,
             )
-        path = archive.locate(spec.image.path, prov.origin(node, "container_image")[0])
-        if str(path) not in images:
-            try:
-                images[str(path)] = _as_file(prov, archive.read(path, spec.image.kind))
-            except archive.NotAnImage as e:
-                file, line = prov.origin(node, "container_image")
-                raise InputError(
-                    f"container_image {str(path)!r}: {e}", file=file, line=line
-                ) from None
-        prov.shared.images[node] = images[str(path)]
+        img = archive.named(spec.image, *prov.origin(node, "container_image"), read)
+        if img.path not in sent:
+            sent[img.path] = _as_file(prov, img)
+        prov.shared.images[node] = sent[img.path]
     prov.shared.image_relay = relay.Relay(
         order=[h.name for h in prov.hosts], what="container image", unit="archive"
     )
@@ -89,23 +84,19 @@ def _sum(prov, img) -> str:
     """The archive's sha256, once per run (each relayed copy is checked against it)."""
     key = str(img.path)
     if key not in prov.shared.image_sums:
-        h = hashlib.sha256()
         with img.path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        prov.shared.image_sums[key] = h.hexdigest()
+            prov.shared.image_sums[key] = hashlib.file_digest(f, "sha256").hexdigest()
     return prov.shared.image_sums[key]
 
 
 def _relay(ctx):
-    """The run's image relay when this node may take part (as the wheelhouse's: not --check,
-    over ssh with the mesh put in place by this run), else None."""
+    """The run's image relay when this node may take part (not --check, over ssh: relay.over_mesh),
+    else None."""
     prov = ctx.prov
     rl = prov.shared.image_relay
     if rl is None or prov.check_mode or prov.shared.via != "ssh":
         return None
-    on = ctx.vars.get("ssh_mesh") and prov.shared.cluster_key is not None
-    return rl if on and getattr(ctx.host, "connection", "ssh") != "local" else None
+    return rl if relay.over_mesh(ctx) else None
 
 
 def _as_file(prov, img):

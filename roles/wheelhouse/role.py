@@ -70,16 +70,13 @@ def controller(prov):
 
 def _relay(ctx):
     """The run's relay when this node may take part in it: not --check, and either under
-    --via slurm (the wheels go by sbcast: Slurm's own tree) or over ssh with the mesh on and
-    put in place by this very run (the ssh_keys role is in it: it set the cluster key; without
-    it the relay could only hope the mesh is there, and the pushes go direct)."""
+    --via slurm (the wheels go by sbcast: Slurm's own tree) or over ssh (relay.over_mesh)."""
     rl, prov = ctx.prov.shared.relay, ctx.prov
     if not ctx.vars.get("wheelhouse_relay") or prov.check_mode:
         return None
     if prov.shared.via == "slurm":
         return rl
-    on = ctx.vars.get("ssh_mesh") and prov.shared.cluster_key is not None
-    return rl if on and getattr(ctx.host, "connection", "ssh") != "local" else None
+    return rl if relay.over_mesh(ctx) else None
 
 
 def _register(ctx, rl, platform: str, local, lack: list[str]) -> None:

@@ -22,6 +22,8 @@ from nodeprep.commands.options import ProvisionOptions, VerifyOptions
 from nodeprep.lab import images
 from nodeprep.ops.container import archive, run
 
+from .conftest import ssh_argv
+
 NAME, SUBNET, NODES = "ctr", 193, 2
 IMAGES = Path(__file__).parents[1] / "recordings" / "images"
 
@@ -45,24 +47,8 @@ def ctr(tmp_path_factory, own_settings):
 
 def _ssh(ctr, index: int, command: str) -> subprocess.CompletedProcess:
     info, settings = ctr[0], ctr[1]
-    return subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(info.key),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            f"UserKnownHostsFile={settings.known_hosts}",
-            f"{info.user}@{info.nodes[index].address}",
-            command,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = ssh_argv(info, info.nodes[index], settings, command)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
 def provision(info, settings, capsys, *sets: str) -> tuple[int, dict, str]:

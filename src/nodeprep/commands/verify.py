@@ -206,7 +206,6 @@ def _images(inv, hosts, v_of: dict) -> dict:
     controller), for the nodes on the container way; a bad value is one file:line error."""
     out, read = {}, {}
     for h in hosts:
-        where = h.origin.get("container_image", "")
         try:
             spec = container_spec.from_vars(v_of[h.name])
         except container_spec.Refused as e:
@@ -214,16 +213,8 @@ def _images(inv, hosts, v_of: dict) -> dict:
             raise InputError(f"{e.var}: {e}", file=file, line=line) from None
         if spec is None or not spec.image.archive:
             continue  # a registry image: nodeprep reads archives only so far
-        path = archive.locate(spec.image.path, split_origin(where)[0])
-        if path not in read:
-            try:
-                read[path] = archive.read(path, spec.image.kind)
-            except archive.NotAnImage as e:
-                file, line = split_origin(where)
-                raise InputError(
-                    f"container_image {str(path)!r}: {e}", file=file, line=line
-                ) from None
-        out[h.name] = read[path]
+        where = split_origin(h.origin.get("container_image", ""))
+        out[h.name] = archive.named(spec.image, *where, read)
     return out
 
 

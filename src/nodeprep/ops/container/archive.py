@@ -17,6 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeprep.errors import InputError
 from nodeprep.ops.container.image import archive_kind
 
 REF_NAME = "org.opencontainers.image.ref.name"
@@ -43,6 +44,18 @@ def locate(text: str, origin_file: str | None) -> Path:
     if not path.is_absolute():
         path = (Path(origin_file).parent if origin_file else Path.cwd()) / path
     return path
+
+
+def named(image, file: str | None, line: int | None, cache: dict) -> ArchiveImage:
+    """The archive container_image names (IMAGE: its parsed value, set at FILE:LINE), read
+    once per path into CACHE; one that is no image archive is one file:line input error."""
+    path = locate(image.path, file)
+    if path not in cache:
+        try:
+            cache[path] = read(path, image.kind)
+        except NotAnImage as e:
+            raise InputError(f"container_image {str(path)!r}: {e}", file=file, line=line) from None
+    return cache[path]
 
 
 def read(path: Path, kind: str | None = None) -> ArchiveImage:

@@ -259,6 +259,15 @@ def parse_finalize(out: str) -> tuple[set[str], set[str]]:
     return ok, bad
 
 
+def over_mesh(ctx) -> bool:
+    """Whether CTX's node can take part in an ssh relay of this run: the mesh is on and put in
+    place by this very run (the ssh_keys role is in it: it set the cluster key; without it a
+    relay could only hope the mesh is there, and the pushes go direct), and the node is reached
+    over ssh (not the controller itself)."""
+    on = ctx.vars.get("ssh_mesh") and ctx.prov.shared.cluster_key is not None
+    return bool(on) and getattr(ctx.host, "connection", "ssh") != "local"
+
+
 @dataclass
 class Relay:
     """One run's relay: what each node lacks or holds (registered by the wheelhouse role's
