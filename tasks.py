@@ -594,6 +594,9 @@ def verify_parity(
         "exclude_unhealthy": "launch on the healthy nodes, "
         "leaving out those with a CRITICAL finding",
         "health_ignore": "a health finding code the gate does not hold against a node (repeatable)",
+        "container": "run every rank in the inventory's container_image (the default when it "
+        "is set; docs/containers.md)",
+        "no_container": "run on the nodes' venvs even though the inventory names an image",
         **LIVENESS,
     },
     iterable=["health_ignore"],
@@ -622,6 +625,8 @@ def train(
     health_ignore=None,
     connect_timeout=None,
     silent_after=None,
+    container=False,
+    no_container=False,
 ):
     """Start the payload on every node; stop every rank everywhere if one fails.
 
@@ -654,6 +659,7 @@ def train(
                 health_gate=not no_health_gate,
                 exclude_unhealthy=exclude_unhealthy,
                 health_ignore=tuple(health_ignore or ()),
+                container=True if container else (False if no_container else None),
             ),
             _deadlines(c, connect_timeout, silent_after),
         )

@@ -7,6 +7,8 @@ from pathlib import Path
 from nodeprep.errors import InputError
 from nodeprep.inventory import connvars, load
 from nodeprep.inventory.sources import split_origin
+from nodeprep.ops.container import archive
+from nodeprep.ops.container import spec as container_spec
 from nodeprep.settings import Settings
 
 
@@ -110,4 +112,29 @@ def parse_sets(items) -> dict:
             RecursionError,
         ):
             raise InputError(f"--set {key}: value is not valid YAML: {raw!r}") from None
+    return out
+
+
+def container_specs(hosts, v_of: dict) -> dict:
+    """node -> its ContainerSpec (None: the venv way); a bad value is one file:line error."""
+    out = {}
+    for h in hosts:
+        try:
+            out[h.name] = container_spec.from_vars(v_of[h.name])
+        except container_spec.Refused as e:
+            file, line = split_origin(h.origin.get(e.var, ""))
+            raise InputError(f"{e.var}: {e}", file=file, line=line) from None
+    return out
+
+
+def container_images(hosts, v_of: dict) -> dict:
+    """node -> the ArchiveImage its container_image names (read once per archive on the
+    controller), for the nodes on the container way with an archive."""
+    out, read = {}, {}
+    for h in hosts:
+        spec = container_specs([h], v_of)[h.name]
+        if spec is None or not spec.image.archive:
+            continue  # a registry image: nodeprep reads archives only so far
+        where = split_origin(h.origin.get("container_image", ""))
+        out[h.name] = archive.named(spec.image, *where, read)
     return out

@@ -142,6 +142,7 @@ class TrainOptions:
     health_gate: bool = True  # the passive health checks before the launch
     exclude_unhealthy: bool = False  # launch on the healthy nodes instead of refusing
     health_ignore: tuple[str, ...] = ()  # finding codes the gate does not hold against a node
+    container: bool | None = None  # ranks in the inventory's container_image; None: if it is set
 
     def validate(self) -> None:
         from nodeprep.ops.launchenv.dsenv import SUPPORTED_DS_LAUNCHERS

@@ -12,18 +12,14 @@ import secrets
 from dataclasses import dataclass, field
 
 from nodeprep.commands import collective as collmod
-from nodeprep.commands.common import select_hosts
+from nodeprep.commands.common import container_images, select_hosts
 from nodeprep.commands.options import TrainOptions, VerifyOptions
 from nodeprep.engine import facts as factmod
 from nodeprep.engine import hostkeys
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.transports import fanout, slurmrun
-from nodeprep.errors import InputError
 from nodeprep.inventory import nodeset
-from nodeprep.inventory.sources import split_origin
-from nodeprep.ops.container import archive
-from nodeprep.ops.container import spec as container_spec
 from nodeprep.ops.provision.topology import Topology
 from nodeprep.ops.ssh import paper_mesh
 from nodeprep.ops.ssh.logins import fans_out, mesh_collect, mesh_pairs, mesh_start, parse_mesh
@@ -201,23 +197,6 @@ def _compare(inv, gather: Gather, got, fleet) -> parity.Report:
     return report
 
 
-def _images(inv, hosts, v_of: dict) -> dict:
-    """node -> the ArchiveImage its container_image names (read once per archive on the
-    controller), for the nodes on the container way; a bad value is one file:line error."""
-    out, read = {}, {}
-    for h in hosts:
-        try:
-            spec = container_spec.from_vars(v_of[h.name])
-        except container_spec.Refused as e:
-            file, line = split_origin(h.origin.get(e.var, ""))
-            raise InputError(f"{e.var}: {e}", file=file, line=line) from None
-        if spec is None or not spec.image.archive:
-            continue  # a registry image: nodeprep reads archives only so far
-        where = split_origin(h.origin.get("container_image", ""))
-        out[h.name] = archive.named(spec.image, *where, read)
-    return out
-
-
 def _notes(
     names: list[str], opts: VerifyOptions, fanned: bool, head: str, direct: list[str]
 ) -> list[str]:
@@ -268,7 +247,7 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
     with Fleet(hosts, settings, "verify", events) as fleet:
         # --via slurm (or auto inside an allocation holding the nodes): one srun step per stage
         slurm = slurmrun.use(fleet, "ssh" if opts.via == "direct" else opts.via) == "slurm"
-        gather = Gather(fleet, hosts, v_of, opts, pairs, _images(inv, hosts, v_of))
+        gather = Gather(fleet, hosts, v_of, opts, pairs, container_images(hosts, v_of))
         got = gather.all()
         direct = [n for n, s in fleet.sessions.items() if n != head and s.connected]
     # the collective first: what NCCL's log says on each node joins the comparison

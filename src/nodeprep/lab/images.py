@@ -1,9 +1,14 @@
-"""The lab's test image, made here (no image can be downloaded on these machines): a Debian 12
+"""The lab's test images, made here (no image can be downloaded on these machines): a Debian 12
 root with Python built by mmdebstrap from Debian's packages, ONCE, cached under
 /var/cache/nodeprep/images/ (keyed by the package list and the recipe, built into `.new` and
 renamed), then written as a `docker save` archive (docker-archive: manifest.json, the config,
 one layer) by `docker_archive`, which needs no engine on the controller. Podman and Docker load
 it as they load any saved image.
+
+`train_root` is the training image: the same root plus /opt/venv holding the lab's training
+stack (TRAIN_PINS: CPU torch, DeepSpeed, numpy), installed offline inside the root from wheels
+the controller resolves once (ops/pystack/wheelhouse.py, as the wheelhouse role does); its
+archive puts /opt/venv/bin first on the PATH, as NVIDIA's images put their Python there.
 """
 
 from __future__ import annotations
@@ -22,16 +27,47 @@ CACHE = Path("/var/cache/nodeprep/images")
 PACKAGES = ("python3", "python3-venv", "procps")
 RECIPE = 1  # bump when the build below changes
 BUILD_TIMEOUT = 900
+# the training image's stack: the lab's own pins (inventory/lab, requirements/node.txt)
+TRAIN_PINS = ("torch==2.13.0+cpu", "numpy==2.4.6", "deepspeed==0.19.8")
+TRAIN_BUILDS = {"deepspeed==0.19.8": {"DS_BUILD_OPS": "0"}}  # an sdist: built here, once
+TRAIN_PATH = {"PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"}
 
 
-def _key() -> str:
+def _key(extra=()) -> str:
     text = json.dumps({"packages": PACKAGES, "recipe": RECIPE, "suite": "bookworm"})
+    text += json.dumps(list(extra)) if extra else ""
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def base_root(log=print) -> Path:
     """The cached root file system tar (built the first time: about a minute)."""
-    path = CACHE / f"bookworm-{_key()}.rootfs.tar"
+    return _root(CACHE / f"bookworm-{_key()}.rootfs.tar", [], log)
+
+
+def train_root(log=print) -> Path:
+    """The cached training root: base_root's packages plus /opt/venv with TRAIN_PINS (built
+    the first time: a few minutes)."""
+    path = CACHE / f"bookworm-train-{_key(TRAIN_PINS)}.rootfs.tar"
+    if path.is_file():
+        return path
+    from nodeprep.ops.pystack.wheelhouse import Platform, Wheelhouse
+
+    house = Wheelhouse(CACHE / "wheelhouse", log=log)
+    built = house.build(TRAIN_BUILDS, TRAIN_PINS[0], [])
+    platform = Platform("x86_64", "3.11", "2.36")  # Debian 12's
+    house.resolve(platform, list(TRAIN_PINS), [], [built])
+    wheels = CACHE / "wheelhouse" / platform.key
+    hooks = [
+        f'mkdir -p "$1/tmp/wheels" && cp {wheels}/*.whl "$1/tmp/wheels/"',
+        'chroot "$1" python3 -m venv /opt/venv',
+        'chroot "$1" /opt/venv/bin/python -m pip install -q --no-index --find-links '
+        "/tmp/wheels " + " ".join(TRAIN_PINS),
+        'rm -rf "$1/tmp/wheels" "$1/root/.cache"',
+    ]
+    return _root(path, [w for h in hooks for w in ("--customize-hook", h)], log)
+
+
+def _root(path: Path, extra: list[str], log) -> Path:
     if path.is_file():
         return path
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -45,6 +81,7 @@ def base_root(log=print) -> Path:
                 "--variant=apt",
                 "--include=" + ",".join(PACKAGES),
                 "--format=tar",
+                *extra,
                 "bookworm",
                 str(tmp),
             ],

@@ -214,11 +214,14 @@ def main(argv):
         elif opt == "--launcher":
             launchers.append(val)
     w = Watch(job, launchers)
+    # its ssh session's end ends it (the parent changes); in a job container the parent is
+    # outside its pid namespace (0) and its adoption by the container's init is no such sign:
+    # there the STOP file and the container's removal end it
     parent = os.getppid()
     out = sys.stdout
     while True:
         mark = w.marker()
-        stop = os.path.exists(os.path.join(w.dir, STOP)) or os.getppid() != parent
+        stop = os.path.exists(os.path.join(w.dir, STOP)) or (parent != 0 and os.getppid() != parent)
         ev = w.tick(final=stop)
         try:
             out.write(json.dumps({"t": time.time(), "ev": ev, "end": stop}) + "\n")

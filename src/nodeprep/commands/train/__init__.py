@@ -8,6 +8,8 @@ preflight.py  what blocks a launch, one line each with the node and the fix
 runspec.py    the RunSpec (the run's job.json) and the Outcome of a run
 supervise.py  the run and its watch: launchers under setsid, the rank watch, stop everything
               on the first failure, hang or timeout, the run directory written on the way
+containers.py the container way: the job's container started on every node before the launch,
+              removed after it whatever the end, looked for among the leftovers
 control.py    train.status / train.logs / train.stop over a run's directory and its nodes
 """
 

@@ -24,8 +24,8 @@ def problems(prep: Prepared, opts: TrainOptions, fleet) -> list[str]:
     """Everything that blocks the launch, one line each, naming the node and the fix. Without
     --no-preflight the ones that need a round trip (port, mesh) run too."""
     plan, facts = prep.plan, prep.facts
-    out = plan.path_problems()
-    for n in plan.nodes:
+    out = plan.path_problems() + list(prep.container_problems)
+    for n in [] if plan.containers else plan.nodes:  # the container way: the image's Python
         venv = prep.vars[n.name]["venv_path"]
         if not facts[n.name][factmod.VENV(venv)]["exists"]:
             out.append(f"{n.name}: no venv at {venv} (run `invoke provision`)")
@@ -42,7 +42,10 @@ def _on_the_nodes(plan: LaunchPlan, fleet, port: bool) -> list[str]:
     mpirun) in a thread while the master port is tried (when nothing else blocks the launch).
     Under a Slurm transport (--via slurm) one after the other: its stages are batches."""
     mesh: list = []
-    if plan.launcher not in ("deepspeed", "mpirun"):
+    # DeepSpeed in containers starts each node's part itself (--no_ssh): no logins
+    if plan.launcher not in ("deepspeed", "mpirun") or (
+        plan.containers and plan.launcher != "mpirun"
+    ):
         return port_problems(plan, fleet) if port else []
     if not port or fleet.transport is not None:
         return (port_problems(plan, fleet) if port else []) + mesh_problems(plan, fleet)
@@ -67,13 +70,15 @@ def contract_problems(prep: Prepared) -> list[str]:
     """ops/train/contract.py: programs on the non-interactive PATH, ~/.deepspeed_env."""
     plan, got = prep.plan, prep.facts
     head = plan.head.name
+    if plan.containers and plan.launcher in ("deepspeed", "torchrun"):
+        return []  # the launcher is the image's; the engine was checked (container_problems)
     out = contract.missing_programs(
         plan.launcher,
         plan.ds_launcher,
         {n.name: got[n.name][factmod.PROGRAMS] for n in plan.nodes},
         head,
     )
-    if plan.launcher != "deepspeed":
+    if plan.launcher != "deepspeed" or plan.containers:
         return out
     out += contract.deepspeed_env_problems(
         head,

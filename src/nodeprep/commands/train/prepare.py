@@ -7,14 +7,15 @@ from __future__ import annotations
 import secrets
 import time
 
+from nodeprep.commands.common import container_images, container_specs
 from nodeprep.commands.options import TrainOptions
 from nodeprep.commands.train import gate, preflight
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
-from nodeprep.errors import NodeprepError
+from nodeprep.errors import InputError, NodeprepError
 from nodeprep.inventory import dsfilter
 from nodeprep.ops.provision.topology import Topology
-from nodeprep.ops.train import emulate, gpusplit, payload
+from nodeprep.ops.train import emulate, gpusplit, incontainer, payload
 from nodeprep.ops.train.launchplan import LaunchPlan, Prepared, Split, node_runs
 
 
@@ -23,29 +24,52 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def _probe(s, v: dict, hosts, opts: TrainOptions):
+def _probe(s, v: dict, hosts, opts: TrainOptions, spec=None):
     """One probe per node; a node that may become the head (the first, or any under
-    --exclude-unhealthy) also reads the head's files and port."""
+    --exclude-unhealthy) also reads the head's files and port. SPEC: its ContainerSpec on the
+    container way (the engine and images instead of the venv)."""
     venv = v["venv_path"]
     reqs = [
         factmod.USER,
         factmod.GPUS,
         factmod.INTERFACES,
         factmod.IDENTITY,
-        factmod.VENV(venv),
-        factmod.TORCH_BUILD(factmod.TorchIn(venv)),
         factmod.JOB_PROCESSES,
         factmod.GPU_APPS,
         factmod.PROGRAMS,
     ]
+    if spec is None:
+        reqs += [factmod.VENV(venv), factmod.TORCH_BUILD(factmod.TorchIn(venv))]
+    else:
+        reqs += [factmod.CONTAINER(incontainer.engines_of(spec)), factmod.RDMA_PORTS]
     if opts.health_gate:
         have = {factmod.key_of(r) for r in reqs}
         reqs += [r for r in gate.requests(hosts) if factmod.key_of(r) not in have]
     if s.name == hosts[0].name or (opts.health_gate and opts.exclude_unhealthy):
         reqs.append(factmod.PORT_LISTENING(opts.port))
-        if opts.launcher == "deepspeed":
+        if opts.launcher == "deepspeed" and spec is None:
             reqs += [factmod.FILE("~/.deepspeed_env"), factmod.FILE(v["env_file"])]
     return factmod.gather(s, reqs, v)
+
+
+def _container_way(opts: TrainOptions, hosts, vars_of: dict) -> dict:
+    """node -> its ContainerSpec when the ranks run in containers (--container, or the
+    inventory names an image and --no-container is not given); {} on the venv way."""
+    specs = container_specs(hosts, vars_of)
+    use = opts.container if opts.container is not None else any(specs.values())
+    if not use:
+        return {}
+    if opts.emulate:
+        raise InputError(
+            "--emulate runs the ranks on the one machine's venv, not in containers",
+            hint="add --no-container, or train on real nodes",
+        )
+    if not any(specs.values()):
+        raise InputError(
+            "--container: the inventory names no container_image",
+            hint="set container_image (docs/containers.md) and run `invoke provision`",
+        )
+    return {h.name: specs[h.name] for h in hosts}
 
 
 def fail_if_nodes_failed(fleet) -> None:
@@ -110,11 +134,12 @@ def prepare(
     root, script = payload.resolve_payload(opts.payload)
     files = payload.local_files(root, script)
     vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
+    specs = _container_way(opts, hosts, vars_of)
     windows: dict[str, tuple[float, float]] = {}
 
     def probe(s):
         t0 = time.time()
-        got = _probe(s, vars_of[s.name], hosts, opts)
+        got = _probe(s, vars_of[s.name], hosts, opts, specs.get(s.name))
         windows[s.name] = (t0, time.time())  # the controller's clock around it
         return got
 
@@ -124,7 +149,13 @@ def prepare(
     facts = {h.name: facts[h.name] for h in hosts}
     emu = _emulation(opts, fleet, hosts[0], facts, events)
     plan, topo = plan_of(opts, job_id or new_job_id(), hosts, facts, vars_of, emu)
-    prep = Prepared(plan, facts, vars_of, files=files, topo=topo)
+    boxes: list[str] = []
+    if specs:
+        jc, boxes = incontainer.job_containers(
+            plan.nodes, plan.job_id, facts, specs, container_images(hosts, vars_of)
+        )
+        plan = plan.in_containers(jc)
+    prep = Prepared(plan, facts, vars_of, files=files, topo=topo, container_problems=tuple(boxes))
     problems = preflight.problems(prep, opts, fleet)
     if problems and opts.preflight:
         raise NodeprepError(

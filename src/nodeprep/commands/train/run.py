@@ -11,12 +11,13 @@ from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
 from nodeprep.commands.train.prepare import new_job_id, prepare
 from nodeprep.commands.train.runspec import Outcome, RunSpec, redacted_env
-from nodeprep.commands.train.supervise import Supervisor
+from nodeprep.commands.train.supervise import WATCH_VAR, Supervisor
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import NodeprepError
+from nodeprep.ops.container.run import shell as container_shell
 from nodeprep.ops.train import rundir
 from nodeprep.ops.train.launchplan import Prepared
 from nodeprep.ops.train.payload import agent_dir
@@ -97,7 +98,31 @@ def run_spec(prep: Prepared, opts: TrainOptions) -> RunSpec:
         machine_of={n.name: n.machine for n in plan.nodes},
         versions=versions,
         env=redacted_env(env),
+        containers=containers_of(plan),
     )
+
+
+def containers_of(plan) -> dict:
+    """node -> the sh that starts, removes and finds its job container, and the exec prefix
+    the watcher and the stack dumps run under (the container way; {} on the venv way)."""
+    jc = plan.containers
+    if jc is None:
+        return {}
+    return {
+        n.name: {
+            "start": jc.start(n.name),
+            "remove": jc.remove(n.name),
+            "left": jc.leftovers(n.name),
+            "inside": container_shell(jc.exec_argv(n.name, (WATCH_VAR,))),
+        }
+        for n in plan.nodes
+    }
+
+
+def shown(plan) -> dict[str, str]:
+    """--dry-run: every command, each node's container start first on the container way."""
+    starts = {f"{n} (container)": c["start"] for n, c in containers_of(plan).items()}
+    return {**starts, **plan.commands()}
 
 
 def _check_slurm(fleet, head: str) -> None:
@@ -138,7 +163,7 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
         where = prep.plan.where()
         if opts.dry_run:
             return TrainResult(
-                job_id, where, commands=prep.plan.commands(), launched=False, run_dir=str(path)
+                job_id, where, commands=shown(prep.plan), launched=False, run_dir=str(path)
             )
         spec = run_spec(prep, opts)
         cmds = {label: cmd for label, (_node, cmd) in spec.commands.items()}

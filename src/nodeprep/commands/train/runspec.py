@@ -33,6 +33,8 @@ class RunSpec:
     )  # node -> the node whose watcher covers its machine
     versions: dict = field(default_factory=dict)  # node -> torch / NCCL versions
     env: dict = field(default_factory=dict)  # what the launchers export (redacted)
+    # the container way: node -> {start, remove, left: sh; inside: the exec prefix (sh text)}
+    containers: dict = field(default_factory=dict)
 
     def label_of(self, rank: int, rec: dict) -> str:
         if rec.get("node"):

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import asdict
 
+from nodeprep.commands.train import containers
 from nodeprep.commands.train.runspec import Outcome, RunSpec
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
@@ -52,11 +53,14 @@ def launch_script(job_id: str, index: int, command: str) -> str:
     )
 
 
-def watch_script(job_id: str, python: str, agent: str, launchers: list[int]) -> str:
+def watch_script(job_id: str, python: str, agent: str, launchers: list[int], inside="") -> str:
+    """sh: the node's rank watch; INSIDE: the exec into the job's container (sh text) when the
+    ranks run there (their process ids are the container's)."""
     args = " ".join(f"--launcher {i}" for i in launchers)
     return (
         f'mkdir -p "$HOME/{NODE_RUNS}/{job_id}/ranks"; export {WATCH_VAR}={job_id}; '
-        f"exec {shlex.quote(python)} -u {shlex.quote(agent + '/watch.py')} {job_id} {args}"
+        f"exec {inside + ' ' if inside else ''}{shlex.quote(python)} -u "
+        f"{shlex.quote(agent + '/watch.py')} {job_id} {args}"
     )
 
 
@@ -115,7 +119,10 @@ class Supervisor:
         threads = []
         for machine, (python, agent) in self.spec.watchers.items():
             s = self.fleet.sessions[machine]
-            script = watch_script(self.spec.job_id, python, agent, self._launchers_on(machine))
+            inside = self.spec.containers.get(machine, {}).get("inside", "")
+            script = watch_script(
+                self.spec.job_id, python, agent, self._launchers_on(machine), inside
+            )
 
             def one(s=s, machine=machine, script=script):
                 try:
@@ -173,12 +180,27 @@ class Supervisor:
             f"/bin/kill -s {STACK_SIGNAL} $p 2>/dev/null; done; true"
         )
         self.fleet.map(
-            lambda s: s.run(script, timeout=20, label="dump stacks"),
+            lambda s: s.run(self._inside(s.name, script), timeout=20, label="dump stacks"),
             "stacks",
             only=[m for m in self.spec.watchers if m not in self.watch.lost_nodes],
         )
         if any_alive:
             time.sleep(STACK_WAIT)
+
+    def _inside(self, node: str, script: str) -> str:
+        """SCRIPT (sh) as it sees the ranks: in the job's container on the container way."""
+        inside = self.spec.containers.get(node, {}).get("inside")
+        return f"{inside} sh -c {shlex.quote(script)}" if inside else script
+
+    # -- the container way (containers.py) ---------------------------------------------------
+    def _start_containers(self) -> bool:
+        """The job's container on every node before anything runs in it; False (each failure
+        recorded) when one would not start."""
+        bad = containers.start(self.spec, self.fleet)
+        for node, why in bad.items():
+            with self.lock:
+                self.watch.fail("launcher", f"{node}: the job's container did not start: {why}")
+        return not bad
 
     def _culprit(self) -> tuple[list[int], str]:
         from nodeprep.ops.train import tracebacks
@@ -226,8 +248,10 @@ class Supervisor:
 
     def run(self) -> Outcome:
         self.run_dir.write_json("job.json", asdict(self.spec))
-        threads = self._start_watchers()
-        self._launch()
+        started = self._start_containers()
+        threads = self._start_watchers() if started else []
+        if started:
+            self._launch()
         try:
             verdict = self._wait()
         except KeyboardInterrupt:
@@ -258,6 +282,7 @@ class Supervisor:
             self._stop_all()
             self._drain(3.0)
         self._end_watchers(threads)
+        containers.remove(self.spec, self.fleet, skip=set(self.fleet.unusable()))
         return self._finish(verdict)
 
     def _drain(self, seconds: float) -> None:
@@ -298,6 +323,8 @@ class Supervisor:
             n: [p for p in v[factmod.JOB_PROCESSES] if p["job"] == self.spec.job_id]
             for n, v in got.items()
         }
+        for n, ps in containers.left(self.spec, self.fleet, nodes).items():
+            left.setdefault(n, []).extend(ps)
         return {n: ps for n, ps in left.items() if ps}, len(got)
 
     def _finish(self, verdict: str) -> Outcome:

@@ -15,7 +15,13 @@ Every flag and why:
                          pick; Docker: --gpus '"device=I,J"' (its nvidia runtime)
   --device /dev/infiniband, --ulimit memlock=-1:-1, --cap-add IPC_LOCK   where the node has
                          RDMA ports: verbs need the devices and pinned memory
-  -v JOB:JOB -w JOB      the job directory at its own path (the rank contract's paths hold)
+  -v DIR:DIR -w JOB      nodeprep's directory on the node (~/.nodeprep: the job directory, the
+                         agent, the run directory the ranks report into) at its own path, so the
+                         rank contract's paths hold; started in the job directory
+  --user UID:GID         Docker, and Podman through sudo: the ranks run as the login user, who
+                         owns their files and may stop them (rootless Podman: --userns keep-id)
+  --env-file FILE        the job's static variables (NCCL, DeepSpeed's, container_env) from a
+                         file nodeprep writes on the node, so no value is on a command line
   -e NAME                each variable passed by name from the calling environment, never
                          with its value on the command line (`ps` shows command lines)
   --label nodeprep.job=ID  how the job's containers are found again for teardown
@@ -23,9 +29,18 @@ Every flag and why:
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import KW_ONLY, dataclass
 
 LABEL = "nodeprep.job"
+# where the login user's uid:gid goes in start(): shell() writes "$(id -u):$(id -g)" there
+USER_IDS = "{uid}:{gid}"
+
+
+def shell(argv: list[str]) -> str:
+    """ARGV as one sh command line (shlex quoting), the user's ids filled in by the node's
+    shell."""
+    return shlex.join(argv).replace(shlex.quote(USER_IDS), '"$(id -u):$(id -g)"')
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,8 @@ class NodeContainer:
     rdma: bool = False  # the node has RDMA ports
     mounts: tuple = ()  # spec.Mount
     env: tuple[str, ...] = ()  # variable names to pass in
+    binds: tuple[str, ...] = ()  # directories bound at their own path (default: the workdir)
+    env_file: str | None = None  # --env-file on the node
 
     @property
     def name(self) -> str:
@@ -85,7 +102,13 @@ class NodeContainer:
         if self.rdma:
             argv += ["--device", "/dev/infiniband", "--ulimit", "memlock=-1:-1"]
             argv += ["--cap-add", "IPC_LOCK"]
-        argv += ["-v", f"{self.workdir}:{self.workdir}", "-w", self.workdir]
+        if self.engine == "docker" or not self.rootless:
+            argv += ["--user", USER_IDS]
+        for path in self.binds or (self.workdir,):
+            argv += ["-v", f"{path}:{path}"]
+        argv += ["-w", self.workdir]
+        if self.env_file:
+            argv += ["--env-file", self.env_file]
         for m in self.mounts:
             argv += ["-v", f"{m.source}:{m.target}" + (":ro" if m.read_only else "")]
         for name in self.env:

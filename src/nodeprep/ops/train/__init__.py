@@ -3,6 +3,8 @@
 launchplan.py  the LaunchPlan: built once from the fleet's facts, checked by preflight,
                run by the supervisor; every launcher's command lines are built here
 launchers.py   argv builders for deepspeed, torchrun, mpirun and srun (pure)
+incontainer.py the container way: the job's container on each node (NodeContainer), the
+               ranks' commands exec'd into it, DeepSpeed per node with --no_ssh
 gpusplit.py    one machine's GPUs split evenly between nodes (shared machines, --emulate)
 emulate.py     `--emulate M`: one machine as M nodes (ssh aliases to itself)
 contract.py    the launch contract preflight checks: programs on the non-interactive PATH,

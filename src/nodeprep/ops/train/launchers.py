@@ -31,11 +31,13 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class Program:
-    """What every rank runs: the venv's interpreter, the script, its arguments."""
+    """What every rank runs: the venv's interpreter, the script, its arguments; PREFIX: what
+    mpirun and srun start it under (the exec into the job's container, ops/train/incontainer)."""
 
     python: str
     script: str
     args: tuple | list = ()
+    prefix: tuple = ()
 
 
 def _script_argv(prog: Program) -> list[str]:
@@ -268,7 +270,7 @@ def mpirun_cmd(prog: Program, nodes, master: tuple[str, int], env_names, iface=N
             ]
         else:  # oob too: the daemons' call-back to mpirun can also pick the wrong NIC
             argv += ["-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface]
-    return argv + [str(prog.python), "-u", *_script_argv(prog)]
+    return argv + [*prog.prefix, str(prog.python), "-u", *_script_argv(prog)]
 
 
 def srun_cmd(prog: Program, nodes, gpus_per_node, env) -> list[str]:
@@ -302,6 +304,7 @@ def srun_cmd(prog: Program, nodes, gpus_per_node, env) -> list[str]:
         "--kill-on-bad-exit=1",
         "--label",
         "--export=" + ",".join(exports),
+        *prog.prefix,
         str(prog.python),
         "-u",
         *_script_argv(prog),

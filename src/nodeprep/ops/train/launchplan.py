@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 
 from nodeprep.engine.facts import GPUS, USER
@@ -18,8 +18,9 @@ from nodeprep.inventory.dsfilter import Filter
 from nodeprep.inventory.nodeset import fold
 from nodeprep.ops.provision.topology import Topology
 from nodeprep.ops.pystack.paths import venv_path
-from nodeprep.ops.train import gpusplit, launchers
+from nodeprep.ops.train import gpusplit, incontainer, launchers
 from nodeprep.ops.train.emulate import Emulation
+from nodeprep.ops.train.launchers import fill_hostfile as fill
 from nodeprep.ops.train.payload import NODE_RUNS, agent_dir
 
 # --emulate-network: NCCL must take the network path between emulated nodes on one machine
@@ -118,13 +119,18 @@ class LaunchPlan:
     ds_launcher: str = "pdsh"  # DeepSpeed's multinode launcher: pdsh | openmpi
     port: int = 29500  # the master (rendezvous) port
     max_restarts: int = 0  # torchrun --max-restarts
-    shares: dict[str, list[int]] = field(
-        default_factory=dict
-    )  # node -> its GPUs on a shared machine
+    shares: dict[str, list[int]] = field(default_factory=dict)  # node -> GPUs on a shared machine
     emu: Emulation | None = None  # --emulate: the one machine as M nodes
+    # the container way: ranks run in the job's containers (every NodeRun.python is the image's)
+    containers: incontainer.JobContainers | None = None
 
     def __post_init__(self):
         self._by_name = {n.name: n for n in self.nodes}
+
+    def in_containers(self, boxes: incontainer.JobContainers) -> LaunchPlan:
+        """This plan on the container way: the ranks run the image's Python in BOXES."""
+        nodes = [replace(n, python=incontainer.PYTHON) for n in self.nodes]
+        return replace(self, nodes=nodes, containers=boxes)
 
     @property
     def head(self) -> NodeRun:
@@ -221,8 +227,14 @@ class LaunchPlan:
         """What the ranks run: the rank wrapper (nodeside/rank.py, in the agent directory)
         around the payload, under the head node's interpreter, or NODE's own (torchrun)."""
         n = node or self.head
+        prefix = ()
+        if self.containers and self.launcher in ("mpirun", "srun"):
+            prefix = self.containers.rank_prefix(self.head.name)
         return launchers.Program(
-            n.python, posixpath.join(agent_dir(n.home), "rank.py"), [self.script, *self.args]
+            n.python,
+            posixpath.join(agent_dir(n.home), "rank.py"),
+            [self.script, *self.args],
+            prefix,
         )
 
     def env(self) -> dict[str, str]:
@@ -250,7 +262,11 @@ class LaunchPlan:
         }.get(self.launcher)
         if build is None:
             raise InputError(f"--launcher {self.launcher}: not runnable here")
-        return build(self.slot_layout(), f"cd {shlex.quote(self.head.job_dir)} && ")
+        cmds = build(self.slot_layout(), f"cd {shlex.quote(self.head.job_dir)} && ")
+        if self.containers and self.launcher in ("torchrun", "deepspeed"):
+            # the launcher itself runs in each node's container
+            return {k: self.containers.wrap(self.session_of(k), c) for k, c in cmds.items()}
+        return cmds
 
     def _torchrun(self, slots, cd: str) -> dict[str, str]:
         per = self.emu.per_node if self.emu else slots[0].slots
@@ -306,6 +322,13 @@ class LaunchPlan:
             include=include,
         )
         write = f"printf %s {shlex.quote(launchers.hostfile(slots))} > hostfile && "
+        if self.containers:  # every node runs its own part: no pdsh, no ssh into a container
+            script = self.program().script
+            own = [incontainer.deepspeed_node(argv, i, script) for i in range(len(self.nodes))]
+            return {
+                n.name: cd + write + self._exports() + shlex.join(fill(a, "hostfile"))
+                for n, a in zip(self.nodes, own)
+            }
         if self.ds_launcher == "openmpi":
             write += self._openmpi_env_file()
         return {
@@ -316,11 +339,9 @@ class LaunchPlan:
         }
 
     def _openmpi_env_file(self) -> str:
-        """DeepSpeed's openmpi runner passes no master address to the ranks (launch.py does
-        that for pdsh); it -x exports what its env file holds. DS_ENV_FILE names that file (an
-        absolute path wins over ~ and the cwd in its os.path.join): the user's ~/.deepspeed_env
-        plus the master address, in this run's directory, so nothing is left in the job
-        directory for a later pdsh run to pick up."""
+        """DeepSpeed's openmpi runner passes no master address to the ranks: it -x exports its
+        env file's lines, so DS_ENV_FILE (an absolute path wins) names ~/.deepspeed_env plus the
+        master address, in this run's directory (nothing left for a later pdsh run)."""
         dse = f"MASTER_ADDR={self.master_addr}\nMASTER_PORT={self.port}\n"
         env_file = f'"$HOME/{NODE_RUNS}/{self.job_id}/deepspeed_env"'
         return (
@@ -372,6 +393,7 @@ class Prepared:
     _: KW_ONLY
     files: dict[str, Path]  # the payload's files, synced into the job directory
     topo: Topology
+    container_problems: tuple[str, ...] = ()  # the container way: engine or image missing
 
     @property
     def job_id(self) -> str:
