@@ -7,8 +7,8 @@ it as they load any saved image.
 
 `train_root` is the training image: the same root plus /opt/venv holding the lab's training
 stack (TRAIN_PINS: CPU torch, DeepSpeed, numpy), installed offline inside the root from wheels
-the controller resolves once (ops/pystack/wheelhouse.py, as the wheelhouse role does); its
-archive puts /opt/venv/bin first on the PATH, as NVIDIA's images put their Python there.
+the caller resolved on the controller (as the wheelhouse role does); its archive puts
+/opt/venv/bin first on the PATH, as NVIDIA's images put their Python there.
 """
 
 from __future__ import annotations
@@ -44,24 +44,20 @@ def base_root(log=print) -> Path:
     return _root(CACHE / f"bookworm-{_key()}.rootfs.tar", [], log)
 
 
-def train_root(log=print) -> Path:
-    """The cached training root: base_root's packages plus /opt/venv with TRAIN_PINS (built
-    the first time: a few minutes)."""
+def train_root(wheels: Path, log=print) -> Path:
+    """The cached training root: base_root's packages plus /opt/venv with TRAIN_PINS installed
+    offline from WHEELS, a directory of wheels for Debian 12's CPython 3.11 on x86_64 (the
+    caller resolves them: tests/integration/test_containers_train.py); built the first time,
+    in about two minutes."""
     path = CACHE / f"bookworm-train-{_key(TRAIN_PINS)}.rootfs.tar"
     if path.is_file():
         return path
-    from nodeprep.ops.pystack.wheelhouse import Platform, Wheelhouse
-
-    house = Wheelhouse(CACHE / "wheelhouse", log=log)
-    built = house.build(TRAIN_BUILDS, TRAIN_PINS[0], [])
-    platform = Platform("x86_64", "3.11", "2.36")  # Debian 12's
-    house.resolve(platform, list(TRAIN_PINS), [], [built])
-    wheels = CACHE / "wheelhouse" / platform.key
     hooks = [
         f'mkdir -p "$1/tmp/wheels" && cp {wheels}/*.whl "$1/tmp/wheels/"',
         'chroot "$1" python3 -m venv /opt/venv',
-        'chroot "$1" /opt/venv/bin/python -m pip install -q --no-index --find-links '
-        "/tmp/wheels " + " ".join(TRAIN_PINS),
+        # the venv's python3 first on chroot's PATH: pip installs into the venv
+        'PATH=/opt/venv/bin:/usr/bin:/bin chroot "$1" python3 -m pip install -q --no-index '
+        "--find-links /tmp/wheels " + " ".join(TRAIN_PINS),
         'rm -rf "$1/tmp/wheels" "$1/root/.cache"',
     ]
     return _root(path, [w for h in hooks for w in ("--customize-hook", h)], log)

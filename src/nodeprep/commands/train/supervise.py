@@ -116,6 +116,8 @@ class Supervisor:
         return rundir.split_prefix(prefix)[1] in self.spec.ranks_shown
 
     def _start_watchers(self) -> list[threading.Thread]:
+        with self.lock:  # their silence counts from now (the job's containers take a while)
+            self.watch.watching()
         threads = []
         for machine, (python, agent) in self.spec.watchers.items():
             s = self.fleet.sessions[machine]

@@ -9,7 +9,8 @@
   nodehealth.py LIMITS CLOCK RDMA_PORTS NET_LINKS
   gpudeep.py DCGM_DIAG(DcgmIn(level)) GPU_DEEP(DeepIn(venv, ...)): the deep health tier
   files.py   FILE(path) DIR(path) ELF_ARCH(path) STAMP(path)
-  python.py  VENV(path) TORCH_BUILD(TorchIn(venv, deep))
+  python.py  VENV(path) TORCH_BUILD(TorchIn(venv, deep)) IMAGE_STACK(image_id): the Python
+             stack inside a container image (its python3, distributions, torch)
   access.py  SUDO((shell, user)) LOGIN_FINDS(programs): what doctor asks of a first contact
   jobs.py    JOB_PROCESSES GPU_APPS PROGRAMS (and JOB_VAR, the job id every job process carries)
   container.py  CONTAINER(engines): podman/docker, may the user run them, their images, the
@@ -41,7 +42,7 @@ from nodeprep.engine.facts.probe import (
     section_tags,
     split_sections,
 )
-from nodeprep.engine.facts.python import TORCH_BUILD, VENV, TorchIn
+from nodeprep.engine.facts.python import IMAGE_STACK, TORCH_BUILD, VENV, TorchIn
 from nodeprep.engine.facts.system import (
     DISK_FREE,
     ETC_SHELLS,
@@ -78,6 +79,7 @@ ALL = {
         STAMP,
         VENV,
         TORCH_BUILD,
+        IMAGE_STACK,
         JOB_PROCESSES,
         GPU_APPS,
         PROGRAMS,
@@ -124,6 +126,7 @@ __all__ = [
     "INTERFACES",
     "PORT_LISTENING",
     "TORCH_BUILD",
+    "IMAGE_STACK",
     "VENV",
     "DISK_FREE",
     "ETC_SHELLS",

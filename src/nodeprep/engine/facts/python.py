@@ -257,3 +257,59 @@ def _torch_build(text: str, rc: int):
 
 
 TORCH_BUILD = Fact("torch_build", _torch_script, _torch_build)  # TORCH_BUILD(TorchIn(venv, deep))
+
+
+# The Python stack inside an image: its python3's version and installed distributions, then the
+# same torch probe as TORCH_BUILD's; the first line is printed before torch is imported, so an
+# image without torch still says what it holds.
+STACK_PY = r"""
+import json, sys
+import importlib.metadata as md
+pk = {}
+for d in md.distributions():
+    name = d.metadata["Name"]
+    if name:
+        pk[name.lower().replace("_", "-")] = d.version
+print(json.dumps({"python": sys.version.split()[0], "packages": pk}), flush=True)
+"""
+
+
+def _image_script(image_id: str) -> str:
+    """sh: the image's stack, from `ENGINE run --rm --network none IMAGE python3` with the engine
+    that holds IMAGE_ID (directly, or through `sudo -n`). An image ID names its content, so a
+    complete answer is kept under ~/.nodeprep by the ID and never asked again; MISSING where no
+    engine holds the image."""
+    ident = shlex.quote(image_id)
+    cache = f'"$HOME/.nodeprep/image_probe.{image_id.removeprefix("sha256:")[:64]}.json"'
+    code = shlex.quote(STACK_PY + TORCH_PY)
+    return (
+        f"[ -s {cache} ] && {{ cat {cache}; exit 0; }}\n"
+        "for e in podman docker; do command -v $e >/dev/null 2>&1 || continue\n"
+        '  for s in "" "sudo -n"; do\n'
+        f"    $s timeout 15 $e image inspect {ident} >/dev/null 2>&1 || continue\n"
+        f'    mkdir -p "$HOME/.nodeprep"; tmp={cache[:-1]}.$$.tmp"\n'
+        f"    if $s timeout 300 $e run --rm --network none --entrypoint python3 {ident} "
+        f'-I -c {code} > "$tmp" 2>&1; then mv -f "$tmp" {cache}; cat {cache}\n'
+        '    else cat "$tmp"; rm -f "$tmp"; fi\n'
+        "    exit 0\n"
+        "  done\n"
+        "done\n"
+        "echo MISSING"
+    )
+
+
+def _image_stack(text: str, rc: int) -> dict | None:
+    """{python, packages {name: version}, torch (TORCH_BUILD's answer, or None: no torch in the
+    image), error (the image's python failed)}; None: no engine holds the image."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    if not lines or lines[-1] == "MISSING":
+        return None
+    found = [json.loads(ln) for ln in lines if ln.startswith("{")]
+    if not found:
+        return {"python": None, "packages": {}, "torch": None, "error": lines[-1][:200]}
+    out = {"python": found[0].get("python"), "packages": found[0].get("packages") or {}}
+    out["torch"] = found[1] if len(found) > 1 else None
+    return out
+
+
+IMAGE_STACK = Fact("image_stack", _image_script, _image_stack)  # IMAGE_STACK(image_id)

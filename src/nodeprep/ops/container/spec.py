@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from nodeprep.ops.container import image as imagemod
+from nodeprep.redact import is_secret
 
 ENGINES = ("auto", "podman", "docker")
 FETCHES = ("relay", "registry")
@@ -94,7 +95,15 @@ def _mount(text) -> Mount:
 def _env(name, value) -> tuple[str, str]:
     if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
         raise Refused("container_env", f"{name!r} is not a variable name (letters, digits, '_')")
-    if isinstance(value, (dict, list)) or value is None:
+    if is_secret(name):
+        # container_env's values are part of the container's start command (shown by
+        # --dry-run, kept in the run's job.json); a secret goes by the node's own file
+        raise Refused(
+            "container_env",
+            f"{name} names a secret: put it in deepspeed_env (nodeprep writes it to each "
+            "node's ~/.deepspeed_env, and the job's container reads it from there unshown)",
+        )
+    if isinstance(value, (dict, list)) or value is None or "\n" in str(value):
         raise Refused("container_env", f"{name}: the value must be a single-line scalar")
     if isinstance(value, bool):
         value = "1" if value else "0"

@@ -268,6 +268,11 @@ class RankWatch:
                 )
             )
 
+    def watching(self) -> None:
+        """The watchers start now: a machine's silence counts from here."""
+        now = time.monotonic()
+        self.last_tick = {m: now for m in self.machines}
+
     def lost(self, machine: str, why: str) -> None:
         """MACHINE's watcher ended or went silent while the job ran."""
         if machine in self.lost_nodes or self.stop_t is not None:
