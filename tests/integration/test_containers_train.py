@@ -10,6 +10,7 @@ Lab "ctrain" (10.194.0.0/16)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ import yaml
 
 from nodeprep import cli as api
 from nodeprep import lab as labmod
-from nodeprep.commands.options import ProvisionOptions, TrainOptions
+from nodeprep.commands.options import ProvisionOptions, TrainOptions, VerifyOptions
 from nodeprep.lab import images
 from nodeprep.ops.container import archive
 from nodeprep.ops.pystack.wheelhouse import Platform, Wheelhouse
@@ -149,6 +150,16 @@ def test_dry_run_shows_each_nodes_engine_command(ctrain, capfd):
         run = next(ln for ln in out.splitlines() if ln.startswith(f"{node}: podman exec"))
         assert "python3 -m torch.distributed.run" in run, run
     assert _containers_left(ctrain) == ["", ""]
+
+
+def test_parity_reads_the_python_stack_inside_the_image(ctrain, capsys):
+    """verify-parity on the container way: no venv asked of the hosts, the image's own python3,
+    packages and torch compared (IMAGE_STACK), nothing drifts, nothing to fix."""
+    info, settings = ctrain[0], ctrain[1]
+    api.verify_parity(VerifyOptions(inventory=str(info.inventory), json=True, port=None), settings)
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["drift"] == [] and report["checks"] == [], report
+    assert report["compared_keys"] >= 30, report  # the image's packages among them
 
 
 def test_a_node_without_the_image_is_named_with_the_fix(ctrain, capfd):

@@ -123,3 +123,25 @@ def test_the_engine_storage_too_small_for_the_image_is_named_with_its_fix():
     why = readiness.storage_short(f, "podman", 80 * 10**9)
     assert "63.7 GB free" in why and "80.0 GB" in why and "podman system prune" in why
     assert readiness.storage_short(fact("no_engine"), "podman", 10**12) is None  # not seen
+
+
+def test_parity_keys_of_the_python_stack_inside_the_image():
+    """IMAGE_STACK as recorded on the lab's training image: the venv's keys' counterparts, so
+    a node whose image holds another numpy is DRIFT on container.pkg.numpy."""
+    from nodeprep.engine.facts.python import IMAGE_STACK
+
+    stack = json.loads((CASES.parent / "image_stack" / "train_image.json").read_text())
+    f = {
+        CONTAINER("podman,docker"): fact("podman_with_images"),
+        USER: {"name": "lab", "uid": 1000, "home": "/h"},
+        IMAGE_STACK(TINY.id): stack["expected"],
+    }
+    fp = fingerprints.with_container({}, V, f, TINY)
+    assert fp["container.python"] == "3.11.2"
+    assert fp["container.torch.version"] == "2.13.0+cpu" and fp["container.torch.cuda"] is None
+    assert fp["container.pkg.numpy"] == "2.4.6" and fp["container.pkg.deepspeed"] == "0.19.8"
+    other = copy.deepcopy(stack["expected"])
+    other["packages"]["numpy"] = "2.3.0"
+    f[IMAGE_STACK(TINY.id)] = other
+    drift = fingerprints.with_container({}, V, f, TINY)
+    assert {k for k in fp if fp[k] != drift.get(k)} == {"container.pkg.numpy"}

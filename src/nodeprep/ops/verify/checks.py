@@ -156,7 +156,9 @@ def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
         bad("torch.covers_gpus", "torch.cuda.get_arch_list() lacks this node's GPU capability")
     if g.get("count") and fp.get("torch.cuda_available") is False:
         bad("torch.cuda_available", "torch.cuda.is_available() is False on a GPU node")
-    if fp.get("python.path") is None:
+    if want.image is not None:  # the container way: the image's Python, not a venv
+        _container_checks(bad, fp, want.image.id)
+    elif fp.get("python.path") is None:
         bad("python.path", f"no venv at {v['venv_path']} (run `invoke provision`)")
     elif fp.get("shell.noninteractive_python") != fp["python.path"]:
         bad(
@@ -171,6 +173,23 @@ def checks_for(host, v: dict, f, fp: dict, want: Expect) -> list[dict]:
     if port and f.get(PORT_LISTENING(port)):
         bad("net.master_port", f"port {port} is already in use on the head node")
     return out
+
+
+def _container_checks(bad, fp: dict, want: str) -> None:
+    """The engine usable and the image held by its ID (fingerprints.with_container's keys)."""
+    engine = fp.get("container.engine") or "unknown"
+    if engine.startswith("CONTAINER_") or engine == "unknown":
+        bad(
+            "container.engine",
+            f"{engine}: no usable container engine (`invoke provision "
+            "--roles container` names the fix)",
+        )
+    if fp.get("container.image") != want:
+        bad(
+            "container.image",
+            f"does not hold the image {want} (holds "
+            f"{fp.get('container.image')}): run `invoke provision --roles container`",
+        )
 
 
 def mesh_checks(a, tried: dict, v_of: dict, paper: paper_mesh.PaperMesh) -> list[dict]:

@@ -35,6 +35,7 @@ from nodeprep.engine.facts import (
     TorchIn,
 )
 from nodeprep.engine.facts.container import CONTAINER
+from nodeprep.engine.facts.python import IMAGE_STACK
 from nodeprep.ops import pystack, torchplan
 from nodeprep.ops.container import readiness
 from nodeprep.ops.ssh import paper_mesh
@@ -88,7 +89,7 @@ def requests(v: dict, deep: bool, want: Expect) -> list:
     if port:
         reqs.append(PORT_LISTENING(port))
     if want.image is not None:
-        reqs += [CONTAINER(_engines(v))]
+        reqs += [CONTAINER(_engines(v)), IMAGE_STACK(want.image.id)]
     return reqs
 
 
@@ -102,7 +103,10 @@ def with_container(fp: dict, v: dict, f, image) -> dict:
     container.engine  the engine the node would use and its version ("podman 4.3.1"), or
                       what keeps it from one (its code, e.g. CONTAINER_NO_ENGINE)
     container.image   the wanted image's ID when the node holds it; else the ID(s) the node
-                      holds under the image's name, or "missing": DRIFT names the IDs"""
+                      holds under the image's name, or "missing": DRIFT names the IDs
+    container.python, container.pkg.NAME, container.torch.{version,cuda,nccl}   the Python
+                      stack INSIDE the image (IMAGE_STACK: its python3 run by the engine), the
+                      venv's keys' counterparts"""
     if image is None:
         return fp
     fact = f.get(CONTAINER(_engines(v)))
@@ -122,6 +126,14 @@ def with_container(fp: dict, v: dict, f, image) -> dict:
         names = set(image.tags)
         other = sorted({i["id"] for i in held if i["name"] in names})
         fp["container.image"] = ", ".join(other) if other else "missing"
+    stack = f.get(IMAGE_STACK(image.id))
+    if stack:
+        fp["container.python"] = stack.get("python") or stack.get("error")
+        for name, version in sorted((stack.get("packages") or {}).items()):
+            fp[f"container.pkg.{name}"] = version
+        t = stack.get("torch") or {}
+        for k in ("version", "cuda", "nccl"):
+            fp[f"container.torch.{k}"] = t.get(k)
     return fp
 
 
