@@ -145,6 +145,11 @@ def _gpus(facts) -> int:
     return int(g.get("count") or 0) if isinstance(g, dict) else 0
 
 
+def _uid(facts) -> int:
+    u = facts.get(USER.key)
+    return int(u.get("uid", -1)) if isinstance(u, dict) else -1
+
+
 def _user(facts) -> str:
     u = facts.get(USER.key)
     return u.get("name", "") if isinstance(u, dict) else str(u or "")
@@ -176,7 +181,8 @@ def _image_step(ctx, key, ready, img) -> Step:
     action = (
         f"{engine} load -i {rpath(file)} >&2; np_rc=$?; rm -f -- {rpath(file)}; "
         f"rmdir -- {rpath(stage)} 2>/dev/null; [ $np_rc -eq 0 ] && "
-        f"{engine} image inspect {shlex.quote(img.id)} >/dev/null" + _warm(ready, img.id)
+        f"{engine} image inspect {shlex.quote(img.id)} >/dev/null"
+        + _warm(ready, img.id, _uid(ctx.facts))
     )
     prov = ctx.prov
     return Step(
@@ -184,7 +190,7 @@ def _image_step(ctx, key, ready, img) -> Step:
         [key],
         check,
         action=action,
-        before=_upload(ctx, img, file, rl, key, ready.engine),
+        before=_upload(ctx, img, file, rl, key, ready),
         hint=f"load it by hand to see why: {ready.engine} load -i {name}",
         scope="machine",
         room=lambda facts: Room(stage, img.size, 1, what=f"the image archive {name}"),
@@ -199,29 +205,29 @@ def _image_step(ctx, key, ready, img) -> Step:
     )
 
 
-def _warm(ready, image_id: str) -> str:
+def _warm(ready, image_id: str, uid: int) -> str:
     """sh appended to the load on rootless Podman: one throwaway container in the user's own id
     mapping (--userns keep-id, as train runs it), so Podman makes its id-shifted copy of the
     image's layers now, not in the first job's start (18 s for the lab's 1.2 GB training image
     on 2026-11-29, 0.15 s after). The copy is as big as the image: the room check counts it."""
-    if ready.engine != "podman" or ready.sudo:
+    if not readiness.rootless(ready, uid):
         return ""
     return (
-        f" && {{ podman run --rm --userns keep-id --network none {shlex.quote(image_id)} true "
-        ">/dev/null 2>&1 || true; }"
+        " && { timeout 600 podman run --rm --userns keep-id --network none --entrypoint true "
+        f"{shlex.quote(image_id)} >/dev/null 2>&1 || true; }}"
     )
 
 
-def _upload(ctx, img, file: str, rl, key, engine_name: str):
+def _upload(ctx, img, file: str, rl, key, ready):
     """The image step's upload: what the relay brought, checked against the controller's
     sha256 and moved into place; else (or when it failed) the controller's own push."""
 
     def upload(session, facts):
         # room where the engine keeps images, before anything is sent: the load unpacks the
         # layers there (about the archive's size; an OCI or docker archive is not compressed)
-        copies = 2 if engine_name == "podman" else 1  # rootless: the keep-id copy (_warm)
+        copies = 2 if readiness.rootless(ready, _uid(facts)) else 1  # the keep-id copy (_warm)
         need = int(img.size * 1.1 * copies)
-        short = readiness.storage_short(facts.get(key.key), engine_name, need)
+        short = readiness.storage_short(facts.get(key.key), ready.engine, need)
         if short:
             raise NodeprepError(short)
         remote = pystack.node_path(file, facts)

@@ -2,9 +2,9 @@
 --containers) and NO venv on the hosts: the lab's training image (lab/images.train_root: Debian 12
 + /opt/venv with CPU torch, DeepSpeed and numpy, built here from the controller's wheels) is
 provisioned by the container role, then the user's own script (scripts/plain_ddp.py) and the
-builtin DDP payload run inside it, 2 ranks a node, under torchrun, DeepSpeed (--no_ssh per node)
-and mpirun (the host's Open MPI, each rank exec'd into its node's container). Every end leaves no
-container of the job on any node.
+builtin DDP payload run inside it, 2 ranks a node, under torchrun, DeepSpeed (--no_ssh per node),
+mpirun (the host's Open MPI) and srun (the lab's real Slurm), those two exec'ing each rank into
+its node's container. Every end leaves no container of the job on any node.
 
 Lab "ctrain" (10.194.0.0/16)."""
 
@@ -40,7 +40,7 @@ def ctrain(tmp_path_factory, own_settings):
         NODES,
         NAME,
         settings,
-        labmod.UpOptions(inventory_dir=base / "inv", subnet=SUBNET, containers=True),
+        labmod.UpOptions(inventory_dir=base / "inv", subnet=SUBNET, containers=True, slurm=True),
         log=lambda m: None,
     )
     image = images.docker_archive(
@@ -107,7 +107,7 @@ def test_the_hosts_have_no_torch_only_the_image_does(ctrain):
         assert want in _ssh(ctrain, i, "podman images --no-trunc -q").stdout
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun"])
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun", "srun"])
 def test_the_users_script_runs_unchanged_in_the_image_under_each_launcher(ctrain, capfd, launcher):
     code, out = _train(ctrain, capfd, launcher)
     assert code == 0, out
@@ -123,12 +123,13 @@ def test_the_builtin_ddp_tutorial_trains_in_the_image(ctrain, capfd):
     assert _containers_left(ctrain) == ["", ""]
 
 
-def test_a_failed_rank_stops_every_rank_in_every_container_and_leaves_none(ctrain, capfd):
+@pytest.mark.parametrize("launcher", ["deepspeed", "srun"])
+def test_a_failed_rank_stops_every_rank_in_every_container_and_leaves_none(ctrain, capfd, launcher):
     t0 = time.monotonic()
     code, out = _train(
         ctrain,
         capfd,
-        "deepspeed",
+        launcher,
         args=("--steps", "400", "--sleep", "0.2", "--fail-at-step", "3", "--fail-rank", "3"),
     )
     assert code == 1, out

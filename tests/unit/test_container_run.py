@@ -33,7 +33,7 @@ def test_a_cpu_node_under_rootless_podman():
         ("--label", "nodeprep.job=j1"),
     ]:
         assert pair in f, pair
-    assert argv[-3:] == [ID, "sleep", "infinity"]
+    assert argv[-4:] == ["--entrypoint", "sleep", ID, "infinity"]
     assert not any(a.startswith("--device") or a == "--gpus" for a in argv)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,19 +125,26 @@ def test_the_container_start_keeps_values_off_the_command_line_and_host_paths_ou
     # container_env's values reach the env file literally, quoted for sh
     env_text = "HF_HOME=/scratch/hf\nNOTE=it's 'quoted' $x\n"
     assert shlex.quote(env_text) in start
-    words = shlex.split(start.split(" && ")[-1].removesuffix(" >/dev/null"))
+    run = start.split(" && { ")[-1].split(" >/dev/null;")[0]
+    assert start.endswith(
+        "np_rc=$?; rm -f /home/ops/.nodeprep/runs/job1/container.env; exit $np_rc; }"
+    )
+    words = shlex.split(run)
     assert words[:3] == ["podman", "run", "-d"]
     assert "--env-file" in words and "-e" not in words
     for flag in ("--network", "--ipc"):
         assert words[words.index(flag) + 1] == "host"
     assert words[words.index("-v") + 1] == "/home/ops/.nodeprep:/home/ops/.nodeprep"
-    assert words[-3:] == [HELD, "sleep", "infinity"]
+    assert words[-4:] == ["--entrypoint", "sleep", HELD, "infinity"]
     assert list(shown(p))[:2] == ["n0 (container)", "n1 (container)"]
 
 
 def test_rdma_ports_bring_the_devices_and_unlimited_memlock(inv):
     hosts = inv.select(None)
-    got = {h.name: facts(rdma=[{"device": "mlx5_0", "port": 1}]) for h in hosts}
+    got = {
+        h.name: facts(uid=1000 + i, rdma=[{"device": "mlx5_0", "port": 1}])
+        for i, h in enumerate(hosts)
+    }
     vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
     p, _ = plan_of(TrainOptions(launcher="torchrun"), "job1", hosts, got, vars_of)
     specs = {h.name: specmod.from_vars(vars_of[h.name]) for h in hosts}
@@ -183,3 +191,36 @@ def test_a_secret_in_container_env_is_refused_it_belongs_in_deepspeed_env():
     with pytest.raises(specmod.Refused) as e:
         specmod.from_vars({"container_image": "a/b:1", "container_env": {"HF_TOKEN": "x"}})
     assert e.value.var == "container_env" and "deepspeed_env" in str(e.value)
+
+
+def test_an_engine_only_sudo_may_run_is_refused_for_train(inv, monkeypatch):
+    """sudo's env_reset drops every `-e NAME` exec passes: the ranks would lose their rank."""
+    real = recorded
+
+    def sudo_only(name):
+        out = real(name)
+        out["engines"]["podman"]["access"] = "sudo"
+        return out
+
+    monkeypatch.setattr(sys.modules[__name__], "recorded", sudo_only)
+    _, problems = plan(inv, "torchrun")
+    assert problems and all("runs only through sudo here" in p for p in problems), problems
+
+
+def test_two_nodes_on_one_machine_are_refused_one_container_name_each_job(tmp_path):
+    p = tmp_path / "hosts.yml"
+    p.write_text(
+        "vars:\n  user: ops\n  container_image: /srv/train.tar\n"
+        "hosts:\n  a: {address: 127.0.0.1}\n  b: {address: localhost}\n"
+    )
+    inv = load(str(p))
+    hosts = inv.select(None)
+    got = {h.name: facts(uid=1000) for h in hosts}  # one machine id: one machine
+    vars_of = {h.name: {n: inv.var(h, n) for n in inv.schema} for h in hosts}
+    pl, _ = plan_of(TrainOptions(launcher="torchrun"), "job1", hosts, got, vars_of)
+    specs = {h.name: specmod.from_vars(vars_of[h.name]) for h in hosts}
+    _, problems = incontainer.job_containers(
+        pl.nodes, "job1", got, specs, {h.name: Archive(HELD) for h in hosts}
+    )
+    assert [q.split(":")[0] for q in problems] == ["a", "b"], problems
+    assert all("shares its machine" in q for q in problems)

@@ -21,14 +21,14 @@ def start(spec: RunSpec, fleet) -> dict[str, str]:
     return bad
 
 
-def remove(spec: RunSpec, fleet, skip=()) -> None:
-    """Remove the job's container from every node (but SKIP, the lost ones), whatever runs in
-    it."""
+def remove(spec: RunSpec, fleet) -> None:
+    """Remove the job's container from every node still connected (failed ones too: a start
+    that timed out may have made it), whatever runs in it."""
     if spec.containers:
-        fleet.map(
+        fleet.cleanup(
             lambda s: s.run(spec.containers[s.name]["remove"], timeout=120, label="remove"),
             "containers",
-            only=[n for n in spec.containers if n not in skip],
+            only=list(spec.containers),
         )
 
 
@@ -41,8 +41,17 @@ def left(spec: RunSpec, fleet, nodes: list[str]) -> dict[str, list[dict]]:
         "leftovers",
         only=[n for n in nodes if n in spec.containers],
     )
+    # a node whose engine did not answer cannot say none is left: it is named, not passed
     return {
-        n: [{"pid": 0, "job": spec.job_id, "args": f"container {r.stdout.split()[0]}"}]
+        n: [
+            {
+                "pid": 0,
+                "job": spec.job_id,
+                "args": f"container {r.stdout.split()[0]}"
+                if r.rc == 0
+                else f"UNKNOWN whether a container is left: {r.tail(1) or f'exit {r.rc}'}",
+            }
+        ]
         for n, r in got.items()
-        if r.rc == 0 and r.stdout.split()
+        if r.rc != 0 or r.stdout.split()
     }

@@ -156,6 +156,11 @@ def prepare(
         )
         plan = plan.in_containers(jc)
     prep = Prepared(plan, facts, vars_of, files=files, topo=topo, container_problems=tuple(boxes))
+    if prep.container_problems and not opts.preflight:  # no container: nothing could run
+        raise NodeprepError(
+            "cannot run in containers:\n  " + "\n  ".join(prep.container_problems),
+            hint="fix these (even --no-preflight needs a container on every node)",
+        )
     problems = preflight.problems(prep, opts, fleet)
     if problems and opts.preflight:
         raise NodeprepError(

@@ -74,6 +74,7 @@ class Supervisor:
         self.stop_requested: str | None = None  # set by train.stop (SIGTERM) or Ctrl-C
         self.ended: set[str] = set()  # machines whose watcher said goodbye
         self.news = threading.Event()  # a tick with events came: _wait looks at once
+        self.removed = False  # the job's containers (the container way) are gone
         self.started = time.time()
         self.watch = RankWatch(
             list(spec.watchers),
@@ -250,11 +251,18 @@ class Supervisor:
 
     def run(self) -> Outcome:
         self.run_dir.write_json("job.json", asdict(self.spec))
-        started = self._start_containers()
-        threads = self._start_watchers() if started else []
-        if started:
-            self._launch()
         try:
+            return self._run()
+        finally:  # whatever the end, Ctrl-C in any stage included: no container of the job left
+            if not self.removed:
+                containers.remove(self.spec, self.fleet)
+
+    def _run(self) -> Outcome:
+        threads: list[threading.Thread] = []
+        try:
+            if self._start_containers():
+                threads = self._start_watchers()
+                self._launch()
             verdict = self._wait()
         except KeyboardInterrupt:
             verdict = "interrupted"
@@ -284,7 +292,8 @@ class Supervisor:
             self._stop_all()
             self._drain(3.0)
         self._end_watchers(threads)
-        containers.remove(self.spec, self.fleet, skip=set(self.fleet.unusable()))
+        containers.remove(self.spec, self.fleet)  # before the leftovers are looked for
+        self.removed = True
         return self._finish(verdict)
 
     def _drain(self, seconds: float) -> None:

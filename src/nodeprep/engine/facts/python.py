@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,8 +280,10 @@ def _image_script(image_id: str) -> str:
     that holds IMAGE_ID (directly, or through `sudo -n`). An image ID names its content, so a
     complete answer is kept under ~/.nodeprep by the ID and never asked again; MISSING where no
     engine holds the image."""
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", image_id):  # the ID names the cache file
+        return "echo MISSING"
     ident = shlex.quote(image_id)
-    cache = f'"$HOME/.nodeprep/image_probe.{image_id.removeprefix("sha256:")[:64]}.json"'
+    cache = f'"$HOME/.nodeprep/image_probe.{image_id.removeprefix("sha256:")}.json"'
     code = shlex.quote(STACK_PY + TORCH_PY)
     return (
         f"[ -s {cache} ] && {{ cat {cache}; exit 0; }}\n"
@@ -309,6 +312,8 @@ def _image_stack(text: str, rc: int) -> dict | None:
         return {"python": None, "packages": {}, "torch": None, "error": lines[-1][:200]}
     out = {"python": found[0].get("python"), "packages": found[0].get("packages") or {}}
     out["torch"] = found[1] if len(found) > 1 else None
+    if len(found) == 1 and "No module named 'torch'" not in lines[-1]:
+        out["torch"] = {"error": lines[-1][:200]}  # torch is there but its import failed
     return out
 
 

@@ -38,6 +38,12 @@ class Readiness:
         return (["sudo", "-n"] if self.sudo else []) + [self.engine]
 
 
+def rootless(ready: Readiness, uid: int) -> bool:
+    """Podman run by its user directly, not root: its containers map the user's ids (keep-id),
+    and Podman keeps an id-shifted copy of each image's layers for that mapping."""
+    return ready.engine == "podman" and not ready.sudo and uid != 0
+
+
 def _missing(wanted: str) -> Problem:
     if wanted == "auto":
         return Problem(

@@ -113,7 +113,8 @@ class NodeContainer:
             argv += ["-v", f"{m.source}:{m.target}" + (":ro" if m.read_only else "")]
         for name in self.env:
             argv += ["-e", name]
-        return argv + [self.image, "sleep", "infinity"]
+        # the image's own ENTRYPOINT would run instead (a `python` one exits at once)
+        return argv + ["--entrypoint", "sleep", self.image, "infinity"]
 
     def exec(self, command: list[str], env: tuple[str, ...] = ()) -> list[str]:
         """argv that runs COMMAND in the job's container, with ENV (names) passed in."""

@@ -88,9 +88,10 @@ class JobContainers:
         return (
             f'umask 077 && mkdir -p "$(dirname {path})" && '
             f"{{ grep -Ev '^({drop})=' \"$HOME/.deepspeed_env\" 2>/dev/null; "
-            f"printf %s {shlex.quote(lines)}; }} > {path} && "
+            f"printf %s {shlex.quote(lines)}; }} > {path} && {{ "
             + shell(self.of(node).start())
-            + " >/dev/null"
+            # the engine reads the file when it creates the container: it goes right after
+            + f" >/dev/null; np_rc=$?; rm -f {path}; exit $np_rc; }}"
         )
 
     def remove(self, node: str) -> str:
@@ -148,29 +149,48 @@ def image_id(spec, archive_image, engine_fact: dict) -> str | None:
     return None
 
 
+def _ready(n, nodes, f: dict, spec):
+    """(Readiness, None) when node N (a NodeRun of NODES, FACTS F) can run its job container
+    with SPEC; else (None, its problem lines)."""
+    if spec is None:
+        return None, [
+            f"{n.name}: no container_image: set it for every node of the job, or run on the "
+            "venvs (--no-container)"
+        ]
+    user = f[USER]
+    ready = readiness.assess(
+        f.get(CONTAINER(engines_of(spec))), spec.engine, f[GPUS]["count"], user["name"]
+    )
+    if not ready.ok:
+        return None, [f"{n.name}: {p.line()}" for p in ready.problems]
+    if ready.sudo:  # sudo's env_reset would drop every `-e NAME` the ranks need
+        return None, [
+            f"{n.name}: {ready.engine} runs only through sudo here: train needs {user['name']} "
+            "to run it directly (rootless podman, or the docker group)"
+        ]
+    if n.machine != n.name or any(m.machine == n.name and m is not n for m in nodes):
+        return None, [
+            f"{n.name}: shares its machine with another node of the job: one container of the "
+            "job per machine is not supported yet (--limit one node per machine)"
+        ]
+    return ready, []
+
+
 def job_containers(nodes, job_id: str, facts: dict, specs: dict, archives: dict):
     """(JobContainers, problems): the container of each NodeRun in NODES from its FACTS (the
     CONTAINER fact, USER, GPUS, RDMA_PORTS), its ContainerSpec (SPECS) and the ArchiveImage its
     archive holds (ARCHIVES); each node that cannot run it is one problem line with the fix."""
     made, problems = {}, []
     for n in nodes:
-        spec = specs.get(n.name)
-        if spec is None:
-            problems.append(
-                f"{n.name}: no container_image: set it for every node of the job, or run "
-                "on the venvs (--no-container)"
-            )
+        spec, f = specs.get(n.name), facts[n.name]
+        ready, why = _ready(n, nodes, f, spec)
+        problems += why
+        if ready is None:
             continue
-        f = facts[n.name]
-        user = f[USER]
-        fact = f.get(CONTAINER(engines_of(spec)))
-        ready = readiness.assess(fact, spec.engine, f[GPUS]["count"], user["name"])
-        if not ready.ok:
-            problems += [f"{n.name}: {p.line()}" for p in ready.problems]
-            continue
-        wanted = archives[n.name].id if n.name in archives else spec.image.qualified
-        ident = image_id(spec, archives.get(n.name), fact["engines"][ready.engine])
+        held = f.get(CONTAINER(engines_of(spec)))["engines"][ready.engine]
+        ident = image_id(spec, archives.get(n.name), held)
         if ident is None:
+            wanted = archives[n.name].id if n.name in archives else spec.image.qualified
             problems.append(
                 f"{n.name}: {ready.engine} does not hold the image {wanted}: run "
                 "`invoke provision --roles container`"
@@ -182,15 +202,19 @@ def job_containers(nodes, job_id: str, facts: dict, specs: dict, archives: dict)
             ident,
             job_id,
             n.job_dir,
-            sudo=ready.sudo,
-            rootless=ready.engine == "podman" and not ready.sudo and user["uid"] != 0,
-            gpus=n.devices,
+            rootless=readiness.rootless(ready, f[USER]["uid"]),
+            gpus=None,  # all of them: CUDA_VISIBLE_DEVICES and --include number the host's
             gpu_count=n.gpus,
             rdma=bool(f.get(RDMA_PORTS)),
             mounts=spec.mounts,
             binds=(state,),
             env_file=f"{state}/runs/{job_id}/{ENV_FILE}",
         )
+    engines = {c.engine for c in made.values()}
+    if len(engines) > 1:
+        problems.append(
+            f"the nodes would run different engines ({', '.join(sorted(engines))}): mpirun and "
+            "srun exec every rank with the head's; set container_engine for the fleet"
+        )
     head = specs.get(nodes[0].name) if nodes else None
-    env = head.env if head is not None else ()
-    return JobContainers(made, env), problems
+    return JobContainers(made, head.env if head is not None else ()), problems

@@ -184,6 +184,14 @@ def _container_checks(bad, fp: dict, want: str) -> None:
             f"{engine}: no usable container engine (`invoke provision "
             "--roles container` names the fix)",
         )
+    if fp.get("container.image") == want and not fp.get("container.python"):
+        bad(
+            "container.python",
+            "UNKNOWN: the image's python3 could not be probed (try `ENGINE run --rm IMAGE "
+            "python3 -V` on the node)",
+        )
+    if str(fp.get("container.torch.version") or "").startswith("error"):
+        bad("container.torch", f"import torch fails in the image: {fp['container.torch.version']}")
     if fp.get("container.image") != want:
         bad(
             "container.image",

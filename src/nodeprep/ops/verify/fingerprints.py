@@ -134,6 +134,8 @@ def with_container(fp: dict, v: dict, f, image) -> dict:
         t = stack.get("torch") or {}
         for k in ("version", "cuda", "nccl"):
             fp[f"container.torch.{k}"] = t.get(k)
+        if t.get("error"):
+            fp["container.torch.version"] = f"error: {t['error']}"
     return fp
 
 
