@@ -42,14 +42,9 @@ def validate(prov):
         _spec(prov, node)
 
 
-def _engines(spec) -> str:
-    """The CONTAINER fact's argument: the engines to look at."""
-    return ",".join(readiness.PREFERENCE) if spec.engine == "auto" else spec.engine
-
-
 def reads(ctx):
     spec = specmod.from_vars(ctx.vars)
-    return [] if spec is None else [CONTAINER(_engines(spec)), USER, GPUS]
+    return [] if spec is None else [CONTAINER(readiness.engines(spec.engine)), USER, GPUS]
 
 
 def controller(prov):
@@ -119,7 +114,7 @@ def steps(ctx):
     spec = specmod.from_vars(ctx.vars)
     if spec is None:
         return []
-    key = CONTAINER(_engines(spec))
+    key = CONTAINER(readiness.engines(spec.engine))
 
     def engine_check(facts) -> StepCheck:
         ready = readiness.assess(facts.get(key.key), spec.engine, _gpus(facts), _user(facts))

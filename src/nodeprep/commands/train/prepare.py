@@ -14,6 +14,7 @@ from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.inventory import dsfilter
+from nodeprep.ops.container import readiness
 from nodeprep.ops.provision.topology import Topology
 from nodeprep.ops.train import emulate, gpusplit, incontainer, payload
 from nodeprep.ops.train.launchplan import LaunchPlan, Prepared, Split, node_runs
@@ -41,7 +42,7 @@ def _probe(s, v: dict, hosts, opts: TrainOptions, spec=None):
     if spec is None:
         reqs += [factmod.VENV(venv), factmod.TORCH_BUILD(factmod.TorchIn(venv))]
     else:
-        reqs += [factmod.CONTAINER(incontainer.engines_of(spec)), factmod.RDMA_PORTS]
+        reqs += [factmod.CONTAINER(readiness.engines(spec.engine)), factmod.RDMA_PORTS]
     if opts.health_gate:
         have = {factmod.key_of(r) for r in reqs}
         reqs += [r for r in gate.requests(hosts) if factmod.key_of(r) not in have]

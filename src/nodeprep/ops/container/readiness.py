@@ -38,6 +38,11 @@ class Readiness:
         return (["sudo", "-n"] if self.sudo else []) + [self.engine]
 
 
+def engines(wanted: str | None) -> str:
+    """The CONTAINER fact's argument for a container_engine value: the engines to look at."""
+    return ",".join(PREFERENCE) if (wanted or "auto") == "auto" else wanted
+
+
 def rootless(ready: Readiness, uid: int) -> bool:
     """Podman run by its user directly, not root: its containers map the user's ids (keep-id),
     and Podman keeps an id-shifted copy of each image's layers for that mapping."""

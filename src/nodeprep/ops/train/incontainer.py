@@ -129,11 +129,6 @@ def deepspeed_node(argv: list[str], node_rank: int, script: str) -> list[str]:
     return out + argv[cut:]
 
 
-def engines_of(spec) -> str:
-    """The CONTAINER fact's argument for a node's spec: the engines to look at."""
-    return ",".join(readiness.PREFERENCE) if spec.engine == "auto" else spec.engine
-
-
 def image_id(spec, archive_image, engine_fact: dict) -> str | None:
     """The ID of the image SPEC names as the node holds it: an archive's own ID (the node must
     hold it), or the ID the node's engine gives the registry reference; None: not there."""
@@ -159,7 +154,10 @@ def _ready(n, nodes, f: dict, spec):
         ]
     user = f[USER]
     ready = readiness.assess(
-        f.get(CONTAINER(engines_of(spec))), spec.engine, f[GPUS]["count"], user["name"]
+        f.get(CONTAINER(readiness.engines(spec.engine))),
+        spec.engine,
+        f[GPUS]["count"],
+        user["name"],
     )
     if not ready.ok:
         return None, [f"{n.name}: {p.line()}" for p in ready.problems]
@@ -187,7 +185,7 @@ def job_containers(nodes, job_id: str, facts: dict, specs: dict, archives: dict)
         problems += why
         if ready is None:
             continue
-        held = f.get(CONTAINER(engines_of(spec)))["engines"][ready.engine]
+        held = f.get(CONTAINER(readiness.engines(spec.engine)))["engines"][ready.engine]
         ident = image_id(spec, archives.get(n.name), held)
         if ident is None:
             wanted = archives[n.name].id if n.name in archives else spec.image.qualified

@@ -89,13 +89,11 @@ def requests(v: dict, deep: bool, want: Expect) -> list:
     if port:
         reqs.append(PORT_LISTENING(port))
     if want.image is not None:
-        reqs += [CONTAINER(_engines(v)), IMAGE_STACK(want.image.id)]
+        reqs += [
+            CONTAINER(readiness.engines(v.get("container_engine"))),
+            IMAGE_STACK(want.image.id),
+        ]
     return reqs
-
-
-def _engines(v: dict) -> str:
-    wanted = v.get("container_engine") or "auto"
-    return ",".join(readiness.PREFERENCE) if wanted == "auto" else wanted
 
 
 def with_container(fp: dict, v: dict, f, image) -> dict:
@@ -109,7 +107,7 @@ def with_container(fp: dict, v: dict, f, image) -> dict:
                       venv's keys' counterparts"""
     if image is None:
         return fp
-    fact = f.get(CONTAINER(_engines(v)))
+    fact = f.get(CONTAINER(readiness.engines(v.get("container_engine"))))
     u = f.get(USER)
     ready = readiness.assess(
         fact, v.get("container_engine") or "auto", 0, (u or {}).get("name", "")
