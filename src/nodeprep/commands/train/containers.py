@@ -21,14 +21,14 @@ def start(spec: RunSpec, fleet) -> dict[str, str]:
     return bad
 
 
-def remove(spec: RunSpec, fleet) -> None:
-    """Remove the job's container from every node still connected (failed ones too: a start
-    that timed out may have made it), whatever runs in it."""
-    if spec.containers:
+def remove(boxes: dict, fleet) -> None:
+    """Remove the job's container (BOXES: a RunSpec's `containers`) from every node still
+    connected (failed ones too: a start that timed out may have made it), whatever runs in it."""
+    if boxes:
         fleet.cleanup(
-            lambda s: s.run(spec.containers[s.name]["remove"], timeout=120, label="remove"),
+            lambda s: s.run(boxes[s.name]["remove"], timeout=120, label="remove"),
             "containers",
-            only=list(spec.containers),
+            only=list(boxes),
         )
 
 

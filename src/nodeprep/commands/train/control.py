@@ -13,7 +13,6 @@ from pathlib import Path
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import RunsOptions
 from nodeprep.commands.train import containers
-from nodeprep.commands.train.runspec import RunSpec
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
@@ -124,6 +123,6 @@ def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60
         )
         # the container way: the job's containers go too (the supervisor would have removed
         # them; it is gone)
-        containers.remove(RunSpec.load(spec), fleet)
+        containers.remove(spec.get("containers") or {}, fleet)
         out.update({n: "unreachable: " + why for n, why in fleet.unusable().items()})
     return StopResult(spec["job_id"], "stopped on the nodes", out, state.get("state", ""))

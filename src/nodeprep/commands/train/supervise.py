@@ -255,7 +255,7 @@ class Supervisor:
             return self._run()
         finally:  # whatever the end, Ctrl-C in any stage included: no container of the job left
             if not self.removed:
-                containers.remove(self.spec, self.fleet)
+                containers.remove(self.spec.containers, self.fleet)
 
     def _run(self) -> Outcome:
         threads: list[threading.Thread] = []
@@ -292,7 +292,7 @@ class Supervisor:
             self._stop_all()
             self._drain(3.0)
         self._end_watchers(threads)
-        containers.remove(self.spec, self.fleet)  # before the leftovers are looked for
+        containers.remove(self.spec.containers, self.fleet)  # before the leftovers are looked for
         self.removed = True
         return self._finish(verdict)
 
