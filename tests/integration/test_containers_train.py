@@ -11,7 +11,9 @@ Lab "ctrain" (10.194.0.0/16)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -139,6 +141,41 @@ def test_a_failed_rank_stops_every_rank_in_every_container_and_leaves_none(ctrai
     assert _containers_left(ctrain) == ["", ""]
     for i in range(NODES):  # no rank of the job left on the host either
         assert _ssh(ctrain, i, "pgrep -u $(id -u) -f rank.py").stdout == ""
+
+
+def test_a_detached_run_stopped_from_another_shell_leaves_no_container(ctrain):
+    info, settings = ctrain[0], ctrain[1]
+    env = {
+        "INVOKE_NODEPREP_STATE_DIR": str(settings.state_dir),
+        "INVOKE_NODEPREP_LAB_ROOT": str(settings.lab_root),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
+    }
+    invoke = [str(Path(sys.executable).parent / "invoke")]
+    root = Path(__file__).resolve().parents[2]
+    started = subprocess.run(
+        invoke
+        + ["train", "--inventory", str(info.inventory), "--launcher", "torchrun"]
+        + ["--payload", str(SCRIPT), "--detach", "--", "--steps", "600", "--sleep", "0.2"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    job = re.search(r"run id (\S+)", started.stdout + started.stderr).group(1)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and "" in _containers_left(ctrain):
+        time.sleep(1)
+    assert "" not in _containers_left(ctrain)  # running: one container on each node
+    stop = subprocess.run(
+        invoke + ["train.stop", job], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert stop.returncode == 0 and "the supervisor stopped the job" in stop.stdout, (
+        stop.stdout + stop.stderr
+    )
+    assert _containers_left(ctrain) == ["", ""]
 
 
 def test_dry_run_shows_each_nodes_engine_command(ctrain, capfd):
