@@ -56,8 +56,8 @@ def train_root(wheels: Path, log=print) -> Path:
         f'mkdir -p "$1/tmp/wheels" && cp {wheels}/*.whl "$1/tmp/wheels/"',
         'chroot "$1" python3 -m venv /opt/venv',
         # the venv's python3 first on chroot's PATH: pip installs into the venv
-        'PATH=/opt/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin chroot "$1" python3 -m pip install -q --no-index '
-        "--find-links /tmp/wheels " + " ".join(TRAIN_PINS),
+        'PATH=/opt/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin chroot "$1" python3 -m pip install -q '
+        "--no-index --find-links /tmp/wheels " + " ".join(TRAIN_PINS),
         'rm -rf "$1/tmp/wheels" "$1/root/.cache"',
     ]
     return _root(path, [w for h in hooks for w in ("--customize-hook", h)], log)
