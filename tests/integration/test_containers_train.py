@@ -6,7 +6,7 @@ builtin DDP payload run inside it, 2 ranks a node, under torchrun, DeepSpeed (--
 mpirun (the host's Open MPI) and srun (the lab's real Slurm), those two exec'ing each rank into
 its node's container. Every end leaves no container of the job on any node.
 
-Lab "ctrain" (10.194.0.0/16)."""
+Lab "ctrain" (10.184.0.0/16)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from nodeprep.ops.pystack.wheelhouse import Platform, Wheelhouse
 
 from .conftest import ssh_argv
 
-NAME, SUBNET, NODES = "ctrain", 194, 2
+NAME, SUBNET, NODES = "ctrain", 184, 2  # 194-199: other modules; 189 down: workers
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "plain_ddp.py"
 
 
@@ -38,29 +38,33 @@ def ctrain(tmp_path_factory, own_settings):
     base = tmp_path_factory.mktemp("ctrain")
     settings = own_settings(base, lock_wait=60)
     labmod.down(NAME, settings, log=lambda m: None)
-    info = labmod.up(
-        NODES,
-        NAME,
-        settings,
-        labmod.UpOptions(inventory_dir=base / "inv", subnet=SUBNET, containers=True, slurm=True),
-        log=lambda m: None,
-    )
-    image = images.docker_archive(
-        images.train_root(train_wheels()),
-        base / "np-train.tar",
-        "localhost/np-train:1",
-        env=images.TRAIN_PATH,
-    )
-    inv = yaml.safe_load(info.inventory.read_text())
-    inv["vars"].update({"container_image": str(image), "slots": 2})
-    info.inventory.write_text(yaml.safe_dump(inv, sort_keys=False))
-    rc = api.provision(
-        ProvisionOptions(inventory=str(info.inventory), roles="ssh_keys,ssh_config,container"),
-        settings,
-    )
-    assert rc == 0
-    yield info, settings, image
-    labmod.down(NAME, settings, log=lambda m: None, purge=True)
+    try:
+        info = labmod.up(
+            NODES,
+            NAME,
+            settings,
+            labmod.UpOptions(
+                inventory_dir=base / "inv", subnet=SUBNET, containers=True, slurm=True
+            ),
+            log=lambda m: None,
+        )
+        image = images.docker_archive(
+            images.train_root(train_wheels()),
+            base / "np-train.tar",
+            "localhost/np-train:1",
+            env=images.TRAIN_PATH,
+        )
+        inv = yaml.safe_load(info.inventory.read_text())
+        inv["vars"].update({"container_image": str(image), "slots": 2})
+        info.inventory.write_text(yaml.safe_dump(inv, sort_keys=False))
+        rc = api.provision(
+            ProvisionOptions(inventory=str(info.inventory), roles="ssh_keys,ssh_config,container"),
+            settings,
+        )
+        assert rc == 0
+        yield info, settings, image
+    finally:  # a setup that fails (the image, the provision) takes its lab down too
+        labmod.down(NAME, settings, log=lambda m: None, purge=True)
 
 
 def train_wheels() -> Path:
