@@ -134,6 +134,11 @@ def test_burn_on_the_recorded_emulated_run_and_on_edited_gpu_lines():
         "BURN_OK": Verdict.OK
     }
     assert deep.burn(node(None, prog=emu), Context()) == []  # a CPU node, not emulated
+    uneven = json.loads(json.dumps(emu))  # CPU devices share the cores: a rate says nothing
+    uneven["gpus"][1]["tflops"] = uneven["gpus"][0]["tflops"] * 0.3
+    assert codes(deep.burn, node(None, prog=uneven), Context(emulate_gpus=2)) == {
+        "BURN_OK": Verdict.OK
+    }
     gpu = gpu_detail(H100)
     assert codes(deep.burn, node(gpu, prog=gpu_line(H100))) == {"BURN_OK": Verdict.OK}
     bad = gpu_line(H100)
