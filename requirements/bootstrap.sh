@@ -11,7 +11,9 @@
 #     openssl (the nodes' fast sha256 of wheels), python3/python3-venv (`python3 -m venv`
 #     needs ensurepip: this .venv, and the venv role on the lab's nodes, which run this /usr),
 #     podman/crun/uidmap (`lab.up --containers`: rootless Podman on the nodes, newuidmap for
-#     its subordinate ids; lab/containers.py)
+#     its subordinate ids; lab/containers.py), skopeo (a registry `container_image` is read and
+#     copied on the controller with it: ops/container/registry.py) and docker-registry (the
+#     lab's own registry, `lab/registry.py`: Debian's build of the CNCF distribution registry)
 #   - tests/unit/test_bootstrap.py fails when the code runs a program none of these (nor
 #     Debian's Essential or required packages) install: add its package here
 #   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
@@ -23,7 +25,7 @@ cd "$(dirname "$0")/.."
 missing=""
 for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux procps sudo zsh tcsh iperf3 \
            openssl python3 python3-venv slurmd slurmctld slurm-client munge mmdebstrap arch-test \
-           qemu-user-static podman crun uidmap; do
+           qemu-user-static podman crun uidmap skopeo docker-registry; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then

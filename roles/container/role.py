@@ -1,10 +1,13 @@
 """container: the same image on every node, by its ID (the container way; nothing to do while
 container_image is null). The controller reads the image once (an archive: its config's sha256
-is the ID every engine shows; ops/container/archive.py), then each node whose engine lacks that
-ID gets the archive, node to node through the relay chain as the wheels do (or pushed by the
-controller without the mesh), and loads it; a node that already holds the ID does nothing. The
-engine step names what keeps a node from running the image (no engine, not allowed, no
-daemon, no GPU toolkit on a GPU node) with its fix (ops/container/readiness.py)."""
+is the ID every engine shows; ops/container/archive.py; a registry reference: pinned to the
+digest its tag names now with skopeo, for each node's architecture, ops/container/registry.py,
+and copied once into an archive), then each node whose engine lacks that ID gets the archive,
+node to node through the relay chain as the wheels do (or pushed by the controller without the
+mesh), and loads it; with container_fetch: registry each such node pulls the pinned digest
+itself. A node that already holds the ID does nothing. The engine step names what keeps a node
+from running the image (no engine, not allowed, no daemon, no GPU toolkit on a GPU node) with
+its fix (ops/container/readiness.py)."""
 
 from __future__ import annotations
 
@@ -14,17 +17,18 @@ import posixpath
 import shlex
 import tarfile
 
-from nodeprep.engine.facts import GPUS, USER
+from nodeprep.engine.facts import GPUS, OS, USER
 from nodeprep.engine.facts.container import CONTAINER
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import Room, Step, StepCheck
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops import pystack
-from nodeprep.ops.container import archive, readiness
+from nodeprep.ops.container import archive, readiness, registry
 from nodeprep.ops.container import spec as specmod
 from nodeprep.ops.pystack import relay, relay_run
 
 STAGE_DIR = "~/.nodeprep/images"  # where an archive waits on a node until it is loaded
+PULL_EXPANDS = 3  # room for a pull: compressed layers x this (gzip of a Python stack: ~2.5x)
 
 
 def _spec(prov, node: str):
@@ -44,35 +48,71 @@ def validate(prov):
 
 def reads(ctx):
     spec = specmod.from_vars(ctx.vars)
-    return [] if spec is None else [CONTAINER(readiness.engines(spec.engine)), USER, GPUS]
+    if spec is None:
+        return []
+    return [CONTAINER(readiness.engines(spec.engine)), USER, GPUS] + (
+        [] if spec.image.archive else [OS]  # the architecture a reference is pinned for
+    )
 
 
 def controller(prov):
-    """Read each archive once (the ID, the architecture, the size)."""
+    """Read each archive once (the ID, the architecture, the size); pin each registry
+    reference once per architecture (ops/container/registry.py) and, for the relay, copy it
+    once into an archive."""
     read: dict = {}
     sent: dict = {}  # archive read -> what travels (an OCI layout packed into one file)
+    pins: dict = {}  # (reference, arch) -> Pinned
+    given: dict = {}  # node -> the Pinned it gets
     for node in prov.vars:
         spec = specmod.from_vars(prov.vars[node])
-        if spec is None:
+        if spec is None or node not in prov.facts:
             continue
-        if not spec.image.archive:
-            file, line = prov.origin(node, "container_image")
-            raise InputError(
-                f"container_image {spec.image.ref!r} names a registry image; this nodeprep "
-                "sends image archives only so far",
-                hint="save it where it can be pulled (docker save -o IMG.tar REF) and set "
-                "container_image to the archive's path",
-                file=file,
-                line=line,
-            )
-        img = archive.named(spec.image, *prov.origin(node, "container_image"), read)
+        if spec.image.archive:
+            img = archive.named(spec.image, *prov.origin(node, "container_image"), read)
+        else:
+            given[node] = pin = _pin(prov, node, spec, pins)
+            if spec.fetch == "registry":
+                prov.shared.images[node] = pin
+                continue
+            img = _fetched(prov, pin, read)
         if img.path not in sent:
             sent[img.path] = _as_file(prov, img)
         prov.shared.images[node] = sent[img.path]
+    if not prov.check_mode:
+        registry.remember(prov.settings.state, given)
     prov.shared.image_relay = relay.Relay(
         order=[h.name for h in prov.hosts], what="container image", unit="archive"
     )
     return []
+
+
+def _pin(prov, node: str, spec, pins: dict):
+    arch = registry.arch_of((prov.facts[node].get(OS) or {}).get("arch"))
+    key = (spec.image.qualified, arch)
+    if key not in pins:
+        try:
+            pins[key] = registry.resolve(spec.image.qualified, arch)
+        except registry.RegistryError as e:
+            file, line = prov.origin(node, "container_image")
+            raise InputError(
+                f"container_image {e.message}", hint=e.hint, file=file, line=line
+            ) from None
+    return pins[key]
+
+
+def _fetched(prov, pin, read: dict):
+    """The pinned image copied once into the state directory as a docker-archive, read; its ID
+    must be the one the registry's manifest names."""
+    path = registry.fetch(pin, prov.settings.state / "images")
+    if path not in read:
+        read[path] = archive.read(path, "docker-archive")
+    if read[path].id != pin.id:
+        raise NodeprepError(
+            f"{pin.ref}: skopeo's copy {path} holds {read[path].id[:19]}, the registry names "
+            f"{pin.id[:19]}",
+            hint=f"remove {path} and run again",
+        )
+    return read[path]
 
 
 def _sum(prov, img) -> str:
@@ -132,7 +172,10 @@ def steps(ctx):
     )
     if not ready.engine or any(p.code != "CONTAINER_NO_GPU_TOOLKIT" for p in ready.problems):
         return [engine_step]  # no image goes to a node that could not load it
-    return [engine_step, _image_step(ctx, key, ready, ctx.prov.shared.images[ctx.name])]
+    img = ctx.prov.shared.images[ctx.name]
+    if isinstance(img, registry.Pinned):
+        return [engine_step, _pull_step(ctx, key, ready, img)]
+    return [engine_step, _image_step(ctx, key, ready, img)]
 
 
 def _gpus(facts) -> int:
@@ -213,6 +256,44 @@ def _warm(ready, image_id: str, uid: int) -> str:
     )
 
 
+def _engine_room(facts, key, ready, size: float) -> None:
+    """NodeprepError when the engine's storage lacks room for SIZE bytes of layers (twice that
+    for rootless Podman: the keep-id copy _warm makes)."""
+    copies = 2 if readiness.rootless(ready, _uid(facts)) else 1
+    short = readiness.storage_short(facts.get(key.key), ready.engine, int(size * copies))
+    if short:
+        raise NodeprepError(short)
+
+
+def _pull_step(ctx, key, ready, pin) -> Step:
+    """container_fetch: registry: the node's engine pulls the pinned digest itself (with the
+    node user's own registry settings and logins) and names it as the reference does."""
+    engine = " ".join(shlex.quote(w) for w in ready.command())
+    ident = shlex.quote(pin.id)
+    tag = "".join(f" && {engine} tag {ident} {shlex.quote(t)}" for t in pin.tags)
+
+    def check(facts) -> StepCheck:
+        if pin.id in _held(facts, key, ready.engine):
+            return StepCheck(True)
+        return StepCheck(False, f"{ready.engine} does not hold {pin.id[:19]}")
+
+    def room(session, facts):
+        # the layers come compressed; unpacked they take about PULL_EXPANDS times as much
+        _engine_room(facts, key, ready, pin.size * PULL_EXPANDS)
+
+    return Step(
+        f"container.image {pin.id[:19]} (pulled: {pin.ref}, {pin.arch})",
+        [key],
+        check,
+        action=f"{engine} pull -q {shlex.quote(pin.pull)} >&2{tag} && "
+        f"{engine} image inspect {ident} >/dev/null" + _warm(ready, pin.id, _uid(ctx.facts)),
+        before=room,
+        hint=f"pull it on the node to see why: {ready.engine} pull {pin.pull} (a registry "
+        f"that wants a login: {ready.engine} login REGISTRY, as the node's user)",
+        scope="machine",
+    )
+
+
 def _upload(ctx, img, file: str, rl, key, ready):
     """The image step's upload: what the relay brought, checked against the controller's
     sha256 and moved into place; else (or when it failed) the controller's own push."""
@@ -220,11 +301,7 @@ def _upload(ctx, img, file: str, rl, key, ready):
     def upload(session, facts):
         # room where the engine keeps images, before anything is sent: the load unpacks the
         # layers there (about the archive's size; an OCI or docker archive is not compressed)
-        copies = 2 if readiness.rootless(ready, _uid(facts)) else 1  # the keep-id copy (_warm)
-        need = int(img.size * 1.1 * copies)
-        short = readiness.storage_short(facts.get(key.key), ready.engine, need)
-        if short:
-            raise NodeprepError(short)
+        _engine_room(facts, key, ready, img.size * 1.1)
         remote = pystack.node_path(file, facts)
         folder = posixpath.dirname(remote)
         if rl is not None and session.name in rl.source:

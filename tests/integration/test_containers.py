@@ -20,6 +20,7 @@ from nodeprep import cli as api
 from nodeprep import lab as labmod
 from nodeprep.commands.options import ProvisionOptions, VerifyOptions
 from nodeprep.lab import images
+from nodeprep.lab import registry as labreg
 from nodeprep.ops.container import archive, run
 
 from .conftest import ssh_argv
@@ -57,6 +58,7 @@ def provision(info, settings, capsys, *sets: str) -> tuple[int, dict, str]:
     )
     rc = api.provision(opts, settings)
     out = capsys.readouterr()
+    assert out.out, out.err
     return rc, json.loads(out.out), out.err
 
 
@@ -251,3 +253,92 @@ def test_a_bad_image_value_is_one_line_naming_the_variable(ctr, capsys, tmp_path
     )
     assert api.provision(opts, settings) == 2
     assert "not an image archive" in capsys.readouterr().err
+
+
+# -- from a registry: Debian's docker-registry at the lab's bridge (lab/registry.py) ---------
+
+
+@pytest.fixture(scope="module")
+def reg(ctr):
+    """The lab's registry holding the lab image as WHERE/team/np-lab:1; the controller's skopeo
+    told it serves plain HTTP (lab-only, as on the nodes)."""
+    info, settings, _base, image = ctr
+    lab = Path(settings.lab_root) / NAME
+    where = labreg.start(lab, SUBNET, info.nodes)
+    kept = os.environ.get("CONTAINERS_REGISTRIES_CONF")
+    os.environ["CONTAINERS_REGISTRIES_CONF"] = str(labreg.controller_conf(lab, where))
+    labreg.push(image, f"{where}/team/np-lab:1")
+    yield where
+    if kept is None:
+        os.environ.pop("CONTAINERS_REGISTRIES_CONF", None)
+    else:
+        os.environ["CONTAINERS_REGISTRIES_CONF"] = kept
+    labreg.stop(lab)
+
+
+def _held(ctr, i: int) -> str:
+    r = _ssh(ctr, i, "podman images --no-trunc --format '{{.ID}} {{.Repository}}:{{.Tag}}'")
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_each_node_pulls_the_pinned_digest_from_the_registry_then_nothing_to_change(
+    ctr, reg, capsys, tmp_path
+):
+    info, settings, _base, image = ctr
+    ref, want = f"{reg}/team/np-lab:1", archive.read(image).id
+    for i in range(NODES):
+        assert _ssh(ctr, i, "podman rmi -a -f >/dev/null 2>&1; true").returncode == 0
+    sets = (f"container_image={ref}", "container_fetch=registry")
+    rc, report, _ = provision(info, settings, capsys, *sets)
+    assert rc == 0, report
+    for i, node in enumerate(("worker-0", "worker-1")):
+        pulled = [s for s in steps_of(report, node) if "pulled: " in s["step"]]
+        assert pulled and pulled[0]["status"] == "changed", steps_of(report, node)
+        assert f"{want} {ref}" in _held(ctr, i)  # the ID the registry names, under its name
+        assert not report["nodes"][node].get("container_image")  # no archive went to it
+    rc, report, _ = provision(info, settings, capsys, *sets)
+    assert rc == 0 and report["changed"] == 0, report
+    # verify-parity compares the nodes against the pin provision gave them
+    got = parity(info, settings, capsys, ref, tmp_path)
+    assert drift_of(got, "container.image") is None, got["drift"]
+    assert _ssh(ctr, 1, f"podman rmi -f {want} >/dev/null").returncode == 0
+    got = parity(info, settings, capsys, ref, tmp_path)
+    groups = {g["value"]: g["nodes"] for g in drift_of(got, "container.image") or []}
+    assert groups == {want: ["worker-0"], "missing": ["worker-1"]}, got["drift"]
+
+
+def test_a_moved_tag_reaches_every_node_through_the_relay(ctr, reg, capsys):
+    """The tag now names another image: the controller pins the new digest, copies it once
+    with skopeo into an archive, and the nodes load that; the old image is not "nothing to
+    change"."""
+    info, settings, base, _image = ctr
+    ref = f"{reg}/team/np-lab:1"
+    root = images.base_root()
+    other = images.docker_archive(
+        root, base / "np-lab-2.tar", "localhost/np-lab:2", env={"PATH": "/usr/bin:/bin"}
+    )
+    labreg.push(other, ref)
+    want = archive.read(other).id
+    rc, report, _ = provision(info, settings, capsys, f"container_image={ref}")
+    assert rc == 0, report
+    for i, node in enumerate(("worker-0", "worker-1")):
+        assert any(s["status"] == "changed" for s in steps_of(report, node)), report
+        assert f"{want} {ref}" in _held(ctr, i)
+    kept = Path(settings.state) / "images" / f"{want.split(':')[1]}.docker.tar"
+    assert archive.read(kept).id == want  # skopeo's copy, kept for the next run
+    rc, report, _ = provision(info, settings, capsys, f"container_image={ref}")
+    assert rc == 0 and report["changed"] == 0, report
+
+
+def test_a_reference_the_registry_lacks_is_one_line_naming_the_variable(ctr, reg, capsys):
+    info, settings, _base, _image = ctr
+    opts = ProvisionOptions(
+        inventory=str(info.inventory),
+        roles="container",
+        sets=(f"container_image={reg}/team/absent:1",),
+    )
+    assert api.provision(opts, settings) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: ") and "container_image" in err[0], err
+    assert f"{reg}/team/absent:1" in err[0] and "skopeo inspect failed" in err[0], err

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 from nodeprep.errors import InputError
 from nodeprep.inventory import connvars, load
 from nodeprep.inventory.sources import split_origin
-from nodeprep.ops.container import archive
+from nodeprep.ops.container import archive, registry
 from nodeprep.ops.container import spec as container_spec
 from nodeprep.settings import Settings
 
@@ -127,14 +128,29 @@ def container_specs(hosts, v_of: dict) -> dict:
     return out
 
 
-def container_images(hosts, v_of: dict) -> dict:
-    """node -> the ArchiveImage its container_image names (read once per archive on the
-    controller), for the nodes on the container way with an archive."""
-    out, read = {}, {}
+def container_images(hosts, v_of: dict, state: Path) -> dict:
+    """node -> the image its container_image names, for the nodes on the container way: an
+    ArchiveImage (read once per archive on the controller) or, for a registry reference, the
+    Pinned that provision gave the node (STATE's record; a node never provisioned from here
+    gets the reference pinned now for this controller's architecture)."""
+    out, read, pins = {}, {}, {}
     for h in hosts:
         spec = container_specs([h], v_of)[h.name]
-        if spec is None or not spec.image.archive:
-            continue  # a registry image: nodeprep reads archives only so far
+        if spec is None:
+            continue
         where = split_origin(h.origin.get("container_image", ""))
-        out[h.name] = archive.named(spec.image, *where, read)
+        if spec.image.archive:
+            out[h.name] = archive.named(spec.image, *where, read)
+            continue
+        ref = spec.image.qualified
+        out[h.name] = registry.recall(state, ref, h.name)
+        if out[h.name] is None:
+            if ref not in pins:
+                try:
+                    pins[ref] = registry.resolve(ref, registry.arch_of(platform.machine()))
+                except registry.RegistryError as e:
+                    raise InputError(
+                        f"container_image {e}", hint=e.hint, file=where[0], line=where[1]
+                    ) from None
+            out[h.name] = pins[ref]
     return out

@@ -247,7 +247,9 @@ def verify(opts: VerifyOptions, settings: Settings, events: Events) -> VerifyRes
     with Fleet(hosts, settings, "verify", events) as fleet:
         # --via slurm (or auto inside an allocation holding the nodes): one srun step per stage
         slurm = slurmrun.use(fleet, "ssh" if opts.via == "direct" else opts.via) == "slurm"
-        gather = Gather(fleet, hosts, v_of, opts, pairs, container_images(hosts, v_of))
+        gather = Gather(
+            fleet, hosts, v_of, opts, pairs, container_images(hosts, v_of, settings.state)
+        )
         got = gather.all()
         direct = [n for n, s in fleet.sessions.items() if n != head and s.connected]
     # the collective first: what NCCL's log says on each node joins the comparison

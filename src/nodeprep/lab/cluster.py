@@ -16,7 +16,7 @@ from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.settings import Settings
 
-from . import bastion, containers, etc, foreign, gpu, host, local, net, slurm
+from . import bastion, containers, etc, foreign, gpu, host, local, net, registry, slurm
 from .config import (
     LAB_HOME,
     LAB_USER,
@@ -314,6 +314,8 @@ def down(
     nss = list(_ours(name).values()) + bastion.down(name)
     if slurm.stop(name, lab):
         log(f"lab {name}: Slurm stopped")
+    if registry.stop(lab):
+        log(f"lab {name}: its registry stopped")
     if not nss and not net.link_exists(bridge):
         log(f"lab {name} is not up")
     else:

@@ -153,7 +153,11 @@ def prepare(
     boxes: list[str] = []
     if specs:
         jc, boxes = incontainer.job_containers(
-            plan.nodes, plan.job_id, facts, specs, container_images(hosts, vars_of)
+            plan.nodes,
+            plan.job_id,
+            facts,
+            specs,
+            container_images(hosts, vars_of, fleet.settings.state),
         )
         plan = plan.in_containers(jc)
     prep = Prepared(plan, facts, vars_of, files=files, topo=topo, container_problems=tuple(boxes))

@@ -5,6 +5,8 @@ image.py   what `container_image` names: a registry reference (the grammar Docke
 spec.py    a node's container settings as one checked object (image, engine, fetch, mounts, env)
 archive.py an image archive read on the controller without an engine: its ID (the config's
            sha256, as every engine shows it), architecture, tags
+registry.py  a registry reference pinned on the controller with skopeo (digest, ID, size per
+           architecture), copied once into an archive for the relay; the pin each node got
 run.py     a job's container on one node as argv: start (host network and IPC, the GPUs, RDMA,
            the job directory, variables by name), exec, remove, leftovers
 readiness.py  whether a node can run the image, from its CONTAINER fact: the engine, how, and
