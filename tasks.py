@@ -356,6 +356,9 @@ def bandwidth(
         "containers": "podman on the nodes, rootless for the lab user (docs/containers.md); "
         "kept by later lab.up runs",
         "no_containers": "no container engine set up on the nodes",
+        "modules": "lmod or tcl: environment modules on the nodes (Lmod 8.6 or Environment "
+        "Modules 5.2, Debian's) and the lab's module tree (python/3.11, cuda/12.6, cuda/12.4; "
+        "docs/lab.md); none drops them; kept by later lab.up runs",
         "arch": "aarch64 (every node) or NODE=aarch64 (repeatable): nodes whose userland is an "
         "arm64 Debian root run through qemu-user (docs/lab.md); native sets one back; "
         "kept by later lab.up runs, changing it needs lab.down first",
@@ -381,6 +384,7 @@ def lab_up(
     arch=None,
     containers=False,
     no_containers=False,
+    modules=None,
 ):
     """Start (or resize) the emulated cluster: one netns, sshd and home per node."""
     nics = (
@@ -401,6 +405,7 @@ def lab_up(
             bastion=True if bastion else (False if no_bastion else None),
             arch=tuple(arch) if arch else None,
             containers=True if containers else (False if no_containers else None),
+            modules=None if modules is None else ("" if modules == "none" else str(modules)),
         )
     )
 

@@ -13,7 +13,11 @@
 #     podman/crun/uidmap (`lab.up --containers`: rootless Podman on the nodes, newuidmap for
 #     its subordinate ids; lab/containers.py), skopeo (a registry `container_image` is read and
 #     copied on the controller with it: ops/container/registry.py) and docker-registry (the
-#     lab's own registry, `lab/registry.py`: Debian's build of the CNCF distribution registry)
+#     lab's own registry, `lab/registry.py`: Debian's build of the CNCF distribution registry),
+#     environment-modules (Environment Modules 5.2, `lab.up --modules tcl`) and Lmod's
+#     dependencies (lua5.3, lua-posix, lua-filesystem, lua-term, lua-json, tcl): Debian's lmod
+#     and environment-modules packages conflict, so lmod's .deb is unpacked into LMOD_ROOT
+#     (below), which `lab.up --modules lmod` binds into its nodes (lab/modules.py)
 #   - tests/unit/test_bootstrap.py fails when the code runs a program none of these (nor
 #     Debian's Essential or required packages) install: add its package here
 #   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
@@ -25,7 +29,8 @@ cd "$(dirname "$0")/.."
 missing=""
 for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux procps sudo zsh tcsh iperf3 \
            openssl python3 python3-venv slurmd slurmctld slurm-client munge mmdebstrap arch-test \
-           qemu-user-static podman crun uidmap skopeo docker-registry; do
+           qemu-user-static podman crun uidmap skopeo docker-registry \
+           environment-modules lua5.3 lua-posix lua-filesystem lua-term lua-json tcl; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then
@@ -36,6 +41,23 @@ if [ -n "$missing" ]; then
     echo "installing:$missing"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# Debian's lmod, unpacked (it conflicts with environment-modules; the lab binds it per node).
+lmod_root=/var/lib/nodeprep/lmod
+if [ ! -x "$lmod_root/usr/share/lmod/lmod/libexec/lmod" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "error: $lmod_root missing (run this script as root once)" >&2
+        exit 2
+    fi
+    echo "unpacking Debian's lmod into $lmod_root"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && { apt-get download -q -o APT::Sandbox::User=root lmod >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get download -q -o APT::Sandbox::User=root lmod >/dev/null; }; })
+    rm -rf "$lmod_root.new"
+    dpkg-deb -x "$tmp"/lmod_*.deb "$lmod_root.new"
+    rm -rf "$tmp" "$lmod_root"
+    mv "$lmod_root.new" "$lmod_root"
 fi
 
 python=${NODEPREP_PYTHON:-python3}

@@ -22,7 +22,8 @@ host (the lab user, node files, starting and removing nodes), nodes (operations 
 architecture under qemu-user), binfmt (the architectures foreign knows, qemu-user's registration),
 leftovers (what a lab left behind, for doctor), bastion (lab --bastion: a jump host in front, the
 only way in), containers (lab --containers: rootless Podman on the nodes), registry (a real
-image registry at the lab's bridge, Debian's docker-registry), images (the lab's test
+image registry at the lab's bridge, Debian's docker-registry), modules (lab --modules: Lmod or
+Environment Modules and a module tree), images (the lab's test
 image, built once with mmdebstrap and saved as a docker-archive), local (the non-root stand-in),
 state (a rootful lab's directory and lab.json, what runs now, what one up() works on);
 cluster puts them together as up, down and status.

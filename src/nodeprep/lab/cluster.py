@@ -16,7 +16,7 @@ from nodeprep.engine.hostkeys import PinnedHostKeys, host_entry
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.settings import Settings
 
-from . import bastion, containers, etc, foreign, gpu, host, local, net, registry, slurm
+from . import bastion, containers, etc, foreign, gpu, host, local, modules, net, registry, slurm
 from .config import (
     LAB_HOME,
     LAB_USER,
@@ -72,6 +72,7 @@ def up(
     _start_sshds(state, fresh)
     _slurm(state)
     containers.prepare_all(state.nodes(), state.containers, ids, _sshd_pid)
+    modules.prepare_all(state.nodes(), state.modules, _sshd_pid)
     _pin_host_keys(state, settings)
     bastion.converge(state, ids, pub, PinnedHostKeys(settings.known_hosts))
     inventory = _write_inventory(state, options.inventory_dir, settings.project)
@@ -103,6 +104,7 @@ def _state_text(state: _Up, inventory: Path) -> str:
                 "bastion": state.bastion,
                 "arch": {str(k): v for k, v in state.arches.items()},
                 "containers": state.containers,
+                "modules": state.modules,
             }
         )
         + "\n"
@@ -205,6 +207,7 @@ def _node_files(state: _Up, pub: str, ids: tuple[int, int]) -> None:
         if etc.add_user(dirs[i], LAB_USER)
     ]
     containers.converge(state.nodes(), state.containers, ids, state.changes, _sshd_pid)
+    modules.converge(state.nodes(), state.modules, state.changes)
     for node in state.nodes():
         host.prepare_node(node, hosts, pub, ids, state.changes, node.index not in state.no_sudo)
         if gpu.install(node.home.parent, state.gpu_records.get(node.index)):

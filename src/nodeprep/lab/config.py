@@ -98,6 +98,9 @@ class UpOptions:
     bastion: bool | None = None
     # Podman on the nodes, rootless for the lab user (lab/containers.py); None: as it was.
     containers: bool | None = None
+    # Environment modules on the nodes: "lmod" or "tcl" (lab/modules.py), "" for none; None: as
+    # it was.
+    modules: str | None = None
     # --arch values: ARCH (every node) or NODE=ARCH, `native` to go back (lab/foreign.py);
     # None: as the lab had it.
     arch: tuple[str, ...] | None = None

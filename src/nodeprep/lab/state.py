@@ -12,7 +12,7 @@ from pathlib import Path
 from nodeprep.errors import InputError
 from nodeprep.settings import Settings
 
-from . import bastion, containers, foreign, gpu, host, net, slurm
+from . import bastion, containers, foreign, gpu, host, modules, net, slurm
 from .config import (
     LabNode,
     UpOptions,
@@ -87,6 +87,7 @@ class _Up:
     )  # node index -> recording (lab/gpu.py)
     bastion: bool = False  # a jump host in front (lab/bastion.py)
     containers: bool = False  # podman on the nodes (lab/containers.py)
+    modules: str | None = None  # lmod | tcl: environment modules on the nodes (lab/modules.py)
     arches: dict[int, str] = field(
         default_factory=dict
     )  # node index -> foreign arch (lab/foreign.py)
@@ -152,6 +153,13 @@ def _up_state(nodes: int, name: str, settings: Settings, options: UpOptions) -> 
     )
     if up.containers:
         containers.require()
+    up.modules = (
+        ((state or {}).get("modules") or None)
+        if options.modules is None
+        else options.modules or None
+    )
+    if up.modules:
+        modules.require(up.modules)
     return up
 
 
