@@ -389,6 +389,12 @@ EFFECTS = {
 # The steps a second run still plans, on paper; each: (start of its name, when, why).
 STILL_DIFFER = [
     (
+        "modules.load ",
+        lambda st, roles, prov: st.action is None,
+        "a module or module system nodeprep does not install (no action): the step fails with "
+        "its fix until someone installs it or the inventory names what the node has",
+    ),
+    (
         "container.engine ",
         lambda st, roles, prov: st.action is None,
         "an engine nodeprep does not install or allow (no action): the step fails with its fix "

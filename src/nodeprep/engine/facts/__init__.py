@@ -15,6 +15,7 @@
   jobs.py    JOB_PROCESSES GPU_APPS PROGRAMS (and JOB_VAR, the job id every job process carries)
   container.py  CONTAINER(engines): podman/docker, may the user run them, their images, the
              GPU toolkit
+  modules.py MODULES: the module system, each named module's load, what the modules set
 
 A new fact: a snippet and a parser in the module of its domain, a data-file case per real
 output format under tests/facts/<name>/, and a line in ALL below."""
@@ -29,6 +30,7 @@ from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL
 from nodeprep.engine.facts.gpus import GPUS
 from nodeprep.engine.facts.jobs import GPU_APPS, JOB_PROCESSES, JOB_VAR, PROGRAMS
 from nodeprep.engine.facts.kernellog import KERNEL_LOG
+from nodeprep.engine.facts.modules import MODULES
 from nodeprep.engine.facts.net import INTERFACES, PORT_LISTENING, ROUTE, primary_address, reaching
 from nodeprep.engine.facts.nodehealth import CLOCK, LIMITS, NET_LINKS, RDMA_PORTS
 from nodeprep.engine.facts.probe import (
@@ -60,6 +62,7 @@ from nodeprep.engine.facts.system import (
 ALL = {
     f.name: f
     for f in (
+        MODULES,
         HOSTNAME,
         OS,
         USER,

@@ -1,0 +1,159 @@
+"""MODULES: the node's environment modules as the ranks will load them (issue 46).
+
+One snippet, in a subshell of the probe's sh: the init a login shell would source (the host var
+`module_init`, else the first of INITS that exists: the profile.d scripts Lmod and Environment
+Modules install, then their own sh init files, Cray's among them), `module use` for each of
+`module_path`, then `module load` for each of `modules`, in order. It reports the module system
+and its version (`module --version`), each module's load (its exit status and first error
+lines; for one that failed, what `module -t avail NAME` lists of the same name), the loaded
+list (`module -t list`), and the environment before the loads and after (`env -0`, one
+variable a line), so the controller computes what the modules set: PATH, LD_LIBRARY_PATH,
+CUDA_HOME and whatever else. A node with no init is {"init": None}: "no module system".
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from nodeprep.engine.facts.probe import Fact
+
+INITS = (
+    "/etc/profile.d/lmod.sh",
+    "/etc/profile.d/z00_lmod.sh",
+    "/etc/profile.d/modules.sh",
+    "/usr/share/lmod/lmod/init/profile",
+    "/usr/share/modules/init/profile.sh",
+    "/usr/share/Modules/init/profile.sh",
+    "/opt/cray/pe/lmod/lmod/init/profile",
+    "/opt/cray/pe/modules/default/init/profile.sh",
+)
+# What the module systems keep for themselves: not part of what a module sets.
+INTERNAL = re.compile(
+    r"^(_.*|LMOD_.*|MODULE.*|LOADEDMODULES|_LMFILES_|__LMOD_.*|__MODULES_.*|BASH_FUNC_.*|"
+    r"OLDPWD|PWD|SHLVL|_)$"
+)
+ERR_LINES = 4
+SEP = "\x1e"  # a newline inside a variable's value, as the snippet prints it
+
+
+def _script(v: dict) -> str:
+    mods = [str(m) for m in (v.get("modules") or [])]
+    if not mods:
+        return "echo 'init unused'"
+    inits = [v["module_init"]] if v.get("module_init") else list(INITS)
+    q = shlex.quote
+    lines = [
+        "(",
+        "np_mi=",
+        f"for np_f in {' '.join(q(i) for i in inits)}; do "
+        '[ -r "$np_f" ] && { np_mi=$np_f; break; }; done',
+        '[ -n "$np_mi" ] || { echo "init none"; exit 0; }',
+        'echo "init $np_mi"',
+        "np_env() { env -0 2>/dev/null | tr '\\n\\0' '\\036\\n'; }",
+        '. "$np_mi" >/dev/null 2>&1 </dev/null',
+        'type module >/dev/null 2>&1 || { echo "nomodule"; exit 0; }',
+        "module --version 2>&1 </dev/null | head -3 | sed 's/^/version /'",
+    ]
+    lines += [f"module use {q(str(p))} >/dev/null 2>&1" for p in v.get("module_path") or []]
+    lines += ["echo '@@env0'", "np_env", "echo '@@loads'", "np_t=$(mktemp)"]
+    for m in mods:
+        base = q(m.split("/")[0])
+        lines += [
+            f'module load {q(m)} >/dev/null 2>"$np_t" </dev/null; np_rc=$?',
+            f'printf "load %s %s\\n" {q(m)} "$np_rc"',
+            f"sed -n '1,{ERR_LINES}s/^/err /p' \"$np_t\"",
+            f'[ $np_rc -eq 0 ] || module -t avail {base} 2>&1 </dev/null | sed "s/^/avail /"',
+        ]
+    lines += [
+        'rm -f "$np_t"',
+        "echo '@@list'",
+        "module -t list 2>&1 </dev/null",
+        "echo '@@env1'",
+        "np_env",
+        ")",
+    ]
+    return "\n".join(lines)
+
+
+def _env(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        name, eq, value = line.partition("=")
+        if eq and name:
+            out[name] = value.replace(SEP, "\n")
+    return out
+
+
+def _system(versions: list[str]) -> tuple[str | None, str]:
+    text = " ".join(versions)
+    m = re.search(r"Modules based on Lua: Version (\S+)", text)
+    if m:
+        return "lmod", m.group(1)
+    m = re.search(r"Modules Release (\S+)", text)
+    if m:
+        return "tcl", m.group(1)
+    return None, text.strip()[:80]
+
+
+def _names(lines: list[str]) -> list[str]:
+    """Module names from a terse listing: headers ("/path:", "Currently Loaded ...:") and
+    markers (" <L>", "(default)") dropped."""
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line or line.endswith(":") or line.startswith(("No module", "Inactive")):
+            continue
+        name = re.sub(r"\s*(<[^>]*>|\([^)]*\))\s*$", "", line).strip()
+        if name and " " not in name and name not in out:
+            out.append(name)
+    return out
+
+
+def _parse(text: str, rc: int) -> dict:
+    part = "head"
+    head: list[str] = []
+    sections: dict[str, list[str]] = {"env0": [], "loads": [], "list": [], "env1": []}
+    for line in text.splitlines():
+        if line.startswith("@@") and line[2:] in sections:
+            part = line[2:]
+        elif part == "head":
+            head.append(line)
+        else:
+            sections[part].append(line)
+    init = next((ln[5:] for ln in head if ln.startswith("init ")), None)
+    if init in (None, "unused"):
+        return {"init": None, "unused": init == "unused"}
+    if init == "none":
+        return {"init": None}
+    if "nomodule" in head:
+        return {"init": init, "system": None, "error": f"{init} defines no `module`"}
+    system, version = _system([ln[8:] for ln in head if ln.startswith("version ")])
+    mods: dict[str, dict] = {}
+    cur = None
+    for line in sections["loads"]:
+        kind, _, rest = line.partition(" ")
+        if kind == "load":
+            name, _, code = rest.rpartition(" ")
+            cur = mods[name] = {"loaded": code == "0", "error": "", "available": []}
+        elif cur is not None and kind == "err":
+            cur["error"] = (cur["error"] + "\n" + rest).strip()
+        elif cur is not None and kind == "avail":
+            cur["available"].append(rest)
+    for m in mods.values():
+        m["available"] = _names(m["available"])
+    before, after = _env(sections["env0"]), _env(sections["env1"])
+    return {
+        "init": init,
+        "system": system,
+        "version": version,
+        "modules": mods,
+        "loaded": _names(sections["list"]),
+        "env": {
+            k: v for k, v in sorted(after.items()) if before.get(k) != v and not INTERNAL.match(k)
+        },
+        "unset": sorted(k for k in before if k not in after and not INTERNAL.match(k)),
+    }
+
+
+MODULES = Fact("modules", _script, _parse)  # host vars: modules, module_path, module_init
