@@ -35,6 +35,7 @@ from nodeprep.engine.facts import (
     TorchIn,
 )
 from nodeprep.engine.facts.container import CONTAINER
+from nodeprep.engine.facts.modules import MODULES
 from nodeprep.engine.facts.python import IMAGE_STACK
 from nodeprep.ops import pystack, torchplan
 from nodeprep.ops.container import readiness
@@ -88,6 +89,8 @@ def requests(v: dict, deep: bool, want: Expect) -> list:
         reqs.append(DIR(workdir))
     if port:
         reqs.append(PORT_LISTENING(port))
+    if v.get("modules"):
+        reqs.append(MODULES)
     if want.image is not None:
         reqs += [
             CONTAINER(readiness.engines(v.get("container_engine"))),
@@ -203,10 +206,27 @@ def with_run(fp: dict, logged: dict | None) -> dict:
     return fp
 
 
+def _modules(fp: dict, v: dict, f) -> None:
+    """With `modules` named: modules.system ("lmod 8.6.19", or "none"), modules.loaded (what
+    `module -t list` shows after the loads, versions included) and modules.env.NAME for every
+    variable the modules set (PATH, LD_LIBRARY_PATH, CUDA_HOME, ...): a node whose cuda/12.6
+    resolves to another prefix is DRIFT on modules.env.CUDA_HOME with both values."""
+    if not v.get("modules"):
+        return
+    m = f.get(MODULES) or {}
+    fp["modules.system"] = (
+        f"{m['system']} {m.get('version', '')}".strip() if m.get("system") else "none"
+    )
+    fp["modules.loaded"] = ", ".join(m.get("loaded") or []) or "none"
+    for k, val in (m.get("env") or {}).items():
+        fp[f"modules.env.{k}"] = _hide(k, val)
+
+
 def fingerprint(v: dict, f, path_seen: str | None, workdir: str | None) -> dict:
     """The node's facts as flat comparable keys."""
     fp: dict = {}
     _python_and_torch(fp, v, f)
+    _modules(fp, v, f)
     g = f.get(GPUS) or {}
     fp["cpu.arch"] = f[OS]["arch"]
     fp["os.release"], fp["os.kernel"] = f[OS]["release"], f[OS]["kernel"]

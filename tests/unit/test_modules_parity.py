@@ -1,0 +1,51 @@
+"""verify-parity's modules keys (ops/verify/fingerprints.py), on the MODULES fact recorded on
+the lab under Lmod 8.6 and Environment Modules 5.2 (tests/facts/modules/), and the parity of two
+nodes whose cuda/12.6 resolves to different prefixes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from nodeprep.engine.facts import FactValues
+from nodeprep.engine.facts.modules import MODULES
+from nodeprep.ops.verify import fingerprints, parity
+
+FACTS = Path(__file__).resolve().parents[1] / "facts" / "modules"
+V = {"modules": ["python/3.11", "cuda/12.6", "cuda/12.8"]}
+
+
+def recorded(name: str) -> dict:
+    return json.loads((FACTS / f"{name}.json").read_text())["expected"]
+
+
+def keys(fact: dict | None, v: dict = V) -> dict:
+    fp: dict = {}
+    fingerprints._modules(fp, v, FactValues({} if fact is None else {MODULES.key: fact}))
+    return fp
+
+
+def test_the_system_the_loaded_modules_and_what_they_set():
+    fp = keys(recorded("lmod_missing_version"))
+    assert fp["modules.system"] == "lmod 8.6.19"
+    assert fp["modules.loaded"] == "python/3.11, cuda/12.6"  # cuda/12.8 did not load
+    assert fp["modules.env.CUDA_HOME"] == "/var/lib/nodeprep/lab-modules/sw/cuda/12.6"
+    assert fp["modules.env.PATH"].startswith("/var/lib/nodeprep/lab-modules/sw/cuda/12.6/bin:")
+    assert keys(recorded("tcl_missing_version"))["modules.system"] == "tcl 5.2.0"
+    assert keys(recorded("no_init")) == {"modules.system": "none", "modules.loaded": "none"}
+    assert keys(recorded("lmod_missing_version"), {"modules": []}) == {}  # none named: no keys
+
+
+def test_a_module_resolving_elsewhere_on_one_node_is_drift_with_both_values():
+    a = recorded("lmod_missing_version")
+    b = copy.deepcopy(a)
+    b["env"]["CUDA_HOME"] = "/opt/site/cuda-12.6.3"
+    rep = parity.compare({"worker-0": keys(a), "worker-1": keys(b)})
+    drift = {d.key: {g.value: list(g.nodes) for g in d.groups} for d in rep.drift}
+    assert drift == {
+        "modules.env.CUDA_HOME": {
+            "/var/lib/nodeprep/lab-modules/sw/cuda/12.6": ["worker-0"],
+            "/opt/site/cuda-12.6.3": ["worker-1"],
+        }
+    }
