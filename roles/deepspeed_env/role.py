@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from nodeprep.engine.facts import FILE, INTERFACES, USER
+from nodeprep.engine.facts import FILE, INTERFACES, MODULES, USER
 from nodeprep.engine.steps import FileContent
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops import pystack
@@ -57,7 +57,7 @@ FACTS = [INTERFACES, USER]
 
 
 def reads(ctx):
-    return [FILE("~/.deepspeed_env")]
+    return [FILE("~/.deepspeed_env")] + ([MODULES] if ctx.vars.get("modules") else [])
 
 
 def content(env: dict[str, str]) -> str:
@@ -71,6 +71,12 @@ def node_env(ctx) -> dict[str, str]:
     # differs per node stays in each node's own env file (nccl role) instead
     own = proposal.get(ctx.name) if ncclenv.fleet_wide(proposal) else None
     env = ncclenv.node_env(v, own)
+    # what the node's `modules` set (the runner runs no `module load` on the ranks' nodes):
+    # their values, LD_LIBRARY_PATH after the NCCL libraries'
+    mods = (ctx.facts.get(MODULES) or {}).get("env") or {} if v.get("modules") else {}
+    for k, val in mods.items():
+        if k != "PATH":
+            env[k] = f"{env[k]}:{val}" if k == "LD_LIBRARY_PATH" and env.get(k) else val
     env.update(pystack.path_env(v, ctx.facts))  # the launcher does not forward PATH
     for k, val in (v["deepspeed_env"] or {}).items():
         env[k] = str(val).lower() if isinstance(val, bool) else str(val)

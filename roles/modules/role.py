@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from nodeprep.engine.facts import MODULES
-from nodeprep.engine.facts.modules import INITS
-from nodeprep.engine.steps import Step, StepCheck
+from nodeprep.engine.facts import FILE, MODULES
+from nodeprep.engine.facts.modules import INITS, load_snippet
+from nodeprep.engine.steps import FileBlock, Step, StepCheck
 from nodeprep.errors import InputError
 
 # A module name as sites write them: cuda/12.6, cray-python/3.11.7, PrgEnv-gnu, gcc/13.2.0+x
@@ -56,7 +56,7 @@ def validate(prov):
 
 
 def reads(ctx):
-    return [MODULES] if ctx.vars.get("modules") else []
+    return [MODULES, FILE(ctx.vars["env_file"])] if ctx.vars.get("modules") else []
 
 
 def problem(fact: dict | None, v: dict) -> tuple[str, str] | None:
@@ -107,5 +107,8 @@ def steps(ctx):
             check,
             action=None,
             hint=p[1] if p else "",
-        )
+        ),
+        # every shell that sources the env file (the shell role: logins, and the
+        # non-interactive ones pdsh and mpirun start) loads them, before the venv's PATH
+        FileBlock(v["env_file"], "modules", load_snippet(v), mode=0o600, where="first"),
     ]

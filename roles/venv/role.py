@@ -14,6 +14,7 @@ from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import FileBlock, Room, Step, StepCheck, scope_of
 from nodeprep.ops.provision import room
 from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, STAMP, USER, VENV
+from nodeprep.engine.facts.modules import load_snippet
 from nodeprep.engine.facts.python import MAKING
 
 MODES = ("auto", "no-pip", "ensurepip")
@@ -152,7 +153,9 @@ def steps(ctx):
     replace = (f"if [ -e {rpath(venv)} ]; then [ -f {rpath(venv)}/pyvenv.cfg ] || [ -f {rpath(venv)}/{MAKING} ] "
                f"|| {{ echo {refuse} >&2; exit 1; }}; rm -rf {rpath(venv)}; fi; ")
     out.append(Step(f"venv.create {venv}", [VENV(venv)], exists,
-                    action=replace + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"]),
+                    # with `modules`: made by the interpreter they put first, in their environment
+                    action=load_snippet(v) + replace
+                    + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"]),
                     scope=scope_of(venv)))
     pystack.wheelhouse_manifests(prov)      # no-op when the wheelhouse role already did it
     manifest = prov.shared.manifests.get(ctx.name)

@@ -37,6 +37,24 @@ ERR_LINES = 4
 SEP = "\x1e"  # a newline inside a variable's value, as the snippet prints it
 
 
+def load_snippet(v: dict) -> str:
+    """sh that loads the node's `modules` quietly, as a login shell would: the init file (the
+    first of `module_init` or INITS that exists), `module use` for each `module_path` entry,
+    `module load` of the modules in order. "" when none are named. What the PYTHON fact, the
+    venv's making and the env file's `modules` block run."""
+    mods = [str(m) for m in (v.get("modules") or [])]
+    if not mods:
+        return ""
+    q = shlex.quote
+    inits = [v["module_init"]] if v.get("module_init") else list(INITS)
+    uses = "".join(f"module use {q(str(p))}; " for p in v.get("module_path") or [])
+    return (
+        f"for np_f in {' '.join(q(i) for i in inits)}; do "
+        '[ -r "$np_f" ] && { . "$np_f"; break; }; done >/dev/null 2>&1 </dev/null; unset np_f\n'
+        f"{{ {uses}module load {' '.join(q(m) for m in mods)}; }} >/dev/null 2>&1 </dev/null\n"
+    )
+
+
 def _script(v: dict) -> str:
     mods = [str(m) for m in (v.get("modules") or [])]
     if not mods:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from nodeprep.engine.facts.modules import load_snippet
 from nodeprep.engine.facts.probe import Fact
 from nodeprep.engine.remote import rpath
 
@@ -74,7 +75,8 @@ def _python_script(v: dict) -> str:
     later has another stat than the one its entry was written under."""
     name = shlex.quote(str(v.get("python") or "python3"))
     return (
-        f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}\n"
+        load_snippet(v)  # with `modules` named: the interpreter they put first (issue 46)
+        + f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}\n"
         "k=\n"
         "c=\n"
         'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && '

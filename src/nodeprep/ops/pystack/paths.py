@@ -18,8 +18,12 @@ def venv_path(v: dict, facts: dict) -> str:
 
 
 def path_env(v: dict, facts: dict) -> dict[str, str]:
-    """PATH for ranks started by a launcher (which does not forward PATH)."""
-    return {"PATH": f"{venv_path(v, facts)}/bin:/usr/local/bin:/usr/bin:/bin"}
+    """PATH for ranks started by a launcher (which does not forward PATH): the venv's bin, then
+    the PATH the node's `modules` make (the MODULES fact), else the system's."""
+    mods = (facts.get("modules") or {}).get("env") or {} if v.get("modules") else {}
+    return {
+        "PATH": f"{venv_path(v, facts)}/bin:{mods.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}"
+    }
 
 
 # In the venv: the stamp of the last `import torch` that passed there (the torch role's verify
