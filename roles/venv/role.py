@@ -143,6 +143,10 @@ def steps(ctx):
         e = facts[key]
         if e.get("making"):
             return StepCheck(False, "its making was cut short")
+        made_by = posixpath.dirname(py["path"])
+        if v.get("modules") and e["exists"] and e.get("home") not in (None, made_by):
+            # the modules now put another interpreter first: a change, not a silent mismatch
+            return StepCheck(False, f"made by the python in {e['home']}, the modules give {made_by}")
         if e["exists"] and e["python"] == py["version"] and "pip" in e["packages"]:
             return StepCheck(True)
         return StepCheck(False, "missing" if not e["exists"] else "no pip" if e["python"] else

@@ -341,6 +341,7 @@ def test_venv_probe_runs_the_interpreter_only_when_it_changed(tmp_path):
         "python": "3.11.2",
         "packages": {"numpy": "2.1.0"},
         "platforms": {},
+        "home": "/usr/bin",  # the directory of the interpreter that made it
     }
     mark = next(venv.glob(".nodeprep-runs.*"))
     key = mark.read_text()

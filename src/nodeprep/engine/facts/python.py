@@ -32,10 +32,13 @@ def _venv_script(path: str) -> str:
         f"[ -x {p}/bin/python ] || {{ echo MISSING; exit 0; }}\n"
         # the version line of pyvenv.cfg with sh builtins (was sed | head: two execs)
         "v=\n"
+        "h=\n"
         'while IFS= read -r l || [ -n "$l" ]; do\n'
-        "  case $l in version_info*=*|'version '*=*|version=*) v=${l#*=}; break;; esac\n"
+        "  case $l in version_info*=*|'version '*=*|version=*) v=${l#*=};;\n"
+        "    home*=*) h=${l#*=};; esac\n"
         f"done < {p}/pyvenv.cfg\n"
         "printf '%s\\n' \"${v:-?}\"\n"
+        '[ -n "$h" ] && printf \'@H %s\\n\' "$h"\n'
         f"[ -f {p}/{MAKING} ] && echo @@MAKING@@\n"
         "m=\n"
         "IFS= read -r m 2>/dev/null < /etc/machine-id\n"
@@ -77,7 +80,10 @@ def parse_venv(text: str, rc: int) -> dict:
     if not lines or lines[0] == "MISSING":
         return {"exists": False, "python": None, "packages": {}, "platforms": {}}
     making = {"making": True} if "@@MAKING@@" in lines else {}
-    lines = [ln for ln in lines if ln != "@@MAKING@@"]
+    # pyvenv.cfg's home: the directory of the interpreter that made it (issue 46: a module
+    # that now puts another one first is a change)
+    home = {"home": ln[3:].strip() for ln in lines if ln.startswith("@H ")}
+    lines = [ln for ln in lines if ln != "@@MAKING@@" and not ln.startswith("@H ")]
     if "@@BROKEN@@" in lines:
         return {
             "exists": True,
@@ -107,6 +113,7 @@ def parse_venv(text: str, rc: int) -> dict:
         "python": ".".join(lines[0].split(".")[:3]),
         "packages": pkgs,
         "platforms": plats,
+        **home,
         **making,
     }
 
