@@ -14,7 +14,7 @@ from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import FileBlock, Room, Step, StepCheck, scope_of
 from nodeprep.ops.provision import room
 from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, STAMP, USER, VENV
-from nodeprep.engine.facts.modules import load_snippet
+from nodeprep.engine.facts.modules import under_modules
 from nodeprep.engine.facts.python import MAKING
 
 MODES = ("auto", "no-pip", "ensurepip")
@@ -158,8 +158,8 @@ def steps(ctx):
                f"|| {{ echo {refuse} >&2; exit 1; }}; rm -rf {rpath(venv)}; fi; ")
     out.append(Step(f"venv.create {venv}", [VENV(venv)], exists,
                     # with `modules`: made by the interpreter they put first, in their environment
-                    action=load_snippet(v) + replace
-                    + create_script(python, venv, v["wheelhouse_dir"], v["venv_bootstrap"]),
+                    action=under_modules(v, replace + create_script(
+                        python, venv, v["wheelhouse_dir"], v["venv_bootstrap"])),
                     scope=scope_of(venv)))
     pystack.wheelhouse_manifests(prov)      # no-op when the wheelhouse role already did it
     manifest = prov.shared.manifests.get(ctx.name)

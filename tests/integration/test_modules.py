@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 
 from nodeprep import cli as api
 from nodeprep import lab as labmod
-from nodeprep.commands.options import ProvisionOptions
+from nodeprep.commands.options import ProvisionOptions, TrainOptions, VerifyOptions
 from nodeprep.lab import modules as labmods
 
 from .conftest import ssh_argv
@@ -56,7 +57,9 @@ def _inventory(info, path, per_host: dict) -> str:
 
 
 def _provision(inv: str, settings, capsys, roles: str) -> tuple[int, dict]:
-    rc = api.provision(ProvisionOptions(inventory=inv, roles=roles, json=True), settings)
+    """ROLES "": every role of the site."""
+    opts = ProvisionOptions(inventory=inv, roles=roles or None, json=True)
+    rc = api.provision(opts, settings)
     return rc, json.loads(capsys.readouterr().out)
 
 
@@ -101,3 +104,117 @@ def test_a_module_missing_on_one_node_is_named_and_nothing_changes_there(
     assert rc == 0, report
     rc, report = _provision(inv, settings, capsys, "modules,shell")
     assert rc == 0 and report["changed"] == 0, report
+
+
+# -- seed 003 end to end: the venv from the python module, ranks under the modules ------------
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "modules_ddp.py"
+SEED_MODULES = ["python/3.11", "cuda/12.6"]
+
+
+@pytest.fixture(scope="module")
+def seed(mods, tmp_path_factory):
+    """The lab under Lmod, provisioned cold with every role as seed 003's inventory says:
+    `python: python3` (the one the modules put first), its modules, their tree."""
+    info = _up(mods, "lmod")
+    settings = mods[1]
+    for node in info.nodes:  # cold: no env file, venv or block from an earlier test
+        subprocess.run(
+            ssh_argv(info, node, settings, "rm -rf ~/.nodeprep; : > ~/.bashrc"),
+            check=True,
+            capture_output=True,
+        )
+    ctl = tmp_path_factory.mktemp("modsctl")
+    doc = yaml.safe_load(info.inventory.read_text())
+    doc["vars"].update(
+        python="python3",
+        modules=SEED_MODULES,
+        module_path=[TREE],
+        slots=2,
+        controller_key=f"{ctl}/id",
+        controller_ssh_config=f"{ctl}/config",
+    )
+    inv = tmp_path_factory.mktemp("modsinv") / "hosts.yml"
+    inv.write_text(yaml.safe_dump(doc))
+    return info, settings, str(inv), mods
+
+
+def _train(seed, capfd, launcher: str) -> tuple[int, str]:
+    info, settings, inv, _mods = seed
+    code = api.train(
+        TrainOptions(inventory=inv, launcher=launcher, payload=str(SCRIPT), timeout=240), settings
+    )
+    out = capfd.readouterr()
+    return code, out.out + out.err
+
+
+def test_seed_003_provisions_cold_on_the_modules_then_nothing_to_change(seed, capsys):
+    info, settings, inv, _mods = seed
+    rc, report = _provision(inv, settings, capsys, "")
+    assert rc == 0, [
+        (n, s["step"], s.get("message"))
+        for n, r in report["nodes"].items()
+        for s in r["steps"]
+        if s["status"] == "failed"
+    ]
+    rc, report = _provision(inv, settings, capsys, "")
+    assert rc == 0 and report["changed"] == 0, [
+        (n, s["step"], s.get("message"))
+        for n, r in report["nodes"].items()
+        for s in r["steps"]
+        if s["status"] == "changed"
+    ]
+    r = subprocess.run(
+        ssh_argv(info, info.nodes[1], settings, "cat ~/.nodeprep/venv/pyvenv.cfg"),
+        capture_output=True,
+        text=True,
+    )
+    assert "home = /var/lib/nodeprep/lab-modules/sw/python/3.11/bin" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun"])
+def test_seed_003_trains_with_the_modules_loaded_in_every_rank(seed, capfd, launcher):
+    code, out = _train(seed, capfd, launcher)
+    assert code == 0, out
+    for rank in range(4):
+        assert f"modules-ddp: rank {rank}/4 ok under cuda 12.6" in out, out
+
+
+def test_the_same_fleet_under_environment_modules_changes_nothing_and_trains(seed, capfd):
+    """Lmod swapped for Environment Modules under the same inventory: the same modules give the
+    same environment, so provision has nothing to change, and the ranks still get them."""
+    info, settings, inv, mods = seed
+    _up(mods, "tcl")
+    rc, report = _provision(inv, settings, capfd, "")
+    assert rc == 0 and report["changed"] == 0, report
+    code, out = _train(seed, capfd, "deepspeed")
+    assert code == 0, out
+    assert out.count("modules-ddp: rank ") == 4 and "ok under cuda 12.6" in out, out
+
+
+def test_a_module_that_resolves_elsewhere_on_one_node_is_drift(seed, capsys, tmp_path):
+    """worker-1 finds its own cuda/12.6 first (a modulefile tree in its home, as a node with
+    another site install would): verify-parity names the two CUDA_HOME values."""
+    info, settings, inv, _mods = seed
+    home = info.nodes[1].home
+    mine = home / "mf" / "cuda"
+    mine.mkdir(parents=True, exist_ok=True)
+    text = (labmods.MODULEFILES / "cuda" / "12.6").read_text()
+    (mine / "12.6").write_text(text.replace(str(labmods.TREE), "/opt/other"))
+    subprocess.run(["chown", "-R", "--reference", str(home), str(home / "mf")], check=True)
+    doc = yaml.safe_load(Path(inv).read_text())
+    doc["hosts"]["worker-1"]["module_path"] = ["/home/nodeprep/mf", TREE]
+    other = tmp_path / "hosts.yml"
+    other.write_text(yaml.safe_dump(doc))
+    api.verify_parity(VerifyOptions(inventory=str(other), json=True, port=None), settings)
+    rep = json.loads(capsys.readouterr().out)
+    groups = {
+        d["key"]: {g["value"]: g["nodes"] for g in d["groups"]}
+        for d in rep["drift"]
+        if d["key"].startswith("modules.")
+    }
+    assert groups["modules.env.CUDA_HOME"] == {
+        f"{labmods.TREE}/sw/cuda/12.6": ["worker-0"],
+        "/opt/other/sw/cuda/12.6": ["worker-1"],
+    }, rep["drift"]
+    assert not rep["ok"]

@@ -1,13 +1,15 @@
 """MODULES: the node's environment modules as the ranks will load them (issue 46).
 
-One snippet, in a subshell of the probe's sh: the init a login shell would source (the host var
-`module_init`, else the first of INITS that exists: the profile.d scripts Lmod and Environment
-Modules install, then their own sh init files, Cray's among them), `module use` for each of
-`module_path`, then `module load` for each of `modules`, in order. It reports the module system
-and its version (`module --version`), each module's load (its exit status and first error
-lines; for one that failed, what `module -t avail NAME` lists of the same name), the loaded
-list (`module -t list`), and the environment before the loads and after (`env -0`, one
-variable a line), so the controller computes what the modules set: PATH, LD_LIBRARY_PATH,
+One snippet, in a clean environment (env -i: HOME, USER, LOGNAME and BASE_PATH, as a login
+starts, whatever the probe's own shell loaded already): the init a login shell would source
+(the host var `module_init`, else the first of INITS that exists: the profile.d scripts Lmod
+and Environment Modules install, then their own sh init files, Cray's among them), one `module
+use` of the `module_path` entries (the first searched first), then `module load` for each of
+`modules`, in order. It reports the module system and its version (`module --version`), each
+module's load (its exit status and first error lines; for one that failed, what `module -t avail
+NAME` lists of the same name), the loaded list (`module -t list`), and the environment before
+the loads and after (`env -0`, one variable a line), so the controller computes what the
+modules set: PATH, LD_LIBRARY_PATH,
 CUDA_HOME and whatever else. A node with no init is {"init": None}: "no module system".
 """
 
@@ -34,7 +36,14 @@ INTERNAL = re.compile(
     r"OLDPWD|PWD|SHLVL|_)$"
 )
 ERR_LINES = 4
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"  # the PATH the snippet starts from (and ranks' base)
 SEP = "\x1e"  # a newline inside a variable's value, as the snippet prints it
+
+
+def _use(v: dict) -> str:
+    """One `module use` of every module_path entry: both systems keep the order given (the
+    first is searched first), where one `module use` each would put the last first."""
+    return "module use " + " ".join(shlex.quote(str(p)) for p in v["module_path"])
 
 
 def load_snippet(v: dict) -> str:
@@ -47,11 +56,23 @@ def load_snippet(v: dict) -> str:
         return ""
     q = shlex.quote
     inits = [v["module_init"]] if v.get("module_init") else list(INITS)
-    uses = "".join(f"module use {q(str(p))}; " for p in v.get("module_path") or [])
+    uses = _use(v) + "; " if v.get("module_path") else ""
     return (
         f"for np_f in {' '.join(q(i) for i in inits)}; do "
         '[ -r "$np_f" ] && { . "$np_f"; break; }; done >/dev/null 2>&1 </dev/null; unset np_f\n'
         f"{{ {uses}module load {' '.join(q(m) for m in mods)}; }} >/dev/null 2>&1 </dev/null\n"
+    )
+
+
+def under_modules(v: dict, script: str) -> str:
+    """SCRIPT run by sh in a clean environment with the node's `modules` loaded (as a fresh
+    login would have them: whatever the calling shell loaded already, such as the env file's
+    blocks and the venv's PATH, plays no part); SCRIPT itself when none are named."""
+    if not v.get("modules"):
+        return script
+    return (
+        'env -i HOME="$HOME" USER="$USER" LOGNAME="${LOGNAME:-$USER}" '
+        f"PATH={BASE_PATH} /bin/sh -c {shlex.quote(load_snippet(v) + script)}\n"
     )
 
 
@@ -62,7 +83,6 @@ def _script(v: dict) -> str:
     inits = [v["module_init"]] if v.get("module_init") else list(INITS)
     q = shlex.quote
     lines = [
-        "(",
         "np_mi=",
         f"for np_f in {' '.join(q(i) for i in inits)}; do "
         '[ -r "$np_f" ] && { np_mi=$np_f; break; }; done',
@@ -73,7 +93,8 @@ def _script(v: dict) -> str:
         'type module >/dev/null 2>&1 || { echo "nomodule"; exit 0; }',
         "module --version 2>&1 </dev/null | head -3 | sed 's/^/version /'",
     ]
-    lines += [f"module use {q(str(p))} >/dev/null 2>&1" for p in v.get("module_path") or []]
+    if v.get("module_path"):
+        lines.append(f"{_use(v)} >/dev/null 2>&1")
     lines += ["echo '@@env0'", "np_env", "echo '@@loads'", "np_t=$(mktemp)"]
     for m in mods:
         base = q(m.split("/")[0])
@@ -89,9 +110,13 @@ def _script(v: dict) -> str:
         "module -t list 2>&1 </dev/null",
         "echo '@@env1'",
         "np_env",
-        ")",
     ]
-    return "\n".join(lines)
+    # from a clean environment (as a fresh login's before its profile): what the modules set
+    # must not depend on what this very shell already loaded (the env file's block does)
+    return (
+        'exec env -i HOME="$HOME" USER="$USER" LOGNAME="${LOGNAME:-$USER}" '
+        f"PATH={BASE_PATH} /bin/sh -c {q(chr(10).join(lines))}"
+    )
 
 
 def _env(lines: list[str]) -> dict[str, str]:

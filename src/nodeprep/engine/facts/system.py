@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from nodeprep.engine.facts.modules import load_snippet
+from nodeprep.engine.facts.modules import under_modules
 from nodeprep.engine.facts.probe import Fact
 from nodeprep.engine.remote import rpath
 
@@ -74,9 +74,10 @@ def _python_script(v: dict) -> str:
     (`head -c 2`) runs only before writing an entry, since a file that becomes a script
     later has another stat than the one its entry was written under."""
     name = shlex.quote(str(v.get("python") or "python3"))
-    return (
-        load_snippet(v)  # with `modules` named: the interpreter they put first (issue 46)
-        + f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}\n"
+    # with `modules` named: the interpreter they put first, in their environment (issue 46)
+    return under_modules(
+        v,
+        f"p=$(command -v {name}) || {{ echo MISSING; exit 0; }}\n"
         "k=\n"
         "c=\n"
         'if [ -d "$HOME/.nodeprep" ] && IFS= read -r m 2>/dev/null < /etc/machine-id && '
@@ -101,7 +102,7 @@ def _python_script(v: dict) -> str:
         '        printf \'%s\\n\' "$a" "$x" "$y" "$z"\n'
         '      done < "$c"; } > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null;;\n'
         "esac\n"
-        "exit 0"
+        "exit 0",
     )
 
 

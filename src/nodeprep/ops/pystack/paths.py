@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import posixpath
 
+from nodeprep.engine.facts.modules import BASE_PATH
+
 
 def node_path(p: str, facts: dict) -> str:
     """P as an absolute path on this node (`~` resolved with the node's home)."""
@@ -21,9 +23,7 @@ def path_env(v: dict, facts: dict) -> dict[str, str]:
     """PATH for ranks started by a launcher (which does not forward PATH): the venv's bin, then
     the PATH the node's `modules` make (the MODULES fact), else the system's."""
     mods = (facts.get("modules") or {}).get("env") or {} if v.get("modules") else {}
-    return {
-        "PATH": f"{venv_path(v, facts)}/bin:{mods.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}"
-    }
+    return {"PATH": f"{venv_path(v, facts)}/bin:{mods.get('PATH') or BASE_PATH}"}
 
 
 # In the venv: the stamp of the last `import torch` that passed there (the torch role's verify
