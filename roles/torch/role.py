@@ -14,7 +14,7 @@ import shlex
 
 from packaging.version import InvalidVersion, Version
 
-from nodeprep.engine.facts import GPUS, OS, STAMP, USER, VENV
+from nodeprep.engine.facts import GPUS, MODULES, OS, STAMP, USER, VENV
 from nodeprep.engine.remote import rpath, stamp_from_list
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import Step, StepCheck, scope_of
@@ -130,7 +130,10 @@ def controller(prov):
 
 def reads(ctx):
     venv = ctx.vars["venv_path"]
-    return [VENV(venv), STAMP(pystack.verified_stamp(venv))]
+    # MODULES: a loaded cuda module is the torch plan's preferred variant (pystack.torch_plan)
+    return [VENV(venv), STAMP(pystack.verified_stamp(venv))] + (
+        [MODULES] if ctx.vars.get("modules") else []
+    )
 
 
 def matches(have: str | None, want: str) -> bool:

@@ -12,7 +12,7 @@ import posixpath
 import shlex
 import time
 
-from nodeprep.engine.facts import DIR, FILE, GPUS, OS, PYTHON, STAMP, USER
+from nodeprep.engine.facts import DIR, FILE, GPUS, MODULES, OS, PYTHON, STAMP, USER
 from nodeprep.engine.remote import SHA256_SH, rpath, stamp_from_list
 from nodeprep.engine.steps import FileContent, Room, Step, StepCheck, scope_of
 from nodeprep.errors import InputError, NodeprepError
@@ -54,7 +54,7 @@ def reads(ctx):
         FILE(posixpath.join(d, SUMS)),
         FILE(posixpath.join(d, "requirements.lock")),
         STAMP(posixpath.join(d, STAMP_NAME)),
-    ]
+    ] + ([MODULES] if ctx.vars.get("modules") else [])  # the torch plan's cuda module
 
 
 # Line 1 of the stamp. SHA256SUMS and the stamp are written by one action, after its check

@@ -494,3 +494,32 @@ def test_cli_exit_codes(capsys, args, code, says):
     assert says in (out.out if code == 0 else out.err)
     if code:
         assert out.err.startswith("error: ") and out.err.count("\n") == 1  # one line, no traceback
+
+
+@pytest.mark.parametrize(
+    "loaded, variant",
+    [
+        (["python/3.11", "cuda/12.6"], "cu126"),
+        (["cuda/12.8.1"], "cu128"),
+        (["cudatoolkit/12.4"], "cu124"),
+        (["cudatoolkit/23.9_11.8"], None),  # Cray's: the HPC SDK's version first, not read
+        (["python/3.11"], None),
+        (None, None),
+    ],
+)
+def test_the_variant_a_loaded_cuda_module_names(loaded, variant):
+    assert torchplan.cuda_variant_of_modules(loaded) == variant
+
+
+def test_a_loaded_cuda_module_is_preferred_where_it_fits_else_the_rule_stands():
+    """An A100 on driver 535 (torch 2.13: cu126, cu128 and cu129 all fit, the rule picks the
+    newest): `module load cuda/12.6` makes it cu126; a module asking for a variant 2.13 does not
+    publish (cu118) leaves the rule's pick, and the explanation says so."""
+    nodes = [parse_node_spec("a100-0:driver=535.104.05,gpus=8x8.0")]
+    assert choose("2.13.0", nodes).builds[0].variant == "cu129"
+    plan = choose("2.13.0", nodes, prefer="cu126")
+    assert plan.builds[0].variant == "cu126"
+    assert any("cuda module asks for cu126: it fits" in line for line in plan.explain)
+    plan = choose("2.13.0", nodes, prefer="cu118")
+    assert plan.builds[0].variant == "cu129"
+    assert any("the rule's pick stands" in line for line in plan.explain)

@@ -64,8 +64,11 @@ def torch_plan(prov):
         by_release = _releases_by_platform(prov, nodes)
         template = next(iter(prov.vars.values())).get("torch_index")
         own = template in (None, "pip-config")
+        prefer = _module_cuda(prov)
         plans = [
-            torchplan.choose(version, group) if own else torchplan.choose(version, group, template)
+            torchplan.choose(version, group, prefer=prefer)
+            if own
+            else torchplan.choose(version, group, template, prefer=prefer)
             for version, group in by_release.items()
         ]
         plan = torchplan.merged(plans)
@@ -80,6 +83,25 @@ def torch_plan(prov):
             )
         prov.shared.torch_plan = plan
     return prov.shared.torch_plan
+
+
+def _module_cuda(prov) -> str | None:
+    """The torch variant the nodes' loaded cuda module names (cuda/12.6 -> cu126: the MODULES
+    fact's loaded list), when every node that names modules loads the same one; None else."""
+    from nodeprep.ops import torchplan
+
+    got = {
+        torchplan.cuda_variant_of_modules((f.get("modules") or {}).get("loaded"))
+        for n, f in prov.facts.items()
+        if prov.vars[n].get("modules")
+    }
+    got.discard(None)
+    if len(got) > 1:
+        prov.notes.append(
+            f"torch plan: the nodes load different cuda modules ({', '.join(sorted(got))}): "
+            "none is preferred"
+        )
+    return got.pop() if len(got) == 1 else None
 
 
 def _releases_by_platform(prov, nodes) -> dict:

@@ -3,7 +3,8 @@
   torch_matrix.yml  the facts: wheels per release x platform x variant, driver minimums,
                     GPU generations, each with its source
   data.py           reading those facts
-  nodes.py          the fleet's nodes as the plan sees them (from the `gpus` fact or --node specs)
+  nodes.py          the fleet's nodes as the plan sees them (from the `gpus` fact or --node specs),
+                    and the variant a loaded cuda module names
   generations.py    step 1: the nodes' GPU facts usable, each GPU's generation on its driver
   rule.py           per platform: which wheels fit its drivers and GPUs, and why none does
   plan.py           the order the rule is applied in, and the Plan
@@ -21,6 +22,7 @@ from nodeprep.ops.torchplan.plan import (
     PlanError,
     choose,
     covers,
+    cuda_variant_of_modules,
     evaluate,
     from_pip_config,
     merged,
@@ -38,6 +40,7 @@ __all__ = [
     "PlanError",
     "choose",
     "covers",
+    "cuda_variant_of_modules",
     "evaluate",
     "from_pip_config",
     "merged",

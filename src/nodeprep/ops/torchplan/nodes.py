@@ -95,3 +95,18 @@ def parse_node_spec(text: str, default_arch: str = "x86_64") -> NodeGPU:
         cpu_only="cpu" in vals,
         models=[m for _, m in found],
     )
+
+
+# A loaded CUDA toolkit module as sites name it: cuda/12.6, cuda/12.6.3, cudatoolkit/12.4
+CUDA_MODULE = re.compile(r"(?:cuda|cudatoolkit|cuda-toolkit)/(\d+)\.(\d+)(?:[._-].*)?")
+
+
+def cuda_variant_of_modules(loaded: list[str] | None) -> str | None:
+    """The torch variant (cu126) of the first loaded CUDA toolkit module (`module -t list`'s
+    names), None when none is loaded or its version is no CUDA release (11-13: Cray's
+    cudatoolkit/23.9_11.8 names the HPC SDK first and is not read)."""
+    for name in loaded or []:
+        hit = CUDA_MODULE.fullmatch(name.strip().lower())
+        if hit and 11 <= int(hit.group(1)) <= 13:
+            return f"cu{hit.group(1)}{hit.group(2)}"
+    return None

@@ -31,6 +31,7 @@ from nodeprep.ops.torchplan.nodes import (
     ARCH_ALIASES,
     SPEC_SYNTAX,
     NodeGPU,
+    cuda_variant_of_modules,
     node_from_facts,
     parse_node_spec,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "choose",
     "covers",
     "evaluate",
+    "cuda_variant_of_modules",
     "node_from_facts",
     "parse_node_spec",
 ]
@@ -260,12 +262,15 @@ def choose(
     nodes: list[NodeGPU],
     index_template: str = DEFAULT_INDEX,
     today: datetime.date | None = None,
+    prefer: str | None = None,
 ) -> Plan:
     """The fleet's builds (one per CPU platform), or PlanError naming the node, why and a fix;
-    both carry the explanation (`plan.explain`, `error.explain`): table rows and rule steps."""
+    both carry the explanation (`plan.explain`, `error.explain`): table rows and rule steps.
+    PREFER: the variant the nodes' loaded cuda module names (cuda_variant_of_modules), taken
+    where it fits every platform; the rule's own pick otherwise."""
     why: list[str] = []
     try:
-        plan = _choose(torch, nodes, index_template, today, why)
+        plan = _choose(torch, nodes, index_template, today, why, prefer)
     except PlanError as e:
         e.explain = _cited((e.explain or why) + [f"=> no build: {e}"])
         raise
@@ -322,7 +327,7 @@ def _mixed(fl: PlatformGroups, plan: Plan) -> str:
     )
 
 
-def _choose(torch, nodes, index_template, today, why) -> Plan:
+def _choose(torch, nodes, index_template, today, why, prefer=None) -> Plan:
     full, minor = parse_torch(torch)
     rel = _release(torch, full, minor, nodes, index_template, why)
     check_nodes(nodes)
@@ -331,7 +336,7 @@ def _choose(torch, nodes, index_template, today, why) -> Plan:
         return _cpu_plan(fl, full, minor, index_template, why)
     why.append("1. GPU generations against their own node's driver:")
     check_generations(fl, why, today)
-    got = picks(fl, minor, full, why)
+    got = picks(fl, minor, full, why, prefer)
     if got is None:
         raise diagnose(fl, minor, full, _fits(fl), today)
     plan = Plan(

@@ -177,9 +177,17 @@ def _record(why: list[str], fl: PlatformGroups, minor: str, full: str, per: dict
             why.append(f"     -> {'fits' if c.why is None else 'dropped: ' + c.why}")
 
 
-def picks(fl: PlatformGroups, minor: str, full: str, why: list[str] | None = None) -> dict | None:
-    """{arch: (picked Cand, all Cands)}: a variant fitting every platform wins, newest first;
-    else each platform's newest. None when some platform has no fitting wheel."""
+def picks(
+    fl: PlatformGroups,
+    minor: str,
+    full: str,
+    why: list[str] | None = None,
+    prefer: str | None = None,
+) -> dict | None:
+    """{arch: (picked Cand, all Cands)}: a variant fitting every platform wins, newest first
+    (PREFER first where it fits every platform: the CUDA toolkit the nodes' loaded `cuda`
+    module gives, e.g. cu126); else each platform's newest. None when some platform has no
+    fitting wheel."""
     per = {a: evaluate(fl, minor, full, a) for a in fl.arches}
     if why is not None:
         _record(why, fl, minor, full, per)
@@ -192,6 +200,18 @@ def picks(fl: PlatformGroups, minor: str, full: str, why: list[str] | None = Non
     if not all(fits.values()):
         return None
     common = [v for v in fits[fl.arches[0]] if all(v in f for f in fits.values())]
+    if prefer and prefer in common:
+        common.remove(prefer)
+        common.insert(0, prefer)
+    if prefer and why is not None:
+        why.append(
+            f"2b. the nodes' cuda module asks for {prefer}: "
+            + (
+                "it fits every platform"
+                if common and common[0] == prefer
+                else "no fitting wheel of that variant here, the rule's pick stands"
+            )
+        )
     out = {}
     for a in fl.arches:
         v = common[0] if common else fits[a][0]
