@@ -218,3 +218,21 @@ def test_a_module_that_resolves_elsewhere_on_one_node_is_drift(seed, capsys, tmp
         "/opt/other/sw/cuda/12.6": ["worker-1"],
     }, rep["drift"]
     assert not rep["ok"]
+
+
+def test_ranks_that_would_run_without_the_modules_are_named_before_anything_starts(seed, capfd):
+    """worker-1's ~/.bashrc no longer reads the env file (a user's dotfiles replaced): its
+    non-interactive shells load no module, so preflight names it and nothing is launched; the
+    next provision puts the block back."""
+    info, settings, inv, _mods = seed
+    subprocess.run(
+        ssh_argv(info, info.nodes[1], settings, ": > ~/.bashrc"), check=True, capture_output=True
+    )
+    code, out = _train(seed, capfd, "torchrun")
+    assert code != 0
+    assert "worker-1: ranks would run without module python/3.11, cuda/12.6" in out, out
+    assert "modules-ddp: rank" not in out, out
+    rc, report = _provision(inv, settings, capfd, "")
+    assert rc == 0, report
+    code, out = _train(seed, capfd, "torchrun")
+    assert code == 0, out

@@ -49,3 +49,17 @@ def test_a_module_resolving_elsewhere_on_one_node_is_drift_with_both_values():
             "/opt/site/cuda-12.6.3": ["worker-1"],
         }
     }
+
+
+def test_a_node_whose_ranks_would_run_without_a_named_module_is_named_with_the_fix():
+    from nodeprep.ops.train import contract
+
+    named = {"worker-0": ["python/3.11", "cuda"], "worker-1": ["python/3.11", "cuda/12.6"]}
+    loaded = {"worker-0": ["python/3.11", "cuda/12.6"], "worker-1": ["python/3.11"]}
+    got = contract.module_problems(named, loaded)
+    assert got == [
+        "worker-1: ranks would run without module cuda/12.6 (a non-interactive ssh shell there "
+        "has python/3.11 loaded): run `invoke provision` (the modules role's block in the env "
+        "file loads them; the shell role makes every shell read that file)"
+    ]
+    assert contract.module_problems(named, {}) and not contract.module_problems({}, loaded)

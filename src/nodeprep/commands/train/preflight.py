@@ -78,6 +78,12 @@ def contract_problems(prep: Prepared) -> list[str]:
         {n.name: got[n.name][factmod.PROGRAMS] for n in plan.nodes},
         head,
     )
+    if not plan.containers:
+        named = {n.name: prep.vars[n.name].get("modules") or [] for n in plan.nodes}
+        out += contract.module_problems(
+            {n: m for n, m in named.items() if m},
+            {n.name: got[n.name].get(factmod.RANK_MODULES) or [] for n in plan.nodes},
+        )
     if plan.launcher != "deepspeed" or plan.containers:
         return out
     out += contract.deepspeed_env_problems(

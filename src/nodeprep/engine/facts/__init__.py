@@ -15,7 +15,8 @@
   jobs.py    JOB_PROCESSES GPU_APPS PROGRAMS (and JOB_VAR, the job id every job process carries)
   container.py  CONTAINER(engines): podman/docker, may the user run them, their images, the
              GPU toolkit
-  modules.py MODULES: the module system, each named module's load, what the modules set
+  modules.py MODULES: the module system, each named module's load, what the modules set;
+             RANK_MODULES: what a non-interactive ssh shell has loaded
 
 A new fact: a snippet and a parser in the module of its domain, a data-file case per real
 output format under tests/facts/<name>/, and a line in ALL below."""
@@ -30,7 +31,7 @@ from nodeprep.engine.facts.gpuhealth import FABRIC, GPU_DETAIL
 from nodeprep.engine.facts.gpus import GPUS
 from nodeprep.engine.facts.jobs import GPU_APPS, JOB_PROCESSES, JOB_VAR, PROGRAMS
 from nodeprep.engine.facts.kernellog import KERNEL_LOG
-from nodeprep.engine.facts.modules import MODULES
+from nodeprep.engine.facts.modules import MODULES, RANK_MODULES
 from nodeprep.engine.facts.net import INTERFACES, PORT_LISTENING, ROUTE, primary_address, reaching
 from nodeprep.engine.facts.nodehealth import CLOCK, LIMITS, NET_LINKS, RDMA_PORTS
 from nodeprep.engine.facts.probe import (
@@ -62,6 +63,7 @@ from nodeprep.engine.facts.system import (
 ALL = {
     f.name: f
     for f in (
+        RANK_MODULES,
         MODULES,
         HOSTNAME,
         OS,
@@ -157,4 +159,6 @@ __all__ = [
     "SUDO",
     "LOGIN_FINDS",
     "CONTAINER",
+    "MODULES",
+    "RANK_MODULES",
 ]

@@ -200,3 +200,15 @@ def _parse(text: str, rc: int) -> dict:
 
 
 MODULES = Fact("modules", _script, _parse)  # host vars: modules, module_path, module_init
+
+
+def _rank_modules(text: str, rc: int) -> list[str]:
+    return [m for m in text.strip().split(":") if m]
+
+
+# What a launcher's non-interactive ssh shell on the node has loaded: LOADEDMODULES, which Lmod
+# and Environment Modules both keep (colon-separated), as the probe's own shell inherited it
+# from the login shell's startup files (the env file's `modules` block). No exec.
+RANK_MODULES = Fact(
+    "rank_modules", lambda _v: "printf '%s\\n' \"${LOADEDMODULES:-}\"", _rank_modules
+)

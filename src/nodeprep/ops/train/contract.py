@@ -7,7 +7,8 @@ and the fix:
 - the rendezvous port reachable from every node to the head (a listener on the head, a
   connect from each node), not only free on the head;
 - `~/.deepspeed_env` readable the way DeepSpeed's runner reads it (ops/launchenv/dsenv.py), and the
-  variables nodeprep's env file exports that the runner would not forward.
+  variables nodeprep's env file exports that the runner would not forward;
+- every module the inventory names loaded in that non-interactive shell (issue 46).
 """
 
 from __future__ import annotations
@@ -113,3 +114,21 @@ def deepspeed_env_problems(
         for line in dsenv.dropped(exported, list(exported), files, "cuda" if gpus else "cpu")
     ]
     return problems
+
+
+def module_problems(named: dict[str, list], loaded: dict[str, list]) -> list[str]:
+    """One line per node whose non-interactive ssh shell (what the ranks start from) lacks a
+    module NAMED for it; LOADED: what that shell has loaded (RANK_MODULES). A name without a
+    version (cuda) is loaded by any version of it (cuda/12.6)."""
+    out = []
+    for node, mods in named.items():
+        have = loaded.get(node) or []
+        lack = [m for m in mods if not any(h == m or h.startswith(m + "/") for h in have)]
+        if lack:
+            out.append(
+                f"{node}: ranks would run without module {', '.join(lack)} (a non-interactive "
+                f"ssh shell there has {', '.join(have) or 'no module'} loaded): run `invoke "
+                "provision` (the modules role's block in the env file loads them; the shell "
+                "role makes every shell read that file)"
+            )
+    return out
