@@ -202,6 +202,38 @@ def _parse(text: str, rc: int) -> dict:
 MODULES = Fact("modules", _script, _parse)  # host vars: modules, module_path, module_init
 
 
+def problem(fact: dict | None, v: dict) -> tuple[str, str] | None:
+    """(what is wrong, its fix) for a node whose `modules` (host vars V) do not all load, read
+    from its MODULES fact; None: they do. The modules role's step and health's check say it."""
+    fact = fact or {}
+    if fact.get("init") is None:
+        where = v.get("module_init") or ", ".join(INITS[:3]) + ", ..."
+        return (
+            f"no module system: nothing defines `module` ({where} missing)",
+            "install Lmod or Environment Modules, or set module_init to the file that "
+            "defines `module`",
+        )
+    if fact.get("system") is None:
+        return (fact.get("error") or f"{fact['init']} defines no `module`", "set module_init")
+    for name in v.get("modules") or []:
+        m = (fact.get("modules") or {}).get(name) or {}
+        if m.get("loaded"):
+            continue
+        others = [a for a in m.get("available") or [] if a != name]
+        if others:
+            return (
+                f"module {name} not available ({', '.join(others)} "
+                f"{'is' if len(others) == 1 else 'are'})",
+                "name one of those in `modules`, or install it",
+            )
+        first = (m.get("error") or "").splitlines()
+        return (
+            f"module {name} not available: {first[0][:160] if first else 'it did not load'}",
+            "add the directory of its modulefile to module_path, or install it",
+        )
+    return None
+
+
 def _rank_modules(text: str, rc: int) -> list[str]:
     return [m for m in text.strip().split(":") if m]
 

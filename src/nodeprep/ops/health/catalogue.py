@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from nodeprep.engine.facts.modules import MODULES
 from nodeprep.errors import InputError
 from nodeprep.ops.health import deep, fleet, gpu, node, nvlink
 from nodeprep.ops.health.findings import CheckSpec
@@ -182,6 +183,18 @@ CHECKS: tuple[CheckSpec, ...] = (
         facts=node.FACTS,
         run=node.shm,
         source="DeepSpeed ds_report (512 MiB); NCCL troubleshooting (Docker's 64 MB)",
+    ),
+    CheckSpec(
+        "modules",
+        "every environment module the inventory names loads (where it names any)",
+        codes={
+            "MODULES_OK": "they load",
+            "MODULE_NOT_LOADED": "one does not (what the node has instead, and the fix)",
+            "MODULES_NO_SYSTEM": "no module system defines `module`",
+        },
+        facts=(MODULES,),
+        run=node.modules,
+        source="nodeprep (issue 46): what seed 003's job script does first (module load)",
     ),
     CheckSpec(
         "limits",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from nodeprep.engine.facts import ROOM
+from nodeprep.engine.facts.modules import MODULES, problem
 from nodeprep.engine.facts.nodehealth import CLOCK, LIMITS, RDMA_PORTS
 from nodeprep.ops.health.findings import Context, Verdict
 
@@ -203,3 +204,17 @@ def clock(f, ctx: Context) -> list:
 _SYNC_FIX = "run a time-sync daemon: sudo apt install chrony (or systemctl enable --now chronyd)"
 
 FACTS = (LIMITS, CLOCK, RDMA_PORTS) + ROOMS
+
+
+def modules(f, ctx: Context) -> list:
+    """The node's named `modules` load (the MODULES fact, read as the ranks' shells will); a
+    node that names none has nothing to say."""
+    m = f.get(MODULES)
+    if not m or m.get("unused"):
+        return []
+    names = list(m.get("modules") or {})
+    bad = problem(m, {"modules": names})
+    if bad is None:
+        return [("MODULES_OK", OK, f"{', '.join(m.get('loaded') or names)} load", "")]
+    code = "MODULES_NO_SYSTEM" if m.get("system") is None else "MODULE_NOT_LOADED"
+    return [(code, CRITICAL, bad[0], bad[1])]

@@ -1,6 +1,6 @@
-"""verify-parity's modules keys (ops/verify/fingerprints.py), on the MODULES fact recorded on
-the lab under Lmod 8.6 and Environment Modules 5.2 (tests/facts/modules/), and the parity of two
-nodes whose cuda/12.6 resolves to different prefixes."""
+"""The modules as verify-parity (ops/verify/fingerprints.py), train's preflight
+(ops/train/contract.py) and health (ops/health/node.py) read them, on the MODULES fact recorded
+on the lab under Lmod 8.6 and Environment Modules 5.2 (tests/facts/modules/)."""
 
 from __future__ import annotations
 
@@ -63,3 +63,23 @@ def test_a_node_whose_ranks_would_run_without_a_named_module_is_named_with_the_f
         "file loads them; the shell role makes every shell read that file)"
     ]
     assert contract.module_problems(named, {}) and not contract.module_problems({}, loaded)
+
+
+def test_health_says_whether_the_named_modules_load():
+    from nodeprep.ops.health import node
+    from nodeprep.ops.health.findings import Context, Verdict
+
+    def check(name: str):
+        return [
+            (c, v)
+            for c, v, _r, _f in node.modules(FactValues({MODULES.key: recorded(name)}), Context())
+        ]
+
+    assert check("lmod_init_profile") == [("MODULES_OK", Verdict.OK)]
+    assert check("lmod_missing_version") == [("MODULE_NOT_LOADED", Verdict.CRITICAL)]
+    assert check("no_init") == [("MODULES_NO_SYSTEM", Verdict.CRITICAL)]
+    assert check("unused") == []  # no modules named: nothing to say
+    reason = node.modules(FactValues({MODULES.key: recorded("tcl_missing_version")}), Context())[0][
+        2
+    ]
+    assert reason == "module cuda/12.8 not available (cuda/12.4, cuda/12.6 are)"
