@@ -71,7 +71,7 @@ def controller(prov):
             img = archive.named(spec.image, *prov.origin(node, "container_image"), read)
         else:
             given[node] = pin = _pin(prov, node, spec, pins)
-            if spec.fetch == "registry":
+            if spec.fetch == "registry" or prov.check_mode:  # --check copies no image
                 prov.shared.images[node] = pin
                 continue
             img = _fetched(prov, pin, read)
@@ -281,8 +281,9 @@ def _pull_step(ctx, key, ready, pin) -> Step:
         # the layers come compressed; unpacked they take about PULL_EXPANDS times as much
         _engine_room(facts, key, ready, pin.size * PULL_EXPANDS)
 
+    how = "pulled" if ctx.vars.get("container_fetch") == "registry" else "from"
     return Step(
-        f"container.image {pin.id[:19]} (pulled: {pin.ref}, {pin.arch})",
+        f"container.image {pin.id[:19]} ({how}: {pin.ref}, {pin.arch})",
         [key],
         check,
         action=f"{engine} pull -q {shlex.quote(pin.pull)} >&2{tag} && "

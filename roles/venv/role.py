@@ -13,7 +13,7 @@ from nodeprep.errors import InputError
 from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import FileBlock, Room, Step, StepCheck, scope_of
 from nodeprep.ops.provision import room
-from nodeprep.engine.facts import FILE, GPUS, OS, PYTHON, STAMP, USER, VENV
+from nodeprep.engine.facts import FILE, GPUS, MODULES, OS, PYTHON, STAMP, USER, VENV
 from nodeprep.engine.facts.modules import under_modules
 from nodeprep.engine.facts.python import MAKING
 
@@ -48,7 +48,9 @@ FACTS = [PYTHON, USER, OS, GPUS]
 
 def reads(ctx):
     venv = ctx.vars["venv_path"]
-    return [VENV(venv), FILE(ctx.vars["env_file"]), STAMP(pystack.verified_stamp(venv))]
+    return [VENV(venv), FILE(ctx.vars["env_file"]), STAMP(pystack.verified_stamp(venv))] + (
+        [MODULES] if ctx.vars.get("modules") else []  # the torch plan's cuda module
+    )
 
 
 def create_script(python: str, venv: str, wh: str, mode: str) -> str:
@@ -143,8 +145,8 @@ def steps(ctx):
         e = facts[key]
         if e.get("making"):
             return StepCheck(False, "its making was cut short")
-        made_by = posixpath.dirname(py["path"])
-        if v.get("modules") and e["exists"] and e.get("home") not in (None, made_by):
+        made_by = posixpath.dirname(py["path"]) if py else None
+        if made_by and v.get("modules") and e["exists"] and e.get("home") not in (None, made_by):
             # the modules now put another interpreter first: a change, not a silent mismatch
             return StepCheck(False, f"made by the python in {e['home']}, the modules give {made_by}")
         if e["exists"] and e["python"] == py["version"] and "pip" in e["packages"]:

@@ -16,17 +16,22 @@ REC = Path(__file__).resolve().parents[1] / "recordings" / "registry"
 SINGLE = (REC / "manifest-amd64.json").read_bytes()
 ARM = (REC / "manifest-arm64.json").read_bytes()
 INDEX = (REC / "index-amd64-arm64.json").read_bytes()
+CONFIG = (REC / "config-amd64.json").read_bytes()
 ID = "sha256:86148f858b27e9761e13d0a188c508014d4f5d1f0220c51c7843ad6a3d0830d6"
 REPO = "10.193.0.1:5000/team/np-lab"
 
 
-def registry_of(blobs: dict[str, bytes]):
-    """A stand-in skopeo answering `inspect --raw docker://REF` from BLOBS, calls counted."""
+def registry_of(blobs: dict[str, bytes], configs: dict[str, bytes] | None = None):
+    """A stand-in skopeo answering `inspect --raw docker://REF` from BLOBS and `inspect
+    --config --raw docker://REPO@DIGEST` from CONFIGS (the recorded amd64 config for any),
+    calls counted."""
     calls = []
 
     def run(argv, ref, timeout=0):
+        calls.append(argv[-1])
+        if argv[:4] == ["skopeo", "inspect", "--config", "--raw"]:
+            return (configs or {}).get(argv[4].removeprefix("docker://"), CONFIG)
         assert argv[:3] == ["skopeo", "inspect", "--raw"], argv
-        calls.append(argv[3])
         return blobs[argv[3].removeprefix("docker://")]
 
     return run, calls
@@ -37,7 +42,7 @@ def test_a_plain_manifest_is_pinned_by_its_own_digest_in_one_request():
     pin = registry.resolve(f"{REPO}:1", "amd64", run)
     assert pin.id == ID and pin.digest == "sha256:" + hashlib.sha256(SINGLE).hexdigest()
     assert pin.pull == f"{REPO}@{pin.digest}" and pin.tags == (f"{REPO}:1",)
-    assert pin.size == 85438877 and len(calls) == 1
+    assert pin.size == 85438877 and len(calls) == 2  # the manifest, then its config
 
 
 def test_an_index_gives_each_architecture_its_own_manifest():
@@ -50,6 +55,19 @@ def test_an_index_gives_each_architecture_its_own_manifest():
     a64 = registry.resolve(f"{REPO}:multi", registry.arch_of("aarch64"), run)
     assert (x86.digest, a64.digest) == (amd, arm) and x86.id == ID and a64.id != ID
     assert len(calls) == 4  # the index, then the platform's manifest, for each
+
+
+def test_a_single_architecture_image_for_another_architecture_is_refused():
+    run, _ = registry_of({f"{REPO}:1": SINGLE})
+    with pytest.raises(registry.RegistryError, match=r"an image for amd64 only; the node is arm64"):
+        registry.resolve(f"{REPO}:1", "arm64", run)
+
+
+def test_a_reference_with_a_tag_and_a_digest_is_read_by_its_digest():
+    digest = "sha256:" + hashlib.sha256(SINGLE).hexdigest()
+    run, calls = registry_of({f"{REPO}@{digest}": SINGLE})
+    pin = registry.resolve(f"{REPO}:1@{digest}", "amd64", run)
+    assert calls[0] == f"docker://{REPO}@{digest}" and pin.digest == digest and pin.tags == ()
 
 
 def test_an_index_without_the_nodes_architecture_names_what_it_has():

@@ -79,10 +79,13 @@ def contract_problems(prep: Prepared) -> list[str]:
         head,
     )
     if not plan.containers:
-        named = {n.name: prep.vars[n.name].get("modules") or [] for n in plan.nodes}
+        want = {}  # what the named modules resolve to (cuda/12.6 may load cuda/12.6.3)
+        for n in plan.nodes:
+            names = prep.vars[n.name].get("modules") or []
+            if names:
+                want[n.name] = (got[n.name].get(factmod.MODULES) or {}).get("loaded") or names
         out += contract.module_problems(
-            {n: m for n, m in named.items() if m},
-            {n.name: got[n.name].get(factmod.RANK_MODULES) or [] for n in plan.nodes},
+            want, {n.name: got[n.name].get(factmod.RANK_MODULES) or [] for n in plan.nodes}
         )
     if plan.launcher != "deepspeed" or plan.containers:
         return out

@@ -41,8 +41,8 @@ def _probe(s, v: dict, hosts, opts: TrainOptions, spec=None):
     ]
     if spec is None:
         reqs += [factmod.VENV(venv), factmod.TORCH_BUILD(factmod.TorchIn(venv))]
-        if v.get("modules"):
-            reqs.append(factmod.RANK_MODULES)
+        if v.get("modules"):  # what the named ones resolve to, what the ranks' shells have
+            reqs += [factmod.MODULES, factmod.RANK_MODULES]
     else:
         reqs += [factmod.CONTAINER(readiness.engines(spec.engine)), factmod.RDMA_PORTS]
     if opts.health_gate:

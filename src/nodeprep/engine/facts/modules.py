@@ -37,7 +37,9 @@ INTERNAL = re.compile(
 )
 ERR_LINES = 4
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"  # the PATH the snippet starts from (and ranks' base)
-SEP = "\x1e"  # a newline inside a variable's value, as the snippet prints it
+# A newline inside a variable's value, as the snippet prints it: \x1f, which str.splitlines
+# (the probe's section reader) does not split on, unlike \x1c-\x1e
+SEP = "\x1f"
 
 
 def _use(v: dict) -> str:
@@ -88,7 +90,7 @@ def _script(v: dict) -> str:
         '[ -r "$np_f" ] && { np_mi=$np_f; break; }; done',
         '[ -n "$np_mi" ] || { echo "init none"; exit 0; }',
         'echo "init $np_mi"',
-        "np_env() { env -0 2>/dev/null | tr '\\n\\0' '\\036\\n'; }",
+        "np_env() { env -0 2>/dev/null | tr '\\n\\0' '\\037\\n'; }",
         '. "$np_mi" >/dev/null 2>&1 </dev/null',
         'type module >/dev/null 2>&1 || { echo "nomodule"; exit 0; }',
         "module --version 2>&1 </dev/null | head -3 | sed 's/^/version /'",
@@ -128,15 +130,17 @@ def _env(lines: list[str]) -> dict[str, str]:
     return out
 
 
-def _system(versions: list[str]) -> tuple[str | None, str]:
+def _system(versions: list[str]) -> tuple[str, str]:
+    """(lmod | tcl | unknown, its version) from `module --version`; `module` is defined (the
+    snippet checked), so an answer this does not know is a system all the same."""
     text = " ".join(versions)
     m = re.search(r"Modules based on Lua: Version (\S+)", text)
     if m:
         return "lmod", m.group(1)
-    m = re.search(r"Modules Release (\S+)", text)
+    m = re.search(r"Modules Release (\S+)|VERSION=(\S+)", text)  # 4.x/5.x; 3.2 (RHEL 7, Cray)
     if m:
-        return "tcl", m.group(1)
-    return None, text.strip()[:80]
+        return "tcl", m.group(1) or m.group(2)
+    return "unknown", text.strip()[:80]
 
 
 def _names(lines: list[str]) -> list[str]:
@@ -157,7 +161,7 @@ def _parse(text: str, rc: int) -> dict:
     part = "head"
     head: list[str] = []
     sections: dict[str, list[str]] = {"env0": [], "loads": [], "list": [], "env1": []}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         if line.startswith("@@") and line[2:] in sections:
             part = line[2:]
         elif part == "head":
@@ -199,7 +203,8 @@ def _parse(text: str, rc: int) -> dict:
     }
 
 
-MODULES = Fact("modules", _script, _parse)  # host vars: modules, module_path, module_init
+# host vars: modules, module_path, module_init; private: its output holds environment values
+MODULES = Fact("modules", _script, _parse, private=True)
 
 
 def problem(fact: dict | None, v: dict) -> tuple[str, str] | None:

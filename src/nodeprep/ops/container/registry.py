@@ -93,6 +93,8 @@ def pick(raw: bytes, arch: str, ref: str) -> str | None:
         p = m.get("platform") or {}
         if p.get("os", "linux") == "linux":
             if p.get("architecture") == arch:
+                if not isinstance(m.get("digest"), str):
+                    raise RegistryError(f"{ref}: the index's {arch} entry names no digest")
                 return m["digest"]
             have.append(str(p.get("architecture")))
     raise RegistryError(
@@ -111,16 +113,37 @@ def parse_manifest(raw: bytes, ref: str) -> tuple[str, int]:
 
 
 def resolve(ref: str, arch: str, run=None) -> Pinned:
-    """REF (qualified) pinned for ARCH: one `skopeo inspect --raw`, two for a manifest list."""
+    """REF (qualified) pinned for ARCH: a manifest list's entry for ARCH (two `skopeo inspect
+    --raw`), or one image's manifest whose config must be for ARCH (the manifest, then its
+    config: a single-architecture image says its architecture only there). A reference with
+    both a tag and a digest is read by its digest (skopeo refuses both at once)."""
     run = run or skopeo
     repo = repo_of(ref)
-    raw = run(["skopeo", "inspect", "--raw", f"docker://{ref}"], ref)
+    pinned = ref.partition("@")[2]
+    raw = run(
+        [
+            "skopeo",
+            "inspect",
+            "--raw",
+            f"docker://{repo}@{pinned}" if pinned else f"docker://{ref}",
+        ],
+        ref,
+    )
     inner = pick(raw, arch, ref)
     digest = digest_of(raw)
     if inner is not None:
         raw = run(["skopeo", "inspect", "--raw", f"docker://{repo}@{inner}"], ref)
         digest = inner
     image_id, size = parse_manifest(raw, ref)
+    if inner is None:
+        config = run(["skopeo", "inspect", "--config", "--raw", f"docker://{repo}@{digest}"], ref)
+        have = _json(config, ref).get("architecture")
+        if have and have != arch:
+            raise RegistryError(
+                f"{ref} is an image for {have} only; the node is {arch}",
+                hint="build and push it for this architecture too (a manifest list), or name "
+                "one that has it",
+            )
     return Pinned(ref, repo, digest, image_id, arch, size)
 
 

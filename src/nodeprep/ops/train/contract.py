@@ -118,8 +118,9 @@ def deepspeed_env_problems(
 
 def module_problems(named: dict[str, list], loaded: dict[str, list]) -> list[str]:
     """One line per node whose non-interactive ssh shell (what the ranks start from) lacks a
-    module NAMED for it; LOADED: what that shell has loaded (RANK_MODULES). A name without a
-    version (cuda) is loaded by any version of it (cuda/12.6)."""
+    module NAMED for it (as the node's module system resolves the inventory's names: the
+    MODULES fact's loaded list, cuda/12.6 -> cuda/12.6.3); LOADED: what that shell has loaded
+    (RANK_MODULES). A name without a version (cuda) is loaded by any version of it."""
     out = []
     for node, mods in named.items():
         have = loaded.get(node) or []
