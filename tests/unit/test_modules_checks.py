@@ -83,3 +83,15 @@ def test_health_says_whether_the_named_modules_load():
         2
     ]
     assert reason == "module cuda/12.8 not available (cuda/12.4, cuda/12.6 are)"
+
+
+def test_a_value_with_newlines_stays_one_value():
+    """The snippet prints each variable on one line, a newline in its value as \\x1f (which the
+    probe's line splitting leaves alone): a value that looks like more variables is not split."""
+    out = (
+        "init /etc/profile.d/modules.sh\nversion VERSION=3.2.10\n@@env0\nA=1\n@@loads\n"
+        "load cuda/12.6 0\n@@list\ncuda/12.6\n@@env1\nA=1\nNOTE=one\x1ftwo\x1fK=v\n"
+    )
+    got = MODULES.parse(out, 0)
+    assert got["env"] == {"NOTE": "one\ntwo\nK=v"}
+    assert (got["system"], got["version"]) == ("tcl", "3.2.10")  # Environment Modules 3.2
