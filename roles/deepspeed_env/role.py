@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from nodeprep.engine.facts import FILE, INTERFACES, MODULES, USER
+from nodeprep.engine.facts.modules import set_by_modules
 from nodeprep.engine.steps import FileContent
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops import pystack
@@ -73,8 +74,7 @@ def node_env(ctx) -> dict[str, str]:
     env = ncclenv.node_env(v, own)
     # what the node's `modules` set (the runner runs no `module load` on the ranks' nodes):
     # their values, LD_LIBRARY_PATH after the NCCL libraries'
-    mods = (ctx.facts.get(MODULES) or {}).get("env") or {} if v.get("modules") else {}
-    for k, val in mods.items():
+    for k, val in set_by_modules(v, ctx.facts).items():
         if k != "PATH":
             env[k] = f"{env[k]}:{val}" if k == "LD_LIBRARY_PATH" and env.get(k) else val
     env.update(pystack.path_env(v, ctx.facts))  # the launcher does not forward PATH

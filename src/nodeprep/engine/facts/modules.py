@@ -239,6 +239,11 @@ def problem(fact: dict | None, v: dict) -> tuple[str, str] | None:
     return None
 
 
+def set_by_modules(v: dict, facts) -> dict[str, str]:
+    """The variables the node's named `modules` set (its MODULES fact), {} when none are named."""
+    return ((facts.get(MODULES.key) or {}).get("env") or {}) if v.get("modules") else {}
+
+
 def _rank_modules(text: str, rc: int) -> list[str]:
     return [m for m in text.strip().split(":") if m]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 
-from nodeprep.engine.facts.modules import BASE_PATH
+from nodeprep.engine.facts.modules import BASE_PATH, set_by_modules
 
 
 def node_path(p: str, facts: dict) -> str:
@@ -22,7 +22,7 @@ def venv_path(v: dict, facts: dict) -> str:
 def path_env(v: dict, facts: dict) -> dict[str, str]:
     """PATH for ranks started by a launcher (which does not forward PATH): the venv's bin, then
     the PATH the node's `modules` make (the MODULES fact), else the system's."""
-    mods = (facts.get("modules") or {}).get("env") or {} if v.get("modules") else {}
+    mods = set_by_modules(v, facts)
     return {"PATH": f"{venv_path(v, facts)}/bin:{mods.get('PATH') or BASE_PATH}"}
 
 
