@@ -1,8 +1,10 @@
 """Environment modules on the lab (issue 46): `lab.up --modules lmod|tcl` gives the nodes Lmod
 8.6 or Environment Modules 5.2 from Debian's packages and the lab's module tree (python/3.11 off
 the default PATH, cuda/12.6 and cuda/12.4), which is on no default MODULEPATH: the inventory
-names it with module_path. The modules role reads each node's modules through the MODULES fact
-and fails a node whose named module does not load, before anything is changed on it.
+names it with module_path; cray-python/3.11.7 (seed 003's name) is a Python that runs only
+with its module's LD_LIBRARY_PATH, as Cray's. The modules role reads each node's modules
+through the MODULES fact and fails a node whose named module does not load, before anything is
+changed on it.
 
 Lab "mods" (10.186.0.0/16), 2 nodes, switched between the two module systems in place."""
 
@@ -17,7 +19,7 @@ import yaml
 
 from nodeprep import cli as api
 from nodeprep import lab as labmod
-from nodeprep.commands.options import ProvisionOptions, TrainOptions, VerifyOptions
+from nodeprep.commands.options import DoctorOptions, ProvisionOptions, TrainOptions, VerifyOptions
 from nodeprep.lab import modules as labmods
 
 from .conftest import ssh_argv
@@ -94,6 +96,13 @@ def test_a_module_missing_on_one_node_is_named_and_nothing_changes_there(
     assert r.stdout == "", r.stdout  # nothing was written on the failed node
     good = report["nodes"]["worker-0"]
     assert good["status"] == "changed", good  # the other node went on
+    # doctor says the same of the same node, with its fix
+    api.doctor(DoctorOptions(inventory=inv, json=True, checks=("modules",)), settings)
+    found = json.loads(capsys.readouterr().out)["checks"]["modules"]["findings"]
+    assert {(f["node"], f["code"]) for f in found} == {
+        ("worker-0", "MODULES_OK"),
+        ("worker-1", "MODULE_NOT_LOADED"),
+    }, found
     # the same inventory with a module the node has: both pass, the second run changes nothing
     inv = _inventory(
         info,
@@ -109,13 +118,16 @@ def test_a_module_missing_on_one_node_is_named_and_nothing_changes_there(
 # -- seed 003 end to end: the venv from the python module, ranks under the modules ------------
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "modules_ddp.py"
-SEED_MODULES = ["python/3.11", "cuda/12.6"]
+SEED_MODULES = ["cray-python/3.11.7", "cuda/12.6"]  # seed 003's own names
+SEED_REQUIREMENTS = SCRIPT.parent / "seed003-requirements.txt"
 
 
 @pytest.fixture(scope="module")
 def seed(mods, tmp_path_factory):
     """The lab under Lmod, provisioned cold with every role as seed 003's inventory says:
-    `python: python3` (the one the modules put first), its modules, their tree."""
+    `python: python3` (the one the modules put first), its modules (cray-python's interpreter
+    runs only with the LD_LIBRARY_PATH its module sets, as Cray's does), their tree, and the
+    seed's requirements beside nodeprep's own."""
     info = _up(mods, "lmod")
     settings = mods[1]
     for node in info.nodes:  # cold: no env file, venv or block from an earlier test
@@ -130,6 +142,7 @@ def seed(mods, tmp_path_factory):
         python="python3",
         modules=SEED_MODULES,
         module_path=[TREE],
+        python_requirements=["requirements/node.txt", str(SEED_REQUIREMENTS)],
         slots=2,
         controller_key=f"{ctl}/id",
         controller_ssh_config=f"{ctl}/config",
@@ -169,7 +182,26 @@ def test_seed_003_provisions_cold_on_the_modules_then_nothing_to_change(seed, ca
         capture_output=True,
         text=True,
     )
-    assert "home = /var/lib/nodeprep/lab-modules/sw/python/3.11/bin" in r.stdout, r.stdout
+    assert f"home = {labmods.CRAYPY}/bin" in r.stdout, r.stdout
+    # that venv's python needs the module (a bare shell's cannot start it), and the modules
+    # block gives every shell the module and so the seed's requirements
+    r = subprocess.run(
+        ssh_argv(info, info.nodes[1], settings, "env -i ~/.nodeprep/venv/bin/python -c 1"),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 127 and labmods.CRAYPY_LIB in r.stderr, r
+    r = subprocess.run(
+        ssh_argv(
+            info,
+            info.nodes[1],
+            settings,
+            "~/.nodeprep/venv/bin/python -c 'import tqdm, yaml; print(tqdm.__version__)'",
+        ),
+        capture_output=True,
+        text=True,
+    )
+    assert r.stdout.strip() == "4.67.1", r
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun"])
@@ -230,7 +262,7 @@ def test_ranks_that_would_run_without_the_modules_are_named_before_anything_star
     )
     code, out = _train(seed, capfd, "torchrun")
     assert code != 0
-    assert "worker-1: ranks would run without module python/3.11, cuda/12.6" in out, out
+    assert "worker-1: ranks would run without module cray-python/3.11.7, cuda/12.6" in out, out
     assert "modules-ddp: rank" not in out, out
     rc, report = _provision(inv, settings, capfd, "")
     assert rc == 0, report

@@ -6,9 +6,11 @@ a conflicting alias) and their fixes run on the lab: tests/integration/test_doct
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ from nodeprep.cli import doctor_text
 from nodeprep.commands import doctor as doctor_cmd
 from nodeprep.commands.options import DoctorOptions, PruneOptions
 from nodeprep.commands.ssh_prune import prune
+from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.facts import FactValues
 from nodeprep.errors import InputError
@@ -348,7 +351,7 @@ def test_a_crashing_check_is_a_finding_and_the_others_run(tmp_path, monkeypatch)
     }
     assert res.exit_code == 1 and "node checks skipped" in res.skipped
     text = doctor_text.render(res)
-    assert "[?] crashy" in text and text.splitlines()[-1].startswith("doctor: 14 checks")
+    assert "[?] crashy" in text and text.splitlines()[-1].startswith("doctor: 15 checks")
 
 
 def test_check_selection_and_unknown_names():
@@ -450,3 +453,31 @@ def test_a_jump_hosts_changed_key_or_refused_login_names_the_jump_host():
     assert connection.auth([auth])[0][4].startswith(
         "ssh-copy-id -i /k/id.pub -p 2222 ops@10.0.0.5  ("
     )
+
+
+def _recorded_modules(case: str) -> dict:
+    """The MODULES fact as parsed from one of the lab recordings in tests/facts/modules/."""
+    rec = json.loads((Path(__file__).parents[1] / "facts" / "modules" / f"{case}.json").read_text())
+    return factmod.MODULES.parse(rec["output"], rec["rc"])
+
+
+def test_modules_are_checked_only_where_named_and_a_missing_one_names_what_the_node_has():
+    names = ["python/3.11", "cuda/12.6", "cuda/12.8"]
+    missing = contact("a", facts={"modules": _recorded_modules("lmod_missing_version")})
+    missing.vars["modules"] = names
+    nosys = contact("b", facts={"modules": _recorded_modules("no_init")})
+    nosys.vars["modules"] = names
+    silent = contact("c", facts={"modules": None})
+    silent.vars["modules"] = names
+    plain = contact("d")  # names no modules: nothing to say
+    got = node.modules([missing, nosys, silent, plain])
+    assert [(g[0], g[1], g[2]) for g in got] == [
+        ("a", "MODULE_NOT_LOADED", Verdict.CRITICAL),
+        ("b", "MODULES_NO_SYSTEM", Verdict.CRITICAL),
+        ("c", "MODULES_UNKNOWN", Verdict.UNKNOWN),
+    ]
+    assert got[0][3] == "module cuda/12.8 not available (cuda/12.4, cuda/12.6 are)", got[0]
+    assert "module_init" in got[1][4]
+    missing.vars["modules"] = names[:2]
+    ok = node.modules([missing])
+    assert ok[0][1:3] == ("MODULES_OK", Verdict.OK) and "cuda/12.6" in ok[0][3], ok

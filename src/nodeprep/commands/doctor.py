@@ -1,9 +1,9 @@
 """`invoke doctor`: the controller (keys, agent, ssh config blocks and aliases, labs, Python
 and the tool's pins) and first contact with the inventory's nodes (reach, auth, host key,
-sudo where a role needs it, python, the launchers' programs on the non-interactive PATH,
-room for the venv), each finding with the command that fixes it. Every check runs on its
-own: one that crashes is a CHECK_CRASHED finding and the others go on. Nothing is changed
-on a node; a first contact pins the node's host key as every command does.
+sudo where a role needs it, python, the named modules, the launchers' programs on the
+non-interactive PATH, room for the venv), each finding with the command that fixes it. Every
+check runs on its own: one that crashes is a CHECK_CRASHED finding and the others go on.
+Nothing is changed on a node; a first contact pins the node's host key as every command does.
 
 Without --inventory, the default inventory's nodes are checked when it exists, else only the
 controller (the result says so)."""
@@ -120,7 +120,7 @@ def _vars(hosts) -> dict[str, dict]:
 
 def _first(s, all_vars: dict):
     """A node's first probe: its user, login shell, Python, OS, the launchers' programs, GPUs,
-    and the room and venv where its venv goes."""
+    the room and venv where its venv goes, and its named modules (nothing where none are)."""
     v = all_vars[s.name]
     return factmod.gather(
         s,
@@ -133,6 +133,7 @@ def _first(s, all_vars: dict):
             factmod.GPUS,
             factmod.ROOM(v["venv_path"]),
             factmod.VENV(v["venv_path"]),
+            factmod.MODULES,
         ],
         s.host.vars,
     )

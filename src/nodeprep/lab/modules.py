@@ -10,7 +10,10 @@ systems HPC sites run, from Debian's packages, and a software tree whose modulef
 
 The tree (TREE, shared by every node like /usr): `python/3.11` puts an interpreter that is on no
 default PATH first (TREE/sw/python/3.11/bin/python3, the host's own CPython 3.11) and sets
-NP_LAB_PYTHON_MODULE; `cuda/12.6` and `cuda/12.4` set CUDA_HOME, prepend its bin/ (an `nvcc`
+NP_LAB_PYTHON_MODULE; `cray-python/3.11.7` is seed 003's own name, a Python as Cray's is: its
+interpreter (a copy of the host's CPython 3.11 that patchelf made need CRAYPY_LIB, kept in the
+module's lib/) runs only with the LD_LIBRARY_PATH its module sets, and so does a venv made by it;
+`cuda/12.6` and `cuda/12.4` set CUDA_HOME, prepend its bin/ (an `nvcc`
 that prints its release as the real one does) and lib64/ to PATH and LD_LIBRARY_PATH, and set
 NP_LAB_CUDA. None of it is on the default MODULEPATH: an inventory names it with `module_path`.
 """
@@ -32,6 +35,8 @@ TREE = Path("/var/lib/nodeprep/lab-modules")
 MODULEFILES = TREE / "modulefiles"
 BINDS = ("usr/share/lmod", "usr/lib/lmod")
 CUDAS = ("12.6", "12.4")
+CRAYPY = TREE / "sw" / "cray-python" / "3.11.7"
+CRAYPY_LIB = "libnp-craypy.so.1"  # what its python needs, found only on the module's path
 
 NVCC = """#!/bin/sh
 # nodeprep lab: a stand-in nvcc (lab/modules.py); the first lines as CUDA's own nvcc prints them
@@ -50,6 +55,50 @@ def _python_module() -> str:
     )
 
 
+def _craypy_module() -> str:
+    return (
+        "#%Module1.0\n"
+        "## nodeprep lab (lab/modules.py): a Python that needs its module's LD_LIBRARY_PATH\n"
+        'module-whatis "Cray Python 3.11.7 (the lab\'s stand-in)"\n'
+        "conflict cray-python\n"
+        f"prepend-path PATH {CRAYPY}/bin\n"
+        f"prepend-path LD_LIBRARY_PATH {CRAYPY}/lib\n"
+        "setenv NP_LAB_PYTHON_MODULE cray-python/3.11.7\n"
+    )
+
+
+def _craypy() -> bool:
+    """CRAYPY's interpreter: /usr/bin/python3.11 copied, made by patchelf to need CRAYPY_LIB
+    (a copy of glibc's small libutil stub under that soname) beside it in lib/; True when made.
+    Built aside and renamed, so a cut build is made again."""
+    py = CRAYPY / "bin" / "python3.11"
+    if py.is_file() and (CRAYPY / "lib" / CRAYPY_LIB).is_file():
+        return False
+    stub = next(iter(sorted(Path("/usr/lib").glob("*-linux-gnu/libutil.so.1"))), None)
+    if stub is None:
+        raise NodeprepError("lab --modules: no libutil.so.1 under /usr/lib/*-linux-gnu")
+    new = CRAYPY.with_name(CRAYPY.name + ".new")
+    shutil.rmtree(new, ignore_errors=True)
+    (new / "bin").mkdir(parents=True)
+    (new / "lib").mkdir()
+    shutil.copy2("/usr/bin/python3.11", new / "bin" / "python3.11")
+    shutil.copy2(stub, new / "lib" / CRAYPY_LIB)
+    (new / "bin" / "python3").symlink_to("python3.11")
+    for argv in (
+        ["patchelf", "--set-soname", CRAYPY_LIB, str(new / "lib" / CRAYPY_LIB)],
+        ["patchelf", "--add-needed", CRAYPY_LIB, str(new / "bin" / "python3.11")],
+    ):
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode:
+            raise NodeprepError(
+                f"lab --modules: {' '.join(argv[:2])} failed: {r.stderr.strip()[:200]}",
+                hint="run requirements/bootstrap.sh (patchelf)",
+            )
+    shutil.rmtree(CRAYPY, ignore_errors=True)
+    new.rename(CRAYPY)
+    return True
+
+
 def _cuda_module(v: str) -> str:
     home = TREE / "sw" / "cuda" / v
     return (
@@ -66,7 +115,10 @@ def _cuda_module(v: str) -> str:
 
 def files() -> dict[Path, tuple[str, int]]:
     """The tree's files: path -> (text, mode)."""
-    out = {MODULEFILES / "python" / "3.11": (_python_module(), 0o644)}
+    out = {
+        MODULEFILES / "python" / "3.11": (_python_module(), 0o644),
+        MODULEFILES / "cray-python" / "3.11.7": (_craypy_module(), 0o644),
+    }
     for v in CUDAS:
         out[MODULEFILES / "cuda" / v] = (_cuda_module(v), 0o644)
         out[TREE / "sw" / "cuda" / v / "bin" / "nvcc"] = (NVCC.format(v=v), 0o755)
@@ -103,6 +155,7 @@ def write_tree() -> bool:
         py.parent.mkdir(parents=True, exist_ok=True)
         py.symlink_to("/usr/bin/python3.11")
         changed = True
+    changed |= _craypy()
     for v in CUDAS:
         (TREE / "sw" / "cuda" / v / "lib64").mkdir(parents=True, exist_ok=True)
     for d in [TREE, *TREE.rglob("*")]:

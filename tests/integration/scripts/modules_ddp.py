@@ -1,8 +1,9 @@
-"""Seed 003's multinode DDP step as its user runs it after `module load python/3.11 cuda/12.6`
-(the lab's module tree, lab/modules.py): it needs what the cuda module sets (CUDA_HOME with its
-nvcc, NP_LAB_CUDA) and a venv made by the python module's interpreter, so a rank started without
-the modules fails here, and a pass proves they were loaded. Then a few DDP steps (gloo) and an
-all_reduce whose sum every rank checks. Nothing in it knows about nodeprep."""
+"""Seed 003's multinode DDP step as its user runs it after `module load cray-python/3.11.7
+cuda/12.6` (the lab's module tree, lab/modules.py): it needs what the cuda module sets (CUDA_HOME
+with its nvcc, NP_LAB_CUDA), a venv made by a python module's interpreter (cray-python's does not
+even start without its module's LD_LIBRARY_PATH) and the seed's requirements (tqdm, yaml), so a
+rank started without the modules fails here, and a pass proves they were loaded. Then a few DDP
+steps (gloo) and an all_reduce whose sum every rank checks. Nothing in it knows about nodeprep."""
 
 import os
 import sys
@@ -19,9 +20,12 @@ def main():
         return 3
     with open(os.path.join(sys.prefix, "pyvenv.cfg")) as f:
         made_by = next((ln.split("=", 1)[1].strip() for ln in f if ln.startswith("home")), "")
-    if "/lab-modules/sw/python/3.11/" not in made_by + "/":
+    if "/lab-modules/sw/" not in made_by or not os.environ.get("NP_LAB_PYTHON_MODULE"):
         print(f"modules-ddp: the venv was not made by the python module ({made_by})")
         return 4
+    import tqdm  # noqa: F401  the seed's requirements, in that venv
+    import yaml  # noqa: F401
+
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

@@ -126,6 +126,19 @@ CHECKS: tuple[CheckSpec, ...] = (
         tier="node",
     ),
     CheckSpec(
+        "modules",
+        "where the inventory names `modules`: a module system, and each module loads as the "
+        "ranks' shells will load it",
+        codes={
+            "MODULE_NOT_LOADED": "one does not load (what the node has instead, and the fix)",
+            "MODULES_NO_SYSTEM": "nothing defines `module` (the fix: module_init, or install one)",
+            "MODULES_UNKNOWN": "the modules probe gave no answer",
+        },
+        run=node.modules,
+        fleet=True,
+        tier="node",
+    ),
+    CheckSpec(
         "launchers",
         "pdsh (and mpirun, orted where Open MPI is) on the non-interactive PATH pdsh "
         "and mpirun use",

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import KW_ONLY, dataclass, field
 
 from nodeprep.engine import facts as factmod
+from nodeprep.engine.facts.modules import problem
 from nodeprep.ops.health.findings import Verdict
 from nodeprep.ops.provision.room import human
 from nodeprep.ops.provision.shells import want_shell
@@ -169,6 +170,39 @@ def python(contacts: list[Contact]) -> list:
             )
         else:
             out.append((c.name, "PYTHON_OK", Verdict.OK, f"{p['path']} {p['version']}", ""))
+    return out
+
+
+def modules(contacts: list[Contact]) -> list:
+    """Where the inventory names `modules`: each loads on the node as its shells will load it
+    (the MODULES fact; the same rule as provision's modules step and health's check)."""
+    out = []
+    for c in contacts:
+        names = list(c.vars.get("modules") or [])
+        if not names:
+            continue
+        if not c.reached:
+            out.append(_unknown(c))
+            continue
+        m = c.facts.get(factmod.MODULES)
+        if m is None:
+            out.append(
+                (
+                    c.name,
+                    "MODULES_UNKNOWN",
+                    Verdict.UNKNOWN,
+                    "the modules probe gave no answer",
+                    f"invoke health{c.inventory} --check modules",
+                )
+            )
+            continue
+        bad = problem(m, c.vars)
+        if bad is None:
+            what = ", ".join(m.get("loaded") or names)
+            out.append((c.name, "MODULES_OK", Verdict.OK, f"{what} load ({m.get('system')})", ""))
+        else:
+            code = "MODULES_NO_SYSTEM" if m.get("system") is None else "MODULE_NOT_LOADED"
+            out.append((c.name, code, Verdict.CRITICAL, bad[0], bad[1]))
     return out
 
 
