@@ -748,28 +748,31 @@ def train_stop(c, run=None):
 
 
 @task(
-    iterable=["node"],
+    iterable=["node", "module"],
     help={
         "torch": "torch release, e.g. 2.5.1 or 2.13.0",
         "node": "NAME:driver=535.104.05,gpus=8x8.0 (or gpu=8.0+9.0, gpu=A100, arch=aarch64), "
         "or NAME:cpu; repeatable",
+        "module": "a module the fleet loads, as the inventory's `modules` (repeatable): a CUDA "
+        "toolkit module (cuda/12.6) makes its variant (cu126) the pick where it fits",
         "arch": "CPU arch of nodes that do not say (default x86_64)",
         "index": "index URL template with {variant} (default the PyTorch index)",
         "json": "print the plan (or the error) as JSON",
         "explain": "also print the table rows and rule steps that led to the answer, with sources",
     },
 )
-def torch_plan(c, torch, node=None, arch=None, index=None, json=False, explain=False):
+def torch_plan(c, torch, node=None, module=None, arch=None, index=None, json=False, explain=False):
     """Say which torch build fits a fleet, without touching any node.
 
     Per CPU platform: the variant, the exact pin and index, or the node that blocks and how to
     fix it."""
-    _help_if_asked("torch-plan", torch, arch, index, *(node or ()))
+    _help_if_asked("torch-plan", torch, arch, index, *(node or ()), *(module or ()))
     _done(
         cli.torch_plan(
             TorchPlanOptions(
                 torch=torch,
                 nodes=tuple(node or ()),
+                modules=tuple(module or ()),
                 arch=arch,
                 index=index,
                 json=json,

@@ -520,6 +520,23 @@ def test_a_loaded_cuda_module_is_preferred_where_it_fits_else_the_rule_stands():
     plan = choose("2.13.0", nodes, prefer="cu126")
     assert plan.builds[0].variant == "cu126"
     assert any("cuda module asks for cu126: it fits" in line for line in plan.explain)
+    assert "cu129: fits too; the nodes' cuda module asks for cu126" in plan.builds[0].reasons, plan
     plan = choose("2.13.0", nodes, prefer="cu118")
     assert plan.builds[0].variant == "cu129"
     assert any("the rule's pick stands" in line for line in plan.explain)
+
+
+def test_torch_plan_is_told_the_fleets_modules_as_provision_reads_them():
+    """`invoke torch-plan --module cray-python/3.11.7 --module cuda/12.6`: what provision takes
+    from the nodes' MODULES fact, given offline; modules with no CUDA toolkit among them leave
+    the rule's pick, and --explain says why."""
+    from nodeprep.commands.torch_plan import torch_plan
+
+    node = ("a100-0:driver=535.104.05,gpus=8x8.0",)
+    res = torch_plan(
+        TorchPlanOptions(torch="2.13.0", nodes=node, modules=("cray-python/3.11.7", "cuda/12.6"))
+    )
+    assert res.exit_code == 0 and res.plan.builds[0].variant == "cu126"
+    res = torch_plan(TorchPlanOptions(torch="2.13.0", nodes=node, modules=("cray-python/3.11.7",)))
+    assert res.plan.builds[0].variant == "cu129"
+    assert any("no CUDA toolkit module among them" in line for line in res.plan.explain)

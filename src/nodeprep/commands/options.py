@@ -175,6 +175,7 @@ class RunsOptions:
 class TorchPlanOptions:
     torch: str = ""
     nodes: tuple[str, ...] = ()  # NAME:driver=...,gpus=... specs
+    modules: tuple[str, ...] = ()  # the modules the fleet loads (a cuda/X.Y one is preferred)
     arch: str | None = None
     index: str | None = None
     json: bool = False

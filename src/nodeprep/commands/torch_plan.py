@@ -13,6 +13,8 @@ released torch versions that fit). `--explain` adds the table rows and rule step
   --node NAME:driver=...,gpu=8.0+9.0      several GPUs; gpus=8x8.0 for eight alike
   --node NAME:cpu                         a CPU-only node (needs the same wheel, no GPU checks)
   add arch=aarch64 to a node, or --arch for all nodes without one (default x86_64).
+  --module cuda/12.6 (repeatable): the modules the fleet loads, as the inventory's `modules`;
+  a CUDA toolkit module's variant (cu126) is taken where it fits, as provision takes it.
   --index: URL template with {variant} (default https://download.pytorch.org/whl/{variant}).
   --explain: the table rows and rule steps behind the answer, with their sources.
 Exit 0 when a build fits, 1 when none does, 2 on bad input."""
@@ -46,7 +48,15 @@ def torch_plan(opts: TorchPlanOptions) -> TorchPlanResult:
         dup = [n.name for i, n in enumerate(nodes) if n.name in [m.name for m in nodes[:i]]]
         if dup:
             raise InputError(f"--node: {dup[0]} given twice")
-        plan = torchplan.choose(opts.torch, nodes, opts.index or torchplan.DEFAULT_INDEX)
+        prefer = torchplan.cuda_variant_of_modules(list(opts.modules))
+        plan = torchplan.choose(
+            opts.torch, nodes, opts.index or torchplan.DEFAULT_INDEX, prefer=prefer
+        )
+        if opts.modules and prefer is None:
+            plan.explain.append(
+                f"--module {', '.join(opts.modules)}: no CUDA toolkit module among them "
+                "(cuda/X.Y, cudatoolkit/X.Y, cuda-toolkit/X.Y): the rule's pick stands"
+            )
     except NodeprepError as e:
         return TorchPlanResult(opts.json, error=e)
     return TorchPlanResult(opts.json, plan=plan)

@@ -218,6 +218,8 @@ def picks(
         for c in per[a]:
             if c.why is None and c.variant != v and c.variant not in common:
                 c.why = f"fits {a} but not every platform; {v} does"
+            elif c.why is None and c.variant != v and v == prefer:
+                c.why = f"fits too; the nodes' cuda module asks for {v}"
         out[a] = (next(c for c in per[a] if c.variant == v), per[a])
     if why is not None:
         why.append(
