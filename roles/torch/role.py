@@ -15,6 +15,7 @@ import shlex
 from packaging.version import InvalidVersion, Version
 
 from nodeprep.engine.facts import GPUS, MODULES, OS, STAMP, USER, VENV
+from nodeprep.engine.facts.modules import with_modules
 from nodeprep.engine.remote import rpath, stamp_from_list
 from nodeprep.engine.results import StepResult
 from nodeprep.engine.steps import Step, StepCheck, scope_of
@@ -194,11 +195,13 @@ def steps(ctx):
 
     v = rpath(venv)
     listing = STAMP_NAME + ".list"
-    # the old stamp goes first: a verify that fails leaves none behind
-    action = (
+    # the old stamp goes first: a verify that fails leaves none behind; with the node's
+    # modules loaded (the venv's python may need them)
+    action = with_modules(
+        ctx.vars,
         f"rm -f {v}/{STAMP_NAME} && "
         f"{v}/bin/python -c {shlex.quote(VERIFY)} {shlex.quote(json.dumps(want))} "
-        f"{v}/{listing} && " + stamp_from_list(venv, STAMP_NAME, listing)
+        f"{v}/{listing} && " + stamp_from_list(venv, STAMP_NAME, listing),
     )
     return [
         Step(

@@ -14,7 +14,7 @@ from nodeprep.engine.remote import rpath
 from nodeprep.engine.steps import FileBlock, Room, Step, StepCheck, scope_of
 from nodeprep.ops.provision import room
 from nodeprep.engine.facts import FILE, GPUS, MODULES, OS, PYTHON, STAMP, USER, VENV
-from nodeprep.engine.facts.modules import under_modules
+from nodeprep.engine.facts.modules import under_modules, with_modules
 from nodeprep.engine.facts.python import MAKING
 
 MODES = ("auto", "no-pip", "ensurepip")
@@ -88,10 +88,12 @@ def _venv_room(venv: str, key, manifest):
     return need
 
 
-def _install_step(venv: str, key, wh: str, manifest) -> Step:
+def _install_step(v: dict, key, manifest) -> Step:
     """pip installs the lock; packages whose files changed since torch last imported (the
     venv's verify stamp names them) are reinstalled by force, and that stamp dropped, since
-    pip keeps whatever has the right version."""
+    pip keeps whatever has the right version. With the node's modules loaded (the venv's
+    python may need them)."""
+    venv, wh = v["venv_path"], v["wheelhouse_dir"]
     lock, stamp = manifest[1]["lock"], STAMP(pystack.verified_stamp(venv))
     pip = (f"{rpath(venv)}/bin/python -m pip install -q --disable-pip-version-check --no-compile "
            f"--no-index --find-links {rpath(wh)}")
@@ -112,7 +114,7 @@ def _install_step(venv: str, key, wh: str, manifest) -> Step:
         bad = pystack.damaged(facts.get(stamp), lock)
         again = (f" && rm -f {rpath(pystack.verified_stamp(venv))} && {pip} --force-reinstall --no-deps "
                  + " ".join(shlex.quote(p) for p in bad)) if bad else ""
-        return f"{pip} -r {rpath(posixpath.join(wh, 'requirements.lock'))}{again}"
+        return with_modules(v, f"{pip} -r {rpath(posixpath.join(wh, 'requirements.lock'))}{again}")
     return Step("pip.install requirements.lock", [key, stamp], installed, action=action,
                 scope=scope_of(venv), room=_venv_room(venv, key, manifest))
 
@@ -166,7 +168,7 @@ def steps(ctx):
     pystack.wheelhouse_manifests(prov)      # no-op when the wheelhouse role already did it
     manifest = prov.shared.manifests.get(ctx.name)
     if manifest:
-        out.append(_install_step(venv, key, v["wheelhouse_dir"], manifest))
+        out.append(_install_step(v, key, manifest))
     env = pystack.path_env(v, f)["PATH"].split(":")[0]
     out.append(FileBlock(v["env_file"], "venv", f"export PATH={shlex.quote(env)}:\"$PATH\"\n", mode=0o600))
     return out

@@ -266,5 +266,33 @@ def test_ranks_that_would_run_without_the_modules_are_named_before_anything_star
     assert "modules-ddp: rank" not in out, out
     rc, report = _provision(inv, settings, capfd, "")
     assert rc == 0, report
+    redone = [
+        s["step"]
+        for s in report["nodes"]["worker-1"]["steps"]
+        if s["status"] == "changed" and not s["step"].startswith(("shell:", "modules:"))
+    ]
+    assert redone == [], redone  # the venv still runs under the modules: not made again
     code, out = _train(seed, capfd, "torchrun")
     assert code == 0, out
+
+
+def test_a_library_gone_from_the_python_module_is_not_nothing_to_change(seed, capsys):
+    """cray-python's library leaves its module's lib/ (a site's upgrade half done): the venv's
+    python no longer starts, though nothing nodeprep keeps changed. Provision must not say
+    "nothing to change": every node fails, naming the library."""
+    info, settings, inv, _mods = seed
+    lib = labmods.CRAYPY / "lib" / labmods.CRAYPY_LIB
+    aside = lib.with_name(lib.name + ".aside")
+    lib.rename(aside)
+    try:
+        rc, report = _provision(inv, settings, capsys, "")
+    finally:
+        aside.rename(lib)
+    failed = {
+        n: [f"{s['step']}: {s.get('message')}" for s in r["steps"] if s["status"] == "failed"]
+        for n, r in report["nodes"].items()
+    }
+    assert rc != 0 and report["changed"] == 0, failed
+    for name, r in report["nodes"].items():
+        assert r["status"] == "failed" and failed[name], (name, failed)
+        assert labmods.CRAYPY_LIB in r.get("stderr_tail", ""), (name, r)

@@ -95,3 +95,20 @@ def test_a_value_with_newlines_stays_one_value():
     got = MODULES.parse(out, 0)
     assert got["env"] == {"NOTE": "one\ntwo\nK=v"}
     assert (got["system"], got["version"]) == ("tcl", "3.2.10")  # Environment Modules 3.2
+
+
+def test_the_facts_that_run_the_venvs_python_run_with_the_nodes_modules_loaded():
+    """VENV and TORCH_BUILD start the venv's python, which a module's Python (cray-python) needs
+    its module for: on a node naming `modules` their probe sections load them first (on top of
+    the probe's shell); elsewhere the snippet is as it was."""
+    from nodeprep.engine.facts import TORCH_BUILD, VENV, TorchIn
+    from nodeprep.engine.facts.probe import probe_script
+
+    v = {"modules": ["cray-python/3.11.7", "cuda/12.6"], "module_path": ["/opt/mf"]}
+    reqs = [VENV("~/.nodeprep/venv"), TORCH_BUILD(TorchIn("~/.nodeprep/venv"))]
+    loaded = probe_script(reqs, v, "t")
+    plain = probe_script(reqs, {}, "t")
+    load = "module load cray-python/3.11.7 cuda/12.6"
+    assert loaded.count(load) == 2 and "module use /opt/mf" in loaded, loaded
+    assert "module" not in plain
+    assert VENV.command("~/.nodeprep/venv") in loaded  # each snippet itself kept whole

@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass
 
 from nodeprep import nodeside
+from nodeprep.engine.facts.modules import with_modules
 from nodeprep.engine.facts.probe import Fact, json_document
 from nodeprep.engine.remote import rpath
 
@@ -199,4 +200,6 @@ def parse_deep(text: str, rc: int) -> dict:
     return {"state": "error", "error": tail or f"exit {rc}", "hung": rc in _HUNG}
 
 
-GPU_DEEP = Fact("gpu_deep", _deep_script, parse_deep)  # GPU_DEEP(DeepIn(venv, ...))
+GPU_DEEP = Fact(
+    "gpu_deep", _deep_script, parse_deep, wrap=with_modules
+)  # GPU_DEEP(DeepIn(venv, ...))

@@ -78,6 +78,17 @@ def under_modules(v: dict, script: str) -> str:
     )
 
 
+def with_modules(v: dict, script: str) -> str:
+    """SCRIPT in a subshell that first loads the node's `modules` on top of the calling shell's
+    environment (the venv's PATH and the env file's other blocks stay; loading a module that is
+    already loaded changes nothing); SCRIPT itself when none are named. What runs the venv's
+    python: the VENV, TORCH_BUILD and GPU_DEEP facts (their Fact.wrap), pip's install, torch's
+    verify."""
+    if not v.get("modules"):
+        return script
+    return f"(\n{load_snippet(v)}{script}\n)"
+
+
 def _script(v: dict) -> str:
     mods = [str(m) for m in (v.get("modules") or [])]
     if not mods:

@@ -33,6 +33,11 @@ class Fact:
     batch: Callable[[list], str] | None = None
     split: Callable[[str, int, list], list] | None = None
     private: bool = False  # its output may carry secrets (file contents): never quoted in errors
+    # (host vars, snippet) -> the snippet as it runs on that node: modules.with_modules for
+    # the facts that run the venv's python, which on a node naming `modules` run with them
+    # loaded, as the ranks' shells have them, whether or not the env file's block that loads
+    # them is there yet (a module's Python may not start without its LD_LIBRARY_PATH)
+    wrap: Callable[[dict, str], str] | None = None
 
     def __call__(self, arg) -> "Request":
         return Request(self, arg)
@@ -110,6 +115,8 @@ def probe_script(requests: list, host_vars: dict, token: str) -> str:
             if tag.startswith("b.")
             else fact.command(items[0][1])
         )
+        if fact.wrap:
+            snippet = fact.wrap(host_vars, snippet)
         # Each section runs in a subshell so one fact's `exit` or `cd` cannot leak into the next.
         parts.append(
             f"echo '@@{token}:{tag}@@'\n( {snippet}\n) 2>&1 </dev/null\necho \"@@{token}:rc=$?@@\""

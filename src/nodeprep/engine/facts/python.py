@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeprep import nodeside
+from nodeprep.engine.facts.modules import with_modules
 from nodeprep.engine.facts.probe import Fact
 from nodeprep.engine.remote import rpath
 
@@ -24,7 +25,9 @@ def _venv_script(path: str) -> str:
     from pyvenv.cfg and the packages from the *.dist-info directory names, which carry the
     normalized name and exact version (PEP 376/427). Whether the venv's interpreter still runs
     (its base Python may be gone) is one start (~6 ms), done again only when the stat of
-    bin/python's target or of the dynamic linker's cache changed since it last ran: the key
+    bin/python's target, of the dynamic linker's cache or of a directory on LD_LIBRARY_PATH
+    (a module's Python that needs its module's libraries: cray-python) changed since it last
+    ran, or LD_LIBRARY_PATH names a directory that is not there: the key
     is kept in the venv itself, per machine (<venv>/.nodeprep-runs.<machine-id>); a dangling
     bin/python has no stat, so it always runs (and fails)."""
     p = rpath(path)
@@ -45,8 +48,17 @@ def _venv_script(path: str) -> str:
         "k=\n"
         "c=\n"
         "ok=\n"
+        # the directories on LD_LIBRARY_PATH (a module's, the nccl block's) are in the key: a
+        # library added, removed or renamed there changes its directory's mtime
+        "set -f\n"
+        "o=$IFS\n"
+        "IFS=:\n"
+        "set --\n"
+        'for d in $LD_LIBRARY_PATH; do [ -n "$d" ] && set -- "$@" "$d"; done\n'
+        "IFS=$o\n"
+        "set +f\n"
         '[ -n "$m" ] &&\n'
-        f"  k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache "
+        f"  k=$(stat -L --printf '%d:%i:%s:%Y ' -- {p}/bin/python /etc/ld.so.cache \"$@\" "
         "2>/dev/null) &&\n"
         f'  c={p}/.nodeprep-runs.$m && [ -f "$c" ] && IFS= read -r ok < "$c"\n'
         'if [ -n "$k" ] && [ "$ok" = "$k" ]; then :\n'
@@ -118,7 +130,9 @@ def parse_venv(text: str, rc: int) -> dict:
     }
 
 
-VENV = Fact("venv", _venv_script, parse_venv)  # VENV(path): the venv at that path
+VENV = Fact(
+    "venv", _venv_script, parse_venv, wrap=with_modules
+)  # VENV(path): the venv at that path
 
 
 def _bare_source(path: Path) -> str:
@@ -264,7 +278,9 @@ def _torch_build(text: str, rc: int):
     return {"error": lines[-1][:200]}
 
 
-TORCH_BUILD = Fact("torch_build", _torch_script, _torch_build)  # TORCH_BUILD(TorchIn(venv, deep))
+TORCH_BUILD = Fact(
+    "torch_build", _torch_script, _torch_build, wrap=with_modules
+)  # TORCH_BUILD(TorchIn(venv, deep))
 
 
 # The Python stack inside an image: its python3's version and installed distributions, then the
