@@ -92,6 +92,7 @@ def test_rank_exit_without_collective_stops_every_rank(
     assert code == 1, out
     assert summary(out).endswith("FAILED: worker-1 r1 exited with status 1"), out
     assert "rank 1 failing on purpose at step 3" in out  # its last lines
+    assert "class: user (the script's own error)" in out, out
     assert "0 processes left on 2 node(s)" in out
     assert leftovers(lab_ssh, lab) == []
     gone = float(re.search(r"every rank gone ([\d.]+)s after", out).group(1))
@@ -113,6 +114,7 @@ def test_rank_killed_with_sigkill(provisioned, lab, lab_settings, lab_ssh, capfd
     )
     assert code == 1, out
     assert summary(out).endswith("FAILED: worker-1 r1 was killed by SIGKILL"), out
+    assert "class: killed (a rank killed by a signal, not by its script)" in out, out
     assert "0 processes left on 2 node(s)" in out and leftovers(lab_ssh, lab) == []
 
 
@@ -134,6 +136,7 @@ def test_hang_dumps_stacks_and_names_the_hung_rank(
     assert (
         "FAILED: worker-1 r1" in first and "no rank wrote output or a heartbeat for 10s" in first
     ), out
+    assert "class: hang (no progress for --hang-timeout)" in out, out
     assert "0 processes left on 2 node(s)" in out and leftovers(lab_ssh, lab) == []
     stack = (last_run(lab_settings) / "nodes" / "worker-1" / "r1.stack").read_text()
     assert "inject_fault" in stack and "ddp.py" in stack  # the hung rank's own frame
@@ -183,6 +186,7 @@ def test_node_loss_stops_the_other_nodes(
     )
     assert code == 1, out
     assert "FAILED: worker-1 stopped answering" in summary(out), out
+    assert "class: node on worker-1 (a node lost or unreachable)" in out, out
     assert leftovers(lab_ssh, lab) == []
 
 
@@ -393,6 +397,9 @@ def test_a_silent_node_stops_the_other_nodes(
     assert code == 1, out
     assert "FAILED: worker-1 stopped answering" in summary(out), out
     assert took < 45, took  # not the launcher's own 240 s timeout
+    assert "class: node on worker-1 (a node lost or unreachable)" in out, out
+    state = json.loads((run / "state.json").read_text())
+    assert state["outcome"]["cause"]["klass"] == "node", state["outcome"]
     api.train_stop(RunsOptions(run=run.name[len(rundir.PREFIX) :]), lab_settings)
     assert leftovers(lab_ssh, lab) == []
     lab_up()

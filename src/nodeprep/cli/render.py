@@ -197,6 +197,8 @@ def train(res) -> None:
     else:
         # root cause first: the first failing node and rank, how it ended, its last lines
         print(f"train: job {res.job_id} FAILED: {o.failure}", file=err)
+        if o.cause:
+            print(f"  class: {o.cause['line']}", file=err)
         for who, lines in o.tails.items():
             print(f"--- last lines from {who}:", file=err)
             for line in lines[-10:]:
@@ -236,6 +238,8 @@ def train_status(st) -> None:
     )
     if st.failure:
         print(f"  failure: {st.failure}")
+    if st.cause:
+        print(f"  class: {st.cause['line']}")
     nodes = sorted(set(st.nodes) | set(st.processes) | set(st.unreachable))
     width = max([len(n) for n in nodes] + [4])
     for n in nodes:

@@ -35,6 +35,7 @@ class RunStatus:
     processes: dict = field(default_factory=dict)  # node -> processes of the job now (checked)
     unreachable: dict = field(default_factory=dict)
     failure: str | None = None
+    cause: dict | None = None  # the failure's class (ops/train/causes.py)
     supervisor: bool = False
 
     @property
@@ -78,6 +79,7 @@ def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
     ) - state.get("started", time.time())
     st.nodes = state.get("nodes", {})
     st.failure = (state.get("outcome") or {}).get("failure")
+    st.cause = (state.get("outcome") or {}).get("cause")
     st.processes, st.unreachable = _processes(spec, path, settings, events)
     if st.state not in rundir.FINAL and not st.supervisor:
         # the supervisor is gone (killed, machine rebooted): what the nodes say is the truth

@@ -99,6 +99,7 @@ def run_spec(prep: Prepared, opts: TrainOptions) -> RunSpec:
         versions=versions,
         env=redacted_env(env),
         containers=containers_of(plan),
+        addresses={n.address: n.name for n in plan.nodes},
     )
 
 

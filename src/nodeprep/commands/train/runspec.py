@@ -35,6 +35,7 @@ class RunSpec:
     env: dict = field(default_factory=dict)  # what the launchers export (redacted)
     # the container way: node -> {start, remove, left: sh; inside: the exec prefix (sh text)}
     containers: dict = field(default_factory=dict)
+    addresses: dict = field(default_factory=dict)  # an address ssh may name -> its node
 
     def label_of(self, rank: int, rec: dict) -> str:
         if rec.get("node"):
@@ -66,6 +67,7 @@ class Outcome:
     ranks: dict = field(default_factory=dict)  # "worker-1 r3" -> how it ended
     warnings: list[str] = field(default_factory=list)  # e.g. a finished rank's teardown crash
     pace: dict = field(default_factory=dict)  # node -> its watcher's tick interval (s)
+    cause: dict | None = None  # the root cause's class and blamed node (ops/train/causes.py)
     state: str = "finished"
 
 

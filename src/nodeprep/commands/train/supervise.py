@@ -7,7 +7,8 @@ to the terminal or as a detached supervisor (`train --detach`, cli/detached.py):
 3. Until every launcher ended: on the first abnormal event, on --hang-timeout (after dumping
    every rank's stack), on --timeout, Ctrl-C or `train.stop`: stop every rank on every node
    (TERM, KILL after 5 s), collect the last exits, stop the watchers.
-4. Check every node for processes of the job left behind, write the bundle (ops/train/rundir.py).
+4. Check every node for processes of the job left behind, write the bundle (ops/train/rundir.py);
+   the root cause's class (ops/train/causes.py) goes into the Outcome.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from nodeprep.engine.events import Events
 from nodeprep.engine.facts.jobs import JOB_VAR
 from nodeprep.engine.remote import stop_tagged_script
 from nodeprep.errors import NodeprepError
-from nodeprep.ops.train import processes, rundir
+from nodeprep.ops.train import causes, processes, rundir
 from nodeprep.ops.train.payload import NODE_RUNS
-from nodeprep.ops.train.rankwatch import RankWatch, describe_rc
+from nodeprep.ops.train.rankwatch import RankWatch
 
 WATCH_VAR = "NODEPREP_WATCH"
 WATCH_STOP = "watch.stop"  # in the run directory: the watchers end (nodeside/watch.py STOP)
@@ -347,17 +348,7 @@ class Supervisor:
         )
         out.leftovers, out.checked = self._leftovers()
         with self.lock:
-            out.ranks = {
-                r.name + (f" (attempt {r.attempt})" if r.attempt > 1 else ""): {
-                    "how": r.how,
-                    "rc": r.rc,
-                    "oom": r.oom,
-                    "start": r.start,
-                    "end": r.end,
-                    "status": describe_rc(r.rc, r.oom) if r.rc is not None else r.how,
-                }
-                for r in sorted(w.ranks.values(), key=lambda r: (r.rank, r.attempt))
-            }
+            out.ranks = w.exits()
             out.warnings = list(w.warnings)
             out.pace = {m: round(p, 3) for m, p in w.pace.items()}
             root = w.root_cause()
@@ -371,6 +362,7 @@ class Supervisor:
                     if who in w.tails and who not in out.tails:
                         out.tails[who] = list(w.tails[who])
                 out.stop_seconds = w.stop_seconds()
+                out.cause = causes.of_run(out.root, out.tails, self.spec.addresses)
         self.run_dir.write_json("exits.json", out.ranks)
         self.write_state(out.state, out)
         return out

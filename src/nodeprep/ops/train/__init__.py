@@ -13,5 +13,6 @@ payload.py     the payload (a builtin or the user's script) and the agent, synce
 processes.py   a job's processes on a node: found by JOB_VAR, stale ones, cleanup
 rundir.py      a training run's directory on the controller (job.json, logs, exits, summary)
 rankwatch.py   what the watchers report and what nodeprep decides from it (pure)
+causes.py      the class of a failed run's root cause (node, hardware, user, ...) and whom it blames
 tracebacks.py  faulthandler dumps of hung ranks parsed, and the rank most likely at fault
 """

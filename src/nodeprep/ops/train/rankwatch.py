@@ -315,6 +315,20 @@ class RankWatch:
         return [r for r in self.ranks.values() if r.end is None]
 
     # -- summary ----------------------------------------------------------------------------
+    def exits(self) -> dict:
+        """ "worker-1 r3" (" (attempt 2)") -> how, rc, oom, start, end and status: exits.json."""
+        return {
+            r.name + (f" (attempt {r.attempt})" if r.attempt > 1 else ""): {
+                "how": r.how,
+                "rc": r.rc,
+                "oom": r.oom,
+                "start": r.start,
+                "end": r.end,
+                "status": describe_rc(r.rc, r.oom) if r.rc is not None else r.how,
+            }
+            for r in sorted(self.ranks.values(), key=lambda r: (r.rank, r.attempt))
+        }
+
     def root_cause(self) -> Failure | None:
         """The earliest failure, launchers' last; a rank that failed because its peer went
         away yields to a failure of another kind up to COLLATERAL_S later (a rank SIGKILLed
