@@ -23,6 +23,7 @@ from nodeprep.commands.options import (
     InventoryOptions,
     ProvisionOptions,
     PruneOptions,
+    ReleaseOptions,
     RunsOptions,
     TorchPlanOptions,
     TrainOptions,
@@ -602,9 +603,15 @@ def verify_parity(
         "container": "run every rank in the inventory's container_image (the default when it "
         "is set; docs/containers.md)",
         "no_container": "run on the nodes' venvs even though the inventory names an image",
+        "restarts": "relaunch after a failure up to N times for the whole job, without the node "
+        "it blames (quarantined: invoke train.release); docs/train.md",
+        "retry_on": "a failure class to relaunch after (repeatable; default hardware, node, "
+        "hang, killed; also user, launcher, timeout)",
+        "min_nodes": "with --restarts: go on with fewer nodes, down to N (default: all of them)",
+        "resume_args": "arguments added to the payload's on relaunches only, e.g. '--resume'",
         **LIVENESS,
     },
-    iterable=["health_ignore"],
+    iterable=["health_ignore", "retry_on"],
     short={"kill_stale": "K", "hang_timeout": "H"},
 )
 def train(
@@ -632,6 +639,10 @@ def train(
     silent_after=None,
     container=False,
     no_container=False,
+    restarts=None,
+    retry_on=None,
+    min_nodes=None,
+    resume_args=None,
 ):
     """Start the payload on every node; stop every rank everywhere if one fails.
 
@@ -665,6 +676,10 @@ def train(
                 exclude_unhealthy=exclude_unhealthy,
                 health_ignore=tuple(health_ignore or ()),
                 container=True if container else (False if no_container else None),
+                restarts=_number("--restarts", restarts, int) or 0,
+                retry_on=tuple(retry_on or ()),
+                min_nodes=_number("--min-nodes", min_nodes, int) or None,
+                resume_args=tuple(shlex.split(resume_args or "")),
             ),
             _deadlines(c, connect_timeout, silent_after),
         )
@@ -745,6 +760,18 @@ def train_stop(c, run=None):
     """Stop a (detached) training run: every rank on every node."""
     _help_if_asked("train.stop", run)
     _done(cli.train_stop(RunsOptions(run=run), _settings(c)))
+
+
+@task(
+    iterable=["node"],
+    help={
+        "node": "a quarantined node to put back in service (repeatable; none: list them)",
+        "all": "every quarantined node",
+    },
+)
+def train_release(c, node=None, all=False):
+    """Put nodes `train --restarts` quarantined back in service; without --node, list them."""
+    _done(cli.train_release(ReleaseOptions(nodes=tuple(node or ()), all=all), _settings(c)))
 
 
 @task(
@@ -895,6 +922,7 @@ train_ns.add_task(train, "run", default=True)
 train_ns.add_task(train_status, "status")
 train_ns.add_task(train_logs, "logs")
 train_ns.add_task(train_stop, "stop")
+train_ns.add_task(train_release, "release")
 ns = Collection(
     init,
     doctor,

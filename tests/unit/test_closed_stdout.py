@@ -78,6 +78,7 @@ CASES: dict[str, list[list[str]]] = {
     "train.status": [["{run}"], ["nope"]],
     "train.logs": [["{run}"], ["{run}", "--follow"]],
     "train.stop": [["{run}"]],
+    "train.release": [[]],
     "hosts.forget": [["n[1-3]", "-i", "{inv}"]],
     "lab.status": [[], ["--help"]],
     "lab.up": [["--help"]],  # never for real: it starts a lab

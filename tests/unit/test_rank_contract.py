@@ -61,9 +61,9 @@ def test_the_contract_never_overrides_what_a_launcher_set():
     }
     add = rankmod.contract_env(env)
     assert "RANK" not in add and "MASTER_ADDR" not in add and "MASTER_PORT" not in add
-    assert (
-        rankmod.contract_env(_ranks("torchrun-standalone-2.env")[0]) == {}
-    )  # torchrun set them all
+    assert rankmod.contract_env(_ranks("torchrun-standalone-2.env")[0]) == {
+        "NODEPREP_RESTART": "0"
+    }  # torchrun set them all
     assert rankmod.contract_env(
         {"PMI_RANK": "3", "PMI_SIZE": "8", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"}
     ) == {  # MPICH / Intel MPI's names
@@ -71,7 +71,17 @@ def test_the_contract_never_overrides_what_a_launcher_set():
         "WORLD_SIZE": "8",
         "LOCAL_RANK": "1",
         "LOCAL_WORLD_SIZE": "4",
+        "NODEPREP_RESTART": "0",
     }
+
+
+def test_the_attempt_train_restarts_relaunched_reaches_the_script():
+    """NODEPREP_RESTART from the launcher-forwarded PYTHON_NODEPREP_RESTART (0 on a first
+    launch), added to the count torchrun's own agent keeps in TORCHELASTIC_RESTART_COUNT."""
+    env = {**_ranks("torchrun-standalone-2.env")[0], "PYTHON_NODEPREP_RESTART": "2"}
+    env["TORCHELASTIC_RESTART_COUNT"] = "1"
+    add = rankmod.contract_env(env)
+    assert add == {"NODEPREP_RESTART": "2", "TORCHELASTIC_RESTART_COUNT": "3"}
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ def test_cpu_machine_one_process_per_emulated_node(inv):
 
 def test_network_path_option(inv):
     cmd = job(inv, "deepspeed", 2, 2, network=True).commands()["gpubox"]
-    assert "export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" in cmd
+    assert " NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1; " in cmd and "export " in cmd
     assert "NCCL_P2P_DISABLE" not in job(inv, "deepspeed", 2, 2).commands()["gpubox"]
 
 

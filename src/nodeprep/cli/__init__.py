@@ -46,6 +46,7 @@ from nodeprep.commands.options import (
     InventoryOptions,
     ProvisionOptions,
     PruneOptions,
+    ReleaseOptions,
     RunsOptions,
     TorchPlanOptions,
     TrainOptions,
@@ -277,6 +278,16 @@ def train_stop(opts: RunsOptions, settings: Settings = Settings()) -> int:
 
     res = control_cmd.stop(opts, settings, Display.auto(to_stderr=True, quiet=True))
     render.train_stop(res)
+    return res.exit_code
+
+
+@guarded
+def train_release(opts: ReleaseOptions, settings: Settings = Settings()) -> int:
+    from nodeprep.cli import render
+    from nodeprep.commands.train import control as control_cmd
+
+    res = control_cmd.release(opts, settings)
+    render.train_release(res)
     return res.exit_code
 
 

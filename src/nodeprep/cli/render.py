@@ -215,6 +215,15 @@ def train(res) -> None:
             print(f"  every rank gone {o.stop_seconds:.1f}s after the first failure", file=err)
     for line in o.warnings:
         print(f"  warning: {line}", file=err)
+    for a in res.attempts:  # --restarts
+        print(
+            f"  attempt {a['attempt']} (job {a['job_id']}) on {', '.join(a['nodes'])}: "
+            + (f"FAILED, {a['cause']['line']}" if a["cause"] else "finished")
+            + (f"; quarantined {', '.join(a['quarantined'])}" if a["quarantined"] else ""),
+            file=err,
+        )
+    if res.attempts and res.stop_reason != "finished":
+        print(f"  no further attempt: {res.stop_reason}", file=err)
     print(_leftover_line(o), file=err)
     print(f"  logs: {res.run_dir} (invoke train.logs {res.job_id})", file=err)
 
@@ -259,3 +268,14 @@ def train_stop(res) -> None:
     print(f"run {res.job_id}: {res.how}" + (f" ({res.state})" if res.state else ""))
     for n, v in res.stopped.items():
         print(f"  {n}: {v}")
+
+
+def train_release(res) -> None:
+    from nodeprep.ops.train import quarantine
+
+    for n in res.released:
+        print(f"released {n}: back in service")
+    for n, rec in res.held.items():
+        print(quarantine.line(n, rec))
+    if not res.released and not res.held:
+        print("no node is quarantined")

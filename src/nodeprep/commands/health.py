@@ -21,6 +21,7 @@ from nodeprep.engine.transports import slurm, slurmrun
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops.health import catalogue, deep, drain
 from nodeprep.ops.health.findings import Context, Finding, Thresholds, Verdict, worst
+from nodeprep.ops.train import quarantine
 from nodeprep.settings import Settings
 
 
@@ -285,6 +286,23 @@ def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> N
         res.slurm.append((a, err))
 
 
+def quarantined(hosts, settings: Settings) -> list[Finding]:
+    """A node `train --restarts` quarantined: CRITICAL (train leaves it out) until released."""
+    held = quarantine.load(settings.state)
+    return [
+        Finding(
+            h.name,
+            "quarantine",
+            "QUARANTINED",
+            Verdict.CRITICAL,
+            quarantine.line(h.name, held[h.name]),
+            f"once it is fixed: invoke train.release --node {h.name}",
+        )
+        for h in hosts
+        if h.name in held
+    ]
+
+
 def health(opts: HealthOptions, settings: Settings, events: Events) -> HealthResult:
     checks = catalogue.select(opts.checks, opts.deep)
     catalogue.check_ignored(opts.ignore)
@@ -327,6 +345,7 @@ def health(opts: HealthOptions, settings: Settings, events: Events) -> HealthRes
                     "bring the node back (or leave it out with --limit '!NODE')",
                 )
             )
+        found += quarantined(hosts, settings)
         ignored = [f for f in found if f.code in opts.ignore and f.verdict is not Verdict.OK]
         res = HealthResult(
             [h.name for h in hosts],

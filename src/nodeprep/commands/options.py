@@ -143,11 +143,33 @@ class TrainOptions:
     exclude_unhealthy: bool = False  # launch on the healthy nodes instead of refusing
     health_ignore: tuple[str, ...] = ()  # finding codes the gate does not hold against a node
     container: bool | None = None  # ranks in the inventory's container_image; None: if it is set
+    # a run that outlives a bad node (ops/train/restarts.py): relaunches for the whole job,
+    # the cause classes retried (none given: causes.RETRIED), the fewest nodes to go on with
+    # (None: every node the job started with), arguments added on relaunches only
+    restarts: int = 0
+    retry_on: tuple[str, ...] = ()
+    min_nodes: int | None = None
+    resume_args: tuple[str, ...] = ()
 
     def validate(self) -> None:
         from nodeprep.ops.launchenv.dsenv import SUPPORTED_DS_LAUNCHERS
+        from nodeprep.ops.train import causes
         from nodeprep.ops.train.launchers import LAUNCHERS
 
+        bad = [c for c in self.retry_on if c not in causes.CLASSES or c in causes.NEVER]
+        if bad:
+            raise InputError(
+                f"--retry-on {bad[0]!r}: expected one of "
+                + ", ".join(c for c in causes.CLASSES if c not in causes.NEVER)
+            )
+        if self.restarts < 0 or (self.min_nodes is not None and self.min_nodes < 1):
+            raise InputError("--restarts takes 0 or more, --min-nodes 1 or more")
+        if self.restarts and self.detach:
+            raise InputError(
+                "--restarts with --detach: not built yet (the detached supervisor runs one "
+                "attempt)",
+                hint="run attached (in tmux or screen), or without --restarts",
+            )
         if self.hang_timeout is not None and self.hang_timeout <= 0:
             raise InputError(f"--hang-timeout {self.hang_timeout!r}: expected seconds > 0")
         if self.launcher not in LAUNCHERS:
@@ -169,6 +191,14 @@ class RunsOptions:
     rank: int | None = None
     follow: bool = False
     json: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseOptions:
+    """train.release: quarantined nodes back in service (none named, not --all: list them)."""
+
+    nodes: tuple[str, ...] = ()
+    all: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

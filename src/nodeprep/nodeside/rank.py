@@ -25,14 +25,13 @@ can be dumped without ptrace. The wrapper forwards TERM/INT/HUP/USR1/USR2 to the
 ends the way the child ended (same status, same signal), so launchers see no difference; a
 restart by torchrun starts a new wrapper: attempt + 1.
 
-One rank contract for every launcher (contract_env): the script gets RANK, WORLD_SIZE,
-LOCAL_RANK, LOCAL_WORLD_SIZE (and, under Slurm, MASTER_ADDR/MASTER_PORT) from the launcher's
-own variables where the launcher did not set them (Open MPI's OMPI_COMM_WORLD_*, MPICH/Intel
-MPI's PMI_*/MPI_LOCALRANKID, PMIx's PMIX_RANK, Slurm's SLURM_*), never overriding one it set: a
-plain `dist.init_process_group()` with env:// runs unchanged under deepspeed, torchrun, mpirun
-and srun. And one argument contract (local_rank_args): a script that declares --local_rank (or
---local-rank) in argparse always gets it, one that does not never does (DeepSpeed's launcher
-passes it to every script, torchrun to none).
+One rank contract for every launcher (contract_env): RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE (and, under Slurm, MASTER_ADDR/MASTER_PORT) from the launcher's own variables
+where it did not set them (OMPI_COMM_WORLD_*, PMI_*/MPI_LOCALRANKID, PMIX_RANK, SLURM_*): a plain
+`dist.init_process_group()` runs unchanged under every launcher; NODEPREP_RESTART, the attempt
+`train --restarts` relaunched (0 first). One argument contract (local_rank_args): a script
+declaring --local_rank (or --local-rank) in argparse always gets it, one that does not never
+does (DeepSpeed's launcher passes it to every script, torchrun to none).
 """
 
 import atexit
@@ -47,6 +46,7 @@ import sys
 import time
 
 JOB_VAR = "PYTHON_NODEPREP_JOB"
+RESTART_VAR = "PYTHON_NODEPREP_RESTART"  # engine/facts/jobs.py: train --restarts' attempt
 RUNS = ".nodeprep/runs"  # under the home: a job's run directory is RUNS/<job>
 STACK_SIGNAL = signal.SIGRTMIN + 4  # rarely used; SIGUSR1/2 belong to the user (Slurm, ...)
 FORWARD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -100,7 +100,10 @@ def first_host(nodelist):
 
 def contract_env(env):
     """The variables to ADD to ENV (a dict) so the script sees the rank contract."""
-    add = {}
+    add = {"NODEPREP_RESTART": env.get(RESTART_VAR, "0")}  # train --restarts' relaunch (0: none)
+    if add["NODEPREP_RESTART"] != "0":  # on top of the count torchrun's own agent keeps
+        agent = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+        add["TORCHELASTIC_RESTART_COUNT"] = str(int(add["NODEPREP_RESTART"]) + int(agent or 0))
     for var, sources in CONTRACT:
         if var not in env:
             got = next((env[s] for s in sources if env.get(s, "") != ""), None)
@@ -308,12 +311,7 @@ def wrap(argv):
             "start": time.time(),
         },
     )
-    while True:
-        try:
-            _, status = os.waitpid(child.pid, 0)
-            break
-        except InterruptedError:
-            continue
+    _, status = os.waitpid(child.pid, 0)  # retried by Python on EINTR (PEP 475)
     record, rc = exit_record(base, child.pid, status, oom0, rank, attempt)
     write_json(base + ".exit", record)
     if rc < 0:  # end the way the child ended: the same signal

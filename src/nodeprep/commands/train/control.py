@@ -11,14 +11,14 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from nodeprep.commands.common import select_hosts
-from nodeprep.commands.options import RunsOptions
+from nodeprep.commands.options import ReleaseOptions, RunsOptions
 from nodeprep.commands.train import containers
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import InputError
-from nodeprep.ops.train import processes, rundir
+from nodeprep.ops.train import processes, quarantine, rundir
 from nodeprep.settings import Settings
 
 
@@ -128,3 +128,27 @@ def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60
         containers.remove(spec.get("containers") or {}, fleet)
         out.update({n: "unreachable: " + why for n, why in fleet.unusable().items()})
     return StopResult(spec["job_id"], "stopped on the nodes", out, state.get("state", ""))
+
+
+@dataclass
+class ReleaseResult:
+    released: list[str] = field(default_factory=list)
+    held: dict = field(default_factory=dict)  # node -> its record, still quarantined
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+
+def release(opts: ReleaseOptions, settings: Settings) -> ReleaseResult:
+    """Quarantined nodes back in service; a named node that is not quarantined is bad input."""
+    if opts.all or opts.nodes:
+        done, unknown = quarantine.release(settings.state, ["*"] if opts.all else list(opts.nodes))
+        if unknown:
+            held = ", ".join(quarantine.load(settings.state)) or "none"
+            raise InputError(
+                f"train.release: {', '.join(unknown)} not quarantined (quarantined: {held})"
+                + (f"; released {', '.join(done)}" if done else "")
+            )
+        return ReleaseResult(done, quarantine.load(settings.state))
+    return ReleaseResult([], quarantine.load(settings.state))

@@ -1,11 +1,16 @@
 """`invoke train`: prepare the job (prepare.py: the probe, the LaunchPlan, preflight, the sync),
 turn the plan into the supervisor's RunSpec, and run it to its end under the supervisor
-(supervise.py), attached or detached; --dry-run shows the commands instead."""
+(supervise.py), attached or detached; --dry-run shows the commands instead. With --restarts N
+a failed attempt is classed (ops/train/causes.py) and, where ops/train/restarts.py says so,
+relaunched without the node it blames (quarantined: ops/train/quarantine.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
+import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
@@ -18,7 +23,7 @@ from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.container.run import shell as container_shell
-from nodeprep.ops.train import rundir
+from nodeprep.ops.train import causes, quarantine, restarts, rundir
 from nodeprep.ops.train.launchplan import Prepared
 from nodeprep.ops.train.payload import agent_dir
 from nodeprep.settings import Settings
@@ -33,6 +38,9 @@ class TrainResult:
     launched: bool = True
     run_dir: str = ""
     detached: bool = False  # the supervisor runs on in the background
+    nodes: list[str] = field(default_factory=list)  # the nodes it launched on
+    attempts: list[dict] = field(default_factory=list)  # --restarts: each attempt, in order
+    stop_reason: str = ""  # --restarts: why no further attempt was made
 
     @property
     def failure(self) -> str | None:
@@ -153,15 +161,48 @@ def supervise(spec: RunSpec, fleet, events: Events, path) -> Outcome:
 
 def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult:
     """The srun command is shown before it runs (events.note), as --dry-run shows every one.
-    --detach: prepare here, then the cli starts the supervisor in the background."""
+    --detach: prepare here, then the cli starts the supervisor in the background. Quarantined
+    nodes are left out, with a note saying how to release them."""
     opts.validate()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
+    hosts = _not_quarantined(hosts, settings, events)
+    if not opts.restarts:
+        return _attempt(opts, settings, events, inv, hosts)
+    return _with_restarts(opts, settings, events, inv, hosts)
+
+
+def _not_quarantined(hosts, settings: Settings, events: Events) -> list:
+    held = quarantine.load(settings.state)
+    out = [h for h in hosts if h.name not in held]
+    for h in hosts:
+        if h.name in held:
+            events.note(
+                h.name,
+                f"left out: {quarantine.line(h.name, held[h.name])}; "
+                f"`invoke train.release --node {h.name}` puts it back",
+            )
+    if not out:
+        raise NodeprepError(
+            "every selected node is quarantined",
+            hint="`invoke train.release --node NODE` (or --all) once they are fixed",
+        )
+    return out
+
+
+def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResult:
+    """One launch on HOSTS to its end; RESTART: its attempt past the first (the ranks' env).
+    --min-nodes: the fewest nodes it may launch on once the health gate has spoken."""
     job_id = new_job_id()
     path = rundir.run_path(settings.runs, job_id)
     path.mkdir(parents=True, exist_ok=True)
     with Fleet(hosts, settings, "train", events, runlog=RunLog(path)) as fleet:
         prep = prepare(opts, inv, hosts, fleet, events, job_id)
-        where = prep.plan.where()
+        prep.plan = dataclasses.replace(prep.plan, restart=restart)
+        where, names = prep.plan.where(), [n.name for n in prep.plan.nodes]
+        if len(names) < (opts.min_nodes or 0):
+            raise NodeprepError(
+                f"{len(names)} node(s) passed the health gate, --min-nodes {opts.min_nodes}"
+            )
         if opts.dry_run:
             return TrainResult(
                 job_id, where, commands=shown(prep.plan), launched=False, run_dir=str(path)
@@ -177,5 +218,59 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
             return TrainResult(job_id, where, commands=cmds, run_dir=str(path), detached=True)
         outcome = supervise(spec, fleet, events, path)
         return TrainResult(
-            job_id, where, outcome, cmds if opts.launcher == "srun" else {}, run_dir=str(path)
+            job_id,
+            where,
+            outcome,
+            cmds if opts.launcher == "srun" else {},
+            run_dir=str(path),
+            nodes=names,
+        )
+
+
+def _with_restarts(opts: TrainOptions, settings, events, inv, hosts) -> TrainResult:
+    """Attempts until one finishes, or restarts.decide stops the job; each failed attempt's
+    blamed node, and each node the health gate left out of a relaunch, quarantined."""
+    need = opts.min_nodes or len(hosts)
+    retry_on = frozenset(opts.retry_on) or causes.RETRIED
+    attempts: list[dict] = []
+    cur, cur_opts, k = hosts, opts, 1
+    while True:
+        res = _attempt(cur_opts, settings, events, inv, cur, k - 1)
+        held = {h.name: "left out by the health gate" for h in cur if h.name not in res.nodes}
+        c = res.outcome.cause
+        cause = causes.Cause(c["klass"], c["node"], c["why"]) if c else None
+        d = restarts.decide(cause, k, opts.restarts, res.nodes, retry_on=retry_on, min_nodes=need)
+        held.update(d.quarantine)
+        for node, why in held.items():
+            quarantine.add(settings.state, node, why, res.job_id)
+        attempts.append(
+            {
+                "attempt": k,
+                "job_id": res.job_id,
+                "nodes": res.nodes,
+                "failure": res.failure,
+                "cause": c,
+                "quarantined": held,
+                "relaunch": d.relaunch,
+            }
+        )
+        rundir.RunDir(Path(res.run_dir)).write_json("attempts.json", attempts)
+        if not d.relaunch:
+            res.attempts, res.stop_reason = attempts, d.why
+            return res
+        k += 1
+        wait = restarts.backoff(k)
+        events.note(
+            d.nodes[0],
+            f"attempt {k}/{opts.restarts + 1}, {time.strftime('%H:%M:%S')}: {cause.line}"
+            + (f" -> quarantined {', '.join(held)}" if held else "")
+            + f"; relaunching on {', '.join(d.nodes)} in {wait:g}s",
+        )
+        time.sleep(wait)
+        cur = [h for h in hosts if h.name in d.nodes]
+        cur_opts = dataclasses.replace(
+            opts,
+            args=tuple(opts.args) + tuple(opts.resume_args),
+            exclude_unhealthy=True,
+            min_nodes=need,
         )

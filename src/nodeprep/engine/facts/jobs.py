@@ -13,6 +13,10 @@ from nodeprep.engine.facts.probe import Fact
 # In the environment of every process of a job: DeepSpeed's runner forwards PYTHON* variables
 # to every rank, mpirun gets -x, torchrun inherits it (nodeside/rank.py reads it too).
 JOB_VAR = "PYTHON_NODEPREP_JOB"
+# The attempt of a job `train --restarts` relaunched (1, 2, ...), carried the same way; the rank
+# wrapper gives the script NODEPREP_RESTART (0 on the first launch) and adds it to torchrun's
+# TORCHELASTIC_RESTART_COUNT.
+RESTART_VAR = "PYTHON_NODEPREP_RESTART"
 
 # Every process of a job carries JOB_VAR in its environment: before a launch, those of EARLIER
 # jobs are stale (a half-dead job still holding GPUs); after a run, those of THIS job are left

@@ -314,6 +314,8 @@ BY_NAME = {c.name: c for c in CHECKS}
 COMMAND_CODES = {
     "NODE_UNREACHABLE": "the node did not answer (CRITICAL)",
     "CHECK_ERROR": "a check could not read the node's answer (UNKNOWN)",
+    "QUARANTINED": "`train --restarts` took the node out of service (CRITICAL) until "
+    "`invoke train.release --node NODE`",
 }
 CODES = {code: c.name for c in CHECKS for code in c.codes} | {c: "health" for c in COMMAND_CODES}
 

@@ -14,5 +14,7 @@ processes.py   a job's processes on a node: found by JOB_VAR, stale ones, cleanu
 rundir.py      a training run's directory on the controller (job.json, logs, exits, summary)
 rankwatch.py   what the watchers report and what nodeprep decides from it (pure)
 causes.py      the class of a failed run's root cause (node, hardware, user, ...) and whom it blames
+restarts.py    train --restarts: after a failed attempt, relaunch (on which nodes) or stop (pure)
+quarantine.py  the nodes --restarts took out of service, kept on the controller until released
 tracebacks.py  faulthandler dumps of hung ranks parsed, and the rank most likely at fault
 """

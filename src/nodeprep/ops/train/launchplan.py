@@ -11,7 +11,7 @@ from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 
 from nodeprep.engine.facts import GPUS, USER
-from nodeprep.engine.facts.jobs import JOB_VAR
+from nodeprep.engine.facts.jobs import JOB_VAR, RESTART_VAR
 from nodeprep.errors import InputError
 from nodeprep.inventory import dsfilter
 from nodeprep.inventory.dsfilter import Filter
@@ -119,6 +119,7 @@ class LaunchPlan:
     ds_launcher: str = "pdsh"  # DeepSpeed's multinode launcher: pdsh | openmpi
     port: int = 29500  # the master (rendezvous) port
     max_restarts: int = 0  # torchrun --max-restarts
+    restart: int = 0  # train --restarts: this launch's attempt past the first (RESTART_VAR)
     shares: dict[str, list[int]] = field(default_factory=dict)  # node -> GPUs on a shared machine
     emu: Emulation | None = None  # --emulate: the one machine as M nodes
     # the container way: ranks run in the job's containers (every NodeRun.python is the image's)
@@ -240,17 +241,12 @@ class LaunchPlan:
     def env(self) -> dict[str, str]:
         """What every launcher exports to the ranks (besides what the user's files hold)."""
         out = {JOB_VAR: self.job_id, "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.port)}
+        if self.restart:
+            out[RESTART_VAR] = str(self.restart)
         return {**out, **(NETWORK_PATH if self.emu and self.emu.network else {})}
 
     def _exports(self) -> str:
-        out = (
-            f"export {JOB_VAR}={shlex.quote(self.job_id)} "
-            f"MASTER_ADDR={shlex.quote(self.master_addr)} "
-            f"MASTER_PORT={self.port}; "
-        )
-        if self.emu and self.emu.network:
-            out += "export " + " ".join(f"{k}={v}" for k, v in NETWORK_PATH.items()) + "; "
-        return out
+        return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env().items()) + "; "
 
     def commands(self) -> dict[str, str]:
         """label (node, or emulated node) -> shell command, run from the job directory."""

@@ -1,0 +1,115 @@
+"""`train --restarts` on the lab (issue 47): a run that outlives a bad node. The builtin ddp
+payload snapshots after every epoch on rank 0's node (worker-0, private homes) and resumes from
+it, as pytorch/examples' DDP tutorial does. worker-2 is made silent mid-run (blackhole routes:
+a power loss as the others see it): the attempt is classed `node`, worker-2 quarantined, and
+the job relaunched on worker-0 and worker-1 (--min-nodes 2), which resume from the snapshot and
+finish. A script's own error is not retried. After each: worker-2 healed and released, the first
+attempt's processes there stopped, nothing of any job left on any node."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+from nodeprep import cli as api
+from nodeprep import lab as labmod
+from nodeprep.commands.options import RunsOptions, TrainOptions
+from nodeprep.ops.train import quarantine, rundir
+
+from .test_train_watch import leftovers
+
+NODES = "worker-[0-2]"
+EPOCHS = ["--epochs", "8", "--steps-per-epoch", "20", "--sleep-per-step", "0.1"]
+
+
+def _train(lab, settings, launcher: str, args, **kw) -> int:
+    return api.train(
+        TrainOptions(
+            inventory=str(lab.inventory),
+            limit=NODES,
+            launcher=launcher,
+            payload="ddp",
+            args=tuple(args) + ("--snapshot", f"r-{uuid.uuid4().hex[:8]}.pt"),
+            timeout=240,
+            **kw,
+        ),
+        settings,
+    )
+
+
+def _epoch_seen(settings, before: set, node: str) -> bool:
+    """A rank on NODE of the newest run started after BEFORE has finished an epoch."""
+    runs = [r for r in rundir.runs_of(settings.runs) if r not in before]
+    if not runs:
+        return False
+    return any("epoch 1 " in p.read_text() for p in (runs[-1] / "nodes" / node).glob("r*.out"))
+
+
+@pytest.fixture
+def restore(lab, lab_settings, lab_up, lab_ssh):
+    """After the test: worker-2 answering again, released, its job processes stopped."""
+    yield
+    labmod.silence_node(lab, 2, silent=False)
+    lab_up()
+    quarantine.release(lab_settings.state, ["*"])
+    for run in rundir.runs_of(lab_settings.runs)[-3:]:
+        api.train_stop(RunsOptions(run=run.name[len(rundir.PREFIX) :]), lab_settings)
+    assert leftovers(lab_ssh, lab) == []
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "mpirun"])
+def test_a_silent_node_is_quarantined_and_the_run_resumes_on_the_others(
+    provisioned, lab, lab_settings, capfd, restore, launcher
+):
+    before = set(rundir.runs_of(lab_settings.runs))
+    got = {}
+    t = threading.Thread(
+        target=lambda: got.update(
+            code=_train(lab, lab_settings, launcher, EPOCHS, restarts=1, min_nodes=2)
+        )
+    )
+    t.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _epoch_seen(lab_settings, before, "worker-2"):
+        time.sleep(0.3)
+    labmod.silence_node(lab, 2)
+    t.join(300)
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert got.get("code") == 0, text
+    assert "attempt 2/2" in text and "node on worker-2" in text, text
+    assert "quarantined worker-2; relaunching on worker-0, worker-1" in text, text
+    assert "rank 0 resumed from epoch" in text, text  # the snapshot, not a second start
+    assert "ddp: done epochs=8" in text, text
+    runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
+    attempts = json.loads((runs[-1] / "attempts.json").read_text())
+    assert [a["attempt"] for a in attempts] == [1, 2], attempts
+    assert attempts[0]["cause"]["klass"] == "node" and attempts[1]["cause"] is None, attempts
+    assert attempts[1]["nodes"] == ["worker-0", "worker-1"], attempts
+    held = quarantine.load(lab_settings.state)
+    assert list(held) == ["worker-2"] and "a node lost" in held["worker-2"]["reason"], held
+
+
+def test_the_scripts_own_error_is_not_retried(provisioned, lab, lab_settings, capfd, restore):
+    """A rank that fails on purpose at step 3 (its own exit status 1): one attempt, exit 1
+    within seconds, the reason given; no node quarantined."""
+    t0 = time.monotonic()
+    code = _train(
+        lab,
+        lab_settings,
+        "torchrun",
+        EPOCHS + ["--fail-at-step", "3", "--fail-rank", "1"],
+        restarts=2,
+    )
+    took = time.monotonic() - t0
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert code == 1, text
+    assert "class: user (the script's own error)" in text, text
+    assert "no further attempt: user is not retried (--retry-on user retries it)" in text, text
+    assert "attempt 2/" not in text and quarantine.load(lab_settings.state) == {}
+    assert took < 90, took

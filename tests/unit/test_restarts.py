@@ -1,0 +1,63 @@
+"""What `train --restarts` does after a failed attempt (ops/train/restarts.py), and the nodes it
+quarantines (ops/train/quarantine.py): decisions as data, the store on a real file."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeprep.errors import NodeprepError
+from nodeprep.ops.train import quarantine, restarts
+from nodeprep.ops.train.causes import RETRIED, Cause
+
+NODES = ["worker-0", "worker-1", "worker-2"]
+LOST = Cause("node", "worker-2", "worker-2 stopped answering (silent 8 s)")
+
+
+def test_a_lost_node_is_quarantined_and_the_job_goes_on_without_it_when_allowed():
+    d = restarts.decide(LOST, 1, 2, NODES, min_nodes=2)
+    assert d.relaunch and d.nodes == ["worker-0", "worker-1"]
+    assert list(d.quarantine) == ["worker-2"] and "a node lost" in d.quarantine["worker-2"]
+    # without --min-nodes the job needs all three: it stops, naming the node and why
+    d = restarts.decide(LOST, 1, 2, NODES, min_nodes=3)
+    assert not d.relaunch and d.quarantine == {"worker-2": LOST.line}
+    assert d.why.startswith("2 node(s) left, --min-nodes 3: worker-2: node on worker-2"), d.why
+
+
+def test_the_users_error_is_not_retried_unless_asked_and_ctrl_c_never():
+    user = Cause("user", None, "worker-1 r1 exited with status 1: ValueError: bad")
+    d = restarts.decide(user, 1, 3, NODES, min_nodes=3)
+    assert not d.relaunch and d.why == "user is not retried (--retry-on user retries it)"
+    d = restarts.decide(user, 1, 3, NODES, retry_on=RETRIED | {"user"}, min_nodes=3)
+    assert d.relaunch and d.nodes == NODES and d.quarantine == {}  # nobody blamed
+    stop = Cause("interrupted", None, "Ctrl-C")
+    d = restarts.decide(stop, 1, 3, NODES, retry_on=frozenset({"interrupted"}), min_nodes=1)
+    assert not d.relaunch and d.why == "interrupted is not retried"
+
+
+def test_the_budget_is_the_whole_jobs():
+    hang = Cause("hang", None, "no rank wrote output for 10s")
+    assert restarts.decide(hang, 2, 2, NODES, min_nodes=3).relaunch
+    d = restarts.decide(hang, 3, 2, NODES, min_nodes=3)
+    assert not d.relaunch and d.why == "the restart budget of 2 is used up (3 attempts)"
+    assert restarts.decide(None, 1, 2, NODES, min_nodes=3).why == "finished"
+
+
+def test_backoff_doubles_up_to_its_cap():
+    assert [restarts.backoff(k) for k in (2, 3, 4, 5)] == [1.0, 2.0, 4.0, 8.0]
+    assert restarts.backoff(20) == restarts.BACKOFF_MAX
+
+
+def test_quarantine_is_kept_listed_and_released(tmp_path):
+    assert quarantine.load(tmp_path) == {}
+    quarantine.add(tmp_path, "worker-2", "node on worker-2 (a node lost)", "J1", now=0.0)
+    quarantine.add(tmp_path, "worker-3", "left out by the health gate", "J2", now=60.0)
+    held = quarantine.load(tmp_path)
+    assert set(held) == {"worker-2", "worker-3"} and held["worker-2"]["job"] == "J1"
+    assert "worker-2 quarantined since " in quarantine.line("worker-2", held["worker-2"])
+    assert quarantine.release(tmp_path, ["worker-2", "worker-9"]) == (["worker-2"], ["worker-9"])
+    assert list(quarantine.load(tmp_path)) == ["worker-3"]
+    assert quarantine.release(tmp_path, ["*"]) == (["worker-3"], [])
+    assert quarantine.load(tmp_path) == {}
+    quarantine.path_of(tmp_path).write_text("{not json")
+    with pytest.raises(NodeprepError, match="quarantine.json: unreadable"):
+        quarantine.load(tmp_path)  # never every node back in service by accident
