@@ -609,6 +609,8 @@ def verify_parity(
         "hang, killed; also user, launcher, timeout)",
         "min_nodes": "with --restarts: go on with fewer nodes, down to N (default: all of them)",
         "resume_args": "arguments added to the payload's on relaunches only, e.g. '--resume'",
+        "spares": "hosts that may take a quarantined node's place (default: the inventory's "
+        "group `spares`; never among the job's first nodes)",
         **LIVENESS,
     },
     iterable=["health_ignore", "retry_on"],
@@ -643,6 +645,7 @@ def train(
     retry_on=None,
     min_nodes=None,
     resume_args=None,
+    spares=None,
 ):
     """Start the payload on every node; stop every rank everywhere if one fails.
 
@@ -680,6 +683,7 @@ def train(
                 retry_on=tuple(retry_on or ()),
                 min_nodes=_number("--min-nodes", min_nodes, int) or None,
                 resume_args=tuple(shlex.split(resume_args or "")),
+                spares=spares,
             ),
             _deadlines(c, connect_timeout, silent_after),
         )

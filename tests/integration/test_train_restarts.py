@@ -3,8 +3,10 @@ payload snapshots after every epoch on rank 0's node (worker-0, private homes) a
 it, as pytorch/examples' DDP tutorial does. worker-2 is made silent mid-run (blackhole routes:
 a power loss as the others see it): the attempt is classed `node`, worker-2 quarantined, and
 the job relaunched on worker-0 and worker-1 (--min-nodes 2), which resume from the snapshot and
-finish. A script's own error is not retried. After each: worker-2 healed and released, the first
-attempt's processes there stopped, nothing of any job left on any node."""
+finish; with a spare (worker-2 for a job on worker-0 and worker-1) the spare is provisioned,
+checked for parity and takes the silent node's place. A script's own error is not retried.
+After each: the silent node healed and released, the first attempt's processes there stopped,
+nothing of any job left on any node."""
 
 from __future__ import annotations
 
@@ -26,11 +28,11 @@ NODES = "worker-[0-2]"
 EPOCHS = ["--epochs", "8", "--steps-per-epoch", "20", "--sleep-per-step", "0.1"]
 
 
-def _train(lab, settings, launcher: str, args, **kw) -> int:
+def _train(lab, settings, launcher: str, args, limit=NODES, **kw) -> int:
     return api.train(
         TrainOptions(
             inventory=str(lab.inventory),
-            limit=NODES,
+            limit=limit,
             launcher=launcher,
             payload="ddp",
             args=tuple(args) + ("--snapshot", f"r-{uuid.uuid4().hex[:8]}.pt"),
@@ -51,8 +53,9 @@ def _epoch_seen(settings, before: set, node: str) -> bool:
 
 @pytest.fixture
 def restore(lab, lab_settings, lab_up, lab_ssh):
-    """After the test: worker-2 answering again, released, its job processes stopped."""
+    """After the test: workers 1 and 2 answering again, released, their job processes stopped."""
     yield
+    labmod.silence_node(lab, 1, silent=False)
     labmod.silence_node(lab, 2, silent=False)
     lab_up()
     quarantine.release(lab_settings.state, ["*"])
@@ -92,6 +95,48 @@ def test_a_silent_node_is_quarantined_and_the_run_resumes_on_the_others(
     assert attempts[1]["nodes"] == ["worker-0", "worker-1"], attempts
     held = quarantine.load(lab_settings.state)
     assert list(held) == ["worker-2"] and "a node lost" in held["worker-2"]["reason"], held
+
+
+def test_a_spare_is_provisioned_checked_and_takes_the_silent_nodes_place(
+    provisioned, lab, lab_settings, capfd, restore
+):
+    """The job on worker-0 and worker-1, worker-2 its spare (--spares; never a first node):
+    worker-1 goes silent, worker-2 is provisioned (nothing to change: the site has it) and
+    holds parity with worker-0, and the job finishes on worker-0 and worker-2."""
+    before = set(rundir.runs_of(lab_settings.runs))
+    got = {}
+    t = threading.Thread(
+        target=lambda: got.update(
+            code=_train(
+                lab,
+                lab_settings,
+                "deepspeed",
+                EPOCHS,
+                "worker-[0-1]",
+                restarts=1,
+                spares="worker-2",
+            )
+        )
+    )
+    t.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _epoch_seen(lab_settings, before, "worker-1"):
+        time.sleep(0.3)
+    labmod.silence_node(lab, 1)
+    t.join(400)
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert got.get("code") == 0, text
+    assert "quarantined worker-1; spare worker-2 provisioned in " in text, text
+    assert "parity OK; relaunching on worker-0, worker-2" in text, text
+    assert "rank 0 resumed from epoch" in text and "ddp: done epochs=8" in text, text
+    runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
+    first = json.loads((runs[0] / "job.json").read_text())
+    assert first["nodes"] == ["worker-0", "worker-1"], first  # the spare was not a first node
+    attempts = json.loads((runs[-1] / "attempts.json").read_text())
+    assert list(attempts[0]["spares"]) == ["worker-2"], attempts
+    assert attempts[1]["nodes"] == ["worker-0", "worker-2"] and attempts[1]["cause"] is None
+    assert list(quarantine.load(lab_settings.state)) == ["worker-1"]
 
 
 def test_the_scripts_own_error_is_not_retried(provisioned, lab, lab_settings, capfd, restore):

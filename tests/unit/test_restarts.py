@@ -14,32 +14,32 @@ LOST = Cause("node", "worker-2", "worker-2 stopped answering (silent 8 s)")
 
 
 def test_a_lost_node_is_quarantined_and_the_job_goes_on_without_it_when_allowed():
-    d = restarts.decide(LOST, 1, 2, NODES, min_nodes=2)
+    d = restarts.decide(LOST, 1, NODES, restarts.Policy(2, 2))
     assert d.relaunch and d.nodes == ["worker-0", "worker-1"]
     assert list(d.quarantine) == ["worker-2"] and "a node lost" in d.quarantine["worker-2"]
     # without --min-nodes the job needs all three: it stops, naming the node and why
-    d = restarts.decide(LOST, 1, 2, NODES, min_nodes=3)
+    d = restarts.decide(LOST, 1, NODES, restarts.Policy(2, 3))
     assert not d.relaunch and d.quarantine == {"worker-2": LOST.line}
     assert d.why.startswith("2 node(s) left, --min-nodes 3: worker-2: node on worker-2"), d.why
 
 
 def test_the_users_error_is_not_retried_unless_asked_and_ctrl_c_never():
     user = Cause("user", None, "worker-1 r1 exited with status 1: ValueError: bad")
-    d = restarts.decide(user, 1, 3, NODES, min_nodes=3)
+    d = restarts.decide(user, 1, NODES, restarts.Policy(3, 3))
     assert not d.relaunch and d.why == "user is not retried (--retry-on user retries it)"
-    d = restarts.decide(user, 1, 3, NODES, retry_on=RETRIED | {"user"}, min_nodes=3)
+    d = restarts.decide(user, 1, NODES, restarts.Policy(3, 3, RETRIED | {"user"}))
     assert d.relaunch and d.nodes == NODES and d.quarantine == {}  # nobody blamed
     stop = Cause("interrupted", None, "Ctrl-C")
-    d = restarts.decide(stop, 1, 3, NODES, retry_on=frozenset({"interrupted"}), min_nodes=1)
+    d = restarts.decide(stop, 1, NODES, restarts.Policy(3, 1, frozenset({"interrupted"})))
     assert not d.relaunch and d.why == "interrupted is not retried"
 
 
 def test_the_budget_is_the_whole_jobs():
     hang = Cause("hang", None, "no rank wrote output for 10s")
-    assert restarts.decide(hang, 2, 2, NODES, min_nodes=3).relaunch
-    d = restarts.decide(hang, 3, 2, NODES, min_nodes=3)
+    assert restarts.decide(hang, 2, NODES, restarts.Policy(2, 3)).relaunch
+    d = restarts.decide(hang, 3, NODES, restarts.Policy(2, 3))
     assert not d.relaunch and d.why == "the restart budget of 2 is used up (3 attempts)"
-    assert restarts.decide(None, 1, 2, NODES, min_nodes=3).why == "finished"
+    assert restarts.decide(None, 1, NODES, restarts.Policy(2, 3)).why == "finished"
 
 
 def test_backoff_doubles_up_to_its_cap():
@@ -61,3 +61,10 @@ def test_quarantine_is_kept_listed_and_released(tmp_path):
     quarantine.path_of(tmp_path).write_text("{not json")
     with pytest.raises(NodeprepError, match="quarantine.json: unreadable"):
         quarantine.load(tmp_path)  # never every node back in service by accident
+
+
+def test_a_spare_takes_each_lost_nodes_place_and_counts_toward_min_nodes():
+    d = restarts.decide(LOST, 1, NODES, restarts.Policy(2, 3), ("spare-0", "spare-1"))
+    assert d.relaunch and d.nodes == ["worker-0", "worker-1"] and d.take == ["spare-0"]
+    d = restarts.decide(LOST, 1, NODES, restarts.Policy(2, 3), ())
+    assert not d.relaunch and d.take == []  # no spare: too few without --min-nodes

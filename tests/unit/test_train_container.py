@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from nodeprep.commands.options import TrainOptions
+from nodeprep.commands.train.launch import containers_of, shown
 from nodeprep.commands.train.prepare import plan_of
-from nodeprep.commands.train.run import containers_of, shown
 from nodeprep.engine.facts import CONTAINER, FactValues
 from nodeprep.inventory import load
 from nodeprep.ops.container import spec as specmod

@@ -14,8 +14,8 @@ import json
 
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
+from nodeprep.commands.train.launch import run_spec, supervise
 from nodeprep.commands.train.prepare import new_job_id, prepare
-from nodeprep.commands.train.run import run_spec, supervise
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet

@@ -150,6 +150,7 @@ class TrainOptions:
     retry_on: tuple[str, ...] = ()
     min_nodes: int | None = None
     resume_args: tuple[str, ...] = ()
+    spares: str | None = None  # hosts that may replace a quarantined one (default: group spares)
 
     def validate(self) -> None:
         from nodeprep.ops.launchenv.dsenv import SUPPORTED_DS_LAUNCHERS

@@ -1,6 +1,9 @@
 """`invoke train` and the tasks that follow a run.
 
-run.py        train(): prepare, the RunSpec from the plan, the run under the supervisor
+run.py        train(): each attempt prepared and launched; with --restarts, what follows a
+              failed one (ops/train/restarts.py decides), spares joined, nodes quarantined
+launch.py     one launch: the RunSpec from the plan, --dry-run's commands, the supervised run
+spares.py     a spare node made ready to take a quarantined one's place (provision, parity)
 prepare.py    the probe, the LaunchPlan (ops/train/launchplan.py), preflight, the job sync
 gate.py       the health gate: the passive health checks on the same probe, CRITICAL refused
               (or the node left out with --exclude-unhealthy)

@@ -7,25 +7,21 @@ relaunched without the node it blames (quarantined: ops/train/quarantine.py)."""
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
+from nodeprep.commands.train import spares
+from nodeprep.commands.train.launch import check_slurm, run_spec, shown, supervise
 from nodeprep.commands.train.prepare import new_job_id, prepare
-from nodeprep.commands.train.runspec import Outcome, RunSpec, redacted_env
-from nodeprep.commands.train.supervise import WATCH_VAR, Supervisor
-from nodeprep.engine import facts as factmod
+from nodeprep.commands.train.runspec import Outcome
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.engine.results import RunLog
 from nodeprep.errors import NodeprepError
-from nodeprep.ops.container.run import shell as container_shell
 from nodeprep.ops.train import causes, quarantine, restarts, rundir
-from nodeprep.ops.train.launchplan import Prepared
-from nodeprep.ops.train.payload import agent_dir
 from nodeprep.settings import Settings
 
 
@@ -58,120 +54,25 @@ class TrainResult:
         )
 
 
-def run_spec(prep: Prepared, opts: TrainOptions) -> RunSpec:
-    """What the supervisor needs (saved as the run's job.json): the plan's commands, one
-    watcher per machine, the rank layout, the versions and environment (secrets redacted)."""
-    plan = prep.plan
-    cmds = plan.commands()
-    if plan.launcher == "torchrun":  # torchrun's ranks say their node themselves
-        cmds = {
-            label: f"export NODEPREP_NODE={shlex.quote(label)}; " + cmd
-            for label, cmd in cmds.items()
-        }
-    names = [n.name for n in plan.nodes]
-    versions = {
-        n.name: {
-            k: (
-                prep.facts[n.name].get(
-                    factmod.TORCH_BUILD(factmod.TorchIn(prep.vars[n.name]["venv_path"]))
-                )
-                or {}
-            ).get(k)
-            for k in ("version", "cuda", "nccl")
-        }
-        for n in plan.nodes
-    }
-    head_vars = prep.vars[plan.head.name]
-    env = {
-        **plan.env(),
-        "MASTER_PORT": plan.port,
-        **(head_vars.get("deepspeed_env") or {}),
-        **(head_vars.get("nccl_env") or {}),
-    }
-    return RunSpec(
-        plan.job_id,
-        plan.launcher,
-        plan.where(),
-        inventory=opts.inventory,
-        limit=opts.limit,
-        nodes=names,
-        commands={label: [plan.session_of(label), cmd] for label, cmd in cmds.items()},
-        watchers={m: [plan.node(m).python, agent_dir(plan.node(m).home)] for m in plan.machines()},
-        layout=plan.layout(),
-        names=sorted(set(names) | set(plan.emu.names if plan.emu else [])),
-        restarts=plan.launcher == "torchrun" and plan.max_restarts > 0,
-        hang_timeout=opts.hang_timeout,
-        timeout=opts.timeout,
-        ranks_shown=list(opts.ranks) if opts.ranks is not None else None,
-        machine_of={n.name: n.machine for n in plan.nodes},
-        versions=versions,
-        env=redacted_env(env),
-        containers=containers_of(plan),
-        addresses={n.address: n.name for n in plan.nodes},
-    )
-
-
-def containers_of(plan) -> dict:
-    """node -> the sh that starts, removes and finds its job container, and the exec prefix
-    the watcher and the stack dumps run under (the container way; {} on the venv way)."""
-    jc = plan.containers
-    if jc is None:
-        return {}
-    return {
-        n.name: {
-            "start": jc.start(n.name),
-            "remove": jc.remove(n.name),
-            "left": jc.leftovers(n.name),
-            "inside": container_shell(jc.exec_argv(n.name, (WATCH_VAR,))),
-        }
-        for n in plan.nodes
-    }
-
-
-def shown(plan) -> dict[str, str]:
-    """--dry-run: every command, each node's container start first on the container way."""
-    starts = {f"{n} (container)": c["start"] for n, c in containers_of(plan).items()}
-    return {**starts, **plan.commands()}
-
-
-def _check_slurm(fleet, head: str) -> None:
-    r = fleet.sessions[head].run(
-        "command -v srun >/dev/null 2>&1 || exit 3; sinfo -h -o %D", label="srun?"
-    )
-    if r.rc == 3:
-        raise NodeprepError(
-            f"srun not found on {head}: no Slurm here; the "
-            "command above is what would run inside an allocation"
-        )
-    if r.rc != 0:
-        raise NodeprepError(
-            f"Slurm is not usable from {head}: {r.tail(1) or 'sinfo failed'}",
-            hint="the command above is what would run; on the lab: `invoke lab.up --slurm`",
-        )
-
-
-def supervise(spec: RunSpec, fleet, events: Events, path) -> Outcome:
-    """Run and watch a prepared job to its end (attached, or in the detached supervisor)."""
-    files = rundir.RunDir(path)
-    try:
-        return Supervisor(spec, fleet, events, files).run()
-    finally:
-        files.close()
-
-
 def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult:
     """The srun command is shown before it runs (events.note), as --dry-run shows every one.
     --detach: prepare here, then the cli starts the supervisor in the background. Quarantined
     nodes are left out, with a note saying how to release them."""
     opts.validate()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
-    hosts = _not_quarantined(hosts, settings, events)
+    pool = _not_quarantined(spares.of(opts, inv), settings, events, need=False)
+    hosts = _not_quarantined(
+        [h for h in hosts if h.name not in {p.name for p in pool}],
+        settings,
+        events,
+    )
     if not opts.restarts:
         return _attempt(opts, settings, events, inv, hosts)
-    return _with_restarts(opts, settings, events, inv, hosts)
+    return _with_restarts(opts, settings, events, inv, hosts, pool)
 
 
-def _not_quarantined(hosts, settings: Settings, events: Events) -> list:
+def _not_quarantined(hosts, settings: Settings, events: Events, need: bool = True) -> list:
+    """HOSTS but the quarantined ones (a note for each); NEED: none left is an error."""
     held = quarantine.load(settings.state)
     out = [h for h in hosts if h.name not in held]
     for h in hosts:
@@ -181,9 +82,9 @@ def _not_quarantined(hosts, settings: Settings, events: Events) -> list:
                 f"left out: {quarantine.line(h.name, held[h.name])}; "
                 f"`invoke train.release --node {h.name}` puts it back",
             )
-    if not out:
+    if not out and need:
         raise NodeprepError(
-            "every selected node is quarantined",
+            "every selected node is quarantined or a spare",
             hint="`invoke train.release --node NODE` (or --all) once they are fixed",
         )
     return out
@@ -212,7 +113,7 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
         if opts.launcher == "srun":
             for node, cmd in cmds.items():
                 events.note(node, cmd)
-            _check_slurm(fleet, prep.plan.head.name)
+            check_slurm(fleet, prep.plan.head.name)
         if opts.detach:
             rundir.RunDir(path).write_json("job.json", asdict(spec))
             return TrainResult(job_id, where, commands=cmds, run_dir=str(path), detached=True)
@@ -227,11 +128,13 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
         )
 
 
-def _with_restarts(opts: TrainOptions, settings, events, inv, hosts) -> TrainResult:
+def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list) -> TrainResult:
     """Attempts until one finishes, or restarts.decide stops the job; each failed attempt's
-    blamed node, and each node the health gate left out of a relaunch, quarantined."""
+    blamed node, each node the health gate left out of a relaunch and each spare that could
+    not join quarantined. POOL: the spare hosts, used in order."""
     need = opts.min_nodes or len(hosts)
-    retry_on = frozenset(opts.retry_on) or causes.RETRIED
+    policy = restarts.Policy(opts.restarts, need, frozenset(opts.retry_on) or causes.RETRIED)
+    by_name = {h.name: h for h in [*hosts, *pool]}
     attempts: list[dict] = []
     cur, cur_opts, k = hosts, opts, 1
     while True:
@@ -239,8 +142,14 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts) -> TrainRes
         held = {h.name: "left out by the health gate" for h in cur if h.name not in res.nodes}
         c = res.outcome.cause
         cause = causes.Cause(c["klass"], c["node"], c["why"]) if c else None
-        d = restarts.decide(cause, k, opts.restarts, res.nodes, retry_on=retry_on, min_nodes=need)
+        d = restarts.decide(cause, k, res.nodes, policy, tuple(h.name for h in pool))
         held.update(d.quarantine)
+        joined = _join_spares(d, pool, held, opts, settings, events)
+        if d.relaunch and len(d.nodes) < need:
+            d.relaunch = False
+            d.why = f"{len(d.nodes)} node(s) left, --min-nodes {need}: " + "; ".join(
+                f"{n}: {w}" for n, w in held.items()
+            )
         for node, why in held.items():
             quarantine.add(settings.state, node, why, res.job_id)
         attempts.append(
@@ -251,6 +160,7 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts) -> TrainRes
                 "failure": res.failure,
                 "cause": c,
                 "quarantined": held,
+                "spares": joined,
                 "relaunch": d.relaunch,
             }
         )
@@ -264,13 +174,29 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts) -> TrainRes
             d.nodes[0],
             f"attempt {k}/{opts.restarts + 1}, {time.strftime('%H:%M:%S')}: {cause.line}"
             + (f" -> quarantined {', '.join(held)}" if held else "")
+            + "".join(f"; spare {n} provisioned in {t:.0f} s, parity OK" for n, t in joined.items())
             + f"; relaunching on {', '.join(d.nodes)} in {wait:g}s",
         )
         time.sleep(wait)
-        cur = [h for h in hosts if h.name in d.nodes]
+        cur = [by_name[n] for n in d.nodes]
         cur_opts = dataclasses.replace(
             opts,
             args=tuple(opts.args) + tuple(opts.resume_args),
             exclude_unhealthy=True,
             min_nodes=need,
         )
+
+
+def _join_spares(d, pool: list, held: dict, opts, settings, events) -> dict:
+    """The spares D takes, each converged (spares.converge) and out of POOL: those ready join
+    D.nodes (name -> seconds it took), the others go into HELD with the reason."""
+    joined = {}
+    for name in d.take:
+        pool[:] = [h for h in pool if h.name != name]
+        why, took = spares.converge(name, d.nodes, opts, settings, events)
+        if why:
+            held[name] = f"spare: {why}"
+        else:
+            joined[name] = round(took, 1)
+    d.nodes = d.nodes + list(joined)
+    return joined

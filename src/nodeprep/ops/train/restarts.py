@@ -6,6 +6,8 @@ cause (causes.py) and the nodes it ran on: pure, so every rule is unit-tested.
 - A budget of N relaunches for the whole job: the (N+1)th failure stops it with every reason.
 - The node the cause blames is quarantined and left out; so is each node the health gate
   refuses before the relaunch (the command layer adds those).
+- A spare takes each quarantined node's place, in the spares' order, once the command layer
+  has provisioned it and parity holds (commands/train/spares.py); one that fails is quarantined.
 - The job goes on with fewer nodes only down to --min-nodes (default: as many as it started
   with); below that it stops, naming the nodes it lost and why.
 - Between attempts a backoff: 1, 2, 4, ... seconds, at most BACKOFF_MAX.
@@ -20,12 +22,23 @@ from nodeprep.ops.train.causes import RETRIED, Cause
 BACKOFF_MAX = 30.0
 
 
+@dataclass(frozen=True)
+class Policy:
+    """What the user allowed: BUDGET relaunches for the whole job (--restarts), the cause classes
+    retried (--retry-on), the fewest nodes to go on with (--min-nodes, default all)."""
+
+    budget: int
+    min_nodes: int
+    retry_on: frozenset[str] = RETRIED
+
+
 @dataclass
 class Decision:
     relaunch: bool
     nodes: list[str]  # the next attempt's nodes (relaunch), else those it last ran on
     quarantine: dict[str, str] = field(default_factory=dict)  # node -> why
     why: str = ""  # why the job stops (not relaunch)
+    take: list[str] = field(default_factory=list)  # spares to bring in, one per node lost
 
 
 def backoff(attempt: int) -> float:
@@ -34,18 +47,14 @@ def backoff(attempt: int) -> float:
 
 
 def decide(
-    cause: Cause | None,
-    attempt: int,
-    budget: int,
-    nodes: list[str],
-    *,
-    retry_on: frozenset[str] = RETRIED,
-    min_nodes: int,
+    cause: Cause | None, attempt: int, nodes: list[str], policy: Policy, spares: tuple = ()
 ) -> Decision:
-    """After ATTEMPT (1 = the first launch) on NODES ended with CAUSE (None: it finished)."""
+    """After ATTEMPT (1 = the first launch) on NODES ended with CAUSE (None: it finished);
+    SPARES: the spare nodes not yet used or quarantined."""
+    budget, min_nodes = policy.budget, policy.min_nodes
     if cause is None:
         return Decision(False, nodes, why="finished")
-    if not cause.retried(retry_on):
+    if not cause.retried(policy.retry_on):
         extra = "" if cause.klass == "interrupted" else f" (--retry-on {cause.klass} retries it)"
         return Decision(False, nodes, why=f"{cause.klass} is not retried{extra}")
     if attempt > budget:
@@ -54,7 +63,8 @@ def decide(
         )
     out = {cause.node: cause.line} if cause.node in nodes else {}
     left = [n for n in nodes if n not in out]
-    if len(left) < min_nodes:
+    take = list(spares[: len(out)])
+    if len(left) + len(take) < min_nodes:
         return Decision(
             False,
             left,
@@ -62,4 +72,4 @@ def decide(
             why=f"{len(left)} node(s) left, --min-nodes {min_nodes}: "
             + "; ".join(f"{n}: {w}" for n, w in out.items()),
         )
-    return Decision(True, left, out)
+    return Decision(True, left, out, take=take)
