@@ -11,6 +11,7 @@ nothing of any job left on any node."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -53,8 +54,9 @@ def _epoch_seen(settings, before: set, node: str) -> bool:
 
 @pytest.fixture
 def restore(lab, lab_settings, lab_up, lab_ssh):
-    """After the test: workers 1 and 2 answering again, released, their job processes stopped."""
+    """After the test: every worker answering again, released, its job processes stopped."""
     yield
+    labmod.silence_node(lab, 0, silent=False)
     labmod.silence_node(lab, 1, silent=False)
     labmod.silence_node(lab, 2, silent=False)
     lab_up()
@@ -86,7 +88,8 @@ def test_a_silent_node_is_quarantined_and_the_run_resumes_on_the_others(
     assert got.get("code") == 0, text
     assert "attempt 2/2" in text and "node on worker-2" in text, text
     assert "quarantined worker-2; relaunching on worker-0, worker-1" in text, text
-    assert "rank 0 resumed from epoch" in text, text  # the snapshot, not a second start
+    # the snapshot, not a second start, in a rank that was told it is the first relaunch
+    assert re.search(r"rank 0 resumed from epoch \d+ step \d+ \(relaunch 1\)", text), text
     assert "ddp: done epochs=8" in text, text
     runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
     attempts = json.loads((runs[-1] / "attempts.json").read_text())
@@ -129,7 +132,8 @@ def test_a_spare_is_provisioned_checked_and_takes_the_silent_nodes_place(
     assert got.get("code") == 0, text
     assert "quarantined worker-1; spare worker-2 provisioned in " in text, text
     assert "parity OK; relaunching on worker-0, worker-2" in text, text
-    assert "rank 0 resumed from epoch" in text and "ddp: done epochs=8" in text, text
+    assert re.search(r"rank 1 resumed from epoch \d+ step \d+ \(relaunch 1\)", text), text
+    assert "ddp: done epochs=8" in text, text
     runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
     first = json.loads((runs[0] / "job.json").read_text())
     assert first["nodes"] == ["worker-0", "worker-1"], first  # the spare was not a first node
@@ -137,6 +141,36 @@ def test_a_spare_is_provisioned_checked_and_takes_the_silent_nodes_place(
     assert list(attempts[0]["spares"]) == ["worker-2"], attempts
     assert attempts[1]["nodes"] == ["worker-0", "worker-2"] and attempts[1]["cause"] is None
     assert list(quarantine.load(lab_settings.state)) == ["worker-1"]
+
+
+def test_rank_0s_node_lost_on_private_homes_is_said_and_the_run_starts_over(
+    provisioned, lab, lab_settings, capfd, restore
+):
+    """The head (worker-0, rank 0's node, where the snapshot is) goes silent: the spare takes
+    its place, the user is told before the relaunch that the snapshot stayed on worker-0, and
+    the documented rule follows: the script runs from its start (no resume) and finishes."""
+    before = set(rundir.runs_of(lab_settings.runs))
+    got = {}
+    t = threading.Thread(
+        target=lambda: got.update(
+            code=_train(
+                lab, lab_settings, "torchrun", EPOCHS, "worker-[0-1]", restarts=1, spares="worker-2"
+            )
+        )
+    )
+    t.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _epoch_seen(lab_settings, before, "worker-0"):
+        time.sleep(0.3)
+    labmod.silence_node(lab, 0)
+    t.join(400)
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert got.get("code") == 0, text
+    assert "node on worker-0" in text and "relaunching on worker-1, worker-2" in text, text
+    warned = text.index("warning: worker-0, rank 0's node, left the job and its home is its own")
+    assert warned < text.index("ddp: done epochs=8"), text
+    assert "resumed from epoch" not in text, text
 
 
 def test_the_scripts_own_error_is_not_retried(provisioned, lab, lab_settings, capfd, restore):

@@ -37,6 +37,7 @@ class TrainResult:
     nodes: list[str] = field(default_factory=list)  # the nodes it launched on
     attempts: list[dict] = field(default_factory=list)  # --restarts: each attempt, in order
     stop_reason: str = ""  # --restarts: why no further attempt was made
+    private_homes: bool = False  # no two of its nodes share a home (the job directory)
 
     @property
     def failure(self) -> str | None:
@@ -125,6 +126,7 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
             cmds if opts.launcher == "srun" else {},
             run_dir=str(path),
             nodes=names,
+            private_homes=len(prep.topo.homes) == len(names) > 1,
         )
 
 
@@ -152,32 +154,16 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
             )
         for node, why in held.items():
             quarantine.add(settings.state, node, why, res.job_id)
-        attempts.append(
-            {
-                "attempt": k,
-                "job_id": res.job_id,
-                "nodes": res.nodes,
-                "failure": res.failure,
-                "cause": c,
-                "quarantined": held,
-                "spares": joined,
-                "relaunch": d.relaunch,
-            }
-        )
+        rec = {"attempt": k, "job_id": res.job_id, "nodes": res.nodes, "failure": res.failure}
+        attempts.append({**rec, "cause": c, "quarantined": held, "spares": joined})
         rundir.RunDir(Path(res.run_dir)).write_json("attempts.json", attempts)
         if not d.relaunch:
             res.attempts, res.stop_reason = attempts, d.why
             return res
         k += 1
-        wait = restarts.backoff(k)
-        events.note(
-            d.nodes[0],
-            f"attempt {k}/{opts.restarts + 1}, {time.strftime('%H:%M:%S')}: {cause.line}"
-            + (f" -> quarantined {', '.join(held)}" if held else "")
-            + "".join(f"; spare {n} provisioned in {t:.0f} s, parity OK" for n, t in joined.items())
-            + f"; relaunching on {', '.join(d.nodes)} in {wait:g}s",
-        )
-        time.sleep(wait)
+        for line in _relaunch_lines(res, attempts[-1], d.nodes, f"{k}/{opts.restarts + 1}"):
+            events.note(d.nodes[0], line)
+        time.sleep(restarts.backoff(k))
         cur = [by_name[n] for n in d.nodes]
         cur_opts = dataclasses.replace(
             opts,
@@ -185,6 +171,31 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
             exclude_unhealthy=True,
             min_nodes=need,
         )
+
+
+def _relaunch_lines(res: TrainResult, rec: dict, nodes: list[str], which: str) -> list[str]:
+    """What the user reads before attempt WHICH ("2/3") on NODES, after RES (its record REC):
+    "attempt 2/3, 02:14:07: node on worker-3 (...) -> quarantined worker-3; spare worker-9
+    provisioned in 41 s, parity OK; relaunching on worker-0, worker-9 in 1s", and a warning
+    when rank 0's node left a job whose homes are private (its checkpoint stays there)."""
+    k = int(which.split("/")[0])
+    line = (
+        f"attempt {which}, {time.strftime('%H:%M:%S')}: {rec['cause']['line']}"
+        + (f" -> quarantined {', '.join(rec['quarantined'])}" if rec["quarantined"] else "")
+        + "".join(
+            f"; spare {n} provisioned in {t:.0f} s, parity OK" for n, t in rec["spares"].items()
+        )
+        + f"; relaunching on {', '.join(nodes)} in {restarts.backoff(k):g}s"
+    )
+    if not (res.private_homes and res.nodes[0] != nodes[0]):
+        return [line]
+    return [
+        line,
+        f"warning: {res.nodes[0]}, rank 0's node, left the job and its home is its own: a "
+        f"checkpoint the script saved in its job directory there is not on {nodes[0]}, the new "
+        "head: the script starts without it (a shared home, or a checkpoint path on shared "
+        "storage, keeps it)",
+    ]
 
 
 def _join_spares(d, pool: list, held: dict, opts, settings, events) -> dict:

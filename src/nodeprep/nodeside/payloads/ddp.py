@@ -152,7 +152,11 @@ def resume(rank: int, path: str, model, opt) -> tuple[int, int, float]:
         start_epoch = box[0]["epoch"]
         step = box[0]["step"]
         loss_value = box[0]["loss"]
-        say(f"rank {rank} resumed from epoch {start_epoch} step {step}")
+        again = os.environ.get("NODEPREP_RESTART", "0")  # train --restarts' relaunch
+        say(
+            f"rank {rank} resumed from epoch {start_epoch} step {step}"
+            + (f" (relaunch {again})" if again != "0" else "")
+        )
     return start_epoch, step, loss_value
 
 
