@@ -173,6 +173,31 @@ def test_rank_0s_node_lost_on_private_homes_is_said_and_the_run_starts_over(
     assert "resumed from epoch" not in text, text
 
 
+def test_a_used_up_budget_stops_the_job_with_every_attempts_reason(
+    provisioned, lab, lab_settings, capfd, restore
+):
+    """--retry-on user with a rank failing at step 3, before the first snapshot: every attempt
+    fails the same way, the third ends the budget of 2, and the summary gives all three; the
+    script's own error blames no node."""
+    code = _train(
+        lab,
+        lab_settings,
+        "mpirun",
+        EPOCHS + ["--fail-at-step", "3", "--fail-rank", "1"],
+        "worker-[0-1]",
+        restarts=2,
+        retry_on=("user",),
+    )
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert code == 1, text
+    assert "attempt 2/3" in text and "attempt 3/3" in text, text
+    tried = re.findall(r"attempt (\d) \(job \S+\) on worker-0, worker-1: FAILED, user", text)
+    assert tried == ["1", "2", "3"], text
+    assert "no further attempt: the restart budget of 2 is used up (3 attempts)" in text, text
+    assert quarantine.load(lab_settings.state) == {}
+
+
 def test_the_scripts_own_error_is_not_retried(provisioned, lab, lab_settings, capfd, restore):
     """A rank that fails on purpose at step 3 (its own exit status 1): one attempt, exit 1
     within seconds, the reason given; no node quarantined."""

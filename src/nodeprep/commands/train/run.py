@@ -140,7 +140,17 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
     attempts: list[dict] = []
     cur, cur_opts, k = hosts, opts, 1
     while True:
-        res = _attempt(cur_opts, settings, events, inv, cur, k - 1)
+        try:
+            res = _attempt(cur_opts, settings, events, inv, cur, k - 1)
+        except NodeprepError as e:
+            if k == 1:
+                raise
+            # a relaunch that cannot start (a node unreachable at its probe, preflight): the
+            # last attempt's result, with the attempts so far and why
+            failed = Outcome(failure=f"relaunch could not start: {e.message}", state="failed")
+            return dataclasses.replace(
+                res, outcome=failed, attempts=attempts, stop_reason=e.hint or "see above"
+            )
         held = {h.name: "left out by the health gate" for h in cur if h.name not in res.nodes}
         c = res.outcome.cause
         cause = causes.Cause(c["klass"], c["node"], c["why"]) if c else None
