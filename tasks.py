@@ -681,8 +681,8 @@ def train(
                 container=True if container else (False if no_container else None),
                 restarts=_number("--restarts", restarts, int) or 0,
                 retry_on=tuple(retry_on or ()),
-                min_nodes=_number("--min-nodes", min_nodes, int) or None,
-                resume_args=tuple(shlex.split(resume_args or "")),
+                min_nodes=None if min_nodes is None else _number("--min-nodes", min_nodes, int),
+                resume_args=_words("--resume-args", resume_args),
                 spares=spares,
             ),
             _deadlines(c, connect_timeout, silent_after),
@@ -720,6 +720,14 @@ def _help_if_asked(name: str, *values) -> None:
                 name,
             ],
         )
+
+
+def _words(flag: str, text):
+    """TEXT split as a shell splits it (a quote left open: exit 2)."""
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as e:
+        raise Exit(f"error: {flag} {text!r}: {e}", code=2) from None
 
 
 def _run_id(run):

@@ -1,8 +1,9 @@
 """The class of a failed run's root cause (ops/train/causes.py), from the rank watch fed as the
 watchers feed it (test_rankwatch.py's ticks): what `train --restarts` retries and whom it
 blames. The ranks' lines are the texts the real programs print: Python's traceback header,
-the NVIDIA driver's Xid line (tests/recordings/xid/), torch's NCCL watchdog (ProcessGroupNCCL.cpp),
-ssh's refusal as pdsh relays it."""
+the NVIDIA driver's Xid line (tests/recordings/xid/), torch's NCCL watchdog
+(ProcessGroupNCCL.cpp), NCCL's "unhandled system error" (nccl.h.in), ssh's refusal as pdsh
+relays it, torch's rendezvous refused (c10d's TCPStore)."""
 
 from __future__ import annotations
 
@@ -142,3 +143,77 @@ def test_the_controllers_own_decisions():
     assert not Cause("interrupted", None, "").retried(frozenset({"interrupted"}))
     assert classify(None, {}) is None
     assert node_of("worker-1 r3") == "worker-1" and node_of("worker-1") == "worker-1"
+
+
+def test_what_nccl_says_of_a_lost_peer_blames_no_node_and_a_traceback_stays_the_scripts():
+    """worker-1's rank raised; worker-0's rank, its peer, then printed NCCL's system error and
+    the watchdog: the victims' words. The script's error, no node blamed (no driver sign)."""
+    w = watch()
+    w.feed(
+        "worker-1",
+        {
+            "ev": [
+                start(2),
+                line(2, "Traceback (most recent call last):"),
+                line(2, "KeyError: 'labels'"),
+                end(2, 1, 110.0),
+            ]
+        },
+    )
+    w.feed(
+        "worker-0",
+        {
+            "ev": [
+                start(0),
+                line(
+                    0,
+                    "torch.distributed.DistBackendError: NCCL error in: "
+                    "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO)",
+                ),
+                line(0, "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)"),
+                end(0, -6, 111.0),
+            ]
+        },
+    )
+    c = cause(w)
+    assert (c.klass, c.node) == ("user", None), c
+    w = watch()
+    w.feed(
+        "worker-1", {"ev": [start(2), line(2, "nvidia-smi: ECC error count 0"), end(2, -9, 1.0)]}
+    )
+    assert cause(w).klass == "killed"  # an ordinary line about ECC is no sign
+
+
+def test_torchs_rendezvous_refused_is_the_launchers_not_a_node_lost():
+    w = watch()
+    w.feed(
+        "worker-0",
+        {
+            "ev": [
+                {
+                    "k": "line",
+                    "src": "L:0",
+                    "text": "torch.distributed.DistNetworkError: "
+                    "Failed to recv, got 0 bytes. Connection was likely closed. errno: 111 - "
+                    "Connection refused",
+                },
+                {"k": "launcher", "label": "0", "rc": 1, "end": 120.0},
+            ]
+        },
+    )
+    assert (cause(w).klass, cause(w).node) == ("launcher", None)
+    w = watch()
+    w.feed(
+        "worker-0",
+        {
+            "ev": [
+                {
+                    "k": "line",
+                    "src": "L:0",
+                    "text": "pdsh@worker-0: worker-1: ssh exited with exit code 255",
+                },
+                {"k": "launcher", "label": "0", "rc": 1, "end": 120.0},
+            ]
+        },
+    )
+    assert (cause(w).klass, cause(w).node) == ("node", "worker-1")

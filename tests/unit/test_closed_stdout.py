@@ -28,6 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 INVOKE = str(Path(sys.executable).with_name("invoke"))
 RUN_ID = "20260101-000000-abcd"
+HOSTS_Q = ("q1", "q2", "q3")  # quarantined (not inventory hosts: train leaves nothing out)
 
 HOSTS = """\
 vars:
@@ -140,6 +141,9 @@ def sandbox(tmp_path_factory):
         )
     )
     (run / "nodes" / "n1" / "r0.log").write_text("".join(f"step {i}\n" for i in range(3000)))
+    (base / "state" / "quarantine.json").write_text(  # train.release lists them
+        json.dumps({"nodes": {n: {"reason": "test", "since": 1.0, "job": RUN_ID} for n in HOSTS_Q}})
+    )
     env = {
         k: v
         for k, v in os.environ.items()

@@ -68,3 +68,13 @@ def test_a_spare_takes_each_lost_nodes_place_and_counts_toward_min_nodes():
     assert d.relaunch and d.nodes == ["worker-0", "worker-1"] and d.take == ["spare-0"]
     d = restarts.decide(LOST, 1, NODES, restarts.Policy(2, 3), ())
     assert not d.relaunch and d.take == []  # no spare: too few without --min-nodes
+
+
+def test_settle_counts_the_spares_that_joined_and_names_what_is_missing():
+    d = restarts.decide(LOST, 1, NODES, restarts.Policy(2, 3), ("spare-0",))
+    gone = {"worker-2": LOST.line, "spare-0": "spare: provision failed: exit 1"}
+    restarts.settle(d, [], gone, restarts.Policy(2, 3))
+    assert not d.relaunch and "spare-0: spare: provision failed" in d.why, d.why
+    d = restarts.decide(LOST, 1, NODES, restarts.Policy(2, 3), ("spare-0",))
+    restarts.settle(d, ["spare-0"], {"worker-2": LOST.line}, restarts.Policy(2, 3))
+    assert d.relaunch and d.nodes == ["worker-0", "worker-1", "spare-0"]

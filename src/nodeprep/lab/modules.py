@@ -75,8 +75,12 @@ def _craypy() -> bool:
     if py.is_file() and (CRAYPY / "lib" / CRAYPY_LIB).is_file():
         return False
     stub = next(iter(sorted(Path("/usr/lib").glob("*-linux-gnu/libutil.so.1"))), None)
-    if stub is None:
-        raise NodeprepError("lab --modules: no libutil.so.1 under /usr/lib/*-linux-gnu")
+    if stub is None or not Path("/usr/bin/python3.11").is_file():
+        raise NodeprepError(
+            "lab --modules: the lab's Python modules copy /usr/bin/python3.11 and "
+            "/usr/lib/*-linux-gnu/libutil.so.1: one is missing",
+            hint="run requirements/bootstrap.sh (python3, Debian 12's 3.11)",
+        )
     new = CRAYPY.with_name(CRAYPY.name + ".new")
     shutil.rmtree(new, ignore_errors=True)
     (new / "bin").mkdir(parents=True)

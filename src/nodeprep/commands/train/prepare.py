@@ -148,7 +148,9 @@ def prepare(
 
     facts = fleet.map(probe, "facts")
     fail_if_nodes_failed(fleet)
-    hosts = gate.apply(opts, hosts, facts, windows, events)
+    kept = gate.apply(opts, hosts, facts, windows, events)
+    left_out = tuple(h.name for h in hosts if h not in kept)
+    hosts = kept
     facts = {h.name: facts[h.name] for h in hosts}
     emu = _emulation(opts, fleet, hosts[0], facts, events)
     plan, topo = plan_of(opts, job_id or new_job_id(), hosts, facts, vars_of, emu)
@@ -162,7 +164,15 @@ def prepare(
             container_images(hosts, vars_of, fleet.settings.state),
         )
         plan = plan.in_containers(jc)
-    prep = Prepared(plan, facts, vars_of, files=files, topo=topo, container_problems=tuple(boxes))
+    prep = Prepared(
+        plan,
+        facts,
+        vars_of,
+        files=files,
+        topo=topo,
+        container_problems=tuple(boxes),
+        left_out=left_out,
+    )
     if prep.container_problems and not opts.preflight:  # no container: nothing could run
         raise NodeprepError(
             "cannot run in containers:\n  " + "\n  ".join(prep.container_problems),

@@ -38,6 +38,7 @@ class TrainResult:
     attempts: list[dict] = field(default_factory=list)  # --restarts: each attempt, in order
     stop_reason: str = ""  # --restarts: why no further attempt was made
     private_homes: bool = False  # no two of its nodes share a home (the job directory)
+    left_out: list[str] = field(default_factory=list)  # nodes the health gate left out
 
     @property
     def failure(self) -> str | None:
@@ -67,7 +68,13 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
         settings,
         events,
     )
-    if not opts.restarts:
+    if pool:
+        events.note(
+            pool[0].name,
+            f"spares, not launched on: {', '.join(h.name for h in pool)}"
+            + ("" if opts.restarts else " (they replace a lost node under --restarts)"),
+        )
+    if not opts.restarts or opts.dry_run:
         return _attempt(opts, settings, events, inv, hosts)
     return _with_restarts(opts, settings, events, inv, hosts, pool)
 
@@ -101,15 +108,20 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
         prep = prepare(opts, inv, hosts, fleet, events, job_id)
         prep.plan = dataclasses.replace(prep.plan, restart=restart)
         where, names = prep.plan.where(), [n.name for n in prep.plan.nodes]
-        if len(names) < (opts.min_nodes or 0):
-            raise NodeprepError(
-                f"{len(names)} node(s) passed the health gate, --min-nodes {opts.min_nodes}"
+        if len(names) < (opts.min_nodes or 0):  # --restarts' relaunch: too few passed the gate
+            short = Outcome(
+                failure=f"{len(names)} node(s) passed the health gate, --min-nodes "
+                f"{opts.min_nodes}",
+                state="failed",
             )
+            return TrainResult(job_id, where, short, launched=False, left_out=list(prep.left_out))
         if opts.dry_run:
             return TrainResult(
                 job_id, where, commands=shown(prep.plan), launched=False, run_dir=str(path)
             )
         spec = run_spec(prep, opts)
+        if restart:  # train.status / train.stop find a relaunch's nodes (spares) by name
+            spec.limit = ",".join(names)
         cmds = {label: cmd for label, (_node, cmd) in spec.commands.items()}
         if opts.launcher == "srun":
             for node, cmd in cmds.items():
@@ -127,60 +139,87 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
             run_dir=str(path),
             nodes=names,
             private_homes=len(prep.topo.homes) == len(names) > 1,
+            left_out=list(prep.left_out),
         )
 
 
 def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list) -> TrainResult:
     """Attempts until one finishes, or restarts.decide stops the job; each failed attempt's
     blamed node, each node the health gate left out of a relaunch and each spare that could
-    not join quarantined. POOL: the spare hosts, used in order."""
+    not join quarantined as soon as it is known. POOL: the spare hosts, used in order. Ctrl-C
+    between attempts ends the job with the attempts so far."""
     need = opts.min_nodes or len(hosts)
     policy = restarts.Policy(opts.restarts, need, frozenset(opts.retry_on) or causes.RETRIED)
     by_name = {h.name: h for h in [*hosts, *pool]}
     attempts: list[dict] = []
-    cur, cur_opts, k = hosts, opts, 1
-    while True:
-        try:
-            res = _attempt(cur_opts, settings, events, inv, cur, k - 1)
-        except NodeprepError as e:
-            if k == 1:
-                raise
-            # a relaunch that cannot start (a node unreachable at its probe, preflight): the
-            # last attempt's result, with the attempts so far and why
-            failed = Outcome(failure=f"relaunch could not start: {e.message}", state="failed")
-            return dataclasses.replace(
-                res, outcome=failed, attempts=attempts, stop_reason=e.hint or "see above"
+    cur, cur_opts, k, res = hosts, opts, 1, None
+    try:
+        while True:
+            try:
+                res = _attempt(cur_opts, settings, events, inv, cur, k - 1)
+            except NodeprepError as e:
+                if res is None:
+                    raise
+                # a relaunch that cannot start (a node unreachable at its probe, preflight)
+                return _ended(res, attempts, f"relaunch could not start: {e.message}")
+            d, held = _after(res, k, policy, pool, settings)
+            if not res.launched:
+                d.relaunch, d.why = False, res.failure or "not launched"
+            joined = _join_spares(d, pool, held, opts, events)
+            restarts.settle(d, list(joined), held.nodes, policy)
+            rec = {"attempt": k, "job_id": res.job_id, "nodes": res.nodes, "failure": res.failure}
+            rec.update(cause=res.outcome.cause, quarantined=held.nodes, spares=joined)
+            attempts.append(rec)
+            rundir.RunDir(Path(res.run_dir)).write_json("attempts.json", attempts)
+            if not d.relaunch:
+                res.attempts, res.stop_reason = attempts, d.why
+                return res
+            k += 1
+            for line in _relaunch_lines(res, attempts[-1], d.nodes, f"{k}/{opts.restarts + 1}"):
+                events.note(d.nodes[0], line)
+            time.sleep(restarts.backoff(k))
+            cur = [by_name[n] for n in d.nodes]
+            cur_opts = dataclasses.replace(
+                opts, args=(*opts.args, *opts.resume_args), exclude_unhealthy=True, min_nodes=need
             )
-        held = {h.name: "left out by the health gate" for h in cur if h.name not in res.nodes}
-        c = res.outcome.cause
-        cause = causes.Cause(c["klass"], c["node"], c["why"]) if c else None
-        d = restarts.decide(cause, k, res.nodes, policy, tuple(h.name for h in pool))
-        held.update(d.quarantine)
-        joined = _join_spares(d, pool, held, opts, settings, events)
-        if d.relaunch and len(d.nodes) < need:
-            d.relaunch = False
-            d.why = f"{len(d.nodes)} node(s) left, --min-nodes {need}: " + "; ".join(
-                f"{n}: {w}" for n, w in held.items()
-            )
-        for node, why in held.items():
-            quarantine.add(settings.state, node, why, res.job_id)
-        rec = {"attempt": k, "job_id": res.job_id, "nodes": res.nodes, "failure": res.failure}
-        attempts.append({**rec, "cause": c, "quarantined": held, "spares": joined})
-        rundir.RunDir(Path(res.run_dir)).write_json("attempts.json", attempts)
-        if not d.relaunch:
-            res.attempts, res.stop_reason = attempts, d.why
-            return res
-        k += 1
-        for line in _relaunch_lines(res, attempts[-1], d.nodes, f"{k}/{opts.restarts + 1}"):
-            events.note(d.nodes[0], line)
-        time.sleep(restarts.backoff(k))
-        cur = [by_name[n] for n in d.nodes]
-        cur_opts = dataclasses.replace(
-            opts,
-            args=tuple(opts.args) + tuple(opts.resume_args),
-            exclude_unhealthy=True,
-            min_nodes=need,
-        )
+    except KeyboardInterrupt:
+        if res is None:
+            raise
+        return _ended(res, attempts, "interrupted (Ctrl-C) between attempts", interrupted=True)
+
+
+@dataclass
+class _Held:
+    """The nodes an attempt's end quarantined (node -> why), each saved as it is added: a
+    Ctrl-C while spares are tried loses none of them."""
+
+    settings: Settings
+    job: str
+    nodes: dict = field(default_factory=dict)
+
+    def add(self, node: str, why: str) -> None:
+        self.nodes[node] = why
+        quarantine.add(self.settings.state, node, why, self.job)
+
+
+def _after(res: TrainResult, k: int, policy, pool: list, settings) -> tuple:
+    """(the decision after attempt K's RES, its _Held: the nodes quarantined for it)."""
+    c = res.outcome.cause
+    cause = causes.Cause(c["klass"], c["node"], c["why"]) if c else None
+    d = restarts.decide(cause, k, res.nodes, policy, tuple(h.name for h in pool))
+    held = _Held(settings, res.job_id)
+    for node in res.left_out:
+        held.add(node, "left out by the health gate")
+    for node, why in d.quarantine.items():
+        held.add(node, why)
+    return d, held
+
+
+def _ended(res: TrainResult, attempts: list, why: str, interrupted: bool = False) -> TrainResult:
+    """RES, the last attempt's result, as the job's end: WHY, the attempts so far."""
+    root = {"kind": "interrupted"} if interrupted else None
+    out = Outcome(failure=why, root=root, state="stopped" if interrupted else "failed")
+    return dataclasses.replace(res, outcome=out, attempts=attempts, stop_reason=why)
 
 
 def _relaunch_lines(res: TrainResult, rec: dict, nodes: list[str], which: str) -> list[str]:
@@ -208,16 +247,15 @@ def _relaunch_lines(res: TrainResult, rec: dict, nodes: list[str], which: str) -
     ]
 
 
-def _join_spares(d, pool: list, held: dict, opts, settings, events) -> dict:
-    """The spares D takes, each converged (spares.converge) and out of POOL: those ready join
-    D.nodes (name -> seconds it took), the others go into HELD with the reason."""
+def _join_spares(d, pool: list, held: _Held, opts, events) -> dict:
+    """The spares D takes, each converged (spares.converge) and out of POOL: those ready ->
+    seconds it took; the others quarantined (HELD) with the reason."""
     joined = {}
-    for name in d.take:
+    for name in d.take if d.relaunch else ():
         pool[:] = [h for h in pool if h.name != name]
-        why, took = spares.converge(name, d.nodes, opts, settings, events)
+        why, took = spares.converge(name, d.nodes, opts, held.settings, events)
         if why:
-            held[name] = f"spare: {why}"
+            held.add(name, f"spare: {why}")
         else:
             joined[name] = round(took, 1)
-    d.nodes = d.nodes + list(joined)
     return joined

@@ -5,11 +5,13 @@ kept them (Outcome.root, Outcome.tails), no ssh.
 Classes, first match wins:
 - interrupted: Ctrl-C or train.stop. Never retried.
 - timeout: the job's own --timeout. Not retried unless asked (--retry-on timeout).
-- hardware: a sign of a failing GPU or fabric in the last lines of a rank that failed: an Xid
-  line, an ECC error, a GPU fallen off the bus, NCCL's watchdog timing a collective out, an
-  NCCL system error. The node of that rank is blamed.
+- hardware: the NVIDIA driver's own sign of a failing GPU in the last lines of a rank that
+  failed: an Xid line, an uncorrectable ECC error, a GPU fallen off the bus. The node of that
+  rank is blamed. What NCCL says when a peer is gone (its watchdog timing a collective out,
+  "unhandled system error") is said by the victims too, and a CUDA error may be the script's
+  own kernel: neither blames a node.
 - node: a node lost or silent (its watcher stopped answering), or a launcher whose ssh to a
-  node failed. That node is blamed.
+  node failed (ssh's own words). That node is blamed.
 - hang: no rank wrote a line or beat for --hang-timeout.
 - user: the script's own error: a Python traceback in the failing rank's lines, or an exit
   status it chose (argparse's usage error is 2; above 128 a shell reports a signal). Not
@@ -38,21 +40,19 @@ MEANS = {
 RETRIED = frozenset({"hardware", "node", "hang", "killed"})  # --retry-on's default
 NEVER = frozenset({"interrupted"})
 
-# Texts of failing hardware as ranks and kernels print them. Xid lines: the NVIDIA driver's
-# kernel log format (tests/recordings/xid/); the watchdog: torch's ProcessGroupNCCL.cpp
-# ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=..., OpType=ALLREDUCE, ...)
-# ran for 600000 milliseconds before timing out."); the NCCL errors: ncclResult_t's strings
-# in nccl.h.in ("unhandled system error", "remote process exited or there was a network error").
+# The NVIDIA driver's words for a failing GPU, as its kernel log lines read (tests/recordings/
+# xid/: "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus") and as CUDA reports an
+# uncorrectable ECC error ("CUDA error: uncorrectable ECC error encountered")
 HARDWARE = re.compile(
-    r"NVRM: Xid|\bXid\b.*\d|uncorrectable ECC|ECC error|fallen off the bus"
-    r"|Watchdog caught collective operation timeout|ncclSystemError|unhandled system error"
-    r"|CUDA error: (?:uncorrectable|unspecified launch failure|an illegal instruction)"
+    r"NVRM: Xid \(|GPU has fallen off the bus|uncorrectable ECC error", re.IGNORECASE
 )
 TRACEBACK = "Traceback (most recent call last):"
-# ssh's own words when it cannot reach a node (pdsh and mpirun relay them)
+# ssh's own words when it cannot reach a node (pdsh and mpirun relay them); a bare "Connection
+# refused" is also torch's rendezvous talking, not a node lost
 SSH_FAILED = re.compile(
-    r"ssh: connect to host (\S+)|(\S+): ssh exited with exit code 255"
-    r"|Connection (?:refused|timed out)|No route to host|Host key verification failed"
+    r"ssh: connect to host (\S+) port \d+: (?:Connection refused|Connection timed out"
+    r"|No route to host)|ssh: Could not resolve hostname (\S+):"
+    r"|(\S+): ssh exited with exit code 255"  # pdsh's own words, naming the host
 )
 
 

@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass
 
 from nodeprep.engine.facts import CONTAINER, GPUS, RDMA_PORTS, USER
-from nodeprep.engine.facts.jobs import JOB_VAR
+from nodeprep.engine.facts.jobs import JOB_VAR, RESTART_VAR
 from nodeprep.ops.container import readiness
 from nodeprep.ops.container.run import NodeContainer, shell
 
@@ -28,6 +28,7 @@ PYTHON = "python3"  # the image's interpreter, found on the image's own PATH
 # variables each rank gets from the launcher, passed into the container by name
 RANK_ENV = (
     JOB_VAR,
+    RESTART_VAR,
     "HOME",
     "NODEPREP_NODE",
     "MASTER_ADDR",

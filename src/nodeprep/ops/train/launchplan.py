@@ -390,6 +390,7 @@ class Prepared:
     files: dict[str, Path]  # the payload's files, synced into the job directory
     topo: Topology
     container_problems: tuple[str, ...] = ()  # the container way: engine or image missing
+    left_out: tuple[str, ...] = ()  # nodes the health gate left out (--exclude-unhealthy)
 
     @property
     def job_id(self) -> str:

@@ -32,7 +32,13 @@ def load(state: Path) -> dict[str, dict]:
             f"{p}: unreadable ({str(e)[:80]})",
             hint="fix it, or remove it to put every quarantined node back in service",
         ) from None
-    return {str(k): v for k, v in (data.get("nodes") or {}).items() if isinstance(v, dict)}
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, dict):
+        raise NodeprepError(
+            f"{p}: no {{'nodes': {{...}}}} in it",
+            hint="fix it, or remove it to put every quarantined node back in service",
+        )
+    return {str(k): v for k, v in nodes.items() if isinstance(v, dict)}
 
 
 def _save(state: Path, nodes: dict) -> None:

@@ -65,11 +65,20 @@ def decide(
     left = [n for n in nodes if n not in out]
     take = list(spares[: len(out)])
     if len(left) + len(take) < min_nodes:
-        return Decision(
-            False,
-            left,
-            out,
-            why=f"{len(left)} node(s) left, --min-nodes {min_nodes}: "
-            + "; ".join(f"{n}: {w}" for n, w in out.items()),
-        )
+        return Decision(False, left, out, why=_short(left, out, min_nodes))
     return Decision(True, left, out, take=take)
+
+
+def settle(d: Decision, joined: list[str], gone: dict[str, str], policy: Policy) -> Decision:
+    """D once its spares were tried: those JOINED are in; GONE (node -> why: D's quarantined
+    nodes and the spares that could not join) names what is missing when too few are left."""
+    d.nodes = d.nodes + [n for n in joined if n not in d.nodes]
+    if d.relaunch and len(d.nodes) < policy.min_nodes:
+        d.relaunch, d.why = False, _short(d.nodes, gone, policy.min_nodes)
+    return d
+
+
+def _short(left: list[str], gone: dict[str, str], min_nodes: int) -> str:
+    return f"{len(left)} node(s) left, --min-nodes {min_nodes}: " + "; ".join(
+        f"{n}: {w}" for n, w in gone.items()
+    )
