@@ -52,6 +52,25 @@ def _epoch_seen(settings, before: set, node: str) -> bool:
     return any("epoch 1 " in p.read_text() for p in (runs[-1] / "nodes" / node).glob("r*.out"))
 
 
+def _silenced_mid_run(lab, settings, capfd, index: int, launcher: str, limit=NODES, **kw):
+    """Train (LAUNCHER, LIMIT, KW); once a rank on worker-INDEX has finished an epoch, that
+    node goes silent. (exit code, the output, the runs this made, in order)."""
+    before = set(rundir.runs_of(settings.runs))
+    got = {}
+    t = threading.Thread(
+        target=lambda: got.update(code=_train(lab, settings, launcher, EPOCHS, limit, **kw))
+    )
+    t.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _epoch_seen(settings, before, f"worker-{index}"):
+        time.sleep(0.3)
+    labmod.silence_node(lab, index)
+    t.join(400)
+    out = capfd.readouterr()
+    runs = [r for r in rundir.runs_of(settings.runs) if r not in before]
+    return got.get("code"), out.out + out.err, runs
+
+
 @pytest.fixture
 def restore(lab, lab_settings, lab_up, lab_ssh):
     """After the test: every worker answering again, released, its job processes stopped."""
@@ -70,28 +89,15 @@ def restore(lab, lab_settings, lab_up, lab_ssh):
 def test_a_silent_node_is_quarantined_and_the_run_resumes_on_the_others(
     provisioned, lab, lab_settings, capfd, restore, launcher
 ):
-    before = set(rundir.runs_of(lab_settings.runs))
-    got = {}
-    t = threading.Thread(
-        target=lambda: got.update(
-            code=_train(lab, lab_settings, launcher, EPOCHS, restarts=1, min_nodes=2)
-        )
+    code, text, runs = _silenced_mid_run(
+        lab, lab_settings, capfd, 2, launcher, restarts=1, min_nodes=2
     )
-    t.start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _epoch_seen(lab_settings, before, "worker-2"):
-        time.sleep(0.3)
-    labmod.silence_node(lab, 2)
-    t.join(300)
-    out = capfd.readouterr()
-    text = out.out + out.err
-    assert got.get("code") == 0, text
+    assert code == 0, text
     assert "attempt 2/2" in text and "node on worker-2" in text, text
     assert "quarantined worker-2; relaunching on worker-0, worker-1" in text, text
     # the snapshot, not a second start, in a rank that was told it is the first relaunch
     assert re.search(r"rank 0 resumed from epoch \d+ step \d+ \(relaunch 1\)", text), text
     assert "ddp: done epochs=8" in text, text
-    runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
     attempts = json.loads((runs[-1] / "attempts.json").read_text())
     assert [a["attempt"] for a in attempts] == [1, 2], attempts
     assert attempts[0]["cause"]["klass"] == "node" and attempts[1]["cause"] is None, attempts
@@ -106,35 +112,21 @@ def test_a_spare_is_provisioned_checked_and_takes_the_silent_nodes_place(
     """The job on worker-0 and worker-1, worker-2 its spare (--spares; never a first node):
     worker-1 goes silent, worker-2 is provisioned (nothing to change: the site has it) and
     holds parity with worker-0, and the job finishes on worker-0 and worker-2."""
-    before = set(rundir.runs_of(lab_settings.runs))
-    got = {}
-    t = threading.Thread(
-        target=lambda: got.update(
-            code=_train(
-                lab,
-                lab_settings,
-                "deepspeed",
-                EPOCHS,
-                "worker-[0-1]",
-                restarts=1,
-                spares="worker-2",
-            )
-        )
+    code, text, runs = _silenced_mid_run(
+        lab,
+        lab_settings,
+        capfd,
+        1,
+        "deepspeed",
+        "worker-[0-1]",
+        restarts=1,
+        spares="worker-2",
     )
-    t.start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _epoch_seen(lab_settings, before, "worker-1"):
-        time.sleep(0.3)
-    labmod.silence_node(lab, 1)
-    t.join(400)
-    out = capfd.readouterr()
-    text = out.out + out.err
-    assert got.get("code") == 0, text
+    assert code == 0, text
     assert "quarantined worker-1; spare worker-2 provisioned in " in text, text
     assert "parity OK; relaunching on worker-0, worker-2" in text, text
     assert re.search(r"rank 1 resumed from epoch \d+ step \d+ \(relaunch 1\)", text), text
     assert "ddp: done epochs=8" in text, text
-    runs = [r for r in rundir.runs_of(lab_settings.runs) if r not in before]
     first = json.loads((runs[0] / "job.json").read_text())
     assert first["nodes"] == ["worker-0", "worker-1"], first  # the spare was not a first node
     attempts = json.loads((runs[-1] / "attempts.json").read_text())
@@ -149,24 +141,10 @@ def test_rank_0s_node_lost_on_private_homes_is_said_and_the_run_starts_over(
     """The head (worker-0, rank 0's node, where the snapshot is) goes silent: the spare takes
     its place, the user is told before the relaunch that the snapshot stayed on worker-0, and
     the documented rule follows: the script runs from its start (no resume) and finishes."""
-    before = set(rundir.runs_of(lab_settings.runs))
-    got = {}
-    t = threading.Thread(
-        target=lambda: got.update(
-            code=_train(
-                lab, lab_settings, "torchrun", EPOCHS, "worker-[0-1]", restarts=1, spares="worker-2"
-            )
-        )
+    code, text, _runs = _silenced_mid_run(
+        lab, lab_settings, capfd, 0, "torchrun", "worker-[0-1]", restarts=1, spares="worker-2"
     )
-    t.start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _epoch_seen(lab_settings, before, "worker-0"):
-        time.sleep(0.3)
-    labmod.silence_node(lab, 0)
-    t.join(400)
-    out = capfd.readouterr()
-    text = out.out + out.err
-    assert got.get("code") == 0, text
+    assert code == 0, text
     assert "node on worker-0" in text and "relaunching on worker-1, worker-2" in text, text
     warned = text.index("warning: worker-0, rank 0's node, left the job and its home is its own")
     assert warned < text.index("ddp: done epochs=8"), text

@@ -28,6 +28,14 @@ def line(rank: int, text: str, src: str = "err") -> dict:
     return {"k": "line", "src": f"r{rank}.{src}", "text": text}
 
 
+def launcher_failed(text: str) -> RankWatch:
+    """A watch whose launcher (on worker-0) said TEXT, then exited 1."""
+    w = watch()
+    ev = {"k": "line", "src": "L:0", "text": text}
+    w.feed("worker-0", {"ev": [ev, {"k": "launcher", "label": "0", "rc": 1, "end": 120.0}]})
+    return w
+
+
 def cause(w: RankWatch) -> Cause | None:
     root = w.root_cause()
     tails = {k: list(v) for k, v in w.tails.items()}
@@ -108,20 +116,7 @@ def test_a_hardware_sign_blames_its_node_even_when_a_peer_failed_first():
 
 
 def test_a_launchers_ssh_failure_blames_the_node_it_names_else_the_launcher():
-    w = watch()
-    w.feed(
-        "worker-0",
-        {
-            "ev": [
-                {
-                    "k": "line",
-                    "src": "L:0",
-                    "text": "worker-1: ssh: connect to host 10.1.0.3 port 22: Connection refused",
-                },
-                {"k": "launcher", "label": "0", "rc": 1, "end": 120.0},
-            ]
-        },
-    )
+    w = launcher_failed("worker-1: ssh: connect to host 10.1.0.3 port 22: Connection refused")
     c = cause(w)
     assert c.klass == "node" and c.node == "worker-1" and c.retried(), c
     w = watch()
@@ -185,35 +180,11 @@ def test_what_nccl_says_of_a_lost_peer_blames_no_node_and_a_traceback_stays_the_
 
 
 def test_torchs_rendezvous_refused_is_the_launchers_not_a_node_lost():
-    w = watch()
-    w.feed(
-        "worker-0",
-        {
-            "ev": [
-                {
-                    "k": "line",
-                    "src": "L:0",
-                    "text": "torch.distributed.DistNetworkError: "
-                    "Failed to recv, got 0 bytes. Connection was likely closed. errno: 111 - "
-                    "Connection refused",
-                },
-                {"k": "launcher", "label": "0", "rc": 1, "end": 120.0},
-            ]
-        },
+    w = launcher_failed(
+        "torch.distributed.DistNetworkError: "
+        "Failed to recv, got 0 bytes. Connection was likely closed. errno: 111 - "
+        "Connection refused"
     )
     assert (cause(w).klass, cause(w).node) == ("launcher", None)
-    w = watch()
-    w.feed(
-        "worker-0",
-        {
-            "ev": [
-                {
-                    "k": "line",
-                    "src": "L:0",
-                    "text": "pdsh@worker-0: worker-1: ssh exited with exit code 255",
-                },
-                {"k": "launcher", "label": "0", "rc": 1, "end": 120.0},
-            ]
-        },
-    )
+    w = launcher_failed("pdsh@worker-0: worker-1: ssh exited with exit code 255")
     assert (cause(w).klass, cause(w).node) == ("node", "worker-1")

@@ -175,7 +175,7 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
                 res.attempts, res.stop_reason = attempts, d.why
                 return res
             k += 1
-            for line in _relaunch_lines(res, attempts[-1], d.nodes, f"{k}/{opts.restarts + 1}"):
+            for line in _relaunch_lines(res, attempts[-1], d.nodes, k, opts.restarts + 1):
                 events.note(d.nodes[0], line)
             time.sleep(restarts.backoff(k))
             cur = [by_name[n] for n in d.nodes]
@@ -222,14 +222,13 @@ def _ended(res: TrainResult, attempts: list, why: str, interrupted: bool = False
     return dataclasses.replace(res, outcome=out, attempts=attempts, stop_reason=why)
 
 
-def _relaunch_lines(res: TrainResult, rec: dict, nodes: list[str], which: str) -> list[str]:
-    """What the user reads before attempt WHICH ("2/3") on NODES, after RES (its record REC):
+def _relaunch_lines(res: TrainResult, rec: dict, nodes: list[str], k: int, of: int) -> list[str]:
+    """What the user reads before attempt K of OF on NODES, after RES (its record REC):
     "attempt 2/3, 02:14:07: node on worker-3 (...) -> quarantined worker-3; spare worker-9
     provisioned in 41 s, parity OK; relaunching on worker-0, worker-9 in 1s", and a warning
     when rank 0's node left a job whose homes are private (its checkpoint stays there)."""
-    k = int(which.split("/")[0])
     line = (
-        f"attempt {which}, {time.strftime('%H:%M:%S')}: {rec['cause']['line']}"
+        f"attempt {k}/{of}, {time.strftime('%H:%M:%S')}: {rec['cause']['line']}"
         + (f" -> quarantined {', '.join(rec['quarantined'])}" if rec["quarantined"] else "")
         + "".join(
             f"; spare {n} provisioned in {t:.0f} s, parity OK" for n, t in rec["spares"].items()
