@@ -604,13 +604,19 @@ def verify_parity(
         "is set; docs/containers.md)",
         "no_container": "run on the nodes' venvs even though the inventory names an image",
         "restarts": "relaunch after a failure up to N times for the whole job, without the node "
-        "it blames (quarantined: invoke train.release); docs/train.md",
+        "it blames (quarantined: invoke train.release); default: the inventory's train_restarts, "
+        "as train_retry_on, train_min_nodes, train_resume_args for the next three; docs/train.md",
         "retry_on": "a failure class to relaunch after (repeatable; default hardware, node, "
         "hang, killed; also user, launcher, timeout)",
         "min_nodes": "with --restarts: go on with fewer nodes, down to N (default: all of them)",
         "resume_args": "arguments added to the payload's on relaunches only, e.g. '--resume'",
         "spares": "hosts that may take a quarantined node's place (default: the inventory's "
         "group `spares`; never among the job's first nodes)",
+        "png": "at the job's end, draw its timeline (attempts, nodes, failures) to this PNG "
+        "(needs matplotlib)",
+        "drain": "with --restarts: drain each node it quarantines in Slurm too, as `invoke "
+        "health --drain` does (reason nodeprep: QUARANTINED); health --undrain returns it "
+        "once released",
         **LIVENESS,
     },
     iterable=["health_ignore", "retry_on"],
@@ -646,6 +652,8 @@ def train(
     min_nodes=None,
     resume_args=None,
     spares=None,
+    drain=False,
+    png=None,
 ):
     """Start the payload on every node; stop every rank everywhere if one fails.
 
@@ -679,11 +687,13 @@ def train(
                 exclude_unhealthy=exclude_unhealthy,
                 health_ignore=tuple(health_ignore or ()),
                 container=True if container else (False if no_container else None),
-                restarts=_number("--restarts", restarts, int) or 0,
+                restarts=None if restarts is None else _number("--restarts", restarts, int),
                 retry_on=tuple(retry_on or ()),
                 min_nodes=None if min_nodes is None else _number("--min-nodes", min_nodes, int),
                 resume_args=_words("--resume-args", resume_args),
                 spares=spares,
+                drain=drain,
+                png=png,
             ),
             _deadlines(c, connect_timeout, silent_after),
         )
@@ -737,12 +747,16 @@ def _run_id(run):
 
 @task(
     positional=["run"],
-    help={"run": "run id, or `last` for the newest", "json": "print the status as JSON"},
+    help={
+        "run": "run id, or `last` for the newest",
+        "json": "print the status as JSON",
+        "png": "draw the job's timeline (attempts, nodes, failures) to this PNG (needs matplotlib)",
+    },
 )
-def train_status(c, run=None, json=False):
+def train_status(c, run=None, json=False, png=None):
     """A training run's state per node: ranks alive, last line, elapsed; checked on the nodes."""
     _help_if_asked("train.status", run)
-    _done(cli.train_status(RunsOptions(run=_run_id(run), json=json), _settings(c)))
+    _done(cli.train_status(RunsOptions(run=_run_id(run), json=json, png=png), _settings(c)))
 
 
 @task(

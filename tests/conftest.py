@@ -90,6 +90,8 @@ TIERS = {
     "test_health_drain": ("slurm",),
     "test_user_script": ("slurm", "train"),
     "test_train": ("train",),
+    "test_train_restarts": ("train",),
+    "test_train_resume": ("train",),
     "test_train_watch": ("train",),
     "test_closed_stdout": ("train",),
     "test_health_gate": ("train",),
@@ -105,6 +107,8 @@ LONG_FIRST = (
     "test_shapes",
     "test_bastion",
     "test_train",
+    "test_train_resume",
+    "test_train_restarts",
     "test_inventory_differential",
     "test_launchers",
     "test_closed_stdout",
@@ -113,7 +117,14 @@ LONG_FIRST = (
 # in one process, the lab modules run last: test_aarch64 (the arm64 root builds in the
 # background meanwhile), then the modules whose deadlines (a silent node named within 30 s,
 # Ctrl-C within 3 s) want the cores to themselves, the root build long done
-LATE = ("test_aarch64", "test_silence", "test_train_watch", "test_train", "test_closed_stdout")
+LATE = (
+    "test_aarch64",
+    "test_silence",
+    "test_train_watch",
+    "test_train",
+    "test_train_resume",
+    "test_closed_stdout",
+)
 
 
 def _module(item) -> str:

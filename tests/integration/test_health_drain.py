@@ -19,6 +19,8 @@ from nodeprep import cli as api
 from nodeprep import lab as labmod
 from nodeprep.commands.options import HealthOptions
 
+from .test_train_restarts import restore  # noqa: F401 (a fixture)
+
 
 @pytest.fixture(scope="module")
 def slurm_lab(lab, lab_up, lab_settings):
@@ -115,3 +117,30 @@ def test_undrain_refuses_via_slurm(slurm_lab, lab, lab_settings, capsys):
     )
     err = capsys.readouterr().err
     assert "--undrain --via slurm" in err and "Traceback" not in err
+
+
+@pytest.mark.usefixtures("restore")
+def test_a_node_train_quarantines_is_drained_until_released(
+    provisioned, slurm_lab, lab, lab_settings, capfd
+):
+    """train --restarts --drain: worker-2 goes silent mid-run, is quarantined and drained in
+    Slurm with nodeprep's reason (scontrol on a node of the job that answers), the job goes on
+    with the other two; once it answers again and is released, health --undrain returns it."""
+    from nodeprep.ops.train import quarantine
+
+    from .test_train_restarts import _silenced_mid_run
+
+    _scontrol, states = slurm_lab
+    code, text, _runs = _silenced_mid_run(
+        lab, lab_settings, capfd, 2, "torchrun", restarts=1, min_nodes=2, drain=True
+    )
+    assert code == 0, text
+    assert "slurm: drain worker-2: CRITICAL: QUARANTINED" in text, text
+    assert states()["worker-2"] == ("drained", "nodeprep: QUARANTINED (invoke health)")
+    labmod.silence_node(lab, 2, silent=False)
+    code, rep = _health(lab, lab_settings, capsys=capfd, undrain=True, limit="worker-2")
+    assert [a["action"] for a in rep["slurm"]] == ["keep"], rep  # still quarantined: stays
+    quarantine.release(lab_settings.state, ["worker-2"])
+    code, rep = _health(lab, lab_settings, capsys=capfd, undrain=True, limit="worker-2")
+    assert [a["action"] for a in rep["slurm"]] == ["resume"], rep
+    assert "drain" not in states()["worker-2"][0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeprep.errors import NodeprepError
+from nodeprep.errors import InputError, NodeprepError
 from nodeprep.ops.train import quarantine, restarts
 from nodeprep.ops.train.causes import RETRIED, Cause
 
@@ -78,3 +78,63 @@ def test_settle_counts_the_spares_that_joined_and_names_what_is_missing():
     d = restarts.decide(LOST, 1, NODES, restarts.Policy(2, 3), ("spare-0",))
     restarts.settle(d, ["spare-0"], {"worker-2": LOST.line}, restarts.Policy(2, 3))
     assert d.relaunch and d.nodes == ["worker-0", "worker-1", "spare-0"]
+
+
+# -- the inventory's train_* variables (commands/train/jobvars.py) --------------------------------
+def _job(tmp_path, text: str, **flags):
+    from nodeprep.commands.options import TrainOptions
+    from nodeprep.commands.train import jobvars
+    from nodeprep.inventory import model as inventory
+    from nodeprep.inventory.schema import load_schema
+    from nodeprep.settings import find_project
+
+    (tmp_path / "hosts.yml").write_text(text)
+    inv = inventory.load(str(tmp_path / "hosts.yml"), schema=load_schema([find_project()]))
+    return jobvars.apply(TrainOptions(inventory="x", **flags), inv, inv.hosts)
+
+
+HOSTS = """\
+vars:
+  train_restarts: 2
+  train_retry_on: [node, user]
+  train_resume_args: [--resume, --from, last]
+hosts:
+  a: {address: 10.0.0.1}
+  b: {address: 10.0.0.2, train_min_nodes: %s}
+"""
+
+
+def test_the_inventory_gives_what_the_flags_leave_out(tmp_path):
+    opts = _job(tmp_path, HOSTS % "null")
+    assert (opts.restarts, opts.retry_on, opts.min_nodes) == (2, ("node", "user"), None)
+    assert opts.resume_args == ("--resume", "--from", "last")
+    # a flag wins, 0 included
+    opts = _job(tmp_path, HOSTS % "null", restarts=0, retry_on=("hang",), resume_args=("-r",))
+    assert (opts.restarts, opts.retry_on, opts.resume_args) == (0, ("hang",), ("-r",))
+    assert _job(tmp_path, "hosts: {a: {address: 10.0.0.1}}").restarts == 0  # the default
+
+
+def test_nodes_of_one_job_that_disagree_are_refused_with_both_values(tmp_path):
+    with pytest.raises(InputError) as e:
+        _job(tmp_path, HOSTS % "1")
+    msg = e.value.message
+    assert "train_min_nodes: a has null (the default, " in msg, msg
+    assert "b has 1 (" in msg and "hosts.yml:7)" in msg, msg
+    assert _job(tmp_path, HOSTS % "1", min_nodes=2).min_nodes == 2  # the flag settles it
+
+
+@pytest.mark.parametrize(
+    "line,said",
+    [
+        ("train_retry_on: [interrupted]", "hosts.yml:2: train_retry_on: 'interrupted' is not a"),
+        ("train_retry_on: [nod]", "hosts.yml:2: train_retry_on: 'nod' is not a failure class"),
+        ("train_resume_args: [1]", "hosts.yml:2: train_resume_args: 1 is not a word"),
+        ("train_restarts: -1", "train_restarts must be 0 or more, got -1"),
+        ("train_min_nodes: 0", "train_min_nodes must be 1 or more, got 0"),
+        ("train_retry_on: node", "hosts.yml:2: variable 'train_retry_on': expected a list"),
+    ],
+)
+def test_a_bad_train_variable_names_its_line(tmp_path, line, said):
+    with pytest.raises(InputError) as e:
+        _job(tmp_path, f"vars:\n  {line}\nhosts:\n  a: {{address: 10.0.0.1}}\n")
+    assert said in e.value.message, e.value.message

@@ -48,6 +48,10 @@ def test_no_roles_dir_gives_core_only(tmp_path):
         "connection",
         "cpu_only",
         "python",
+        "train_restarts",
+        "train_retry_on",
+        "train_min_nodes",
+        "train_resume_args",
     }
 
 

@@ -26,6 +26,8 @@ STARTUP = {
     "nodeprep",
     "nodeprep.cli",
     "nodeprep.cli.display",  # rich only when a live table is drawn
+    "nodeprep.cli.guard",  # every entry point's wrapper (the standard library only)
+    "nodeprep.cli.training",  # train's entry points (the modules here and the standard library)
     "nodeprep.cli.stdio",
     "nodeprep.commands",
     "nodeprep.commands.options",

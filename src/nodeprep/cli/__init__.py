@@ -16,6 +16,9 @@ what every task needs; each entry point imports its command and renderers when i
 fabric and paramiko load only for a task that reaches nodes (tests/unit/test_startup_imports.py).
 
   __init__.py        one entry point per task (tasks.py calls them): run, render, exit code
+  guard.py           what every entry point shares: errors as one line, Ctrl-C as 130, JSON
+  training.py        the entry points of train, train.status/stop/release/logs
+  timeline.py        a training job's attempts drawn as a PNG (train --png)
   display.py         the live table / plain progress lines (engine events rendered)
   render.py          results as text: facts, provision summary, train, torch-plan, collective
   parity_text.py     a parity report as text, clubak style (values grouped under node sets)
@@ -29,13 +32,13 @@ fabric and paramiko load only for a task that reaches nodes (tests/unit/test_sta
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-import time
 
 from nodeprep.cli import stdio
 from nodeprep.cli.display import Display
+from nodeprep.cli.guard import guarded, need_matplotlib, print_json
+from nodeprep.cli.training import train, train_logs, train_release, train_status, train_stop
 from nodeprep.commands.options import (
     BandwidthOptions,
     DoctorOptions,
@@ -46,35 +49,14 @@ from nodeprep.commands.options import (
     InventoryOptions,
     ProvisionOptions,
     PruneOptions,
-    ReleaseOptions,
-    RunsOptions,
     TorchPlanOptions,
-    TrainOptions,
     VerifyOptions,
 )
-from nodeprep.errors import InputError, NodeprepError
 from nodeprep.settings import Settings
 
 stdio.install()
 
-
-def guarded(fn):
-    @functools.wraps(fn)
-    def wrapper(*a, **kw) -> int:
-        try:
-            return fn(*a, **kw) or 0
-        except NodeprepError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return e.exit_code
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
-
-    return wrapper
-
-
-def _json(data) -> None:
-    print(json.dumps(data, indent=2, default=str))
+__all__ = ["train", "train_logs", "train_release", "train_status", "train_stop"]
 
 
 @guarded
@@ -104,7 +86,7 @@ def facts(opts: FactsOptions, settings: Settings = Settings()) -> int:
 
     res = facts_cmd.facts(opts, settings, Display.auto(to_stderr=True, quiet=not opts.json))
     if opts.json:
-        _json(res.report)
+        print_json(res.report)
     else:
         print(render.facts_table(res.report))
         render.footer(res.report)
@@ -125,7 +107,7 @@ def health(opts: HealthOptions, settings: Settings = Settings(), list_checks: bo
 
     res = health_cmd.health(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.json:
-        _json(res.as_dict())
+        print_json(res.as_dict())
     else:
         print(health_text.findings(res))
     return res.exit_code
@@ -149,7 +131,7 @@ def doctor(opts: DoctorOptions, settings: Settings = Settings(), list_checks: bo
         labs=lambda: lab.leftovers(settings),
     )
     if opts.json:
-        _json(res.as_dict())
+        print_json(res.as_dict())
     else:
         print(doctor_text.render(res, opts.verbose))
     return res.exit_code
@@ -173,19 +155,13 @@ def ssh_prune(opts: PruneOptions, settings: Settings = Settings()) -> int:
 
 @guarded
 def bandwidth(opts: BandwidthOptions, settings: Settings = Settings()) -> int:
-    import importlib.util
-
-    if opts.png and importlib.util.find_spec("matplotlib") is None:  # before any node is touched
-        raise InputError(
-            "--png needs matplotlib, which is not installed here",
-            hint=".venv/bin/pip install matplotlib (or leave out --png)",
-        )
+    need_matplotlib(opts.png)
     from nodeprep.cli import health_text
     from nodeprep.commands import bandwidth as bandwidth_cmd
 
     res = bandwidth_cmd.bandwidth(opts, settings, Display.auto(to_stderr=True, quiet=True))
     if opts.json:
-        _json(res.as_dict())
+        print_json(res.as_dict())
     else:
         print(health_text.bandwidth(res))
     if opts.png:
@@ -236,7 +212,7 @@ def verify_parity(opts: VerifyOptions, settings: Settings = Settings()) -> int:
         out = res.report.as_dict()
         if res.collective is not None:
             out["collective"] = res.collective
-        _json(out)
+        print_json(out)
     else:
         print(parity_text.render(res.report, color=sys.stdout.isatty()).rstrip("\n"))
         if res.collective is not None:
@@ -247,68 +223,6 @@ def verify_parity(opts: VerifyOptions, settings: Settings = Settings()) -> int:
 
 
 @guarded
-def train(opts: TrainOptions, settings: Settings = Settings()) -> int:
-    from nodeprep.cli import detached, render
-    from nodeprep.commands import train as train_cmd
-
-    res = train_cmd.train(opts, settings, Display.auto(quiet=True))
-    if res.detached:
-        detached.start(res.run_dir, settings)
-    render.train(res)
-    return res.exit_code
-
-
-@guarded
-def train_status(opts: RunsOptions, settings: Settings = Settings()) -> int:
-    from nodeprep.cli import render
-    from nodeprep.commands.train import control as control_cmd
-
-    st = control_cmd.status(opts, settings, Display.auto(to_stderr=True, quiet=True))
-    if opts.json:
-        _json(st.__dict__)
-    else:
-        render.train_status(st)
-    return st.exit_code
-
-
-@guarded
-def train_stop(opts: RunsOptions, settings: Settings = Settings()) -> int:
-    from nodeprep.cli import render
-    from nodeprep.commands.train import control as control_cmd
-
-    res = control_cmd.stop(opts, settings, Display.auto(to_stderr=True, quiet=True))
-    render.train_stop(res)
-    return res.exit_code
-
-
-@guarded
-def train_release(opts: ReleaseOptions, settings: Settings = Settings()) -> int:
-    from nodeprep.cli import render
-    from nodeprep.commands.train import control as control_cmd
-
-    res = control_cmd.release(opts, settings)
-    render.train_release(res)
-    return res.exit_code
-
-
-@guarded
-def train_logs(opts: RunsOptions, settings: Settings = Settings()) -> int:
-    from nodeprep.ops.train import rundir
-
-    path = rundir.find(settings.runs, opts.run)
-    offsets: dict = {}
-    while True:
-        for label, line in rundir.log_lines(path, opts.node, opts.rank, offsets):
-            print(f"[{label}] {line}", flush=opts.follow)
-        if not opts.follow or rundir.finished(path) or stdio.stdout_lost():
-            break
-        time.sleep(0.5)
-    for label, line in rundir.log_lines(path, opts.node, opts.rank, offsets):
-        print(f"[{label}] {line}")  # what came after the last poll
-    return 0
-
-
-@guarded
 def torch_plan(opts: TorchPlanOptions) -> int:
     from nodeprep.cli import render
     from nodeprep.commands import torch_plan as torch_plan_cmd
@@ -316,7 +230,7 @@ def torch_plan(opts: TorchPlanOptions) -> int:
     res = torch_plan_cmd.torch_plan(opts)
     e = res.error
     if opts.json:
-        _json(
+        print_json(
             {
                 "ok": False,
                 "error": {
@@ -347,7 +261,7 @@ def inventory(opts: InventoryOptions, settings: Settings = Settings()) -> int:
 
     view = inventory_cmd.inventory(opts, settings)
     if opts.json:
-        _json(view.as_dict() if not opts.graph else view.as_dict()["groups"])
+        print_json(view.as_dict() if not opts.graph else view.as_dict()["groups"])
         return 0
     for text in view.inventory.warnings:
         print(f"warning: {text}", file=sys.stderr)

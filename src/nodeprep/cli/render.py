@@ -177,6 +177,14 @@ def torch_plan(plan, explain: bool = False) -> str:
 
 
 # -- train --------------------------------------------------------------------------------------
+def _cause_line(cause: dict) -> str:
+    """ "user (the script's own error): RuntimeError: bad batch": the class, and for the
+    script's own error or a hardware sign the line that showed it."""
+    if cause["klass"] not in ("user", "hardware"):
+        return cause["line"]
+    return f"{cause['line']}: {cause['why'].split(': ', 1)[-1]}"
+
+
 def train(res) -> None:
     if not res.launched:
         for node, cmd in res.commands.items():
@@ -198,7 +206,7 @@ def train(res) -> None:
         # root cause first: the first failing node and rank, how it ended, its last lines
         print(f"train: job {res.job_id} FAILED: {o.failure}", file=err)
         if o.cause:
-            print(f"  class: {o.cause['line']}", file=err)
+            print(f"  class: {_cause_line(o.cause)}", file=err)
         for who, lines in o.tails.items():
             print(f"--- last lines from {who}:", file=err)
             for line in lines[-10:]:
@@ -215,17 +223,23 @@ def train(res) -> None:
             print(f"  every rank gone {o.stop_seconds:.1f}s after the first failure", file=err)
     for line in o.warnings:
         print(f"  warning: {line}", file=err)
-    for a in res.attempts:  # --restarts
-        print(
-            f"  attempt {a['attempt']} (job {a['job_id']}) on {', '.join(a['nodes'])}: "
-            + (f"FAILED, {a['cause']['line']}" if a["cause"] else "finished")
-            + (f"; quarantined {', '.join(a['quarantined'])}" if a["quarantined"] else ""),
-            file=err,
-        )
+    for line in _attempt_lines(res.attempts):  # --restarts
+        print(line, file=err)
     if res.attempts and res.stop_reason != "finished":
         print(f"  no further attempt: {res.stop_reason}", file=err)
     print(_leftover_line(o), file=err)
     print(f"  logs: {res.run_dir} (invoke train.logs {res.job_id})", file=err)
+
+
+def _attempt_lines(attempts: list[dict]) -> list[str]:
+    """ "  attempt 1 (job J) on worker-0, worker-1: FAILED, node on worker-1 (...); quarantined
+    worker-1", one per attempt."""
+    return [
+        f"  attempt {a['attempt']} (job {a['job_id']}) on {', '.join(a['nodes'])}: "
+        + (f"FAILED, {a['cause']['line']}" if a.get("cause") else "finished")
+        + (f"; quarantined {', '.join(a['quarantined'])}" if a.get("quarantined") else "")
+        for a in attempts
+    ]
 
 
 def _leftover_line(o) -> str:
@@ -248,7 +262,9 @@ def train_status(st) -> None:
     if st.failure:
         print(f"  failure: {st.failure}")
     if st.cause:
-        print(f"  class: {st.cause['line']}")
+        print(f"  class: {_cause_line(st.cause)}")
+    if len(st.attempts) > 1:
+        print("\n".join(_attempt_lines(st.attempts)))
     nodes = sorted(set(st.nodes) | set(st.processes) | set(st.unreachable))
     width = max([len(n) for n in nodes] + [4])
     for n in nodes:

@@ -237,9 +237,19 @@ def gather_deep(fleet: Fleet, checks, facts: dict, opts: HealthOptions) -> None:
 
 
 def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> None:
-    """--drain / --undrain: Slurm's view of the nodes read on the first node that answered,
-    the actions (drain.actions_for), then one scontrol per change, each with its outcome in
-    RES.slurm."""
+    """--drain / --undrain: the nodes' CRITICAL codes told to Slurm (slurm_actions), each
+    action with its outcome in RES.slurm."""
+    critical: dict[str, list[str]] = {}
+    for f in res.findings:
+        if f.verdict is Verdict.CRITICAL:
+            critical.setdefault(f.node, []).append(f.code)
+    res.slurm.extend(slurm_actions(fleet, hosts, critical, res.nodes, opts.drain, opts.undrain))
+
+
+def slurm_actions(fleet: Fleet, hosts, critical: dict, nodes: list, drain_: bool, undrain: bool):
+    """[(drain.Action, its error or "")]: Slurm's view of HOSTS read on the first of them that
+    answered in FLEET, what to do to each of NODES given CRITICAL ({node: codes};
+    drain.actions_for), then one scontrol per change."""
     head = next(
         (fleet.sessions[h.name] for h in hosts if h.name in {s.name for s in fleet.usable()}), None
     )
@@ -272,18 +282,16 @@ def tell_slurm(fleet: Fleet, hosts, res: HealthResult, opts: HealthOptions) -> N
             names.update(slurm.node_map([h], names_text, head.name))
         except InputError:
             pass
-    critical: dict[str, list[str]] = {}
-    for f in res.findings:
-        if f.verdict is Verdict.CRITICAL:
-            critical.setdefault(f.node, []).append(f.code)
+    out = []
     for a in drain.actions_for(
-        critical, res.nodes, names, drain.parse_state(state_text), opts.drain, opts.undrain
+        critical, nodes, names, drain.parse_state(state_text), drain_, undrain
     ):
         err = ""
         if a.op != "keep":
             done = head.run_ssh(drain.script(a), 30, f"slurm: {a.op} {a.slurm}")
             err = "" if done.ok else (done.tail(2) or f"exit {done.rc}")
-        res.slurm.append((a, err))
+        out.append((a, err))
+    return out
 
 
 def quarantined(hosts, settings: Settings) -> list[Finding]:

@@ -146,11 +146,13 @@ class TrainOptions:
     # a run that outlives a bad node (ops/train/restarts.py): relaunches for the whole job,
     # the cause classes retried (none given: causes.RETRIED), the fewest nodes to go on with
     # (None: every node the job started with), arguments added on relaunches only
-    restarts: int = 0
+    restarts: int | None = None  # None: the inventory's train_restarts (commands/train/jobvars)
     retry_on: tuple[str, ...] = ()
     min_nodes: int | None = None
     resume_args: tuple[str, ...] = ()
     spares: str | None = None  # hosts that may replace a quarantined one (default: group spares)
+    drain: bool = False  # a node quarantined is also drained in Slurm (commands/train/slurmdrain)
+    png: str | None = None  # the job's timeline drawn there at its end (needs matplotlib)
 
     def validate(self) -> None:
         from nodeprep.ops.launchenv.dsenv import SUPPORTED_DS_LAUNCHERS
@@ -163,13 +165,24 @@ class TrainOptions:
                 f"--retry-on {bad[0]!r}: expected one of "
                 + ", ".join(c for c in causes.CLASSES if c not in causes.NEVER)
             )
-        if self.restarts < 0 or (self.min_nodes is not None and self.min_nodes < 1):
+        if (self.restarts or 0) < 0 or (self.min_nodes is not None and self.min_nodes < 1):
             raise InputError("--restarts takes 0 or more, --min-nodes 1 or more")
         if self.restarts and self.detach:
             raise InputError(
                 "--restarts with --detach: not built yet (the detached supervisor runs one "
                 "attempt)",
                 hint="run attached (in tmux or screen), or without --restarts",
+            )
+        if self.png and self.detach:
+            raise InputError(
+                "--png with --detach: the job ends after this command does",
+                hint="draw it once the job has ended: invoke train.status RUN --png FILE",
+            )
+        if self.drain and not self.restarts:
+            raise InputError(
+                "--drain: only with --restarts (it drains in Slurm the nodes a relaunch "
+                "quarantines)",
+                hint="add --restarts N, or use `invoke health --drain`",
             )
         if self.hang_timeout is not None and self.hang_timeout <= 0:
             raise InputError(f"--hang-timeout {self.hang_timeout!r}: expected seconds > 0")
@@ -192,6 +205,7 @@ class RunsOptions:
     rank: int | None = None
     follow: bool = False
     json: bool = False
+    png: str | None = None  # train.status: the job's timeline drawn there (needs matplotlib)
 
 
 @dataclass(frozen=True, kw_only=True)

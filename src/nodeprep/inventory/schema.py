@@ -21,8 +21,21 @@ CORE = Path(__file__).with_name("defaults.yml")
 
 # Core variables whose default is null still feed typed Host fields, so they get a kind
 # that a null default cannot express.
-_NULL_KINDS = {"address": "str", "user": "str", "key": "str", "slots": "int", "cpu_slots": "int"}
-_BOUNDS = {"port": (1, 65535), "slots": (1, None), "cpu_slots": (1, None)}
+_NULL_KINDS = {
+    "address": "str",
+    "user": "str",
+    "key": "str",
+    "slots": "int",
+    "cpu_slots": "int",
+    "train_min_nodes": "int",
+}
+_BOUNDS = {
+    "port": (1, 65535),
+    "slots": (1, None),
+    "cpu_slots": (1, None),
+    "train_restarts": (0, None),
+    "train_min_nodes": (1, None),
+}
 _WORDS = {
     "bool": "true or false",
     "int": "a whole number",

@@ -37,6 +37,7 @@ class RunStatus:
     failure: str | None = None
     cause: dict | None = None  # the failure's class (ops/train/causes.py)
     supervisor: bool = False
+    attempts: list = field(default_factory=list)  # the job's attempts (rundir.attempts)
 
     @property
     def exit_code(self) -> int:
@@ -80,6 +81,7 @@ def status(opts: RunsOptions, settings: Settings, events: Events) -> RunStatus:
     st.nodes = state.get("nodes", {})
     st.failure = (state.get("outcome") or {}).get("failure")
     st.cause = (state.get("outcome") or {}).get("cause")
+    st.attempts = rundir.attempts(path)
     st.processes, st.unreachable = _processes(spec, path, settings, events)
     if st.state not in rundir.FINAL and not st.supervisor:
         # the supervisor is gone (killed, machine rebooted): what the nodes say is the truth

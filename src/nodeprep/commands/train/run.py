@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
-from nodeprep.commands.train import spares
+from nodeprep.commands.train import jobvars, slurmdrain, spares
 from nodeprep.commands.train.launch import check_slurm, run_spec, shown, supervise
 from nodeprep.commands.train.prepare import new_job_id, prepare
 from nodeprep.commands.train.runspec import Outcome
@@ -62,6 +62,8 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
     nodes are left out, with a note saying how to release them."""
     opts.validate()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
+    opts = jobvars.apply(opts, inv, hosts)
+    opts.validate()
     pool = _not_quarantined(spares.of(opts, inv), settings, events, need=False)
     hosts = _not_quarantined(
         [h for h in hosts if h.name not in {p.name for p in pool}],
@@ -152,9 +154,10 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
     policy = restarts.Policy(opts.restarts, need, frozenset(opts.retry_on) or causes.RETRIED)
     by_name = {h.name: h for h in [*hosts, *pool]}
     attempts: list[dict] = []
-    cur, cur_opts, k, res = hosts, opts, 1, None
+    cur, cur_opts, k, res, dirs = hosts, opts, 1, None, []
     try:
         while True:
+            started = time.time()
             try:
                 res = _attempt(cur_opts, settings, events, inv, cur, k - 1)
             except NodeprepError as e:
@@ -162,6 +165,7 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
                     raise
                 # a relaunch that cannot start (a node unreachable at its probe, preflight)
                 return _ended(res, attempts, f"relaunch could not start: {e.message}")
+            ended = time.time()
             d, held = _after(res, k, policy, pool, settings)
             if not res.launched:
                 d.relaunch, d.why = False, res.failure or "not launched"
@@ -169,8 +173,13 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
             restarts.settle(d, list(joined), held.nodes, policy)
             rec = {"attempt": k, "job_id": res.job_id, "nodes": res.nodes, "failure": res.failure}
             rec.update(cause=res.outcome.cause, quarantined=held.nodes, spares=joined)
+            rec.update(started=round(started, 1), ended=round(ended, 1))
+            if opts.drain and held.nodes:
+                rec["slurm"] = _drained(res, held, by_name, settings, events)
             attempts.append(rec)
-            rundir.RunDir(Path(res.run_dir)).write_json("attempts.json", attempts)
+            dirs.append(Path(res.run_dir))
+            for path in dirs:  # train.status of any attempt's run shows them all
+                rundir.RunDir(path).write_json("attempts.json", attempts)
             if not d.relaunch:
                 res.attempts, res.stop_reason = attempts, d.why
                 return res
@@ -213,6 +222,15 @@ def _after(res: TrainResult, k: int, policy, pool: list, settings) -> tuple:
     for node, why in d.quarantine.items():
         held.add(node, why)
     return d, held
+
+
+def _drained(res: TrainResult, held: _Held, by_name: dict, settings, events) -> list[str]:
+    """--drain: the nodes HELD quarantined after RES drained in Slurm (a line each, noted)."""
+    peers = [by_name[n] for n in res.nodes if n not in held.nodes and n in by_name]
+    lines = slurmdrain.drain_held(list(held.nodes), peers, by_name, settings, events)
+    for line in lines:
+        events.note(next(iter(held.nodes)), line)
+    return lines
 
 
 def _ended(res: TrainResult, attempts: list, why: str, interrupted: bool = False) -> TrainResult:

@@ -8,6 +8,7 @@ the job runs and read by `train.status` and `train.logs`:
   output.log          every line as the terminal shows it: `[worker-1 r3] text`
   nodes/<node>/r<R>.out, .err, .stack   per rank; nodes/<node>/launcher.out
   exits.json          every rank's end: status or signal, OOM, how (failed, stopped by nodeprep)
+  attempts.json       train --restarts: every attempt of the job so far (in each attempt's run)
   summary.txt         the result, root cause first
   engine logs         <node>/<stage>.log, report.json (engine/results.RunLog)
 """
@@ -78,6 +79,30 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def attempts(path: Path) -> list[dict]:
+    """The job's attempts as attempts.json lists them (train --restarts), else the run at PATH
+    as its one attempt from job.json and state.json: attempt, job_id, nodes, cause, started,
+    ended (seconds since the epoch; ended None while it runs)."""
+    listed = read_json(path / "attempts.json")
+    if isinstance(listed, list):
+        return listed
+    spec, state = read_json(path / "job.json"), read_json(path / "state.json")
+    outcome = state.get("outcome") or {}
+    return [
+        {
+            "attempt": 1,
+            "job_id": spec.get("job_id", path.name[len(PREFIX) :]),
+            "nodes": list(spec.get("nodes") or state.get("nodes") or []),
+            "failure": outcome.get("failure"),
+            "cause": outcome.get("cause"),
+            "quarantined": {},
+            "spares": {},
+            "started": state.get("started"),
+            "ended": state.get("updated") if state.get("state") in FINAL else None,
+        }
+    ]
 
 
 def runs_of(runs: Path) -> list[Path]:
