@@ -130,7 +130,8 @@ def test_a_node_train_quarantines_is_drained_until_released(
 
     from .test_train_restarts import _silenced_mid_run
 
-    _scontrol, states = slurm_lab
+    scontrol, states = slurm_lab
+    scontrol("update", "NodeName=worker-2", "State=RESUME")  # as test_drain_and_undrain left it
     code, text, _runs = _silenced_mid_run(
         lab, lab_settings, capfd, 2, "torchrun", restarts=1, min_nodes=2, drain=True
     )

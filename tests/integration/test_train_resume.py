@@ -12,6 +12,7 @@ Lab "trs" (10.188.0.0/16), 3 nodes, one home bind-mounted into each, holding the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -236,3 +237,32 @@ def test_ctrl_c_while_a_restart_is_under_way_ends_everything_within_3s(fresh):
     assert proc.returncode == 130 and took < 3, (took, text[-3000:])
     assert "interrupted (Ctrl-C)" in text, text[-3000:]
     assert _leftovers(info, settings, (0, 1)) == [], text[-3000:]  # the answering nodes
+
+
+def test_a_detached_job_goes_on_after_a_lost_node(fresh):
+    """--detach with --restarts: the first attempt prepared here, the detached supervisor runs
+    it and then the restart loop; worker-1 silenced, the spare joins, the job finishes resumed.
+    train.status of the first run lists both attempts; the loop's lines are in its log."""
+    info, settings = fresh
+    before = set(rundir.runs_of(settings.runs))
+    opts = _opts(info, "deepspeed", "worker-[0-1]", EPOCHS, restarts=1, spares="worker-2")
+    assert api.train(dataclasses.replace(opts, detach=True), settings) == 0
+    first = [r for r in rundir.runs_of(settings.runs) if r not in before][0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _epoch_done(settings, before, "worker-1"):
+        time.sleep(0.3)
+    labmod.silence_node(info, 1)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and (
+        rundir.loop_pid(first) or not (first / "attempts.json").exists()
+    ):
+        time.sleep(1)
+    log = (first / "supervisor.log").read_text()
+    attempts = json.loads((first / "attempts.json").read_text())
+    assert [a["nodes"] for a in attempts] == [["worker-0", "worker-1"], ["worker-0", "worker-2"]]
+    assert attempts[0]["cause"]["node"] == "worker-1" and attempts[1]["cause"] is None, log
+    assert "quarantined worker-1; spare worker-2 provisioned in " in log, log
+    second = rundir.run_path(settings.runs, attempts[1]["job_id"])
+    _resumed_not_restarted((first / "output.log").read_text() + (second / "output.log").read_text())
+    st = api.train_status(RunsOptions(run=first.name[len(rundir.PREFIX) :], json=True), settings)
+    assert st == 0

@@ -105,7 +105,35 @@ def main(run_dir: str) -> int:
         "controller",
         f"job {spec.job_id}: {out.state}" + (f": {out.failure}" if out.failure else ""),
     )
-    return 0 if out.failure is None else 1
+    return _restarts(path, out, settings, events)
+
+
+def _restarts(path: Path, out, settings: Settings, events) -> int:
+    """--restarts: the rest of the job's attempts, run here as an attached train runs them;
+    SIGTERM (`train.stop` of any of its runs) from now on ends them as Ctrl-C would."""
+    from nodeprep.commands.train import run as run_cmd
+
+    def ctrl_c(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, ctrl_c)
+    try:
+        res = run_cmd.go_on_detached(path, out, settings, events)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        run_cmd.loop_ended(path)
+    if res is None:
+        return 0 if out.failure is None else 1
+    for a in res.attempts:
+        events.note(
+            "controller",
+            f"attempt {a['attempt']} (job {a['job_id']}): "
+            + (a["cause"]["line"] if a.get("cause") else "finished"),
+        )
+    if res.stop_reason and res.stop_reason != "finished":
+        events.note("controller", f"no further attempt: {res.stop_reason}")
+    return res.exit_code
 
 
 if __name__ == "__main__":

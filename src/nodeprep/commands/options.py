@@ -167,12 +167,6 @@ class TrainOptions:
             )
         if (self.restarts or 0) < 0 or (self.min_nodes is not None and self.min_nodes < 1):
             raise InputError("--restarts takes 0 or more, --min-nodes 1 or more")
-        if self.restarts and self.detach:
-            raise InputError(
-                "--restarts with --detach: not built yet (the detached supervisor runs one "
-                "attempt)",
-                hint="run attached (in tmux or screen), or without --restarts",
-            )
         if self.png and self.detach:
             raise InputError(
                 "--png with --detach: the job ends after this command does",

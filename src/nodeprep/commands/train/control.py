@@ -109,6 +109,13 @@ def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60
     path = rundir.find(settings.runs, opts.run)
     spec = rundir.read_json(path / "job.json")
     state = rundir.read_json(path / "state.json")
+    loop = rundir.loop_pid(path) if not rundir.supervisor_alive(state) else None
+    if loop:  # a detached --restarts job past this attempt: its loop stops the newest one
+        os.kill(loop, signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and rundir.loop_pid(path):
+            time.sleep(0.3)
+        return StopResult(spec["job_id"], "the job's restart loop stopped it", state="stopped")
     if rundir.supervisor_alive(state):
         os.kill(int(state["pid"]), signal.SIGTERM)  # it stops every rank, then writes its result
         deadline = time.monotonic() + wait

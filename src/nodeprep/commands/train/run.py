@@ -7,6 +7,7 @@ relaunched without the node it blames (quarantined: ops/train/quarantine.py)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -78,7 +79,40 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
         )
     if not opts.restarts or opts.dry_run:
         return _attempt(opts, settings, events, inv, hosts)
-    return _with_restarts(opts, settings, events, inv, hosts, pool)
+    if opts.detach:  # the first attempt prepared here; the detached supervisor goes on
+        res = _attempt(opts, settings, events, inv, hosts)
+        rundir.RunDir(Path(res.run_dir)).write_json(
+            LOOP, {"opts": asdict(opts), "private_homes": res.private_homes}
+        )
+        return res
+    return _with_restarts(opts, settings, events, inv, _Start(hosts, pool))
+
+
+LOOP = "restarts.json"  # a detached job's --restarts: its options; the loop's pid once it runs
+
+
+def go_on_detached(path: Path, first: Outcome, settings: Settings, events: Events):
+    """The detached supervisor's part of `train --restarts --detach`: the restart loop from
+    the first attempt's OUTCOME (its run at PATH) on. None when PATH's job has no restarts."""
+    loop = rundir.read_json(path / LOOP)
+    if not loop:
+        return None
+    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in loop["opts"].items()}
+    opts = TrainOptions(**{**raw, "detach": False})
+    rundir.RunDir(path).write_json(LOOP, {**loop, "pid": os.getpid()})  # train.stop finds it
+    inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
+    spec = rundir.read_json(path / "job.json")
+    first_res = TrainResult(
+        spec["job_id"],
+        spec.get("where", ""),
+        first,
+        run_dir=str(path),
+        nodes=list(spec["nodes"]),
+        private_homes=loop["private_homes"],
+    )
+    pool = _not_quarantined(spares.of(opts, inv), settings, events, need=False)
+    hosts = [h for h in hosts if h.name not in {p.name for p in pool}]
+    return _with_restarts(opts, settings, events, inv, _Start(hosts, pool, first_res))
 
 
 def _not_quarantined(hosts, settings: Settings, events: Events, need: bool = True) -> list:
@@ -145,11 +179,29 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
         )
 
 
-def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list) -> TrainResult:
+def loop_ended(path: Path) -> None:
+    """The detached loop of PATH's job is over: train.stop no longer looks for its pid."""
+    loop = rundir.read_json(path / LOOP)
+    if loop.get("pid"):
+        rundir.RunDir(path).write_json(LOOP, {**loop, "pid": None})
+
+
+@dataclass
+class _Start:
+    """Where a --restarts job begins: its hosts, the spare hosts (used in order), and the first
+    attempt's result when it ran already (the detached supervisor's)."""
+
+    hosts: list
+    pool: list
+    first: TrainResult | None = None
+
+
+def _with_restarts(opts: TrainOptions, settings, events, inv, start: _Start) -> TrainResult:
     """Attempts until one finishes, or restarts.decide stops the job; each failed attempt's
     blamed node, each node the health gate left out of a relaunch and each spare that could
-    not join quarantined as soon as it is known. POOL: the spare hosts, used in order. Ctrl-C
-    between attempts ends the job with the attempts so far."""
+    not join quarantined as soon as it is known. Ctrl-C between attempts ends the job with the
+    attempts so far."""
+    hosts, pool, first = start.hosts, start.pool, start.first
     need = opts.min_nodes or len(hosts)
     policy = restarts.Policy(opts.restarts, need, frozenset(opts.retry_on) or causes.RETRIED)
     by_name = {h.name: h for h in [*hosts, *pool]}
@@ -159,7 +211,9 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
         while True:
             started = time.time()
             try:
-                res = _attempt(cur_opts, settings, events, inv, cur, k - 1)
+                res = first or _attempt(cur_opts, settings, events, inv, cur, k - 1)
+                if first:
+                    started, first = _started(first), None
             except NodeprepError as e:
                 if res is None:
                     raise
@@ -195,6 +249,10 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, hosts, pool: list)
         if res is None:
             raise
         return _ended(res, attempts, "interrupted (Ctrl-C) between attempts", interrupted=True)
+
+
+def _started(res: TrainResult) -> float:
+    return rundir.read_json(Path(res.run_dir) / "state.json").get("started") or time.time()
 
 
 @dataclass

@@ -182,3 +182,14 @@ def supervisor_alive(state: dict) -> bool:
     except (OSError, ValueError):
         return False
     return True
+
+
+def loop_pid(path: Path) -> int | None:
+    """The pid of the detached `train --restarts` loop that began with the run at PATH (its
+    restarts.json), while it runs; else None."""
+    pid = read_json(path / "restarts.json").get("pid")
+    try:  # alive, and still the detached supervisor (a pid reused is someone else's)
+        cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+    except (OSError, ValueError, TypeError):
+        return None
+    return int(pid) if b"nodeprep.cli.detached" in cmdline else None
