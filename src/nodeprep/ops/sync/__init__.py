@@ -3,4 +3,6 @@
 fileset.py   a project's files as git sees them (tracked, untracked not ignored), less what
              .nodeprepignore takes out; outside a git repository the same rules from the
              ignore files alone
+manifest.py  what one sync moves to one node, from the files here and the node's record of what
+             it got: unchanged files not read, deletions only of what nodeprep put there
 """
