@@ -110,3 +110,26 @@ def test_a_subdirectory_of_a_repository_is_its_own_project(repo):
 def test_not_a_directory_is_bad_input(tmp_path):
     with pytest.raises(InputError):
         fileset.of(tmp_path / "nope")
+
+
+def test_the_users_git_dir_does_not_change_the_projects_files(repo, tmp_path, monkeypatch):
+    other = tmp_path / "other"
+    other.mkdir()
+    _git(other, "init", "-q")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    assert fileset.of(repo).files == WANT
+
+
+def test_a_file_name_that_is_not_utf8_is_kept_as_the_file_system_names_it(repo):
+    name = os.fsdecode(b"caf\xe9.py")
+    (repo / name).write_text("latin-1 name\n")
+    assert name in fileset.of(repo).files
+    assert (repo / name).exists()
+
+
+def test_a_repository_git_refuses_to_read_is_an_error_not_another_file_set(repo, monkeypatch):
+    monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")  # git's own switch for this
+    with pytest.raises(InputError) as e:
+        fileset.of(repo)
+    assert "git cannot read this project's repository" in e.value.message, e.value.message

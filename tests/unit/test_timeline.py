@@ -65,3 +65,17 @@ def test_a_run_without_restarts_is_its_one_attempt(tmp_path):
     assert one[0]["cause"] == NODE_LOST
     (tmp_path / "attempts.json").write_text(json.dumps(ATTEMPTS))
     assert rundir.attempts(tmp_path) == ATTEMPTS
+
+
+def test_a_png_path_that_cannot_be_written_is_refused_before_anything_runs(tmp_path, capsys):
+    from nodeprep import cli
+    from nodeprep.commands.options import RunsOptions
+    from nodeprep.settings import Settings
+
+    settings = Settings(state_dir=str(tmp_path / "state"))
+    for bad in (str(tmp_path / "nope" / "t.png"), str(tmp_path / "t.txt")):
+        assert cli.train_status(RunsOptions(png=bad), settings) == 2
+        err = capsys.readouterr().err
+        assert (
+            err.startswith(f"error: --png {bad}: expected a .png file") and "Traceback" not in err
+        )

@@ -121,8 +121,6 @@ def _restarts(path: Path, out, settings: Settings, events) -> int:
         res = run_cmd.go_on_detached(path, out, settings, events)
     except KeyboardInterrupt:
         return 130
-    finally:
-        run_cmd.loop_ended(path)
     if res is None:
         return 0 if out.failure is None else 1
     for a in res.attempts:

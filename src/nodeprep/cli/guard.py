@@ -30,11 +30,23 @@ def print_json(data) -> None:
 
 
 def need_matplotlib(png: str | None) -> None:
-    """--png: matplotlib is here, said before any node is touched."""
+    """--png: matplotlib is here and PNG names a .png file that can be written, said before
+    any node is touched."""
     import importlib.util
+    import os
 
-    if png and importlib.util.find_spec("matplotlib") is None:
+    if not png:
+        return
+    if importlib.util.find_spec("matplotlib") is None:
         raise InputError(
             "--png needs matplotlib, which is not installed here",
             hint=".venv/bin/pip install matplotlib (or leave out --png)",
         )
+    folder = os.path.dirname(os.path.abspath(png))
+    if not png.lower().endswith(".png") or not os.path.isdir(folder):
+        raise InputError(
+            f"--png {png}: expected a .png file in an existing directory",
+            hint="e.g. --png timeline.png",
+        )
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"--png {png}: cannot write in {folder}", hint="give another path")

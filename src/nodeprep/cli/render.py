@@ -186,11 +186,17 @@ def _cause_line(cause: dict) -> str:
 
 
 def train(res) -> None:
+    err = sys.stderr
     if not res.launched:
         for node, cmd in res.commands.items():
             print(f"{node}: {cmd}")
+        if res.failure:  # a relaunch that too few nodes passed the health gate for
+            print(f"train: job {res.job_id} not launched: {res.failure}", file=err)
+            for line in _attempt_lines(res.attempts):
+                print(line, file=err)
+            if res.stop_reason and res.stop_reason != res.failure:
+                print(f"  no further attempt: {res.stop_reason}", file=err)
         return
-    err = sys.stderr
     if res.detached:
         print(
             f"train: job {res.job_id} started detached on {res.where}; run id {res.job_id}\n"

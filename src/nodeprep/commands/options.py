@@ -172,7 +172,7 @@ class TrainOptions:
                 "--png with --detach: the job ends after this command does",
                 hint="draw it once the job has ended: invoke train.status RUN --png FILE",
             )
-        if self.drain and not self.restarts:
+        if self.drain and self.restarts == 0:  # None: the inventory's, checked once read
             raise InputError(
                 "--drain: only with --restarts (it drains in Slurm the nodes a relaunch "
                 "quarantines)",

@@ -4,6 +4,7 @@ reads the run directory alone (rundir.log_lines, rundir.finished)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -110,12 +111,18 @@ def stop(opts: RunsOptions, settings: Settings, events: Events, wait: float = 60
     spec = rundir.read_json(path / "job.json")
     state = rundir.read_json(path / "state.json")
     loop = rundir.loop_pid(path) if not rundir.supervisor_alive(state) else None
-    if loop:  # a detached --restarts job past this attempt: its loop stops the newest one
-        os.kill(loop, signal.SIGTERM)
+    if loop:  # a --restarts job between attempts, or past this one: its loop stops it all
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(loop, signal.SIGTERM)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and rundir.loop_pid(path):
             time.sleep(0.3)
-        return StopResult(spec["job_id"], "the job's restart loop stopped it", state="stopped")
+        gone = rundir.loop_pid(path) is None
+        return StopResult(
+            spec["job_id"],
+            "the job's restart loop " + ("stopped it" if gone else f"still runs after {wait:g}s"),
+            state="stopped" if gone else "stopping",
+        )
     if rundir.supervisor_alive(state):
         os.kill(int(state["pid"]), signal.SIGTERM)  # it stops every rank, then writes its result
         deadline = time.monotonic() + wait

@@ -63,14 +63,14 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
     nodes are left out, with a note saying how to release them."""
     opts.validate()
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
-    opts = jobvars.apply(opts, inv, hosts)
-    opts.validate()
     pool = _not_quarantined(spares.of(opts, inv), settings, events, need=False)
     hosts = _not_quarantined(
         [h for h in hosts if h.name not in {p.name for p in pool}],
         settings,
         events,
     )
+    opts = jobvars.apply(opts, inv, hosts)  # the job's own nodes: spares may differ
+    opts.validate()
     if pool:
         events.note(
             pool[0].name,
@@ -81,14 +81,19 @@ def train(opts: TrainOptions, settings: Settings, events: Events) -> TrainResult
         return _attempt(opts, settings, events, inv, hosts)
     if opts.detach:  # the first attempt prepared here; the detached supervisor goes on
         res = _attempt(opts, settings, events, inv, hosts)
-        rundir.RunDir(Path(res.run_dir)).write_json(
-            LOOP, {"opts": asdict(opts), "private_homes": res.private_homes}
-        )
+        if res.detached:
+            kept = dataclasses.replace(opts, min_nodes=opts.min_nodes or len(hosts))
+            rundir.RunDir(Path(res.run_dir)).write_json(
+                LOOP,
+                {"opts": asdict(kept), "private_homes": res.private_homes, "left": res.left_out},
+            )
         return res
     return _with_restarts(opts, settings, events, inv, _Start(hosts, pool))
 
 
-LOOP = "restarts.json"  # a detached job's --restarts: its options; the loop's pid once it runs
+# in each run of a --restarts job: the loop's pid and start time while it runs (train.stop
+# signals it between attempts); a detached job's first run also keeps the loop's options
+LOOP = "restarts.json"
 
 
 def go_on_detached(path: Path, first: Outcome, settings: Settings, events: Events):
@@ -99,7 +104,7 @@ def go_on_detached(path: Path, first: Outcome, settings: Settings, events: Event
         return None
     raw = {k: tuple(v) if isinstance(v, list) else v for k, v in loop["opts"].items()}
     opts = TrainOptions(**{**raw, "detach": False})
-    rundir.RunDir(path).write_json(LOOP, {**loop, "pid": os.getpid()})  # train.stop finds it
+    _mark([path], alive=True)
     inv, hosts = select_hosts(opts.inventory, opts.limit, settings, events=events)
     spec = rundir.read_json(path / "job.json")
     first_res = TrainResult(
@@ -109,9 +114,12 @@ def go_on_detached(path: Path, first: Outcome, settings: Settings, events: Event
         run_dir=str(path),
         nodes=list(spec["nodes"]),
         private_homes=loop["private_homes"],
+        left_out=list(loop.get("left") or ()),
     )
     pool = _not_quarantined(spares.of(opts, inv), settings, events, need=False)
-    hosts = [h for h in hosts if h.name not in {p.name for p in pool}]
+    hosts = _not_quarantined(
+        [h for h in hosts if h.name not in {p.name for p in pool}], settings, events
+    )
     return _with_restarts(opts, settings, events, inv, _Start(hosts, pool, first_res))
 
 
@@ -145,12 +153,7 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
         prep.plan = dataclasses.replace(prep.plan, restart=restart)
         where, names = prep.plan.where(), [n.name for n in prep.plan.nodes]
         if len(names) < (opts.min_nodes or 0):  # --restarts' relaunch: too few passed the gate
-            short = Outcome(
-                failure=f"{len(names)} node(s) passed the health gate, --min-nodes "
-                f"{opts.min_nodes}",
-                state="failed",
-            )
-            return TrainResult(job_id, where, short, launched=False, left_out=list(prep.left_out))
+            return _too_few(job_id, where, names, prep, path, opts.min_nodes)
         if opts.dry_run:
             return TrainResult(
                 job_id, where, commands=shown(prep.plan), launched=False, run_dir=str(path)
@@ -163,9 +166,19 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
             for node, cmd in cmds.items():
                 events.note(node, cmd)
             check_slurm(fleet, prep.plan.head.name)
+        private = len(prep.topo.homes) == len(names) > 1
         if opts.detach:
             rundir.RunDir(path).write_json("job.json", asdict(spec))
-            return TrainResult(job_id, where, commands=cmds, run_dir=str(path), detached=True)
+            return TrainResult(
+                job_id,
+                where,
+                commands=cmds,
+                run_dir=str(path),
+                detached=True,
+                nodes=names,
+                private_homes=private,
+                left_out=list(prep.left_out),
+            )
         outcome = supervise(spec, fleet, events, path)
         return TrainResult(
             job_id,
@@ -174,16 +187,17 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
             cmds if opts.launcher == "srun" else {},
             run_dir=str(path),
             nodes=names,
-            private_homes=len(prep.topo.homes) == len(names) > 1,
+            private_homes=private,
             left_out=list(prep.left_out),
         )
 
 
-def loop_ended(path: Path) -> None:
-    """The detached loop of PATH's job is over: train.stop no longer looks for its pid."""
-    loop = rundir.read_json(path / LOOP)
-    if loop.get("pid"):
-        rundir.RunDir(path).write_json(LOOP, {**loop, "pid": None})
+def _mark(dirs: list[Path], alive: bool) -> None:
+    """This process as the job's restart loop in each run of DIRS (train.stop finds it there
+    between attempts), or, ALIVE false, no longer."""
+    me = {"pid": os.getpid(), "since": rundir.proc_start(os.getpid())} if alive else {"pid": None}
+    for path in dirs:
+        rundir.RunDir(path).write_json(LOOP, {**rundir.read_json(path / LOOP), **me})
 
 
 @dataclass
@@ -196,17 +210,42 @@ class _Start:
     first: TrainResult | None = None
 
 
+def _too_few(job_id: str, where: str, names: list, prep, path: Path, need: int) -> TrainResult:
+    """A relaunch not launched: NAMES, the nodes the health gate passed, are fewer than NEED."""
+    short = Outcome(
+        failure=f"{len(names)} node(s) passed the health gate, --min-nodes {need}", state="failed"
+    )
+    return TrainResult(
+        job_id,
+        where,
+        short,
+        launched=False,
+        run_dir=str(path),
+        nodes=names,
+        left_out=list(prep.left_out),
+    )
+
+
 def _with_restarts(opts: TrainOptions, settings, events, inv, start: _Start) -> TrainResult:
+    """_loop, and this process no longer named as the job's loop in its runs once it ends."""
+    dirs: list[Path] = []
+    try:
+        return _loop(opts, settings, events, inv, start, dirs)
+    finally:
+        _mark(dirs, alive=False)
+
+
+def _loop(opts: TrainOptions, settings, events, inv, start: _Start, dirs: list) -> TrainResult:
     """Attempts until one finishes, or restarts.decide stops the job; each failed attempt's
     blamed node, each node the health gate left out of a relaunch and each spare that could
     not join quarantined as soon as it is known. Ctrl-C between attempts ends the job with the
-    attempts so far."""
+    attempts so far. DIRS: the attempts' runs (train.stop finds the loop's pid in each)."""
     hosts, pool, first = start.hosts, start.pool, start.first
     need = opts.min_nodes or len(hosts)
     policy = restarts.Policy(opts.restarts, need, frozenset(opts.retry_on) or causes.RETRIED)
     by_name = {h.name: h for h in [*hosts, *pool]}
     attempts: list[dict] = []
-    cur, cur_opts, k, res, dirs = hosts, opts, 1, None, []
+    cur, cur_opts, k, res = hosts, opts, 1, None
     try:
         while True:
             started = time.time()
@@ -220,18 +259,17 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, start: _Start) -> 
                 # a relaunch that cannot start (a node unreachable at its probe, preflight)
                 return _ended(res, attempts, f"relaunch could not start: {e.message}")
             ended = time.time()
+            dirs.append(Path(res.run_dir))
+            _mark(dirs[-1:], alive=True)
             d, held = _after(res, k, policy, pool, settings)
             if not res.launched:
                 d.relaunch, d.why = False, res.failure or "not launched"
             joined = _join_spares(d, pool, held, opts, events)
             restarts.settle(d, list(joined), held.nodes, policy)
-            rec = {"attempt": k, "job_id": res.job_id, "nodes": res.nodes, "failure": res.failure}
-            rec.update(cause=res.outcome.cause, quarantined=held.nodes, spares=joined)
-            rec.update(started=round(started, 1), ended=round(ended, 1))
+            rec = _record(k, res, held, joined, (started, ended))
             if opts.drain and held.nodes:
                 rec["slurm"] = _drained(res, held, by_name, settings, events)
             attempts.append(rec)
-            dirs.append(Path(res.run_dir))
             for path in dirs:  # train.status of any attempt's run shows them all
                 rundir.RunDir(path).write_json("attempts.json", attempts)
             if not d.relaunch:
@@ -249,6 +287,21 @@ def _with_restarts(opts: TrainOptions, settings, events, inv, start: _Start) -> 
         if res is None:
             raise
         return _ended(res, attempts, "interrupted (Ctrl-C) between attempts", interrupted=True)
+
+
+def _record(k: int, res: TrainResult, held, joined: dict, times: tuple) -> dict:
+    """Attempt K as attempts.json keeps it."""
+    return {
+        "attempt": k,
+        "job_id": res.job_id,
+        "nodes": res.nodes,
+        "failure": res.failure,
+        "cause": res.outcome.cause,
+        "quarantined": held.nodes,
+        "spares": joined,
+        "started": round(times[0], 1),
+        "ended": round(times[1], 1),
+    }
 
 
 def _started(res: TrainResult) -> float:

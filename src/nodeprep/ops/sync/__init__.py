@@ -5,4 +5,6 @@ fileset.py   a project's files as git sees them (tracked, untracked not ignored)
              ignore files alone
 manifest.py  what one sync moves to one node, from the files here and the node's record of what
              it got: unchanged files not read, deletions only of what nodeprep put there
+push.py      one node's sync: what it holds (one round trip), the plan, one tar stream into
+             nodeside/syncrecv.py
 """

@@ -33,33 +33,61 @@ class FileSet:
     left_out: dict = field(default_factory=dict)  # path -> why (not a regular file, ...)
 
 
-def _git(args: list[str], cwd: Path, env: dict | None = None) -> str:
-    if shutil.which("git") is None:
-        raise InputError(
-            "git is not installed on this machine: nodeprep reads a project's files as git does",
-            hint="install git (apt-get install git)",
-        )
-    r = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-    )
+# git's variables that point it at another repository, index or work tree (`git rev-parse
+# --local-env-vars`): a user's GIT_DIR must not change which files are the project's
+_LOCAL_ENV = (
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_IMPLICIT_WORK_TREE",
+    "GIT_GRAFT_FILE",
+    "GIT_INDEX_FILE",
+    "GIT_NO_REPLACE_OBJECTS",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_PREFIX",
+    "GIT_INTERNAL_SUPER_PREFIX",
+    "GIT_SHALLOW_FILE",
+    "GIT_COMMON_DIR",
+)
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _LOCAL_ENV}
+    return {**env, **(extra or {})}
+
+
+def _git(args: list[str], cwd: Path, env: dict | None = None) -> bytes:
+    r = subprocess.run(["git", *args], cwd=cwd, env=_env(env), capture_output=True)
     if r.returncode:
-        raise NodeprepError(f"git {' '.join(args[:2])} in {cwd}: {r.stderr.strip()[-300:]}")
+        why = r.stderr.decode(errors="replace").strip()[-300:]
+        raise NodeprepError(f"git {' '.join(args[:2])} in {cwd}: {why}")
     return r.stdout
 
 
 def _in_git(root: Path) -> bool:
+    """Inside a git work tree; "not a git repository" is a plain no, any other refusal (git's
+    dubious ownership, a broken repository) an error: reading the project without its own
+    repository would give another file set."""
     r = subprocess.run(
-        ["git", "rev-parse", "--is-inside-work-tree"], cwd=root, capture_output=True, text=True
+        ["git", "rev-parse", "--is-inside-work-tree"], cwd=root, env=_env(), capture_output=True
     )
-    return r.returncode == 0 and r.stdout.strip() == "true"
+    if r.returncode == 0:
+        return r.stdout.strip() == b"true"
+    why = r.stderr.decode(errors="replace").strip()
+    if "not a git repository" in why:
+        return False
+    raise InputError(
+        f"{root}: git cannot read this project's repository: {why.splitlines()[-1][:200]}",
+        hint="fix what git says (e.g. git config --global --add safe.directory DIR), run again",
+    )
 
 
-def _listed(out: str) -> set[str]:
-    return {p for p in out.split("\0") if p}
+def _listed(out: bytes) -> set[str]:
+    return {os.fsdecode(p) for p in out.split(b"\0") if p}
 
 
 def of(project: str | Path) -> FileSet:
@@ -67,6 +95,11 @@ def of(project: str | Path) -> FileSet:
     root = Path(project).resolve()
     if not root.is_dir():
         raise InputError(f"{project}: not a directory", hint="give the project's directory")
+    if shutil.which("git") is None:
+        raise InputError(
+            "git is not installed on this machine: nodeprep reads a project's files as git does",
+            hint="install git (apt-get install git)",
+        )
     mine = ["--exclude-per-directory=" + IGNORE_FILE]
     if _in_git(root):
         want = _listed(_git(["ls-files", "-z", "--cached", "--others", "--exclude-standard"], root))

@@ -184,12 +184,19 @@ def supervisor_alive(state: dict) -> bool:
     return True
 
 
-def loop_pid(path: Path) -> int | None:
-    """The pid of the detached `train --restarts` loop that began with the run at PATH (its
-    restarts.json), while it runs; else None."""
-    pid = read_json(path / "restarts.json").get("pid")
-    try:  # alive, and still the detached supervisor (a pid reused is someone else's)
-        cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+def proc_start(pid: int) -> str | None:
+    """When process PID started (clock ticks since boot, /proc/PID/stat's 22nd field): with the
+    pid, what names one process (a pid is reused; a pid and its start time are not)."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
     except (OSError, ValueError, TypeError):
         return None
-    return int(pid) if b"nodeprep.cli.detached" in cmdline else None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def loop_pid(path: Path) -> int | None:
+    """The pid of the `train --restarts` loop whose attempt ran at PATH (restarts.json: its pid
+    and start time, cleared when the loop ends), while that very process runs; else None."""
+    rec = read_json(path / "restarts.json")
+    pid, since = rec.get("pid"), rec.get("since")
+    return int(pid) if pid and since and proc_start(pid) == since else None
