@@ -201,11 +201,10 @@ def test_a_script_that_raises_is_not_retried(fresh, capfd):
     assert took < 60, took
 
 
-def test_ctrl_c_while_a_restart_is_under_way_ends_everything_within_3s(fresh):
-    """A real `invoke train` process; SIGINT once it has said it relaunches (the backoff, the
-    spare's provision or the relaunch's probe under way): exit 130 within 3 s, the attempts so
-    far in the summary, nothing of either attempt left on the answering nodes."""
-    info, settings = fresh
+def _invoke_train(info, settings):
+    """A real `invoke train` process with --restarts 2 --min-nodes 2 on worker-[0-2], worker-2
+    silenced once an epoch is done; returns (the process, its lines so far) once it says it
+    relaunches (the backoff, the relaunch's probe under way)."""
     env = dict(
         os.environ,
         INVOKE_NODEPREP_STATE_DIR=settings.state_dir,
@@ -228,6 +227,14 @@ def test_ctrl_c_while_a_restart_is_under_way_ends_everything_within_3s(fresh):
     while time.monotonic() < deadline + 60 and not any("attempt 2/3" in ln for ln in seen):
         time.sleep(0.1)
     assert any("attempt 2/3" in ln for ln in seen), "".join(seen)[-3000:]
+    return proc, seen, reader
+
+
+def test_ctrl_c_while_a_restart_is_under_way_ends_everything_within_3s(fresh):
+    """SIGINT once the job has said it relaunches: exit 130 within 3 s, the attempts so far in
+    the summary, nothing of either attempt left on the answering nodes."""
+    info, settings = fresh
+    proc, seen, reader = _invoke_train(info, settings)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     proc.wait(30)
@@ -237,6 +244,23 @@ def test_ctrl_c_while_a_restart_is_under_way_ends_everything_within_3s(fresh):
     assert proc.returncode == 130 and took < 3, (took, text[-3000:])
     assert "interrupted (Ctrl-C)" in text, text[-3000:]
     assert _leftovers(info, settings, (0, 1)) == [], text[-3000:]  # the answering nodes
+
+
+def test_train_stop_between_attempts_ends_the_loop(fresh):
+    """`train.stop` of the first attempt's run once the job relaunches: the loop (this
+    attached process) is told, and the job ends with no further attempt; nothing left."""
+    info, settings = fresh
+    before = set(rundir.runs_of(settings.runs))
+    proc, seen, reader = _invoke_train(info, settings)
+    first = [r for r in rundir.runs_of(settings.runs) if r not in before][0]
+    assert api.train_stop(RunsOptions(run=first.name[len(rundir.PREFIX) :]), settings) == 0
+    proc.wait(60)
+    reader.join(5)
+    text = "".join(seen)
+    assert proc.returncode == 130, text[-3000:]
+    assert "attempt 3/3" not in text and "snapshot_ddp: done" not in text, text[-3000:]
+    assert rundir.loop_pid(first) is None
+    assert _leftovers(info, settings, (0, 1)) == [], text[-3000:]
 
 
 def test_a_detached_job_goes_on_after_a_lost_node(fresh):

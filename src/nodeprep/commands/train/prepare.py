@@ -5,6 +5,7 @@ synced to the same absolute path on every node (once per shared home)."""
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
 
 from nodeprep.commands.common import container_images, container_specs
@@ -12,10 +13,12 @@ from nodeprep.commands.options import TrainOptions
 from nodeprep.commands.train import gate, preflight
 from nodeprep.engine import facts as factmod
 from nodeprep.engine.events import Events
+from nodeprep.engine.facts.modules import with_modules
 from nodeprep.errors import InputError, NodeprepError
 from nodeprep.inventory import dsfilter
 from nodeprep.ops.container import readiness
 from nodeprep.ops.provision.topology import Topology
+from nodeprep.ops.sync import push
 from nodeprep.ops.train import emulate, gpusplit, incontainer, payload
 from nodeprep.ops.train.launchplan import LaunchPlan, Prepared, Split, node_runs
 
@@ -185,26 +188,46 @@ def prepare(
             hint="fix these, or --no-preflight to launch anyway",
         )
     preflight.stale(prep, fleet, opts.kill_stale, events)
-    _sync(prep, fleet, events)
+    _sync(prep, fleet, events, opts.dry_run)
     return prep
 
 
-def _sync(prep: Prepared, fleet, events: Events) -> None:
-    """The job directory and the agent, once per home: nodes sharing one (NFS) see the same."""
+def _sync(prep: Prepared, fleet, events: Events, dry_run: bool) -> None:
+    """The job directory and the agent, once per home: nodes sharing one (NFS) see the same.
+    Only what differs moves (ops/sync/push.py); --dry-run says what would."""
     plan = prep.plan
+
+    def python(node: str, args: str) -> str:  # the node's interpreter, its modules loaded
+        v = prep.vars[node]
+        return with_modules(v, f"{shlex.quote(str(v.get('python') or 'python3'))} {args}")
+
+    how = push.How(python=python, dry_run=dry_run)
     homes = [ns[0] for ns in prep.topo.homes.values()]
     pushed = fleet.map(
         lambda s: (
-            payload.sync(s, prep.files, plan.node(s.name).job_dir)
-            + payload.sync(s, payload.agent_files(), payload.agent_dir(plan.node(s.name).home))
+            payload.sync(s, prep.files, plan.node(s.name).job_dir, how),
+            payload.sync(s, payload.agent_files(), payload.agent_dir(plan.node(s.name).home), how),
         ),
         "sync",
         only=homes,
     )
     fail_if_nodes_failed(fleet)
+    sent = sum(len(a.sent) + len(b.sent) for a, b in pushed.values())
+    gone = sum(len(a.deleted) for a, _b in pushed.values())
+    size = sum(a.nbytes + b.nbytes for a, b in pushed.values())
     events.note(
         plan.head.name,
-        f"job {plan.job_id}: {sum(pushed.values())} file(s) pushed to "
-        f"{plan.head.job_dir} on {len(plan.nodes)} node(s)"
+        f"job {plan.job_id}: {sent} file(s) ({size / 1e6:.1f} MB) "
+        + ("would be " if dry_run else "")
+        + f"pushed to {plan.head.job_dir} on {len(plan.nodes)} node(s)"
+        + (f", {gone} deleted" if gone else "")
         + (f" ({len(homes)} home(s))" if len(homes) < len(plan.nodes) else ""),
     )
+    if dry_run:
+        for node, (a, _b) in pushed.items():
+            for rel in a.sent[:20]:
+                events.note(node, f"would send {rel}")
+            if len(a.sent) > 20:
+                events.note(node, f"would send {len(a.sent) - 20} more")
+            for rel in a.deleted:
+                events.note(node, f"would delete {rel}")

@@ -4,15 +4,12 @@ nodeside/payloads, with what it imports, or the user's script with its directory
 
 from __future__ import annotations
 
-import hashlib
 import posixpath
-import shlex
 from pathlib import Path
 
 from nodeprep import nodeside
 from nodeprep.errors import InputError
-
-SKIP = {".git", "__pycache__", ".venv", ".nodeprep", "node_modules"}
+from nodeprep.ops.sync import fileset, push
 
 
 def resolve_payload(payload: str) -> tuple[Path, Path]:
@@ -33,19 +30,20 @@ def resolve_payload(payload: str) -> tuple[Path, Path]:
 
 
 def local_files(root: Path, only: Path | None = None) -> dict[str, Path]:
+    """The job's files: a builtin's script and what it imports; a user's script's directory
+    as git sees it (ops/sync/fileset.py: tracked and untracked-not-ignored files, less
+    .nodeprepignore's), each one readable (checked before any node is touched)."""
     builtin = {path: name for name, path in nodeside.BUILTIN.items()}
     if only is not None and only in builtin:  # a builtin: its own script and what it imports
         return {p.name: p for p in [only, *nodeside.COMPANIONS.get(builtin[only], [])]}
-    files = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and not any(part in SKIP for part in p.relative_to(root).parts):
-            _readable(p)
-            files[str(p.relative_to(root))] = p
-            if len(files) > 2000:
-                raise InputError(
-                    f"{root} holds more than 2000 files to sync",
-                    hint="put the training script in a directory of its own",
-                )
+    files = {rel: root / rel for rel in fileset.of(root).files}
+    for p in files.values():
+        _readable(p)
+    if only is not None and only.relative_to(root).as_posix() not in files:
+        raise InputError(
+            f"{only}: git ignores it, so the nodes would not get it",
+            hint=f"take it out of the ignore rules, or out of {fileset.IGNORE_FILE}",
+        )
     return files
 
 
@@ -62,34 +60,9 @@ def _readable(path: Path) -> None:
         ) from None
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def sync(session, files: dict[str, Path], job_dir: str) -> int:
-    """Push only the files whose sha256 differs on the node; returns how many were pushed."""
-    names = " ".join(shlex.quote(n) for n in files)
-    r = session.run(
-        f"mkdir -p {shlex.quote(job_dir)} && cd {shlex.quote(job_dir)} && "
-        f"sha256sum -- {names} 2>/dev/null; true",
-        label="job sums",
-        log_output=False,
-    )
-    have = {}
-    for line in r.stdout.splitlines():
-        sha, _, name = line.partition("  ")
-        have[name] = sha
-    pushed = 0
-    sftp = session.conn.sftp()
-    for name, path in files.items():
-        if have.get(name) == _sha(path):
-            continue
-        dest = posixpath.join(job_dir, name)
-        session.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}", label="mkdir")
-        sftp.put(str(path), dest + ".part")
-        sftp.posix_rename(dest + ".part", dest)
-        pushed += 1
-    return pushed
+def sync(session, files: dict[str, Path], job_dir: str, how: push.How) -> push.Pushed:
+    """FILES into JOB_DIR on SESSION's node: what differs, one stream (ops/sync/push.py)."""
+    return push.push(session, files, job_dir, how)
 
 
 # -- the node-side agent: rank wrapper and watcher (nodeside/rank.py, nodeside/watch.py) --------
