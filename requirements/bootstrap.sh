@@ -19,7 +19,8 @@
 #     and environment-modules packages conflict, so lmod's .deb is unpacked into LMOD_ROOT
 #     (below), which `lab.up --modules lmod` binds into its nodes (lab/modules.py); patchelf
 #     (the lab's cray-python module: a Python that runs only with its module's LD_LIBRARY_PATH),
-#     git (a job's project is synced as git sees it: ops/sync/fileset.py asks git itself)
+#     git (a job's project is synced as git sees it: ops/sync/fileset.py asks git itself),
+#     rsync (bench/sync_bench.py's peer)
 #   - tests/unit/test_bootstrap.py fails when the code runs a program none of these (nor
 #     Debian's Essential or required packages) install: add its package here
 #   - .venv/ at the repo root with requirements/tool.txt + test.txt, and src/ on its path
@@ -32,7 +33,7 @@ missing=""
 for pkg in openssh-server openssh-client pdsh openmpi-bin iproute2 util-linux procps sudo zsh tcsh iperf3 \
            openssl python3 python3-venv slurmd slurmctld slurm-client munge mmdebstrap arch-test \
            qemu-user-static podman crun uidmap skopeo docker-registry \
-           environment-modules lua5.3 lua-posix lua-filesystem lua-term lua-json tcl patchelf git; do
+           environment-modules lua5.3 lua-posix lua-filesystem lua-term lua-json tcl patchelf git rsync; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then

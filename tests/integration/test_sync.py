@@ -76,10 +76,13 @@ def _want(root: Path) -> list[str]:
 
 def _sync(lab, settings, root: Path, hashes=None):
     files = {rel: root / rel for rel in fileset.of(root).files}
-    hashes = hashes or push.Hashes()
+    how = push.How(hashes or push.Hashes())  # one for the sync: its nodes share it
     inv = inventory.load(str(lab.inventory))
     with Fleet(inv.hosts[:3], settings, "sync-test", Events()) as fleet:
-        got = fleet.map(lambda s: push.push(s, files, JOB, push.How(hashes)), "sync")
+        try:
+            got = fleet.map(lambda s: push.push(s, files, JOB, how), "sync")
+        finally:
+            how.close()
         assert not fleet.unusable(), fleet.unusable()
     return got
 

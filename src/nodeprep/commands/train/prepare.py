@@ -203,14 +203,18 @@ def _sync(prep: Prepared, fleet, events: Events, dry_run: bool) -> None:
 
     how = push.How(python=python, dry_run=dry_run)
     homes = [ns[0] for ns in prep.topo.homes.values()]
-    pushed = fleet.map(
-        lambda s: (
-            payload.sync(s, prep.files, plan.node(s.name).job_dir, how),
-            payload.sync(s, payload.agent_files(), payload.agent_dir(plan.node(s.name).home), how),
-        ),
-        "sync",
-        only=homes,
-    )
+    agent = payload.agent_files()
+    try:
+        pushed = fleet.map(
+            lambda s: (
+                payload.sync(s, prep.files, plan.node(s.name).job_dir, how),
+                payload.sync(s, agent, payload.agent_dir(plan.node(s.name).home), how),
+            ),
+            "sync",
+            only=homes,
+        )
+    finally:
+        how.close()
     fail_if_nodes_failed(fleet)
     sent = sum(len(a.sent) + len(b.sent) for a, b in pushed.values())
     gone = sum(len(a.deleted) for a, _b in pushed.values())

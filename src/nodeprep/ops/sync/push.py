@@ -17,8 +17,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shlex
+import shutil
+import subprocess
 import tarfile
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +70,7 @@ def state_script(job_dir: str) -> str:
     q = shlex.quote(job_dir)
     return (
         f"mkdir -p {q} && cd {q} && {{ cat {RECORD} 2>/dev/null; echo; echo {MARK}; "
-        "find . -type f ! -name '*.nodeprep-part' -printf '%s %T@ %P\\0'; }"
+        "find . -path ./.nodeprep-sync.part -prune -o -type f -printf '%s %T@ %P\\0'; }"
     )
 
 
@@ -99,15 +103,55 @@ def local_stats(files: dict[str, Path]) -> dict[str, tuple[int, int]]:
     return out
 
 
+class Spools:
+    """Each tar stream made once, in a temporary file here, and read by every node that needs
+    the same files: with N nodes to fill, the controller packs 20,000 files once, not N times
+    (and its CPU, not the links, was what bounded a first sync)."""
+
+    def __init__(self):
+        self.lock, self.made = threading.Lock(), {}
+
+    def get(self, files: dict[str, Path], names: list[str]) -> tuple[int, int]:
+        """(a file descriptor to read with os.pread, its size) of NAMES' tar stream."""
+        key = tuple((n, str(files[n])) for n in names)
+        with self.lock:
+            if key not in self.made:
+                fh = tempfile.TemporaryFile(prefix="nodeprep-sync-")
+                _tar(fh, files, names)
+                fh.flush()
+                self.made[key] = (fh, fh.tell())
+            fh, size = self.made[key]
+            return fh.fileno(), size
+
+    def close(self) -> None:
+        with self.lock:
+            for fh, _size in self.made.values():
+                fh.close()
+            self.made.clear()
+
+
 @dataclass
 class How:
-    """How one sync runs on each of its nodes: the hashes every node shares, the command that
-    runs python with ARGS on NODE (python(node, args): the node's interpreter, its modules
-    loaded), and --dry-run (the plan only)."""
+    """How one sync runs on each of its nodes: the hashes and the tar streams every node
+    shares, the command that runs python with ARGS on NODE (python(node, args): the node's
+    interpreter, its modules loaded), and --dry-run (the plan only). close() when the sync
+    is over (the streams' temporary files)."""
 
     hashes: Hashes = field(default_factory=Hashes)
     python: Callable[[str, str], str] = lambda node, args: f"python3 {args}"  # noqa: E731
     dry_run: bool = False
+    spools: Spools = field(default_factory=Spools)
+    stats: dict = field(default_factory=dict)  # id(files) -> local_stats(files)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def local(self, files: dict[str, Path]) -> dict[str, tuple[int, int]]:
+        with self.lock:
+            if id(files) not in self.stats:
+                self.stats[id(files)] = (files, local_stats(files))
+            return self.stats[id(files)][1]
+
+    def close(self) -> None:
+        self.spools.close()
 
 
 def push(session, files: dict[str, Path], job_dir: str, how: How | None = None) -> Pushed:
@@ -119,17 +163,17 @@ def push(session, files: dict[str, Path], job_dir: str, how: How | None = None) 
     if not r.ok:
         raise NodeprepError(f"cannot list {job_dir}: {r.tail(2)}")
     record, on_node = parse_state(r.stdout)
-    plan = manifest.plan(
-        local_stats(files), verified(record, on_node), lambda rel: how.hashes(files[rel])
-    )
+    here = how.local(files)
+    plan = manifest.plan(here, verified(record, on_node), lambda rel: how.hashes(files[rel]))
     out = Pushed(list(plan.send), list(plan.delete), list(plan.hashed))
-    out.nbytes = sum(files[p].stat().st_size for p in plan.send)
+    out.nbytes = sum(here[p][0] for p in plan.send)
     if how.dry_run or (plan.nothing and plan.record == record):
         return out
-    head = json.dumps({"delete": plan.delete, "record": plan.record}) + "\n"
+    body = json.dumps({"delete": plan.delete, "record": plan.record}).encode()
+    head = b"%016d\n" % len(body) + body
     args = f"-c {shlex.quote(nodeside.SYNCRECV.read_text())} {shlex.quote(job_dir)}"
     cmd = _any_shell(how.python(session.name, args))
-    rc, said = _stream(session, cmd, head.encode(), files, plan.send)
+    rc, said = _stream(session, cmd, head, how.spools.get(files, plan.send))
     if rc != 0:
         raise NodeprepError(f"sync into {job_dir} failed (exit {rc}): {said.strip()[-300:]}")
     return out
@@ -143,8 +187,8 @@ def _any_shell(script: str) -> str:
     return f"exec /bin/sh -c 'eval \"$(echo {blob} | base64 -d)\"'"
 
 
-def _stream(session, cmd: str, head: bytes, files: dict[str, Path], names: list[str]):
-    """(exit status, output) of CMD fed HEAD then NAMES as one tar stream."""
+def _stream(session, cmd: str, head: bytes, spool: tuple[int, int]):
+    """(exit status, output) of CMD fed HEAD then the tar stream SPOOL (fd, size) holds."""
     session.connect()
     ch = session.conn.client.get_transport().open_session()
     got: list[bytes] = []
@@ -163,7 +207,11 @@ def _stream(session, cmd: str, head: bytes, files: dict[str, Path], names: list[
         reader.start()
         try:
             ch.sendall(head)
-            _tar(ch, files, names)
+            fd, size, at = *spool, 0
+            while at < size:
+                chunk = os.pread(fd, min(1 << 20, size - at), at)
+                ch.sendall(chunk)
+                at += len(chunk)
         finally:
             ch.shutdown_write()
         rc = ch.recv_exit_status()
@@ -173,16 +221,35 @@ def _stream(session, cmd: str, head: bytes, files: dict[str, Path], names: list[
         ch.close()
 
 
-def _tar(ch, files: dict[str, Path], names: list[str]) -> None:
-    class Out:
-        def write(self, b):
-            ch.sendall(b)
-            return len(b)
-
-    with tarfile.open(fileobj=Out(), mode="w|", bufsize=1 << 20, format=tarfile.PAX_FORMAT) as t:
+def _tar(out, files: dict[str, Path], names: list[str]) -> None:
+    """NAMES of FILES as one tar stream (pax) written to OUT (a file): by GNU tar where every
+    file lies at its name under one directory (a project: 20,000 files in a fraction of the
+    time Python's tarfile takes), by tarfile otherwise (a builtin payload's few files)."""
+    root = _root_of(files, names)
+    if root is not None and shutil.which("tar"):
+        argv = ["tar", "-c", "-f", "-", "--format=pax", "--pax-option=delete=atime,delete=ctime"]
+        argv += ["--owner=0", "--group=0", "--numeric-owner", "--dereference", "-C", str(root)]
+        argv += ["--no-recursion", "--null", "-T", "-"]  # positional: after -C
+        listing = b"".join(os.fsencode(n) + b"\0" for n in names)
+        r = subprocess.run(argv, input=listing, stdout=out, stderr=subprocess.PIPE)
+        if r.returncode:
+            raise NodeprepError(f"tar of the job's files failed: {r.stderr.decode()[-300:]}")
+        return
+    with tarfile.open(fileobj=out, mode="w|", bufsize=1 << 20, format=tarfile.PAX_FORMAT) as t:
         for name in names:
             with open(files[name], "rb") as fh:  # a symlink goes as the file it names
                 info = t.gettarinfo(arcname=name, fileobj=fh)
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 t.addfile(info, fh)
+
+
+def _root_of(files: dict[str, Path], names: list[str]) -> Path | None:
+    """The directory every one of NAMES lies under at its own name, None when there is none."""
+    if not names:
+        return None
+    first = files[names[0]]
+    root = Path(str(first)[: -len(names[0])]) if str(first).endswith(names[0]) else None
+    if root is None or any(files[n] != root / n for n in names):
+        return None
+    return root
