@@ -10,6 +10,7 @@ facts/         facts: a sh snippet plus a parser, ONE probe per node per phase
 steps.py       a desired state checked against facts, acted on only when it differs
 remote.py      remote file primitives as sh (atomic writes, stopping tagged processes)
 locks.py       run locks on the nodes: one per shared home and one per machine
+feed.py        a command fed a stream on its stdin over one channel, its output drained
 hostkeys.py    the project's pinned known_hosts: pin on first contact, refuse a changed key
 results.py     per-node results, the run directory (a log per node per stage, report.json)
 events.py      the callbacks progress is reported through (the cli renders them)

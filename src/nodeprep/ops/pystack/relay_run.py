@@ -9,6 +9,7 @@ import tarfile
 import threading
 from pathlib import Path
 
+from nodeprep.engine.feed import feed as engine_feed
 from nodeprep.engine.remote import write_script
 from nodeprep.ops.pystack.relay import (
     MIN_RATE,
@@ -70,34 +71,17 @@ def write_hop(session, node: str, chain: Chain, relay: Relay, timeout: int) -> N
 
 def feed(session, chain: Chain, relay: Relay, timeout: int) -> tuple[int, str]:
     """The controller's stream into the chain's first node (its hop script reads stdin):
-    (exit status, output). The node's output is drained meanwhile, so a chatty chain cannot
-    stall the stream on a full window."""
-    session.connect()
-    ch = session.conn.client.get_transport().open_session()
-    try:
-        ch.settimeout(timeout)
-        ch.set_combine_stderr(True)
-        ch.exec_command(f"timeout -k 5 {int(timeout)} /bin/sh {script_path(relay.token)}")
-        got: list[bytes] = []
+    (exit status, output)."""
 
-        def drain():
-            try:
-                while data := ch.recv(65536):
-                    got.append(data)
-            except OSError:
-                pass
+    def write(ch) -> None:
+        relay.count(chain.nodes[0], stream_tar(ch, relay.local[chain.platform], chain.files))
 
-        reader = threading.Thread(target=drain, daemon=True)
-        reader.start()
-        try:
-            relay.count(chain.nodes[0], stream_tar(ch, relay.local[chain.platform], chain.files))
-        finally:
-            ch.shutdown_write()
-        rc = ch.recv_exit_status()
-        reader.join(30)
-        return rc, b"".join(got).decode(errors="replace")
-    finally:
-        ch.close()
+    return engine_feed(
+        session,
+        f"timeout -k 5 {int(timeout)} /bin/sh {script_path(relay.token)}",
+        write,
+        timeout,
+    )
 
 
 def run_chain(fleet, chain: Chain, relay: Relay, timeout: int) -> None:

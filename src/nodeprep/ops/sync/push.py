@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeprep import nodeside
+from nodeprep.engine.feed import feed
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.sync import manifest
 
@@ -173,7 +174,7 @@ def push(session, files: dict[str, Path], job_dir: str, how: How | None = None) 
     head = b"%016d\n" % len(body) + body
     args = f"-c {shlex.quote(nodeside.SYNCRECV.read_text())} {shlex.quote(job_dir)}"
     cmd = _any_shell(how.python(session.name, args))
-    rc, said = _stream(session, cmd, head, how.spools.get(files, plan.send))
+    rc, said = feed(session, cmd, _spooled(head, how.spools.get(files, plan.send)))
     if rc != 0:
         raise NodeprepError(f"sync into {job_dir} failed (exit {rc}): {said.strip()[-300:]}")
     return out
@@ -187,38 +188,18 @@ def _any_shell(script: str) -> str:
     return f"exec /bin/sh -c 'eval \"$(echo {blob} | base64 -d)\"'"
 
 
-def _stream(session, cmd: str, head: bytes, spool: tuple[int, int]):
-    """(exit status, output) of CMD fed HEAD then the tar stream SPOOL (fd, size) holds."""
-    session.connect()
-    ch = session.conn.client.get_transport().open_session()
-    got: list[bytes] = []
-    try:
-        ch.set_combine_stderr(True)
-        ch.exec_command(cmd)
+def _spooled(head: bytes, spool: tuple[int, int]):
+    """A writer (engine/feed.py) of HEAD, then the tar stream SPOOL (fd, size) holds."""
 
-        def drain():
-            try:
-                while data := ch.recv(65536):
-                    got.append(data)
-            except OSError:
-                pass
+    def write(ch) -> None:
+        ch.sendall(head)
+        fd, size, at = *spool, 0
+        while at < size:
+            chunk = os.pread(fd, min(1 << 20, size - at), at)
+            ch.sendall(chunk)
+            at += len(chunk)
 
-        reader = threading.Thread(target=drain, daemon=True)
-        reader.start()
-        try:
-            ch.sendall(head)
-            fd, size, at = *spool, 0
-            while at < size:
-                chunk = os.pread(fd, min(1 << 20, size - at), at)
-                ch.sendall(chunk)
-                at += len(chunk)
-        finally:
-            ch.shutdown_write()
-        rc = ch.recv_exit_status()
-        reader.join(30)
-        return rc, b"".join(got).decode(errors="replace")
-    finally:
-        ch.close()
+    return write
 
 
 def _tar(out, files: dict[str, Path], names: list[str]) -> None:
