@@ -25,6 +25,7 @@ from nodeprep.commands.options import (
     PruneOptions,
     ReleaseOptions,
     RunsOptions,
+    StageOptions,
     TorchPlanOptions,
     TrainOptions,
     VerifyOptions,
@@ -574,6 +575,65 @@ def verify_parity(
 
 
 @task(
+    positional=["src", "dest"],
+    help={
+        "src": "a file or directory here (with --from: on that node)",
+        "dest": "where on every node: absolute, or ~/... (a directory: SRC's files go in it)",
+        "inventory": "inventory name or path (default: nodeprep.default_inventory)",
+        "limit": "only these nodes; with --shard their order is the ranks'",
+        "name": "a stage of the inventory's `stages` variable instead of SRC DEST (repeatable)",
+        "from": "the node that already holds SRC: node to node, never through the controller",
+        "shard": "each node gets its share by rank (file i goes to rank i mod N), not all",
+        "verify": "hash every staged file on the nodes instead of trusting the record "
+        "(size, inode, ctime)",
+        "no_relay": "a stream per node from the source instead of one chain through them",
+        "dry_run": "say what each node lacks; move nothing",
+        "json": "the outcome as JSON on stdout",
+        **LIVENESS,
+    },
+    iterable=["name"],
+)
+def stage(
+    c,
+    src=None,
+    dest=None,
+    inventory=None,
+    limit=None,
+    name=None,
+    from_=None,
+    shard=False,
+    verify=False,
+    no_relay=False,
+    dry_run=False,
+    json=False,
+    connect_timeout=None,
+    silent_after=None,
+):
+    """Put a dataset, tokenizer or checkpoint on every node's local disk (docs/staging.md).
+
+    Chunks checked by sha256 as they land, resumed after an interruption, room checked first;
+    a second run moves nothing."""
+    _done(
+        cli.stage(
+            StageOptions(
+                inventory=inventory,
+                limit=limit,
+                src=src,
+                dest=dest,
+                names=tuple(name or ()),
+                from_node=from_,
+                shard=shard,
+                verify=verify,
+                relay=not no_relay,
+                dry_run=dry_run,
+                json=json,
+            ),
+            _deadlines(c, connect_timeout, silent_after),
+        )
+    )
+
+
+@task(
     help={
         "inventory": "inventory name or path (default: nodeprep.default_inventory)",
         "limit": "only these nodes (the first one is the head node); DeepSpeed's "
@@ -958,6 +1018,7 @@ ns = Collection(
     inventory_,
     provision,
     verify_parity,
+    stage,
     torch_plan,
     demo,
     test,

@@ -71,6 +71,7 @@ CASES: dict[str, list[list[str]]] = {
         ],
     ],
     "verify-parity": [["-i", "{inv}"], ["-i", "{inv}", "--json"]],
+    "stage": [["-i", "{inv}", "{inv}", "/tmp/x"], ["-i", "{inv}", "{inv}", "/tmp/x", "--json"]],
     "torch-plan": [
         ["--torch", "2.5.1", "--node", "a:driver=535.104.05,gpus=8x8.0", "--node", "b:cpu"],
         ["--torch", "2.5.1", "--node", "a:cpu", "--json"],

@@ -52,6 +52,7 @@ def test_no_roles_dir_gives_core_only(tmp_path):
         "train_retry_on",
         "train_min_nodes",
         "train_resume_args",
+        "stages",
     }
 
 

@@ -27,6 +27,7 @@ STARTUP = {
     "nodeprep.cli",
     "nodeprep.cli.display",  # rich only when a live table is drawn
     "nodeprep.cli.guard",  # every entry point's wrapper (the standard library only)
+    "nodeprep.cli.staging",  # stage's entry point (imports its command when it runs)
     "nodeprep.cli.training",  # train's entry points (the modules here and the standard library)
     "nodeprep.cli.stdio",
     "nodeprep.commands",

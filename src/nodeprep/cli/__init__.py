@@ -18,6 +18,7 @@ fabric and paramiko load only for a task that reaches nodes (tests/unit/test_sta
   __init__.py        one entry point per task (tasks.py calls them): run, render, exit code
   guard.py           what every entry point shares: errors as one line, Ctrl-C as 130, JSON
   training.py        the entry points of train, train.status/stop/release/logs
+  staging.py         `invoke stage`: its entry point and its result as text
   timeline.py        a training job's attempts drawn as a PNG (train --png)
   display.py         the live table / plain progress lines (engine events rendered)
   render.py          results as text: facts, provision summary, train, torch-plan, collective
@@ -38,6 +39,7 @@ import sys
 from nodeprep.cli import stdio
 from nodeprep.cli.display import Display
 from nodeprep.cli.guard import guarded, need_matplotlib, print_json
+from nodeprep.cli.staging import stage
 from nodeprep.cli.training import train, train_logs, train_release, train_status, train_stop
 from nodeprep.commands.options import (
     BandwidthOptions,
@@ -56,7 +58,7 @@ from nodeprep.settings import Settings
 
 stdio.install()
 
-__all__ = ["train", "train_logs", "train_release", "train_status", "train_stop"]
+__all__ = ["stage", "train", "train_logs", "train_release", "train_status", "train_stop"]
 
 
 @guarded

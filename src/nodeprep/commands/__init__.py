@@ -16,5 +16,6 @@ returns a result object; it never prints (the cli renders results).
   torch_plan.py  `invoke torch-plan`: the torch build for a fleet, offline
   verify.py      `invoke verify-parity`: probes, fingerprints, checks, the mesh, parity
   collective.py  `verify-parity --collective`: an all_reduce through the train path
+  stage.py       `invoke stage`: data on every node's local disk (room, chains, arrival check)
   train/         `invoke train` and train.status / logs / stop
 """

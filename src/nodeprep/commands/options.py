@@ -84,6 +84,35 @@ class BandwidthOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StageOptions:
+    inventory: str | None = None
+    limit: str | None = None
+    src: str | None = None  # a file or directory here (or on FROM_NODE)
+    dest: str | None = None  # where it goes on every node (absolute, or ~/...)
+    names: tuple[str, ...] = ()  # stages of the inventory's `stages` variable, by name
+    from_node: str | None = None  # the node that holds SRC: node to node, never through here
+    shard: bool = False  # each node gets its shard by rank, not everything
+    verify: bool = False  # hash every staged file on the nodes instead of trusting the record
+    relay: bool = True  # chain the nodes (each receives once) where they all get the same
+    dry_run: bool = False  # say what would move; move nothing
+    json: bool = False
+
+    def validate(self) -> None:
+        if self.names and (self.src or self.dest):
+            raise InputError("stage: give SRC DEST or --name, not both")
+        if not self.names and not (self.src and self.dest):
+            raise InputError(
+                "stage: SRC and DEST are needed",
+                hint="invoke stage data/ /scratch/data, or --name NAME of the inventory's stages",
+            )
+        if self.dest and not (self.dest.startswith(("/", "~/")) or self.dest == "~"):
+            raise InputError(
+                f"stage: DEST {self.dest!r} must be absolute or start with ~/",
+                hint="a node has no working directory of yours: say where on it",
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProvisionOptions:
     inventory: str | None = None
     limit: str | None = None

@@ -8,10 +8,17 @@ import threading
 from collections.abc import Callable
 
 
-def feed(session, command: str, write: Callable, timeout: float | None = None) -> tuple[int, str]:
+def feed(
+    session,
+    command: str,
+    write: Callable,
+    timeout: float | None = None,
+    on_output: Callable[[bytes], None] | None = None,
+) -> tuple[int, str]:
     """(exit status, output with stderr) of COMMAND on SESSION's node while WRITE(channel)
     sends its stdin (channel.sendall); stdin is closed after WRITE, whatever it raised.
-    TIMEOUT: seconds any one send or receive may wait."""
+    TIMEOUT: seconds any one send or receive may wait. ON_OUTPUT: called with each piece of
+    output as it arrives (a stage's progress lines)."""
     session.connect()
     ch = session.conn.client.get_transport().open_session()
     got: list[bytes] = []
@@ -25,6 +32,8 @@ def feed(session, command: str, write: Callable, timeout: float | None = None) -
             try:
                 while data := ch.recv(65536):
                     got.append(data)
+                    if on_output is not None:
+                        on_output(data)
             except OSError:
                 pass
 

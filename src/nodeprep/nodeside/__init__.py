@@ -9,6 +9,9 @@ by the paths below. tests/unit/test_architecture.py enforces both rules.
   watch.py       one per machine: reports the ranks' starts, exits and output to the controller
   relay_hop.py   one hop of the wheel relay: store the stream, pass it on, hash it
   syncrecv.py    the receiving end of a project sync: files put in place whole, the record
+  stage.py       data staging where the source is: its files' chunk sums, the stream
+  stagerecv.py   data staging on each node it fills: the stream received (chunks checked as
+                 they land, resumable), what the destination holds
   nccl_probe.py  which libnccl a process has mapped and its version (inside the torch probe,
                  and beside the health payload)
   bwpair.py      one node's part of a bandwidth round: listen, send to the peer, time it
@@ -37,6 +40,8 @@ RANK = _HERE / "rank.py"
 WATCH = _HERE / "watch.py"
 RELAY_HOP = _HERE / "relay_hop.py"
 SYNCRECV = _HERE / "syncrecv.py"
+STAGE = _HERE / "stage.py"
+STAGERECV = _HERE / "stagerecv.py"
 NCCL_PROBE = _HERE / "nccl_probe.py"
 GPU_STANDIN = _HERE / "gpu_standin.py"
 BWPAIR = _HERE / "bwpair.py"

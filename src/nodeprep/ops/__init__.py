@@ -12,12 +12,13 @@
   container/   the container way: the image (registry reference or archive), its ID, whether a
                node's engine can run it
   sync/        a project's files as git sees them, for the job's sync
+  stage/       data on every node's local disk: chunk sums, what each node lacks, the chains
   train/       `train`: launchers, the GPU split, emulation, preflight contract, the job's files
                and processes, the run directory, the rank watch, tracebacks of hung ranks
 
 Packages import each other one way only (tests/unit/test_architecture.py checks it): provision,
 torchplan and ssh import no other package; pystack imports provision and torchplan; launchenv
 imports provision; verify and train stand on those; health imports none; doctor imports health
-(its Finding) and ssh; sync imports none. Code that runs ON the nodes is not here: it is
-nodeprep/nodeside/.
+(its Finding) and ssh; sync imports none; stage imports pystack (the relay's chain hop). Code
+that runs ON the nodes is not here: it is nodeprep/nodeside/.
 """

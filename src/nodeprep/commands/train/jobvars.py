@@ -26,7 +26,7 @@ def apply(opts: TrainOptions, inv, hosts: list) -> TrainOptions:
     for name, (var, unset) in FIELDS.items():
         if getattr(opts, name) != unset:
             continue
-        value = _shared(inv, hosts, var)
+        value = shared(inv, hosts, var)
         if name in ("retry_on", "resume_args"):
             value = tuple(_words(inv, hosts, var, value))
         given[name] = value
@@ -37,7 +37,7 @@ def apply(opts: TrainOptions, inv, hosts: list) -> TrainOptions:
     return out
 
 
-def _shared(inv, hosts: list, var: str):
+def shared(inv, hosts: list, var: str):
     """The value of VAR every host of HOSTS has; InputError naming two that differ."""
     first = hosts[0]
     value = inv.var(first, var)

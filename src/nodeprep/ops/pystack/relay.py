@@ -112,7 +112,7 @@ def _client(login: MeshLogin) -> str:
     )
 
 
-def _ssh(login: MeshLogin, remote: str, timeout: int, token: str | None = None) -> str:
+def peer_ssh(login: MeshLogin, remote: str, timeout: int, token: str | None = None) -> str:
     """A login running REMOTE on the peer; with TOKEN through the master connection
     master_command opened beforehand (ssh goes on without it when there is none)."""
     mux = f'-o ControlMaster=no -S "$HOME/{socket_path(token)}" ' if token else ""
@@ -169,14 +169,21 @@ def hop_script(
     and, as it arrives, pass it to NXT (name, login) running its own hop script. A next node
     that fails does not stop this one. Waits for the rest of the chain to finish."""
     d, s = shlex.quote(dest), shlex.quote(f"{dest}/{STAGE}")
-    lines = [
-        "umask 077",
-        'rm -f -- "$0"',
+    make = (
         f"rm -rf -- {s} && mkdir -p -- {d} && mkdir -- {s} || "
-        f"{{ echo {shlex.quote(f'relay {node}: cannot make {dest}/{STAGE}')} >&2; exit 1; }}",
-    ]
+        f"{{ echo {shlex.quote(f'relay {node}: cannot make {dest}/{STAGE}')} >&2; exit 1; }}"
+    )
+    return chain_hop(node, (make, s), lambda fifo: _store(s, fifo), nxt, token, timeout)
+
+
+def chain_hop(node: str, work: tuple[str, str], store, nxt, token: str, timeout: int) -> str:
+    """sh for a node of any chain (the wheel relay's, a stage's): WORK is (sh making the
+    directory, that directory quoted) where the fifo to the next node lives, STORE(fifo or
+    None) the sh keeping the stream on this node (and writing it into the fifo)."""
+    make, s = work
+    lines = ["umask 077", 'rm -f -- "$0"', make]
     if nxt is None:
-        lines.append(_store(s, None))
+        lines.append(store(None))
         return "\n".join(lines) + "\n"
     name, login = nxt
     remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(token)}"
@@ -189,10 +196,10 @@ def hop_script(
     lines += [
         f"mkfifo -- {s}/.fifo || exit 1",
         f"exec 3<> {s}/.fifo 4> {s}/.fifo 3<&-",
-        f"{{ {_ssh(login, remote, timeout + 10, token)}; np_x=$?; cat >/dev/null; exit $np_x; }} "
-        f"< {s}/.fifo 4>&- >&2 &",
+        f"{{ {peer_ssh(login, remote, timeout + 10, token)}; np_x=$?; cat >/dev/null; "
+        f"exit $np_x; }} < {s}/.fifo 4>&- >&2 &",
         "np_next=$!",
-        _store(s, f"{s}/.fifo") + " 4>&-; np_rc=$?",
+        store(f"{s}/.fifo") + " 4>&-; np_rc=$?",
         "exec 4>&-",
         "wait $np_next; np_nrc=$?",
         f"rm -f -- {s}/.fifo",
@@ -213,7 +220,7 @@ def source_script(
     remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(token)}"
     return (
         f"cd -- {shlex.quote(dest)} && tar -cf - -- {names} | "
-        f"{_ssh(nxt[1], remote, timeout + 10)}\n"
+        f"{peer_ssh(nxt[1], remote, timeout + 10)}\n"
     )
 
 

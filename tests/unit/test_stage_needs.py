@@ -1,0 +1,128 @@
+"""ops/stage/needs.py and spec.py as data: each node's files (all, or its shard by rank), what a
+node lacks after what it holds, the room that needs, the chains; stage entries of an inventory
+and their errors at file:line."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeprep.commands.options import StageOptions
+from nodeprep.errors import InputError
+from nodeprep.ops.stage import needs as lack
+from nodeprep.ops.stage import spec
+
+
+def _e(path: str, size: int = 10, sums=("a",)) -> lack.Entry:
+    return lack.Entry(path, size, 1, tuple(sums))
+
+
+def _state(staged=None, parts=None, free=1 << 40) -> lack.State:
+    return lack.State(staged or {}, parts or {}, free)
+
+
+M = lack.Manifest(tuple(_e(f"f{i}") for i in range(7)))
+
+
+def test_every_node_gets_everything_unless_sharded():
+    got = lack.shards(M, ["n0", "n1"], shard=False)
+    assert got["n0"] == got["n1"] == list(M.entries)
+
+
+def test_a_shard_is_every_nth_file_in_path_order_from_the_nodes_rank():
+    got = lack.shards(M, ["n0", "n1", "n2"], shard=True)
+    assert [e.path for e in got["n0"]] == ["f0", "f3", "f6"]
+    assert [e.path for e in got["n1"]] == ["f1", "f4"]
+    assert [e.path for e in got["n2"]] == ["f2", "f5"]
+    assert sorted(e.path for es in got.values() for e in es) == [e.path for e in M.entries]
+
+
+def test_a_node_lacks_what_its_record_does_not_vouch_for_and_the_missing_chunks():
+    big = _e("big", size=3 * lack.CHUNK, sums=("x", "y", "z"))
+    small = _e("small")
+    old = _e("old")
+    state = _state(
+        staged={"small": small.digest, "old": "another version"},
+        parts={"big": (big.digest, frozenset({0, 2}))},
+    )
+    need = lack.needs([big, small, old], state)
+    assert [(n.entry.path, n.chunks) for n in need] == [("big", (1,)), ("old", (0,))]
+    assert need[0].nbytes == lack.CHUNK
+
+
+def test_a_part_of_another_version_counts_for_nothing():
+    big = _e("big", size=2 * lack.CHUNK, sums=("x", "y"))
+    need = lack.needs([big], _state(parts={"big": ("stale", frozenset({0, 1}))}))
+    assert need[0].chunks == (0, 1)
+
+
+def test_room_is_what_the_missing_chunks_take_against_the_free_bytes():
+    need = lack.needs([_e("a", 600), _e("b", 500)], _state(free=1000))
+    assert lack.short_of_room(need, _state(free=1000)) == 100
+    assert lack.short_of_room(need, _state(free=1100)) == 0
+
+
+def test_one_chain_through_every_lacking_node_carries_the_union():
+    a, b = _e("a"), _e("b")
+    wants = {"n0": [lack.Need(a, (0,))], "n1": [], "n2": [lack.Need(b, (0,))]}
+    (c,) = lack.chains(wants, ["n0", "n1", "n2"], shard=False, relay=True)
+    assert c.nodes == ["n0", "n2"]
+    assert [(n.entry.path, n.chunks) for n in c.need] == [("a", (0,)), ("b", (0,))]
+
+
+def test_shards_and_no_relay_get_a_stream_each():
+    a = _e("a")
+    wants = {"n0": [lack.Need(a, (0,))], "n1": [lack.Need(a, (0,))]}
+    for shard, relay in ((True, True), (False, False)):
+        got = lack.chains(wants, ["n0", "n1"], shard=shard, relay=relay)
+        assert [c.nodes for c in got] == [["n0"], ["n1"]]
+    assert lack.chains({"n0": []}, ["n0"], shard=False, relay=True) == []
+
+
+def test_the_request_is_what_send_reads():
+    e = _e("a", size=5, sums=("s",))
+    assert lack.request([lack.Need(e, (0,))]) == [["a", 5, 1, lack.CHUNK, ["s"], [0]]]
+
+
+def test_inventory_stages_resolve_relative_to_the_inventory_file(tmp_path):
+    inv = str(tmp_path / "hosts.yml")
+    stages = {"data": {"src": "data", "dest": "~/data", "shard": True}}
+    (got,) = spec.from_inventory(stages, ["data"], (inv, 7), {"w0"})
+    assert got == spec.Spec("data", str(tmp_path / "data"), "~/data", True, None)
+    (node,) = spec.from_inventory(
+        {"t": {"src": "/srv/t", "dest": "/scratch/t", "from": "w0"}}, ["t"], (inv, 7), {"w0"}
+    )
+    assert node.from_node == "w0" and node.title == "t: w0:/srv/t -> /scratch/t"
+
+
+@pytest.mark.parametrize(
+    "stages, names, said",
+    [
+        ({}, ["data"], "stage 'data' is not in the inventory's stages (it has: none)"),
+        ({"d": ["x"]}, ["d"], "stages: d: expected a mapping"),
+        ({"d": {"src": "a", "dest": "/b", "size": 1}}, ["d"], "unknown key 'size'"),
+        ({"d": {"src": "a"}}, ["d"], "dest is missing"),
+        ({"d": {"src": "a", "dest": "rel"}}, ["d"], "must be absolute or start with ~/"),
+        ({"d": {"src": "a", "dest": "/b", "shard": "yes"}}, ["d"], "shard: 'yes' is not bool"),
+        ({"d": {"src": "a", "dest": "/b", "from": "w9"}}, ["d"], "'w9' is not a node"),
+        ("x", ["d"], "stages: expected a mapping of names"),
+    ],
+)
+def test_a_bad_stage_entry_is_named_at_the_inventorys_line(stages, names, said):
+    with pytest.raises(InputError) as err:
+        spec.from_inventory(stages, names, ("inventory/x/hosts.yml", 12), {"w0"})
+    assert said in str(err.value) and str(err.value).startswith("inventory/x/hosts.yml:12: ")
+
+
+@pytest.mark.parametrize(
+    "kw, said",
+    [
+        ({}, "SRC and DEST are needed"),
+        ({"src": "a"}, "SRC and DEST are needed"),
+        ({"src": "a", "dest": "rel/x"}, "must be absolute or start with ~/"),
+        ({"src": "a", "dest": "/x", "names": ("d",)}, "not both"),
+    ],
+)
+def test_stage_options_refuse_what_cannot_run(kw, said):
+    with pytest.raises(InputError) as err:
+        StageOptions(**kw).validate()
+    assert said in str(err.value) and err.value.exit_code == 2
