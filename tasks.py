@@ -674,12 +674,14 @@ def stage(
         "group `spares`; never among the job's first nodes)",
         "png": "at the job's end, draw its timeline (attempts, nodes, failures) to this PNG "
         "(needs matplotlib)",
+        "stage": "a stage of the inventory's `stages` run on the job's nodes before launch "
+        "(repeatable; sharded by the job's ranks; docs/staging.md)",
         "drain": "with --restarts: drain each node it quarantines in Slurm too, as `invoke "
         "health --drain` does (reason nodeprep: QUARANTINED); health --undrain returns it "
         "once released",
         **LIVENESS,
     },
-    iterable=["health_ignore", "retry_on"],
+    iterable=["health_ignore", "retry_on", "stage"],
     short={"kill_stale": "K", "hang_timeout": "H"},
 )
 def train(
@@ -714,6 +716,7 @@ def train(
     spares=None,
     drain=False,
     png=None,
+    stage=None,
 ):
     """Start the payload on every node; stop every rank everywhere if one fails.
 
@@ -754,6 +757,7 @@ def train(
                 spares=spares,
                 drain=drain,
                 png=png,
+                stages=tuple(stage or ()),
             ),
             _deadlines(c, connect_timeout, silent_after),
         )

@@ -182,6 +182,7 @@ class TrainOptions:
     spares: str | None = None  # hosts that may replace a quarantined one (default: group spares)
     drain: bool = False  # a node quarantined is also drained in Slurm (commands/train/slurmdrain)
     png: str | None = None  # the job's timeline drawn there at its end (needs matplotlib)
+    stages: tuple[str, ...] = ()  # the inventory's stages run on the job's nodes before launch
 
     def validate(self) -> None:
         from nodeprep.ops.launchenv.dsenv import SUPPORTED_DS_LAUNCHERS

@@ -5,6 +5,7 @@ run.py        train(): each attempt prepared and launched; with --restarts, what
 launch.py     one launch: the RunSpec from the plan, --dry-run's commands, the supervised run
 spares.py     a spare node made ready to take a quarantined one's place (provision, parity)
 jobvars.py    the inventory's train_* variables: --restarts and its kin where no flag is given
+staged.py     --stage: the inventory's stages run on the job's nodes before launch
 slurmdrain.py --drain: the nodes a relaunch quarantines drained in Slurm
 prepare.py    the probe, the LaunchPlan (ops/train/launchplan.py), preflight, the job sync
 gate.py       the health gate: the passive health checks on the same probe, CRITICAL refused

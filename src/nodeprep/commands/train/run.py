@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import TrainOptions
-from nodeprep.commands.train import jobvars, slurmdrain, spares
+from nodeprep.commands.train import jobvars, slurmdrain, spares, staged
 from nodeprep.commands.train.launch import check_slurm, run_spec, shown, supervise
 from nodeprep.commands.train.prepare import new_job_id, prepare
 from nodeprep.commands.train.runspec import Outcome
@@ -154,6 +154,7 @@ def _attempt(opts, settings, events, inv, hosts, restart: int = 0) -> TrainResul
         where, names = prep.plan.where(), [n.name for n in prep.plan.nodes]
         if len(names) < (opts.min_nodes or 0):  # --restarts' relaunch: too few passed the gate
             return _too_few(job_id, where, names, prep, path, opts.min_nodes)
+        staged.before_launch(fleet, names, opts, inv, settings)  # train --stage
         if opts.dry_run:
             return TrainResult(
                 job_id, where, commands=shown(prep.plan), launched=False, run_dir=str(path)
