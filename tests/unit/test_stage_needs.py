@@ -126,3 +126,28 @@ def test_stage_options_refuse_what_cannot_run(kw, said):
     with pytest.raises(InputError) as err:
         StageOptions(**kw).validate()
     assert said in str(err.value) and err.value.exit_code == 2
+
+
+def test_the_text_says_each_nodes_outcome_and_where_it_came_from():
+    from nodeprep.cli.staging import text
+    from nodeprep.commands.stage import NodeStage, Staged, StageResult
+
+    st = Staged(spec.Spec("", "data", "~/d"), files=3, nbytes=3_000_000_000, chained=True)
+    st.nodes = [
+        NodeStage("w0", "staged", 2_000_000_000, 2, via="controller"),
+        NodeStage("w1", "failed", 2_000_000_000, 2, via="w0", error="w1: disk full"),
+        NodeStage("w2", "unchanged"),
+    ]
+    st.sent_here, st.seconds = 2_000_000_000, 12.5
+    got = text(StageResult([st])).splitlines()
+    assert got[0] == "stage data -> ~/d: 3 file(s), 3.0 GB"
+    assert got[1].split() == "w0 staged 2.0 GB in 2 file(s) (from controller)".split()
+    assert got[2].split() == "w1 failed 2.0 GB in 2 file(s): w1: disk full".split()
+    assert got[3].split() == ["w2", "unchanged"]
+    assert "1 node(s) filled in 12.5 s, chained node to node" in got[4]
+    assert StageResult([st]).exit_code == 1
+    st.nodes = [NodeStage("w0", "unchanged")]
+    st.verified = True
+    assert "nothing to change: every node holds it (every file hashed there)" in text(
+        StageResult([st])
+    )

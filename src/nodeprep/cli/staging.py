@@ -47,7 +47,8 @@ def text(res) -> str:
         if res.dry_run:
             out.append("  dry run: nothing moved")
         elif not moved and st.ok:
-            out.append("  nothing to change: every node holds it as its record says")
+            how = "every file hashed there" if st.verified else "as its record says"
+            out.append(f"  nothing to change: every node holds it ({how})")
         elif moved:
             how = "chained node to node" if st.chained else "a stream per node"
             out.append(

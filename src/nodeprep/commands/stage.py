@@ -54,6 +54,7 @@ class Staged:
     sent_here: int = 0  # bytes the controller sent
     seconds: float = 0.0
     chained: bool = False
+    verified: bool = False  # --verify: every staged file hashed on its node
 
     @property
     def ok(self) -> bool:
@@ -72,6 +73,7 @@ class Staged:
             "controller_sent": self.sent_here,
             "seconds": round(self.seconds, 2),
             "chained": self.chained,
+            "verified": self.verified,
             "nodes": [n.as_dict() for n in self.nodes],
         }
 
@@ -127,7 +129,7 @@ def run_one(fleet, order: list[str], spec: Spec, opts: StageOptions, settings) -
     gets = lack.shards(manifest, targets, spec.shard)
     wants = {n: lack.needs(gets[n], states[n]) for n in targets}
     _check_room(spec, wants, states)
-    out = Staged(spec, len(manifest.entries), manifest.nbytes)
+    out = Staged(spec, len(manifest.entries), manifest.nbytes, verified=opts.verify)
     out.nodes = [
         NodeStage(n, "unchanged", sum(x.nbytes for x in wants[n]), len(wants[n])) for n in targets
     ]
