@@ -53,6 +53,18 @@ def bench_lab_down(name: str = "bench") -> None:
     forget_controller_block(state / "inventory" / "hosts.yml")
 
 
+def mesh(info, settings) -> None:
+    """The cluster key and pinned host keys on every node of lab INFO (provision's ssh_keys and
+    ssh_config roles): what node-to-node chains log in with."""
+    from nodeprep.commands import provision
+    from nodeprep.commands.options import ProvisionOptions
+    from nodeprep.engine.events import Events
+
+    opts = ProvisionOptions(inventory=str(info.inventory), roles="ssh_keys,ssh_config")
+    if provision.provision(opts, settings, Events()).exit_code:
+        raise SystemExit("bench: the mesh could not be provisioned")
+
+
 def forget_controller_block(inventory: Path, config: Path = Path("~/.ssh/config")) -> None:
     """Remove the blocks the ssh_config role wrote for INVENTORY into the controller's ssh
     config (lab.down does it too): a torn-down bench lab's `Host worker-N` entries would

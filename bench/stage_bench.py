@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lib import ROOT, bench_lab, bench_lab_down, save, summary
+from lib import ROOT, bench_lab, bench_lab_down, mesh, save, summary
 from nodeprep.commands import stage as stage_cmd
 from nodeprep.commands.options import StageOptions
 from nodeprep.engine.events import Events
@@ -80,20 +80,6 @@ def rsync_each(info, settings, src: Path) -> float:
 def wipe(info) -> None:
     for node in info.nodes[:NODES]:
         subprocess.run(["rm", "-rf", str(node.home / DEST)], check=True)
-
-
-def mesh(info, settings) -> None:
-    """The cluster key and pinned host keys on every node (what the chain logs in with)."""
-    from nodeprep.commands import provision
-    from nodeprep.commands.options import ProvisionOptions
-
-    res = provision.provision(
-        ProvisionOptions(inventory=str(info.inventory), roles="ssh_keys,ssh_config"),
-        settings,
-        Events(),
-    )
-    if res.exit_code:
-        raise SystemExit("bench: the mesh could not be provisioned")
 
 
 def main() -> None:

@@ -1,5 +1,7 @@
-"""A job's project synced to the lab's nodes (issue 48): nodeprep's sync (ops/sync/push.py, as
-`train --payload` runs it: the files as git sees them, one tar stream per node, in parallel)
+"""A job's project synced to the lab's nodes (issue 48): nodeprep's sync as `train --payload`
+runs it (the files as git sees them; homes that would get the same fed one stream chained node
+to node over the mesh, ops/sync/chained.py; then each node's own sync, ops/sync/push.py, which
+sends what a chain did not bring)
 against `rsync -a` given the same file list (`--files-from`), run once per node, all nodes at
 once. The project: a git repository of 20,000 small files, two 16 MB files and an ignored
 8 MB checkpoint directory (what git would not track is in neither list).
@@ -17,11 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from lib import ROOT, bench_lab, bench_lab_down, save, summary
+from lib import ROOT, bench_lab, bench_lab_down, mesh, save, summary
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.inventory import model as inventory
-from nodeprep.ops.sync import fileset, push
+from nodeprep.ops.sync import chained, fileset, push
 
 NODES = int(sys.argv[1]) if len(sys.argv) > 1 else 8
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -61,6 +63,7 @@ def nodeprep_sync(info, settings, files) -> float:
     how = push.How()  # one for the sync: its nodes share the hashes and the tar stream
     with Fleet(inv.hosts[:NODES], settings, "sync-bench", Events()) as fleet:
         try:
+            chained.fan_out(fleet, list(fleet.sessions), files, lambda n: DEST + "/np", how)
             fleet.map(lambda s: push.push(s, files, DEST + "/np", how), "sync")
         finally:
             how.close()
@@ -119,6 +122,7 @@ def main() -> None:
     listing.write_text("\n".join(names) + "\n")
     info, settings, _env = bench_lab(NODES, name=NAME, subnet=SUBNET)
     try:
+        mesh(info, settings)
         times = {
             "first": {"nodeprep": [], "rsync -a": []},
             "again": {"nodeprep": [], "rsync -a": []},

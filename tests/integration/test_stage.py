@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -45,9 +46,17 @@ def _files(root: Path) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    """2 GiB: two 768 MiB files and eight of 64 MiB, random bytes."""
+def dataset(tmp_path_factory, lab) -> Path:
+    """2 GiB: two 768 MiB files and eight of 64 MiB, random bytes; removed after the module,
+    with what the tests staged on the nodes (8 GiB in all: a CI disk is not endless)."""
     root = tmp_path_factory.mktemp("dataset")
+    yield _made(root)
+    shutil.rmtree(root, ignore_errors=True)
+    for node in lab.nodes:
+        shutil.rmtree(node.home / "scratch", ignore_errors=True)
+
+
+def _made(root: Path) -> Path:
     (root / "shards").mkdir()
     for name, size in [("big-0.bin", 768), ("big-1.bin", 768)] + [
         (f"shards/s{i}.bin", 64) for i in range(8)

@@ -21,7 +21,7 @@ from nodeprep.commands.options import TrainOptions
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.inventory import model as inventory
-from nodeprep.ops.sync import fileset, push
+from nodeprep.ops.sync import chained, fileset, push
 
 JOB = "/home/nodeprep/.nodeprep/jobs/big"
 SMALL = 20_000
@@ -152,3 +152,35 @@ def test_train_runs_a_script_of_the_project(provisioned, lab, lab_settings, proj
     assert code == 0, text[-3000:]
     n = len(_want(project)) + 1  # and the record
     assert f"count: {n} files beside me" in text, text[-3000:]
+
+
+def test_a_first_sync_to_three_homes_goes_through_one_chain(
+    provisioned, lab, lab_settings, lab_ssh, project
+):
+    """Three empty homes would get the same: the controller feeds worker-0 alone and the stream
+    goes on node to node over the mesh; each node then holds exactly git's files with the
+    record, so the per-node sync after it moves nothing."""
+    chain_dir = "/home/nodeprep/.nodeprep/jobs/chained"
+    for i in range(3):
+        _on_node(lab_ssh, i, f"rm -rf {chain_dir}")
+    files = {rel: project / rel for rel in fileset.of(project).files}
+    how = push.How()
+    inv = inventory.load(str(lab.inventory))
+    with Fleet(inv.hosts[:3], lab_settings, "sync-test", Events()) as fleet:
+        try:
+            tried = chained.fan_out(fleet, list(fleet.sessions), files, lambda n: chain_dir, how)
+            after = fleet.map(lambda s: push.push(s, files, chain_dir, how), "sync")
+        finally:
+            how.close()
+        assert not fleet.unusable(), fleet.unusable()
+    assert sorted(tried) == ["worker-0", "worker-1", "worker-2"]
+    assert all(sorted(p.sent) == sorted(files) for p in tried.values())
+    assert all(not p.sent and not p.deleted for p in after.values()), after  # all there
+    want = _want(project)
+    for i in range(3):
+        listed = _on_node(
+            lab_ssh, i, f"cd {chain_dir} && find . -type f ! -name {push.RECORD} -printf '%P\\n'"
+        )
+        assert sorted(listed.split()) == want, f"worker-{i}"
+        left = _on_node(lab_ssh, i, "ls -a ~/.nodeprep | grep -c '^sync-\\|^relay-' || true")
+        assert left.strip() == "0", f"worker-{i}: the chain's working files are left"

@@ -151,3 +151,24 @@ def test_the_text_says_each_nodes_outcome_and_where_it_came_from():
     assert "nothing to change: every node holds it (every file hashed there)" in text(
         StageResult([st])
     )
+
+
+def test_progress_is_a_bar_with_bytes_rate_and_time_left_per_node():
+    from nodeprep.commands.stage import _Progress
+    from nodeprep.engine.events import Events
+
+    class Seen(Events):
+        def __init__(self):
+            self.said = []
+
+        def status(self, node, stage, status, message=""):
+            self.said.append((node, stage, status, message))
+
+    seen = Seen()
+    p = _Progress(seen)
+    p.total["w1"] = 2 << 30
+    p.t0["w1"] = 0.0  # started long ago: some rate, some time left
+    p("w1", 3 << 29)
+    node, stage, status, message = seen.said[-1]
+    assert (node, stage, status) == ("w1", "stage", "running")
+    assert message.startswith("[#######...] 1.50 GiB of 2.00 GiB, ") and message.endswith(" s left")

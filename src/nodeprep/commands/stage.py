@@ -260,10 +260,11 @@ class _Progress:
         total = max(self.total.get(node, 0), nbytes, 1)
         rate = nbytes / (now - t0) if now > t0 else 0.0
         left = f", {int((total - nbytes) / rate)} s left" if rate > 0 else ""
+        done = min(10, 10 * nbytes // total)
         self.events.status(
             node,
             "stage",
             "running",
-            f"{_gib(nbytes)} of {_gib(total)} ({100 * nbytes // total}%), "
+            f"[{'#' * done}{'.' * (10 - done)}] {_gib(nbytes)} of {_gib(total)}, "
             f"{rate / 1e6:.0f} MB/s{left}",
         )

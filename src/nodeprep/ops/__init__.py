@@ -19,6 +19,6 @@
 Packages import each other one way only (tests/unit/test_architecture.py checks it): provision,
 torchplan and ssh import no other package; pystack imports provision and torchplan; launchenv
 imports provision; verify and train stand on those; health imports none; doctor imports health
-(its Finding) and ssh; sync imports none; stage imports pystack (the relay's chain hop). Code
+(its Finding) and ssh; sync and stage import pystack (the relay's chain hop). Code
 that runs ON the nodes is not here: it is nodeprep/nodeside/.
 """

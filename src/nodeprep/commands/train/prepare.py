@@ -18,7 +18,7 @@ from nodeprep.errors import InputError, NodeprepError
 from nodeprep.inventory import dsfilter
 from nodeprep.ops.container import readiness
 from nodeprep.ops.provision.topology import Topology
-from nodeprep.ops.sync import push
+from nodeprep.ops.sync import chained, push
 from nodeprep.ops.train import emulate, gpusplit, incontainer, payload
 from nodeprep.ops.train.launchplan import LaunchPlan, Prepared, Split, node_runs
 
@@ -205,6 +205,9 @@ def _sync(prep: Prepared, fleet, events: Events, dry_run: bool) -> None:
     homes = [ns[0] for ns in prep.topo.homes.values()]
     agent = payload.agent_files()
     try:
+        chain = {}
+        if not dry_run and all(prep.vars[n].get("ssh_mesh") for n in homes):
+            chain = chained.fan_out(fleet, homes, prep.files, lambda n: plan.node(n).job_dir, how)
         pushed = fleet.map(
             lambda s: (
                 payload.sync(s, prep.files, plan.node(s.name).job_dir, how),
@@ -216,6 +219,10 @@ def _sync(prep: Prepared, fleet, events: Events, dry_run: bool) -> None:
     finally:
         how.close()
     fail_if_nodes_failed(fleet)
+    pushed = {  # a node its chain filled: what the chain brought it
+        n: (chain[n] if n in chain and not (a.sent or a.deleted) else a, b)
+        for n, (a, b) in pushed.items()
+    }
     sent = sum(len(a.sent) + len(b.sent) for a, b in pushed.values())
     gone = sum(len(a.deleted) for a, _b in pushed.values())
     size = sum(a.nbytes + b.nbytes for a, b in pushed.values())

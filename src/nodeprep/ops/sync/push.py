@@ -155,9 +155,26 @@ class How:
         self.spools.close()
 
 
-def push(session, files: dict[str, Path], job_dir: str, how: How | None = None) -> Pushed:
-    """FILES (relative path -> file here) into JOB_DIR on SESSION's node, as HOW says."""
-    how = how or How()
+@dataclass
+class Look:
+    """What one node's JOB_DIR holds against FILES, and what moves (one round trip)."""
+
+    job_dir: str
+    plan: manifest.Plan
+    record: dict  # the node's record of the last sync
+    pushed: Pushed
+
+    @property
+    def idle(self) -> bool:
+        return self.plan.nothing and self.plan.record == self.record
+
+    def head(self) -> bytes:
+        """The stream's JSON header (deletions, the new record), length-prefixed."""
+        body = json.dumps({"delete": self.plan.delete, "record": self.plan.record}).encode()
+        return b"%016d\n" % len(body) + body
+
+
+def look(session, files: dict[str, Path], job_dir: str, how: How) -> Look:
     r = session.run(
         state_script(job_dir), label="job files (sizes, mtimes, record)", log_output=False
     )
@@ -168,16 +185,25 @@ def push(session, files: dict[str, Path], job_dir: str, how: How | None = None) 
     plan = manifest.plan(here, verified(record, on_node), lambda rel: how.hashes(files[rel]))
     out = Pushed(list(plan.send), list(plan.delete), list(plan.hashed))
     out.nbytes = sum(here[p][0] for p in plan.send)
-    if how.dry_run or (plan.nothing and plan.record == record):
-        return out
-    body = json.dumps({"delete": plan.delete, "record": plan.record}).encode()
-    head = b"%016d\n" % len(body) + body
-    args = f"-c {shlex.quote(nodeside.SYNCRECV.read_text())} {shlex.quote(job_dir)}"
-    cmd = _any_shell(how.python(session.name, args))
-    rc, said = feed(session, cmd, _spooled(head, how.spools.get(files, plan.send)))
+    return Look(job_dir, plan, record, out)
+
+
+def receiver(job_dir: str) -> str:
+    """The arguments that run nodeside/syncrecv.py into JOB_DIR (after the node's python)."""
+    return f"-c {shlex.quote(nodeside.SYNCRECV.read_text())} {shlex.quote(job_dir)}"
+
+
+def push(session, files: dict[str, Path], job_dir: str, how: How | None = None) -> Pushed:
+    """FILES (relative path -> file here) into JOB_DIR on SESSION's node, as HOW says."""
+    how = how or How()
+    seen = look(session, files, job_dir, how)
+    if how.dry_run or seen.idle:
+        return seen.pushed
+    cmd = _any_shell(how.python(session.name, receiver(job_dir)))
+    rc, said = feed(session, cmd, spooled(seen.head(), how.spools.get(files, seen.plan.send)))
     if rc != 0:
         raise NodeprepError(f"sync into {job_dir} failed (exit {rc}): {said.strip()[-300:]}")
-    return out
+    return seen.pushed
 
 
 def _any_shell(script: str) -> str:
@@ -188,7 +214,7 @@ def _any_shell(script: str) -> str:
     return f"exec /bin/sh -c 'eval \"$(echo {blob} | base64 -d)\"'"
 
 
-def _spooled(head: bytes, spool: tuple[int, int]):
+def spooled(head: bytes, spool: tuple[int, int]):
     """A writer (engine/feed.py) of HEAD, then the tar stream SPOOL (fd, size) holds."""
 
     def write(ch) -> None:
