@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lib import ROOT, bench_lab, bench_lab_down, mesh, save, summary
+from lib import ROOT, bench_lab, bench_lab_down, mesh, rsync_all, save, summary
 from nodeprep.commands import stage as stage_cmd
 from nodeprep.commands.options import StageOptions
 from nodeprep.engine.events import Events
@@ -59,22 +59,7 @@ def src_bytes(src: Path) -> int:
 
 
 def rsync_each(info, settings, src: Path) -> float:
-    procs = []
-    t0 = time.perf_counter()
-    for node in info.nodes[:NODES]:
-        ssh = (
-            f"ssh -F none -o BatchMode=yes -o StrictHostKeyChecking=yes "
-            f"-o UserKnownHostsFile={settings.known_hosts} -o IdentitiesOnly=yes "
-            f"-i {info.key} -p {node.port}"
-        )
-        argv = ["rsync", "-a", "--mkpath", "-e", ssh, f"{src}/"]
-        argv.append(f"{info.user}@{node.address}:/home/{info.user}/{DEST}/rs/")
-        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    errs = [p.communicate()[1] for p in procs]
-    took = time.perf_counter() - t0
-    if any(p.returncode for p in procs):
-        raise SystemExit(f"bench: rsync failed: {errs[0][-300:]!r}")
-    return took
+    return rsync_all(info, settings, NODES, [f"{src}/"], f"/home/{info.user}/{DEST}/rs/")
 
 
 def wipe(info) -> None:

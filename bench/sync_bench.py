@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from lib import ROOT, bench_lab, bench_lab_down, mesh, save, summary
+from lib import ROOT, bench_lab, bench_lab_down, mesh, rsync_all, save, summary
 from nodeprep.engine.events import Events
 from nodeprep.engine.fleet import Fleet
 from nodeprep.inventory import model as inventory
@@ -61,10 +61,11 @@ def nodeprep_sync(info, settings, files) -> float:
     inv = inventory.load(str(info.inventory))
     t0 = time.perf_counter()
     how = push.How()  # one for the sync: its nodes share the hashes and the tar stream
+    dest = DEST + "/np"
     with Fleet(inv.hosts[:NODES], settings, "sync-bench", Events()) as fleet:
         try:
-            chained.fan_out(fleet, list(fleet.sessions), files, lambda n: DEST + "/np", how)
-            fleet.map(lambda s: push.push(s, files, DEST + "/np", how), "sync")
+            fanned = chained.fan_out(fleet, list(fleet.sessions), files, lambda n: dest, how)
+            fleet.map(lambda s: push.push(s, files, dest, how, fanned.look(s.name)), "sync")
         finally:
             how.close()
         bad = fleet.unusable()
@@ -75,36 +76,8 @@ def nodeprep_sync(info, settings, files) -> float:
 
 
 def rsync_sync(info, settings, root: Path, listing: Path) -> float:
-    procs = []
-    t0 = time.perf_counter()
-    for node in info.nodes[:NODES]:
-        ssh = (
-            f"ssh -F none -o BatchMode=yes -o StrictHostKeyChecking=yes "
-            f"-o UserKnownHostsFile={settings.known_hosts} -o IdentitiesOnly=yes "
-            f"-i {info.key} -p {node.port}"
-        )
-        procs.append(
-            subprocess.Popen(
-                [
-                    "rsync",
-                    "-a",
-                    "--mkpath",
-                    "--files-from",
-                    str(listing),
-                    "-e",
-                    ssh,
-                    f"{root}/",
-                    f"{info.user}@{node.address}:{DEST}/rs/",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-        )
-    errs = [p.communicate()[1] for p in procs]
-    took = time.perf_counter() - t0
-    if any(p.returncode for p in procs):
-        raise SystemExit(f"bench: rsync failed: {errs[0][-300:]!r}")
-    return took
+    args = ["--files-from", str(listing), f"{root}/"]
+    return rsync_all(info, settings, NODES, args, f"{DEST}/rs/")
 
 
 def wipe(info, which: str) -> None:

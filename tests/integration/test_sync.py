@@ -168,11 +168,14 @@ def test_a_first_sync_to_three_homes_goes_through_one_chain(
     inv = inventory.load(str(lab.inventory))
     with Fleet(inv.hosts[:3], lab_settings, "sync-test", Events()) as fleet:
         try:
-            tried = chained.fan_out(fleet, list(fleet.sessions), files, lambda n: chain_dir, how)
-            after = fleet.map(lambda s: push.push(s, files, chain_dir, how), "sync")
+            fanned = chained.fan_out(fleet, list(fleet.sessions), files, lambda n: chain_dir, how)
+            after = fleet.map(
+                lambda s: push.push(s, files, chain_dir, how, fanned.look(s.name)), "sync"
+            )
         finally:
             how.close()
         assert not fleet.unusable(), fleet.unusable()
+    tried = fanned.chained
     assert sorted(tried) == ["worker-0", "worker-1", "worker-2"]
     assert all(sorted(p.sent) == sorted(files) for p in tried.values())
     assert all(not p.sent and not p.deleted for p in after.values()), after  # all there

@@ -205,12 +205,12 @@ def _sync(prep: Prepared, fleet, events: Events, dry_run: bool) -> None:
     homes = [ns[0] for ns in prep.topo.homes.values()]
     agent = payload.agent_files()
     try:
-        chain = {}
+        fanned = chained.FannedOut({})  # homes fed one stream node to node where it helps
         if not dry_run and all(prep.vars[n].get("ssh_mesh") for n in homes):
-            chain = chained.fan_out(fleet, homes, prep.files, lambda n: plan.node(n).job_dir, how)
+            fanned = chained.fan_out(fleet, homes, prep.files, lambda n: plan.node(n).job_dir, how)
         pushed = fleet.map(
             lambda s: (
-                payload.sync(s, prep.files, plan.node(s.name).job_dir, how),
+                payload.sync(s, prep.files, plan.node(s.name).job_dir, how, fanned.look(s.name)),
                 payload.sync(s, agent, payload.agent_dir(plan.node(s.name).home), how),
             ),
             "sync",
@@ -219,6 +219,7 @@ def _sync(prep: Prepared, fleet, events: Events, dry_run: bool) -> None:
     finally:
         how.close()
     fail_if_nodes_failed(fleet)
+    chain = fanned.chained
     pushed = {  # a node its chain filled: what the chain brought it
         n: (chain[n] if n in chain and not (a.sent or a.deleted) else a, b)
         for n, (a, b) in pushed.items()

@@ -55,14 +55,25 @@ def chains(looks: dict[str, push.Look], order: list[str]) -> list[Chain]:
     return [Chain(ns, looks[ns[0]]) for ns in groups.values() if len(ns) >= MIN_NODES]
 
 
-def fan_out(fleet, homes: list[str], files: dict[str, Path], job_dir, how: push.How) -> dict:
-    """Chains over HOMES for FILES (JOB_DIR(node): where they go); returns {node: what its
-    chain was to bring it} for every node a chain was tried on. Never raises: the sync that
-    follows fills what is missing."""
+@dataclass
+class FannedOut:
+    looks: dict  # node -> its look before any chain (still true where no chain went)
+    chained: dict = field(default_factory=dict)  # node -> what its chain was to bring it
+
+    def look(self, node: str) -> push.Look | None:
+        """NODE's look where it still holds (no chain went there), None where it must be
+        read again."""
+        return None if node in self.chained else self.looks.get(node)
+
+
+def fan_out(fleet, homes: list[str], files: dict[str, Path], job_dir, how: push.How) -> FannedOut:
+    """Chains over HOMES for FILES (JOB_DIR(node): where they go). Never raises: the sync
+    that follows (push.push with FannedOut.look) fills what is missing."""
     looks = fleet.map(lambda s: push.look(s, files, job_dir(s.name), how), "sync", only=homes)
+    out = FannedOut(looks)
     todo = chains(looks, homes)
     if not todo:
-        return {}
+        return out
     logins = {
         n: MeshLogin(s.host.address, int(s.host.port or 22), s.host.user)
         for n, s in fleet.sessions.items()
@@ -77,7 +88,8 @@ def fan_out(fleet, homes: list[str], files: dict[str, Path], job_dir, how: push.
             t.join()
     finally:
         fleet.cleanup(lambda s: s.run(_cleanup(todo), label="sync chain cleanup"), "sync", homes)
-    return {n: looks[n].pushed for c in todo for n in c.nodes}
+    out.chained = {n: looks[n].pushed for c in todo for n in c.nodes}
+    return out
 
 
 def _store(python: str, fifo: str | None) -> str:

@@ -193,10 +193,13 @@ def receiver(job_dir: str) -> str:
     return f"-c {shlex.quote(nodeside.SYNCRECV.read_text())} {shlex.quote(job_dir)}"
 
 
-def push(session, files: dict[str, Path], job_dir: str, how: How | None = None) -> Pushed:
-    """FILES (relative path -> file here) into JOB_DIR on SESSION's node, as HOW says."""
+def push(
+    session, files: dict[str, Path], job_dir: str, how: How | None = None, seen: Look | None = None
+) -> Pushed:
+    """FILES (relative path -> file here) into JOB_DIR on SESSION's node, as HOW says; SEEN:
+    the node's look taken just before (no second round trip)."""
     how = how or How()
-    seen = look(session, files, job_dir, how)
+    seen = seen or look(session, files, job_dir, how)
     if how.dry_run or seen.idle:
         return seen.pushed
     cmd = _any_shell(how.python(session.name, receiver(job_dir)))

@@ -60,9 +60,10 @@ def _readable(path: Path) -> None:
         ) from None
 
 
-def sync(session, files: dict[str, Path], job_dir: str, how: push.How) -> push.Pushed:
-    """FILES into JOB_DIR on SESSION's node: what differs, one stream (ops/sync/push.py)."""
-    return push.push(session, files, job_dir, how)
+def sync(session, files: dict[str, Path], job_dir: str, how: push.How, seen=None) -> push.Pushed:
+    """FILES into JOB_DIR on SESSION's node: what differs, one stream (ops/sync/push.py);
+    SEEN: its look just taken (ops/sync/chained.FannedOut.look), or None."""
+    return push.push(session, files, job_dir, how, seen)
 
 
 # -- the node-side agent: rank wrapper and watcher (nodeside/rank.py, nodeside/watch.py) --------
