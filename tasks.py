@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from invoke import Collection, Exit, Task
+from invoke import Argument, Collection, Exit, Task
 from invoke import task as invoke_task
 
 from nodeprep import cli
@@ -45,11 +45,41 @@ class _Task(Task):
         super().__init__(body, **kwargs)
         self.short = short or {}
 
+    def get_arguments(self, ignore_unknown_help=None):
+        """Invoke takes `TASK --help` as the first positional's value and then refuses the
+        missing later ones before the task runs; a later positional counts as given when the
+        first one is -h/--help, so the task's _help_if_asked shows the help."""
+        args = super().get_arguments(ignore_unknown_help)
+        positional = [a for a in args if a.positional]
+        for later in positional[1:]:
+            later.__class__ = _AfterHelp
+            later.before = positional[0]
+        return args
+
     def arg_opts(self, name, default, taken_names):
         opts = super().arg_opts(name, default, taken_names | {"-", "h"})
         if name in self.short:
             opts["names"] = opts["names"][:1] + ([self.short[name]] if self.short[name] else [])
         return opts
+
+
+class _AfterHelp(Argument):
+    """A positional after the first (see _Task.get_arguments)."""
+
+    before = None
+
+    @property
+    def value(self):
+        if self._value is None and self.before is not None and self.before.value in HELP:
+            return ""
+        return self._value if self._value is not None else self.default
+
+    @value.setter
+    def value(self, arg) -> None:
+        self.set_value(arg, cast=True)
+
+
+HELP = ("-h", "--help")
 
 
 def task(**kwargs):
@@ -580,7 +610,7 @@ def verify_parity(
         "src": "a file or directory here (with --from: on that node)",
         "dest": "where on every node: absolute, or ~/... (a directory: SRC's files go in it)",
         "inventory": "inventory name or path (default: nodeprep.default_inventory)",
-        "limit": "only these nodes; with --shard their order is the ranks'",
+        "limit": "only these nodes (with --shard, their ranks follow the inventory's order)",
         "name": "a stage of the inventory's `stages` variable instead of SRC DEST (repeatable)",
         "from": "the node that already holds SRC: node to node, never through the controller",
         "shard": "each node gets its share by rank (file i goes to rank i mod N), not all",
@@ -613,6 +643,7 @@ def stage(
 
     Chunks checked by sha256 as they land, resumed after an interruption, room checked first;
     a second run moves nothing."""
+    _help_if_asked("stage", src, dest)
     _done(
         cli.stage(
             StageOptions(

@@ -49,6 +49,35 @@ def test_a_node_lacks_what_its_record_does_not_vouch_for_and_the_missing_chunks(
     assert need[0].nbytes == lack.CHUNK
 
 
+def test_a_part_with_every_chunk_but_not_in_place_gets_its_last_chunk_again():
+    big = _e("big", size=2 * lack.CHUNK, sums=("x", "y"))
+    need = lack.needs([big], _state(parts={"big": (big.digest, frozenset({0, 1}))}))
+    assert [(n.entry.path, n.chunks) for n in need] == [("big", (1,))]
+
+
+def test_what_verify_found_bad_is_forced_whatever_the_record_says():
+    a = _e("a")
+    state = lack.State({}, {}, 1 << 40, frozenset({"a"}))
+    assert lack.needs([a], state)[0].force
+    (c,) = lack.chains({"n0": lack.needs([a], state), "n1": [lack.Need(a, (0,))]},
+                       ["n0", "n1"], shard=False, relay=True)  # fmt: skip
+    assert c.need[0].force  # the union forces it for the chain
+
+
+def test_nodes_seeing_one_dest_are_filled_once_with_every_shard_of_theirs():
+    from nodeprep.commands.stage import _sharers
+
+    gets = lack.shards(M, ["n0", "n1", "n2"], shard=True)
+    states = {
+        "n0": lack.State({}, {}, 1, ident="nfs"),
+        "n1": lack.State({}, {}, 1, ident="local-1"),
+        "n2": lack.State({}, {}, 1, ident="nfs"),
+    }
+    assert _sharers(["n0", "n1", "n2"], states, gets) == {"n2": "n0"}
+    assert [e.path for e in gets["n0"]] == ["f0", "f2", "f3", "f5", "f6"]  # n0's and n2's
+    assert [e.path for e in gets["n1"]] == ["f1", "f4"]
+
+
 def test_a_part_of_another_version_counts_for_nothing():
     big = _e("big", size=2 * lack.CHUNK, sums=("x", "y"))
     need = lack.needs([big], _state(parts={"big": ("stale", frozenset({0, 1}))}))
@@ -80,7 +109,7 @@ def test_shards_and_no_relay_get_a_stream_each():
 
 def test_the_request_is_what_send_reads():
     e = _e("a", size=5, sums=("s",))
-    assert lack.request([lack.Need(e, (0,))]) == [["a", 5, 1, lack.CHUNK, ["s"], [0]]]
+    assert lack.request([lack.Need(e, (0,))]) == [["a", 5, 1, lack.CHUNK, ["s"], [0], 0o644, False]]
 
 
 def test_inventory_stages_resolve_relative_to_the_inventory_file(tmp_path):

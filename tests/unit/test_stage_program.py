@@ -43,9 +43,9 @@ def _scan(src: Path, tmp_path: Path) -> Manifest:
     return Manifest.parse(json.loads(r.stdout))
 
 
-def _stream(src: Path, tmp_path: Path, manifest: Manifest, only=None) -> bytes:
+def _stream(src: Path, tmp_path: Path, manifest: Manifest, only=None, force=False) -> bytes:
     req = [
-        [e.path, e.size, e.mtime, CHUNK, list(e.sums), list(range(len(e.sums)))]
+        [e.path, e.size, e.mtime, CHUNK, list(e.sums), list(range(len(e.sums))), e.mode, force]
         for e in manifest.entries
         if only is None or e.path in only
     ]
@@ -127,7 +127,7 @@ def test_a_stream_cut_short_keeps_the_verified_chunks_and_the_rest_completes_it(
     (digest, size, have) = st["parts"]["big.bin"]
     assert digest == big.digest and size == big.size and have == [0, 1]
     rest = [i for i in range(len(big.sums)) if i not in have]
-    req = [[big.path, big.size, big.mtime, CHUNK, list(big.sums), rest]]
+    req = [[big.path, big.size, big.mtime, CHUNK, list(big.sums), rest, big.mode, False]]
     (tmp_path / "rest.json").write_text(json.dumps(req))
     tail = _run("send", src, tmp_path / "rest.json").stdout
     assert len(tail) < len(stream) - 2 * CHUNK  # only what was missing travels
@@ -200,3 +200,45 @@ def test_the_controllers_digest_is_the_programs(src, tmp_path):
     _run("recv", dest, "n0", stdin=_stream(src, tmp_path, m))
     got = _state(dest)["record"]
     assert all(got[e.path][2] == Entry(e.path, e.size, e.mtime, e.sums).digest for e in m.entries)
+
+
+def test_forced_frames_replace_a_file_the_record_still_vouches_for(src, tmp_path):
+    """--verify found the node's copy bad while its size, inode and ctime are as recorded
+    (bit rot): frames marked "f" are written, not passed over."""
+    m = _scan(src, tmp_path)
+    dest = tmp_path / "dest"
+    assert _run("recv", dest, "n0", stdin=_stream(src, tmp_path, m)).returncode == 0
+    ino = (dest / "big.bin").stat().st_ino
+    assert _run("recv", dest, "n0", stdin=_stream(src, tmp_path, m, force=True)).returncode == 0
+    assert (dest / "big.bin").stat().st_ino != ino  # written again, renamed into place
+    assert (dest / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+
+
+def test_a_part_whose_chunks_are_all_there_is_finished_by_any_chunk_of_it(src, tmp_path):
+    """Every chunk journalled but the rename never happened (killed, or it failed): the state
+    lists it as a part; its last chunk sent again puts it in place."""
+    m = _scan(src, tmp_path)
+    dest = tmp_path / "dest"
+    (dest / "big.bin").mkdir(parents=True)  # in the way: the rename fails
+    r = _run("recv", dest, "n0", stdin=_stream(src, tmp_path, m, only={"big.bin"}))
+    assert r.returncode == 1 and b"big.bin: cannot put it in place" in r.stderr
+    assert len(_state(dest)["parts"]["big.bin"][2]) == 6  # all verified, not in place
+    (dest / "big.bin").rmdir()
+    big = next(e for e in m.entries if e.path == "big.bin")
+    req = [[big.path, big.size, big.mtime, CHUNK, list(big.sums), [5], big.mode, False]]
+    (tmp_path / "last.json").write_text(json.dumps(req))
+    tail = _run("send", src, tmp_path / "last.json").stdout
+    assert _run("recv", dest, "n0", stdin=tail).returncode == 0
+    assert (dest / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+    assert "big.bin" in _state(dest)["record"] and _state(dest)["parts"] == {}
+
+
+def test_modes_travel_and_every_node_seeing_one_directory_sees_one_identity(src, tmp_path):
+    (src / "sub" / "a.txt").chmod(0o750)
+    m = _scan(src, tmp_path)
+    dest = tmp_path / "dest"
+    assert _run("recv", dest, "n0", stdin=_stream(src, tmp_path, m)).returncode == 0
+    assert (dest / "sub" / "a.txt").stat().st_mode & 0o777 == 0o750
+    assert (dest / "big.bin").stat().st_mode & 0o777 == (src / "big.bin").stat().st_mode & 0o777
+    first, again = _state(dest)["id"], _state(dest)["id"]
+    assert first and first == again and _state(tmp_path / "other")["id"] != first

@@ -41,8 +41,8 @@ def text(res) -> str:
             if n.via and n.status == "staged":
                 line += f" (from {n.via})"
             if n.error:
-                line += f": {n.error}"
-            out.append(line)
+                line = f"{line.rstrip()}: {n.error}"
+            out.append(line.rstrip())
         moved = [n for n in st.nodes if n.status == "staged"]
         if res.dry_run:
             out.append("  dry run: nothing moved")

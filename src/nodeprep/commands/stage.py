@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nodeprep.commands.common import select_hosts
 from nodeprep.commands.options import StageOptions
@@ -123,10 +124,11 @@ def run_one(fleet, order: list[str], spec: Spec, opts: StageOptions, settings) -
     """One stage over the nodes ORDER names (their order is the ranks' for shards)."""
     t0 = time.monotonic()
     manifest = _manifest(fleet, spec, settings)
+    gets = lack.shards(manifest, order, spec.shard)  # the ranks' shards, over every node
     targets = [n for n in order if not (n == spec.from_node and spec.src == spec.dest)]
     states = fleet.map(lambda s: on_nodes.read_state(s, spec.dest, opts.verify), "stage", targets)
-    targets = [n for n in targets if n in states]
-    gets = lack.shards(manifest, targets, spec.shard)
+    sharers = _sharers([n for n in targets if n in states], states, gets)
+    targets = [n for n in targets if n in states and n not in sharers]
     wants = {n: lack.needs(gets[n], states[n]) for n in targets}
     _check_room(spec, wants, states)
     out = Staged(spec, len(manifest.entries), manifest.nbytes, verified=opts.verify)
@@ -134,12 +136,50 @@ def run_one(fleet, order: list[str], spec: Spec, opts: StageOptions, settings) -
         NodeStage(n, "unchanged", sum(x.nbytes for x in wants[n]), len(wants[n])) for n in targets
     ]
     out.nodes += [NodeStage(n, "failed", error=m) for n, m in fleet.unusable().items()]
+    try:
+        return _staged(fleet, spec, opts, out, (gets, wants), t0)
+    finally:
+        _mirror(out, sharers)
+
+
+def _sharers(nodes: list[str], states: dict, gets: dict) -> dict[str, str]:
+    """{node: the node that fills DEST for it} where nodes see one directory (an NFS home):
+    the first of them receives (each shard of theirs, when sharded), the others share it."""
+    first: dict[str, str] = {}
+    out = {}
+    for n in nodes:
+        ident = states[n].ident
+        if ident is None:
+            continue
+        lead = first.setdefault(ident, n)
+        if lead != n:
+            out[n] = lead
+            have = {e.path for e in gets[lead]}
+            gets[lead] = sorted(gets[lead] + [e for e in gets[n] if e.path not in have],
+                                key=lambda e: e.path)  # fmt: skip
+    return out
+
+
+def _mirror(out: Staged, sharers: dict[str, str]) -> None:
+    """A node sharing another's DEST ends as that node did."""
+    by = {ns.node: ns for ns in out.nodes}
+    for n, lead in sharers.items():
+        ns = NodeStage(n, by[lead].status if lead in by else "failed", via=f"{lead}'s DEST")
+        ns.error = by[lead].error if lead in by else "no answer"
+        out.nodes.append(ns)
+
+
+def _staged(fleet, spec: Spec, opts: StageOptions, out: Staged, plan: tuple, t0: float) -> Staged:
+    """The chains, the arrival check and the one retry of a stage whose needs are known."""
+    gets, wants = plan
+    targets = [ns.node for ns in out.nodes if ns.node in wants]
     if opts.dry_run:
         for ns in out.nodes:
             ns.status = "would stage" if ns.lacked or ns.files else ns.status
     if opts.dry_run or not any(wants.values()):
         return out
-    flow = chains_mod.Flow(spec.src, spec.dest, spec.from_node, _logins(fleet))
+    src = spec.src if spec.from_node else str(Path(spec.src).expanduser())
+    flow = chains_mod.Flow(src, spec.dest, spec.from_node, _logins(fleet))
     flow.progress = _Progress(fleet.events)
     relay = opts.relay and len([n for n in targets if wants[n]]) > 1
     try:
@@ -163,8 +203,6 @@ def run_one(fleet, order: list[str], spec: Spec, opts: StageOptions, settings) -
 def _manifest(fleet, spec: Spec, settings) -> lack.Manifest:
     if spec.from_node:
         return on_nodes.scan_node(fleet.sessions[spec.from_node], spec.src)
-    from pathlib import Path
-
     return on_nodes.scan_local(Path(spec.src).expanduser(), settings.state / "stage")
 
 

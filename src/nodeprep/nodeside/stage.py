@@ -8,8 +8,8 @@ other end, on each receiving node, is stagerecv.py.
 
 A file's chunk sums are the sha256 of each CHUNK bytes of it (the last chunk shorter). The
 stream: frames of a JSON header's length as 10 digits, the header {"p": path, "s": size, "m":
-mtime_ns, "c": chunk size, "hs": [chunk sums], "i": this chunk}, then the chunk's bytes; ten
-zeros end it (docs/staging.md)."""
+mtime_ns, "c": chunk size, "hs": [chunk sums], "i": this chunk, "md": mode, "f": 1 to ignore
+the node's record}, then the chunk's bytes; ten zeros end it (docs/staging.md)."""
 
 import hashlib
 import json
@@ -71,7 +71,7 @@ def scan(root, chunk, cache_path):
                 sys.stderr.write("stage: cannot read %s: %s\n" % (full, err.strerror))
                 return 3
         fresh[rel] = key + [sums]
-        files.append([rel, st.st_size, st.st_mtime_ns, sums])
+        files.append([rel, st.st_size, st.st_mtime_ns, sums, st.st_mode & 0o7777])
     try:
         if cache_path != "-":
             os.makedirs(os.path.dirname(cache_path), mode=0o700, exist_ok=True)
@@ -98,14 +98,16 @@ def put(path, text):
 
 
 def send(root, request):
-    """The frames REQUEST ([[path, size, mtime, chunk, sums, [chunks]]...]) names, on stdout:
-    the bytes as they are now, under the sums given (a file changed since is refused where it
-    lands)."""
+    """The frames REQUEST ([[path, size, mtime, chunk, sums, [chunks], mode, force]...]) names,
+    on stdout (force: the node's record of the file is not to be trusted): the bytes as they
+    are now, under the sums given (a file changed since is refused where it lands)."""
     wanted = load_json(request, None)
     out = sys.stdout.buffer
     single = os.path.isfile(root)
-    for p, size, mtime, chunk, sums, chunks in wanted:
-        head = {"p": p, "s": size, "m": mtime, "c": chunk, "hs": sums}
+    for p, size, mtime, chunk, sums, chunks, mode, force in wanted:
+        head = {"p": p, "s": size, "m": mtime, "c": chunk, "hs": sums, "md": mode}
+        if force:
+            head["f"] = 1
         with open(root if single else os.path.join(root, p), "rb") as fh:
             for i in chunks:
                 n = max(0, min(chunk, size - i * chunk))

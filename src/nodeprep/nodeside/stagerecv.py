@@ -102,8 +102,29 @@ def state(dest):
             j = read_journal(os.path.join(pdir, name))
             if j is not None:
                 parts[j[0]["p"]] = [j[0]["d"], j[0]["s"], sorted(j[1])]
-    json.dump({"record": out, "parts": parts, "free": free_bytes(dest)}, sys.stdout)
+    json.dump(
+        {"record": out, "parts": parts, "free": free_bytes(dest), "id": ident(dest)}, sys.stdout
+    )
     return 0
+
+
+def ident(dest):
+    """DEST's identity, the same from every node that sees the same directory (an NFS home):
+    a random name made once in its control directory; None where it cannot be made."""
+    path = os.path.join(dest, CTL, "id")
+    if not os.path.exists(path):
+        mine = hashlib.sha256(os.urandom(32)).hexdigest()
+        try:  # written whole beside, then linked: the first node's name wins, never half of one
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            put(path + "." + mine, mine)
+            try:
+                os.link(path + "." + mine, path)
+            except FileExistsError:
+                pass
+            os.unlink(path + "." + mine)
+        except OSError:
+            return None
+    return (lines(path) or [None])[0]
 
 
 def read_journal(path):
@@ -120,49 +141,71 @@ class Receiver:
     """recv's state: the stream parsed from pieces of stdin, chunks written where they go."""
 
     def __init__(self, dest, label):
+        os.umask(0o022)  # the data as readable as the source's modes say (the hop sets 077)
         self.dest, self.label, self.pdir = dest, label, os.path.join(dest, CTL, "parts")
         os.makedirs(self.pdir, mode=0o700, exist_ok=True)
         self.record = read_record(dest)
         self.errors, self.files, self.journals = [], 0, {}
 
     def frame(self, head, data_len, read):
-        """One frame whose bytes READ(n) gives; the frame's chunk verified and kept."""
+        """One frame whose bytes READ(n) gives; the frame's chunk verified and kept. A frame
+        marked "f" (the controller's --verify found the node's copy bad) ignores the record."""
         p, i, sums = head["p"], head["i"], head["hs"]
         try:
             safe(p)
             key = hashlib.sha1(p.encode("utf-8", "surrogateescape")).hexdigest()
             jpath = os.path.join(self.pdir, key + ".j")
             d = digest(sums)
-            had = self.record.get(p)
+            had = None if head.get("f") else self.record.get(p)
             if had and digest(had["hs"]) == d and as_recorded(os.path.join(self.dest, p), had):
                 return drain(read, data_len)  # staged already (another node of the chain lacked it)
             j = self.journal(jpath, p, head["s"], d)
             if j[1].get(i) == sums[i]:
-                return drain(read, data_len)  # verified before: passed on only
+                drain(read, data_len)  # verified before: passed on only
+                return self.complete(head, key, jpath, j)
             fd = os.open(jpath[:-2], os.O_RDWR | os.O_CREAT, 0o600)
         except (OSError, ValueError) as e:
             drain(read, data_len)
             return self.error("%s: %s" % (p, getattr(e, "strerror", None) or e))
-        h, at, left, failed = hashlib.sha256(), i * head["c"], data_len, None
+        failed = self.write(fd, read, i * head["c"], data_len, sums[i])
+        if failed:
+            return self.error("%s: chunk %d %s; not kept" % (p, i, failed))
+        try:
+            with open(jpath, "a", encoding="utf-8") as fh:
+                fh.write("%d %s\n" % (i, sums[i]))
+        except OSError as e:
+            return self.error("%s: cannot journal chunk %d: %s" % (p, i, e.strerror))
+        j[1][i] = sums[i]
+        self.complete(head, key, jpath, j)
+
+    @staticmethod
+    def write(fd, read, at, left, want):
+        """The chunk's LEFT bytes from READ at AT in FD, synced; why it is not kept, or None."""
+        h, failed = hashlib.sha256(), None
         try:
             while left:
                 piece = read(min(BLOCK, left))
                 left -= len(piece)
                 h.update(piece)
-                if failed is None:
+                while piece and failed is None:
                     try:
-                        os.pwrite(fd, piece, at)
+                        n = os.pwrite(fd, piece, at)
+                        piece, at = piece[n:], at + n
                     except OSError as e:
-                        failed = e.strerror
+                        failed = "cannot write it: %s" % e.strerror
                 at += len(piece)
+            if failed is None:
+                os.fsync(fd)  # journalled below: on the disk first
+        except OSError as e:
+            failed = failed or "cannot write it: %s" % e.strerror
         finally:
             os.close(fd)
-        if failed is not None or h.hexdigest() != sums[i]:
-            why = "cannot write it: %s" % failed if failed else "does not match its checksum"
-            return self.error("%s: chunk %d %s; not kept" % (p, i, why))
-        with open(jpath, "a", encoding="utf-8") as fh:
-            fh.write("%d %s\n" % (i, sums[i]))
-        j[1][i] = sums[i]
+        if failed is None and h.hexdigest() != want:
+            failed = "does not match its checksum"
+        return failed
+
+    def complete(self, head, key, jpath, j):
+        sums = head["hs"]
         if len(j[1]) == len(sums) and all(j[1].get(k) == s for k, s in enumerate(sums)):
             self.finish(head, key, jpath)
 
@@ -178,26 +221,30 @@ class Receiver:
         return j
 
     def finish(self, head, key, jpath):
+        """The part with every chunk verified: its mode and mtime, renamed into place,
+        recorded, then its journal gone (a kill between leaves it recorded, not resent)."""
         p, part = head["p"], os.path.join(self.pdir, key)
         full = os.path.join(self.dest, p)
         try:
-            if not os.path.exists(part):
-                open(part, "wb").close()  # an empty file
+            if head["s"] == 0 and not os.path.exists(part):
+                open(part, "wb").close()  # an empty file has no chunk written
             os.truncate(part, head["s"])
+            os.chmod(part, head.get("md", 0o644) & 0o7777)
             os.utime(part, ns=(head["m"], head["m"]))
             os.makedirs(os.path.dirname(full), exist_ok=True)
             os.rename(part, full)
             st = os.stat(full)
+            e = {"p": p, "s": head["s"], "m": head["m"], "c": head["c"], "hs": head["hs"]}
+            e.update(ino=st.st_ino, ct=st.st_ctime_ns)
+            with open(
+                record_path(self.dest), "a", encoding="utf-8", errors="surrogateescape"
+            ) as fh:
+                fh.write(json.dumps(e, sort_keys=True) + "\n")
+            self.record[p] = e
+            os.unlink(jpath)
         except OSError as e:
-            self.error("%s: cannot put it in place: %s" % (p, e.strerror))
-            return
-        os.unlink(jpath)
+            return self.error("%s: cannot put it in place: %s" % (p, e.strerror))
         self.journals.pop(jpath, None)
-        e = {"p": p, "s": head["s"], "m": head["m"], "c": head["c"], "hs": head["hs"]}
-        e.update(ino=st.st_ino, ct=st.st_ctime_ns)
-        self.record[p] = e
-        with open(record_path(self.dest), "a", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(json.dumps(e, sort_keys=True) + "\n")
         self.files += 1
 
     def error(self, text):
@@ -282,8 +329,14 @@ def recv(dest, label, nxt):
             rx.frame(head, size, src.exactly)
     except (EOFError, ValueError, KeyError) as e:
         rx.error(str(e) if isinstance(e, EOFError) else "not a stage stream: %s" % e)
-    src.rest()
-    write_record(dest, rx.record)
+    except OSError as e:  # this node cannot go on: the next ones still get the stream
+        rx.error("stopped storing: %s" % e)
+    finally:
+        src.rest()
+    try:
+        write_record(dest, rx.record)
+    except OSError as e:
+        rx.error("cannot compact the record: %s" % e.strerror)
     sys.stderr.write("@@staged %s %d %d\n" % (label, rx.files, src.nbytes))
     for text in rx.errors:
         sys.stderr.write("stage %s: %s\n" % (label, text))

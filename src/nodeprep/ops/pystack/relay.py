@@ -179,14 +179,17 @@ def hop_script(
 def chain_hop(node: str, work: tuple[str, str], store, nxt, token: str, timeout: int) -> str:
     """sh for a node of any chain (the wheel relay's, a stage's): WORK is (sh making the
     directory, that directory quoted) where the fifo to the next node lives, STORE(fifo or
-    None) the sh keeping the stream on this node (and writing it into the fifo)."""
+    None) the sh keeping the stream on this node (and writing it into the fifo), NXT the next
+    node (name, login[, its token]). TOKEN names this node's script and master socket; the
+    next node's script is named by its own token where NXT gives one (nodes sharing a home, an
+    NFS home staging to local disks, need names of their own), else by TOKEN too."""
     make, s = work
     lines = ["umask 077", 'rm -f -- "$0"', make]
     if nxt is None:
         lines.append(store(None))
         return "\n".join(lines) + "\n"
-    name, login = nxt
-    remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(token)}"
+    name, login = nxt[:2]
+    remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path((nxt[2:] or (token,))[0])}"
     # No open() of the fifo may wait for ever, whatever runs first. This shell holds a write end
     # (fd 4, opened via fd 3 read-write, closed at once) from before the reader starts until the
     # store ends: the reader's open() returns at once, its end of file comes even where the store

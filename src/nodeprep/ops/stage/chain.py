@@ -49,6 +49,7 @@ class Flow:
     progress: Callable[[str, int], None] = lambda node, nbytes: None  # noqa: E731
     token: str = field(default_factory=lambda: secrets.token_hex(6))
     said: dict[str, list[str]] = field(default_factory=dict)  # node -> its error lines
+    chain_ids: dict = field(default_factory=dict)  # id(chain) -> its number in this stage
     failed: dict[str, str] = field(default_factory=dict)  # node -> why its chain failed
     sent: int = 0  # bytes the controller sent
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -73,25 +74,34 @@ def _work(token: str) -> tuple[str, str]:
     return f"mkdir -p -- {rpath(d)} || exit 1", rpath(d)
 
 
+def hop_token(flow: Flow, chain: Chain, node: str) -> str:
+    """A name of its own for NODE's hop script, fifo directory and master socket in CHAIN:
+    nodes that share a home (an NFS home, DEST on their local disks) must not share them."""
+    return f"{flow.token}{flow.chain_ids[id(chain)]}n{chain.nodes.index(node)}"
+
+
 def put_hops(fleet, chain: Chain, flow: Flow, timeout: int) -> None:
     """Every node of CHAIN gets the program, its hop script and its master connection to
     the next node (one round trip each, all at once)."""
 
+    flow.chain_ids.setdefault(id(chain), len(flow.chain_ids))
+
     def one(session):
         i = chain.nodes.index(session.name)
         nxt = chain.nodes[i + 1] if i + 1 < len(chain.nodes) else None
-        login = (nxt, flow.logins[nxt]) if nxt else None
+        login = (nxt, flow.logins[nxt], hop_token(flow, chain, nxt)) if nxt else None
+        mine = hop_token(flow, chain, session.name)
         text = chain_hop(
             session.name,
-            _work(flow.token),
+            _work(mine),
             lambda fifo: recv_command(flow.dest, shlex.quote(session.name), fifo),
             login,
-            flow.token,
+            mine,
             timeout,
         )
-        master = f"\n{master_command(flow.logins[nxt], flow.token, timeout)}" if nxt else ""
+        master = f"\n{master_command(flow.logins[nxt], mine, timeout)}" if nxt else ""
         r = session.run(
-            f"{install()}\n{write_script('~/' + script_path(flow.token), text, 0o700)}{master}",
+            f"{install()}\n{write_script('~/' + script_path(mine), text, 0o700)}{master}",
             label=f"stage hop ({'last' if nxt is None else 'to ' + nxt})",
         )
         if not r.ok:
@@ -115,7 +125,9 @@ class _Lines:
 def run_chain(fleet, chain: Chain, flow: Flow, timeout: int) -> None:
     """CHAIN from its source to its end; a failure lands in FLOW.failed for each node of
     the chain (the arrival check then says which of them lack what)."""
-    hop = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(flow.token)}"
+    hop = (
+        f"timeout -k 5 {int(timeout)} /bin/sh {script_path(hop_token(flow, chain, chain.nodes[0]))}"
+    )
     try:
         if flow.source_node is None:
             rc, out = feed(
@@ -157,9 +169,9 @@ def _send_here(ch, flow: Flow, chain: Chain) -> None:
 def _send_from_node(fleet, chain: Chain, flow: Flow, timeout: int) -> tuple[int, str]:
     """The chain fed by the node that holds the source: its send piped into an ssh to the
     chain's first node, over the mesh."""
-    req = f"~/.nodeprep/stage-{flow.token}/request.json"
     first = chain.nodes[0]
-    remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(flow.token)}"
+    req = f"~/.nodeprep/stage-{hop_token(flow, chain, first)}-request.json"  # one per chain
+    remote = f"timeout -k 5 {int(timeout)} /bin/sh {script_path(hop_token(flow, chain, first))}"
     script = (
         f"{install()}\n{write_script(req, json.dumps(request(chain.need)), 0o600)}\n"
         f"{{ {SEND} send {rpath(flow.src)} {rpath(req)} | "
@@ -177,10 +189,11 @@ def _send_from_node(fleet, chain: Chain, flow: Flow, timeout: int) -> tuple[int,
 
 
 def cleanup_script(token: str) -> str:
-    """sh leaving nothing of the stage's run TOKEN in the home (hop script, fifo directory,
-    master connection)."""
+    """sh leaving nothing of the stage's run TOKEN in the home (hop scripts, fifo directories,
+    requests, master connections: every node's, named TOKEN...)."""
+    sock = socket_path(token).removesuffix(".sock")
     return (
-        f"rm -rf -- {rpath(f'~/.nodeprep/stage-{token}')} {rpath('~/' + script_path(token))}; "
-        f'[ -S "$HOME/{socket_path(token)}" ] && ssh -S "$HOME/{socket_path(token)}" -O exit '
-        f'-- peer >/dev/null 2>&1; rm -f -- "$HOME/{socket_path(token)}"; true'
+        f'rm -rf -- "$HOME"/.nodeprep/stage-{token}* "$HOME"/{script_path(token)[:-3]}*.sh; '
+        f'for np_s in "$HOME"/{sock}*.sock; do [ -S "$np_s" ] && ssh -S "$np_s" -O exit '
+        f'-- peer >/dev/null 2>&1; rm -f -- "$np_s"; done; true'
     )

@@ -18,6 +18,7 @@ class Entry:
     size: int
     mtime: int  # ns
     sums: tuple[str, ...]  # sha256 of each chunk
+    mode: int = 0o644  # the source's permission bits
 
     @property
     def digest(self) -> str:
@@ -33,7 +34,9 @@ class Manifest:
 
     @classmethod
     def parse(cls, data: dict) -> Manifest:
-        return cls(tuple(Entry(p, int(s), int(m), tuple(h)) for p, s, m, h in data["files"]))
+        return cls(
+            tuple(Entry(p, int(s), int(m), tuple(h), *f[:1]) for p, s, m, h, *f in data["files"])
+        )
 
     @property
     def nbytes(self) -> int:
@@ -43,23 +46,28 @@ class Manifest:
 @dataclass(frozen=True)
 class State:
     """What a node's DEST holds: {path: digest} of staged files as their record says (and
-    still as recorded), {path: (digest, verified chunks)} of interrupted ones, free bytes."""
+    still as recorded), {path: (digest, verified chunks)} of interrupted ones, free bytes;
+    SUSPECT: files the record vouches for that --verify found otherwise (resent whatever the
+    node's record says); IDENT: DEST's identity (nodes that see one directory share it)."""
 
     staged: dict
     parts: dict
     free: int
+    suspect: frozenset = frozenset()
+    ident: str | None = None
 
     @classmethod
     def parse(cls, data: dict) -> State:
         staged = {p: e[2] for p, e in data["record"].items()}
         parts = {p: (e[0], frozenset(e[2])) for p, e in data["parts"].items()}
-        return cls(staged, parts, int(data["free"]))
+        return cls(staged, parts, int(data["free"]), ident=data.get("id"))
 
 
 @dataclass(frozen=True)
 class Need:
     entry: Entry
     chunks: tuple[int, ...]
+    force: bool = False  # the node's record of it is not to be trusted (--verify)
 
     @property
     def nbytes(self) -> int:
@@ -77,16 +85,17 @@ def shards(manifest: Manifest, nodes: list[str], shard: bool) -> dict[str, list[
 
 def needs(entries: list[Entry], state: State) -> list[Need]:
     """What a node holding STATE lacks of ENTRIES: a staged file of the same digest is there;
-    an interrupted one of the same digest lacks the chunks it has not verified."""
+    an interrupted one of the same digest lacks the chunks it has not verified, and one with
+    every chunk verified but not in place (its rename failed) gets its last chunk again, which
+    finishes it."""
     out = []
     for e in entries:
         if state.staged.get(e.path) == e.digest:
             continue
         part = state.parts.get(e.path)
         have = part[1] if part and part[0] == e.digest else frozenset()
-        missing = tuple(i for i in range(len(e.sums)) if i not in have)
-        if missing:
-            out.append(Need(e, missing))
+        missing = tuple(i for i in range(len(e.sums)) if i not in have) or (len(e.sums) - 1,)
+        out.append(Need(e, missing, e.path in state.suspect))
     return out
 
 
@@ -118,17 +127,22 @@ def chains(wants: dict[str, list[Need]], order: list[str], shard: bool, relay: b
         return []
     union: dict[str, set] = {}
     entries: dict[str, Entry] = {}
+    force: set = set()
     for n in lacking:
         for need in wants[n]:
             union.setdefault(need.entry.path, set()).update(need.chunks)
             entries[need.entry.path] = need.entry
-    need = [Need(entries[p], tuple(sorted(union[p]))) for p in sorted(union)]
+            if need.force:
+                force.add(need.entry.path)
+    need = [Need(entries[p], tuple(sorted(union[p])), p in force) for p in sorted(union)]
     return [Chain(lacking, need)]
 
 
 def request(need: list[Need]) -> list:
-    """NEED as nodeside/stage.py's send reads it: [path, size, mtime, chunk, sums, chunks]."""
+    """NEED as nodeside/stage.py's send reads it: [path, size, mtime, chunk, sums, chunks,
+    mode, force]."""
     return [
-        [n.entry.path, n.entry.size, n.entry.mtime, CHUNK, list(n.entry.sums), list(n.chunks)]
+        [e.path, e.size, e.mtime, CHUNK, list(e.sums), list(n.chunks), e.mode, n.force]
         for n in need
+        for e in [n.entry]
     ]

@@ -37,8 +37,9 @@ def install() -> str:
     ]
     for name, text in PROGRAMS.items():
         stem = name.rsplit("-", 1)[0]
-        out.append(
-            f'if [ ! -f "$HOME/{name}" ]; then\nrm -f -- "$HOME"/{stem}-*.py\n'
+        out.append(  # older versions go; this one is written whole (beside, then renamed)
+            f'if [ ! -f "$HOME/{name}" ]; then\nfor np_f in "$HOME"/{stem}-*.py; do '
+            f'[ "$np_f" = "$HOME/{name}" ] || rm -f -- "$np_f"; done\n'
             f"{write_script('~/' + name, text, 0o600)}\nfi"
         )
     return "\n".join(out)
@@ -64,7 +65,8 @@ def read_state(session, dest: str, verify: bool = False) -> State:
         return state
     there = {e.path: e.digest for e in _scan(session, dest, "-").entries}
     staged = {p: d for p, d in state.staged.items() if there.get(p) == d}
-    return State(staged, state.parts, state.free)
+    bad = frozenset(state.staged) - frozenset(staged)
+    return State(staged, state.parts, state.free, bad, state.ident)
 
 
 def _cache_name(src: str) -> str:
