@@ -181,7 +181,8 @@ def test_a_node_short_of_room_is_named_before_anything_moves(
     provisioned, lab, lab_settings, dataset
 ):
     """worker-2's ~/tiny is a 32 MiB tmpfs in its own mount namespace: the stage of 128 MiB is
-    refused with worker-2 and both numbers, exit 2, and no node got anything."""
+    refused with worker-2 and both numbers, exit 2, and no node got any of its data (each
+    holds DEST's identity only, made when it was read)."""
     node = lab.nodes[2]
     uid = (node.home).stat().st_uid
     mount = ["nsenter", "-t", str(node.sshd_pid), "-m"]
@@ -197,10 +198,15 @@ def test_a_node_short_of_room_is_named_before_anything_moves(
         said = str(err.value)
         assert err.value.exit_code == 2 and "not enough room on 1 node(s)" in said, said
         assert "worker-2 needs 512.0 MiB, has 32.0 MiB free" in said, said
-        for n in lab.nodes[:2]:
-            assert not (n.home / "tiny" / "data").exists(), n.name
-        there = subprocess.run([*mount, "test", "-e", f"/home/{lab.user}/tiny/data"])
-        assert there.returncode == 1  # nor worker-2, in the tmpfs only it sees
+        for n in lab.nodes[:2]:  # DEST's identity is made (.nodeprep-stage/id), no data
+            assert _files(n.home / "tiny" / "data") == {}, n.name
+            assert not list((n.home / "tiny" / "data").rglob("parts/*")), n.name
+        listed = subprocess.run(
+            [*mount, "find", f"/home/{lab.user}/tiny", "-name", "s*.bin"],
+            capture_output=True,
+            text=True,
+        )
+        assert listed.stdout == ""  # nor worker-2, in the tmpfs only it sees
     finally:
         subprocess.run([*mount, "umount", f"/home/{lab.user}/tiny"], check=False)
 
