@@ -105,11 +105,10 @@ class StageOptions:
                 "stage: SRC and DEST are needed",
                 hint="invoke stage data/ /scratch/data, or --name NAME of the inventory's stages",
             )
-        if self.dest and not (self.dest.startswith(("/", "~/")) or self.dest == "~"):
-            raise InputError(
-                f"stage: DEST {self.dest!r} must be absolute or start with ~/",
-                hint="a node has no working directory of yours: say where on it",
-            )
+        if self.dest:
+            from nodeprep.ops.stage.spec import check_dest  # the inventory's stages' rule too
+
+            check_dest(self.dest)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,10 +24,11 @@ from nodeprep.engine.fleet import Fleet
 from nodeprep.errors import InputError
 from nodeprep.inventory.sources import split_origin
 from nodeprep.ops.pystack.relay import MeshLogin
+from nodeprep.ops.pystack.relay_run import timeout_for
 from nodeprep.ops.stage import chain as chains_mod
 from nodeprep.ops.stage import needs as lack
 from nodeprep.ops.stage import nodes as on_nodes
-from nodeprep.ops.stage.spec import Spec, check_dest, from_inventory
+from nodeprep.ops.stage.spec import Spec, from_inventory
 from nodeprep.settings import Settings
 
 GIB = 1 << 30
@@ -99,7 +100,6 @@ def specs_for(opts: StageOptions, inv, hosts) -> list[Spec]:
     if not opts.names:
         if opts.from_node and opts.from_node not in names:
             raise InputError(f"stage: --from {opts.from_node!r} is not a node of the inventory")
-        check_dest(opts.dest or "")
         return [Spec("", opts.src or "", opts.dest or "", opts.shard, opts.from_node)]
     from nodeprep.commands.train.jobvars import shared
 
@@ -244,11 +244,11 @@ def _pass(fleet, chains: list, flow, out: Staged) -> None:
         )
         for n in c.nodes:
             flow.progress.total[n] = c.nbytes
-        chains_mod.put_hops(fleet, c, flow, chains_mod.timeout_for(c.nbytes, len(c.nodes)))
+        chains_mod.put_hops(fleet, c, flow, timeout_for(c.nbytes, len(c.nodes)))
     threads = [
         threading.Thread(
             target=chains_mod.run_chain,
-            args=(fleet, c, flow, chains_mod.timeout_for(c.nbytes, len(c.nodes))),
+            args=(fleet, c, flow, timeout_for(c.nbytes, len(c.nodes))),
             daemon=True,
         )
         for c in chains

@@ -25,7 +25,6 @@ from nodeprep.engine.feed import feed
 from nodeprep.engine.remote import rpath, write_script
 from nodeprep.errors import NodeprepError
 from nodeprep.ops.pystack.relay import (
-    MIN_RATE,
     MeshLogin,
     chain_hop,
     master_command,
@@ -63,10 +62,6 @@ class Flow:
         elif tag == "stage" and node.endswith(":"):
             with self.lock:
                 self.said.setdefault(node[:-1], []).append(value)
-
-
-def timeout_for(nbytes: int, hops: int) -> int:
-    return int(120 + 5 * hops + nbytes / MIN_RATE)
 
 
 def _work(token: str) -> tuple[str, str]:
